@@ -1,0 +1,102 @@
+"""The telemetry interchange format (ARCHITECTURE.md): GPU and host samples as data frames.
+
+The exporter's store writes it, ``verl-monitor export`` dumps it as CSV, ``analyze`` and the
+detectors read it. Columns are fixed here, once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+#: GPU samples. ``sm_active``, ``tensor_active``, ``dram_active``, ``power_w`` may be empty (NaN).
+GPU_COLUMNS: tuple[str, ...] = (
+    "ts",
+    "node",
+    "gpu",
+    "util",
+    "sm_active",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "tensor_active",
+    "dram_active",
+)
+GPU_REQUIRED: tuple[str, ...] = ("ts", "node", "gpu", "util", "mem_used_bytes", "mem_total_bytes")
+
+#: Host samples. ``iowait_pct`` and ``disk_read_bps`` may be empty.
+HOST_COLUMNS: tuple[str, ...] = (
+    "ts",
+    "node",
+    "cpu_max_core_pct",
+    "cpu_avg_pct",
+    "iowait_pct",
+    "disk_read_bps",
+)
+HOST_REQUIRED: tuple[str, ...] = ("ts", "node", "cpu_max_core_pct", "cpu_avg_pct")
+
+
+class FrameError(ValueError):
+    """A telemetry file that cannot be read; the message names the file and the problem."""
+
+
+def empty_gpu_frame() -> pd.DataFrame:
+    """An empty GPU frame with the canonical columns."""
+    return _normalise(pd.DataFrame(columns=list(GPU_COLUMNS)), GPU_COLUMNS)
+
+
+def empty_host_frame() -> pd.DataFrame:
+    """An empty host frame with the canonical columns."""
+    return _normalise(pd.DataFrame(columns=list(HOST_COLUMNS)), HOST_COLUMNS)
+
+
+def _normalise(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    for col in columns:
+        if col not in df.columns:
+            df[col] = float("nan")
+    df = df[list(columns)].copy()
+    df["node"] = df["node"].astype(str)
+    for col in columns:
+        if col == "node":
+            continue
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    if "gpu" in df.columns:
+        df["gpu"] = df["gpu"].astype("Int64")
+    return df.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def _read(path: str | Path, columns: tuple[str, ...], required: tuple[str, ...]) -> pd.DataFrame:
+    path = Path(path)
+    try:
+        if path.suffix == ".parquet":
+            df = pd.read_parquet(path)
+        else:
+            df = pd.read_csv(path, dtype={"node": str})
+    except FileNotFoundError as exc:
+        raise FrameError(f"{path}: no such file") from exc
+    except Exception as exc:  # noqa: BLE001 - any reader failure becomes one clear line
+        raise FrameError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from exc
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise FrameError(f"{path}: missing column(s) {', '.join(missing)}")
+    return _normalise(df, columns)
+
+
+def read_gpu_frame(path: str | Path) -> pd.DataFrame:
+    """Read GPU samples (CSV or Parquet) into the canonical frame; raises FrameError."""
+    return _read(path, GPU_COLUMNS, GPU_REQUIRED)
+
+
+def read_host_frame(path: str | Path) -> pd.DataFrame:
+    """Read host samples (CSV or Parquet) into the canonical frame; raises FrameError."""
+    return _read(path, HOST_COLUMNS, HOST_REQUIRED)
+
+
+def write_frame(df: pd.DataFrame, path: str | Path) -> None:
+    """Write a GPU or host frame as CSV (or Parquet when the path ends in .parquet)."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        df.to_parquet(path, index=False)
+    else:
+        df.to_csv(path, index=False)

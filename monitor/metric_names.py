@@ -1,0 +1,77 @@
+"""The exported metric names: one contract for the exporter, alert rules, Grafana and the app.
+
+Prefix ``verlmon_``; base units; ``_total`` on counters; identity in ``*_info`` series. GPU data
+series carry the label ``gpu`` (index) only; the node is the scrape's ``instance``/``node``
+target label (``verlmon_node_info{node=...}`` carries the exporter's ``--node`` name).
+Ratios are 0..1. The full table with types and labels is in docs/metrics.md.
+"""
+
+PREFIX = "verlmon_"
+
+# --- identity and health
+BUILD_INFO = "verlmon_build_info"  # gauge {version}
+NODE_INFO = "verlmon_node_info"  # gauge {node, backend}
+COLLECTOR_SUCCESS = "verlmon_collector_success"  # gauge {collector}
+COLLECTOR_DURATION = "verlmon_collector_duration_seconds"  # gauge {collector}
+COLLECTOR_ERRORS = "verlmon_collector_errors_total"  # counter {collector}
+STORE_UP = "verlmon_store_up"  # gauge
+STORE_WRITE_ERRORS = "verlmon_store_write_errors_total"  # counter
+
+# --- GPU (nvml / sim backends)
+GPU_INFO = "verlmon_gpu_info"  # gauge {gpu, uuid, name}
+GPU_UP = "verlmon_gpu_up"  # gauge {gpu}
+GPU_UTIL = "verlmon_gpu_utilization_ratio"  # gauge {gpu}
+GPU_SM_ACTIVE = "verlmon_gpu_sm_active_ratio"  # gauge {gpu} (GPM)
+GPU_SM_OCCUPANCY = "verlmon_gpu_sm_occupancy_ratio"  # gauge {gpu} (GPM)
+GPU_TENSOR_ACTIVE = "verlmon_gpu_tensor_active_ratio"  # gauge {gpu} (GPM)
+GPU_DRAM_ACTIVE = "verlmon_gpu_dram_active_ratio"  # gauge {gpu} (GPM)
+GPU_MEM_USED = "verlmon_gpu_memory_used_bytes"  # gauge {gpu}
+GPU_MEM_TOTAL = "verlmon_gpu_memory_total_bytes"  # gauge {gpu}
+GPU_POWER = "verlmon_gpu_power_watts"  # gauge {gpu}
+GPU_ENERGY = "verlmon_gpu_energy_joules_total"  # counter {gpu}
+GPU_TEMP = "verlmon_gpu_temperature_celsius"  # gauge {gpu}
+GPU_SM_CLOCK = "verlmon_gpu_sm_clock_hertz"  # gauge {gpu}
+GPU_CLOCK_EVENT = "verlmon_gpu_clock_event_active"  # gauge {gpu, reason}: 1 while active
+GPU_PCIE_TX = "verlmon_gpu_pcie_transmit_bytes_per_second"  # gauge {gpu} (GPM)
+GPU_PCIE_RX = "verlmon_gpu_pcie_receive_bytes_per_second"  # gauge {gpu} (GPM)
+GPU_NVLINK_TX = "verlmon_gpu_nvlink_transmit_bytes_per_second"  # gauge {gpu} (GPM)
+GPU_NVLINK_RX = "verlmon_gpu_nvlink_receive_bytes_per_second"  # gauge {gpu} (GPM)
+GPU_XID = "verlmon_gpu_xid_errors_total"  # counter {gpu, xid}
+
+# --- host (psutil)
+HOST_CPU_MAX_CORE = "verlmon_host_cpu_max_core_ratio"  # gauge
+HOST_CPU_AVG = "verlmon_host_cpu_average_ratio"  # gauge
+HOST_IOWAIT = "verlmon_host_cpu_iowait_ratio"  # gauge
+HOST_DISK_READ = "verlmon_host_disk_read_bytes_total"  # counter
+HOST_DISK_WRITTEN = "verlmon_host_disk_written_bytes_total"  # counter
+HOST_NET_RX = "verlmon_host_network_receive_bytes_total"  # counter
+HOST_NET_TX = "verlmon_host_network_transmit_bytes_total"  # counter
+HOST_MEM_USED = "verlmon_host_memory_used_bytes"  # gauge
+HOST_MEM_TOTAL = "verlmon_host_memory_total_bytes"  # gauge
+TRAIN_PROC_CPU = "verlmon_training_process_cpu_ratio"  # gauge (1.0 = one core)
+TRAIN_PROC_RSS = "verlmon_training_process_resident_bytes"  # gauge
+
+# --- verl log
+TRAIN_STEP = "verlmon_training_step"  # gauge: last step number seen
+STEPS = "verlmon_training_steps_total"  # counter: step records parsed
+STEP_DURATION = "verlmon_step_duration_seconds"  # gauge: last step's total
+PHASE_DURATION = "verlmon_phase_duration_seconds"  # gauge {phase}: last step's phases
+THROUGHPUT = "verlmon_throughput_tokens_per_second"  # gauge: perf/throughput (per GPU)
+COMM_SHARE = "verlmon_comm_share_ratio"  # gauge: comm / step, when the log gives comm
+LAST_STEP_TS = "verlmon_last_step_timestamp_seconds"  # gauge: unix time of the last step
+SINCE_LAST_STEP = "verlmon_seconds_since_last_step"  # gauge
+MEM_RESERVED_PEAK = "verlmon_memory_reserved_peak_bytes"  # gauge: perf/max_memory_reserved_gb
+LOG_LINES = "verlmon_log_lines_total"  # counter {log}
+LOG_PARSE_ERRORS = "verlmon_log_parse_errors_total"  # counter {log}
+LOG_EVENTS = "verlmon_log_events_total"  # counter {kind}
+
+# --- NCCL Inspector
+NCCL_OPS = "verlmon_nccl_operations_total"  # counter {coll, comm}
+NCCL_BYTES = "verlmon_nccl_bytes_total"  # counter {coll, comm}
+NCCL_EXEC = "verlmon_nccl_exec_seconds_total"  # counter {coll, comm}
+NCCL_BUSBW = "verlmon_nccl_bus_bandwidth_bytes_per_second"  # gauge {coll, comm}: latest
+NCCL_COMM_SHARE = "verlmon_nccl_comm_share_ratio"  # gauge: over the sampling window
+
+# --- flags (detectors run live in the exporter)
+FLAG_ACTIVE = "verlmon_flag_active"  # gauge {kind, severity, scope}: 1 while open
+FLAGS_RAISED = "verlmon_flags_raised_total"  # counter {kind, severity}

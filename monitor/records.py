@@ -1,0 +1,143 @@
+"""Canonical records shared by every part of verl-monitor.
+
+Parsing turns any verl version's output into these; detectors, the store, the exporter and the
+dashboards speak only this vocabulary (see ARCHITECTURE.md, "Canonical names").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Canonical phases in the order verl runs them inside a step.
+PHASES: tuple[str, ...] = (
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "reshard",
+    "testing",
+    "save_checkpoint",
+)
+
+#: Phases derived by the monitor rather than read from a single verl timer.
+DERIVED_PHASES: tuple[str, ...] = ("rollout_wait", "comm", "other")
+
+ALL_PHASES: tuple[str, ...] = PHASES + DERIVED_PHASES
+
+#: Phases during which the trainer (FSDP/Megatron) does the GPU work.
+TRAINING_PHASES: tuple[str, ...] = ("old_log_prob", "ref", "values", "update_critic", "update_actor")
+
+#: One vocabulary for detectors, exported metrics, alert rules and the UI.
+FLAG_KINDS: tuple[str, ...] = (
+    "gpu_imbalance",
+    "rollout_long_tail",
+    "phase_imbalance",
+    "rollout_wait",
+    "io_starvation",
+    "reshard_spike",
+    "comm_heavy",
+    "low_utilization",
+    "util_overstates_sm",
+    "step_time_spikes",
+    "memory_pressure",
+    "oom",
+    "throughput_regression",
+    "gpu_fault",
+    "stalled",
+)
+
+SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
+
+#: Event kinds the parser emits besides step records.
+EVENT_KINDS: tuple[str, ...] = (
+    "oom",
+    "traceback",
+    "resume",  # "Setting global step to N", or a step number going backwards
+    "checkpoint_load",
+    "validation",  # step-0 validation line or Initial/Final validation block
+    "progress",  # tqdm heartbeat: data has current, total, rate_s_per_it, eta_s
+    "reshard",  # [HybridEngine] switch or [ParameterSynchronizer] sync: data has seconds
+    "truncated",  # the followed file was truncated or replaced
+    "memory",  # DEBUG memory lines
+)
+
+
+@dataclass
+class StepRecord:
+    """One training step, in canonical form.
+
+    ``end_time`` is unix seconds: from a timestamp on the line, the time the line arrived, or
+    rebuilt from cumulative step times (``time_source`` says which: "line", "arrival",
+    "rebuilt"). ``phases`` maps canonical phase names (ALL_PHASES) to seconds; only phases the
+    log gave (or that were derived) are present. ``metrics`` is the raw key->value dict, untouched.
+    """
+
+    step: int
+    end_time: float | None = None
+    total: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    throughput: float | None = None  # tokens/s per GPU as verl reports perf/throughput
+    mem_allocated_peak_bytes: float | None = None
+    mem_reserved_peak_bytes: float | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    time_source: str = "arrival"
+    source: str = "console"  # console | jsonl | breakdown
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form used by ``analyze --json`` and the store."""
+        return asdict(self)
+
+
+@dataclass
+class Event:
+    """Something notable in the log that is not a step: OOM, traceback, resume, heartbeat..."""
+
+    kind: str
+    time: float | None
+    step: int | None = None
+    message: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form."""
+        return asdict(self)
+
+
+@dataclass
+class Flag:
+    """A detected problem, with the evidence and the advice a person acts on.
+
+    ``scope`` holds bounded descriptors: {"node": "n0", "gpus": [3], "phase": "gen",
+    "steps": [120, 140]} (any subset). ``end`` is None while the flag is still open.
+    ``advice`` is a list of sentences naming real verl config keys.
+    """
+
+    kind: str
+    severity: str
+    start: float
+    end: float | None
+    scope: dict[str, Any] = field(default_factory=dict)
+    evidence: str = ""
+    advice: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form used by ``analyze --json``, the store and Slack."""
+        return asdict(self)
+
+    @property
+    def scope_label(self) -> str:
+        """A short, bounded label for the scope ("node=n0 gpus=3,5 phase=gen")."""
+        parts = []
+        for key in ("node", "gpus", "phase"):
+            val = self.scope.get(key)
+            if val is None or val == []:
+                continue
+            if isinstance(val, (list, tuple)):
+                val = ",".join(str(v) for v in val)
+            parts.append(f"{key}={val}")
+        return " ".join(parts)
