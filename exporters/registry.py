@@ -1,0 +1,97 @@
+"""Collector registration, node_exporter style: one collector per file, each registers itself.
+
+A collector module does::
+
+    @register("host", default=True, help="CPU, iowait, disk, network, memory (psutil)")
+    class HostCollector(BaseCollector):
+        ...
+
+and gets ``--collector.host`` / ``--no-collector.host`` flags for free. On each scrape the
+server calls ``collect()`` on every enabled collector; the collector builds fresh metric
+families from its latest snapshot (sampling happens in its own background thread, never in
+the scrape), and the server times each call for ``verlmon_collector_duration_seconds``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from prometheus_client.metrics_core import Metric
+
+#: Modules under ``exporters.collectors`` imported to fill the registry.
+COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "flags")
+
+
+@dataclass
+class ExporterContext:
+    """What every collector receives: settings plus the shared sinks.
+
+    ``window`` is the in-memory rolling window the detectors read (exporters/window.py);
+    ``store`` is the run-store writer (may be None when ``--store`` is off); ``options`` holds
+    the parsed command-line namespace for collector-specific settings.
+    """
+
+    node: str
+    interval: float
+    window: Any
+    store: Any | None = None
+    options: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class BaseCollector:
+    """Base class: override ``collect``; override ``start``/``stop`` for background samplers."""
+
+    name: ClassVar[str] = "base"
+
+    def __init__(self, ctx: ExporterContext) -> None:
+        self.ctx = ctx
+        self.last_error: str | None = None
+
+    def start(self) -> None:
+        """Start background sampling (optional)."""
+
+    def stop(self) -> None:
+        """Stop background sampling and release resources (optional)."""
+
+    def collect(self) -> Iterable[Metric]:
+        """Fresh metric families from the latest snapshot; must be fast and never block."""
+        return ()
+
+    def healthy(self) -> bool:
+        """False when the last sampling attempt failed (reported as collector_success 0)."""
+        return self.last_error is None
+
+
+@dataclass
+class CollectorSpec:
+    """A registered collector: its factory, whether it is on by default, and its help text."""
+
+    name: str
+    factory: Callable[[ExporterContext], BaseCollector]
+    default: bool
+    help: str
+
+
+REGISTRY: dict[str, CollectorSpec] = {}
+
+
+def register(name: str, *, default: bool = True, help: str = ""):  # noqa: A002
+    """Class decorator that registers a collector under ``name``."""
+
+    def deco(cls):
+        cls.name = name
+        REGISTRY[name] = CollectorSpec(name=name, factory=cls, default=default, help=help)
+        return cls
+
+    return deco
+
+
+def load_all() -> dict[str, CollectorSpec]:
+    """Import every collector module so each registers itself; returns the registry."""
+    for mod in COLLECTOR_MODULES:
+        importlib.import_module(f"exporters.collectors.{mod}")
+    return REGISTRY
