@@ -1,1 +1,119 @@
-"""detect."""
+"""Detectors: turn steps, GPU/host frames and log events into flags.
+
+``run_all`` prepares the shared tables once (step table, GPU activity labelled by phase,
+analysis windows) and runs every detector in ``DETECTORS``; each is a pure function of that
+context returning ``Flag``s with persistence, hysteresis, evidence and advice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pandas as pd
+
+from monitor.config import Config, load_config
+from monitor.detect.base import Context
+from monitor.detect.gpu_activity import (
+    detect_gpu_imbalance,
+    detect_low_utilization,
+    detect_util_overstates_sm,
+)
+from monitor.detect.health import (
+    detect_gpu_fault,
+    detect_memory_pressure,
+    detect_oom,
+    detect_stalled,
+)
+from monitor.detect.io import detect_io_starvation
+from monitor.detect.phases import detect_comm_heavy, detect_phase_imbalance, detect_reshard_spike
+from monitor.detect.rollout import detect_rollout_long_tail, detect_rollout_wait
+from monitor.detect.steps import detect_step_time_spikes, detect_throughput_regression
+from monitor.detect.window import latest_time
+from monitor.frames import empty_gpu_frame, empty_host_frame
+from monitor.records import Event, Flag, StepRecord
+
+log = logging.getLogger(__name__)
+
+#: Flag kind -> detector, in FLAG_KINDS order.
+DETECTORS: dict[str, Callable[[Context], list[Flag]]] = {
+    "gpu_imbalance": detect_gpu_imbalance,
+    "rollout_long_tail": detect_rollout_long_tail,
+    "phase_imbalance": detect_phase_imbalance,
+    "rollout_wait": detect_rollout_wait,
+    "io_starvation": detect_io_starvation,
+    "reshard_spike": detect_reshard_spike,
+    "comm_heavy": detect_comm_heavy,
+    "low_utilization": detect_low_utilization,
+    "util_overstates_sm": detect_util_overstates_sm,
+    "step_time_spikes": detect_step_time_spikes,
+    "memory_pressure": detect_memory_pressure,
+    "oom": detect_oom,
+    "throughput_regression": detect_throughput_regression,
+    "gpu_fault": detect_gpu_fault,
+    "stalled": detect_stalled,
+}
+
+
+def make_context(
+    steps: list[StepRecord],
+    gpu: pd.DataFrame | None,
+    host: pd.DataFrame | None,
+    events: list[Event],
+    config: Config | None = None,
+    now: float | None = None,
+) -> Context | None:
+    """The shared detector context, or None when there is nothing to look at."""
+    gpu = empty_gpu_frame() if gpu is None else gpu
+    host = empty_host_frame() if host is None else host
+    steps = list(steps or [])
+    events = list(events or [])
+    if now is None:
+        now = latest_time(steps, gpu, host, events)
+    if now is None:
+        return None
+    return Context(steps, gpu, host, events, config or load_config(), float(now))
+
+
+def _suppress(flags: list[Flag], rules: dict[str, list[str]]) -> list[Flag]:
+    def overlaps(a: Flag, b: Flag) -> bool:
+        a_end = a.end if a.end is not None else float("inf")
+        b_end = b.end if b.end is not None else float("inf")
+        return a.start <= b_end and b.start <= a_end
+
+    out = []
+    for f in flags:
+        by = rules.get(f.kind) or []
+        if any(o.kind in by and overlaps(f, o) for o in flags if o is not f):
+            continue
+        out.append(f)
+    return out
+
+
+def run_all(
+    steps: list[StepRecord],
+    gpu: pd.DataFrame,
+    host: pd.DataFrame,
+    events: list[Event],
+    config: Config | None = None,
+    now: float | None = None,
+) -> list[Flag]:
+    """Run every detector and return their flags, sorted by start time.
+
+    ``now`` defaults to the latest timestamp in any input. A detector that fails is logged and
+    skipped so the others still report.
+    """
+    ctx = make_context(steps, gpu, host, events, config, now)
+    if ctx is None:
+        return []
+    flags: list[Flag] = []
+    for kind, fn in DETECTORS.items():
+        try:
+            flags.extend(fn(ctx))
+        except Exception:  # noqa: BLE001 - one broken detector must not silence the others
+            log.exception("detector %s failed", kind)
+    flags = _suppress(flags, ctx.config.section("suppress"))
+    return sorted(flags, key=lambda f: (f.start, f.kind))
+
+
+__all__ = ["DETECTORS", "make_context", "run_all"]

@@ -1,0 +1,186 @@
+"""Exporter figures on this machine (sim backend by default): scrape latency and CPU overhead.
+
+Three measurements, each a real ``python -m monitor exporter`` subprocess:
+
+1. **scrape latency**: p50/p99 of ``/metrics`` round trips (gzip, as Prometheus asks) for 8 and
+   for 64 simulated GPUs, ``--scrapes`` back-to-back requests after a warm-up.
+2. **sampling overhead**: the exporter with only the GPU collector (detectors parked) next to a
+   bare loop calling the same backend's ``sample()`` at the same interval, both running
+   ``--seconds`` at once (same machine load), at 1 s and 0.1 s. CPU % = process CPU time over
+   wall time; the ratio exporter / bare loop is the price of everything around the backend
+   calls (threads, rows, window, exposition bookkeeping).
+3. **full exporter**: every collector plus the detector loop at 1 s, same measure.
+
+Prints a table and writes JSON to ``--out`` (default ``bench/results/exporter_<date>.json``).
+
+    .venv/bin/python bench/exporter.py                  # ~2 minutes here
+    python3 bench/exporter.py --backend nvml --gpus 0   # on a GPU node (all its GPUs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BARE_LOOP = """
+import sys, threading, time, types
+sys.path.insert(0, {root!r})
+from exporters.gpu import make_backend
+opts = types.SimpleNamespace(scenario="healthy", sim_gpus={gpus}, seed=0)
+backend = make_backend({backend!r}, opts)
+interval, seconds = {interval}, {seconds}
+stop = threading.Event()
+backend.sample()
+print("ready", flush=True)
+c0, w0 = time.process_time(), time.monotonic()
+next_at = time.monotonic() + interval
+n = 0
+while time.monotonic() - w0 < seconds:
+    stop.wait(max(0.0, next_at - time.monotonic()))
+    backend.sample()
+    n += 1
+    next_at += interval
+print(time.process_time() - c0, time.monotonic() - w0, n, flush=True)
+backend.close()
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its threads (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def start_exporter(args: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """Start ``python -m monitor exporter``; return it and its /metrics URL."""
+    cmd = [sys.executable, "-m", "monitor", "exporter", "--listen-address", "127.0.0.1:0", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env={**os.environ, **(env or {}),
+                                           "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})
+    line = proc.stdout.readline()
+    found = re.search(r"serving (http\S+/metrics)", line)
+    if not found:
+        proc.kill()
+        raise SystemExit(f"exporter did not start: {line}{proc.stderr.read()}")
+    return proc, found.group(1)
+
+
+def stop_exporter(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def scrape_latency(backend: str, gpus: int, scrapes: int) -> dict:
+    """p50/p99 (ms) of /metrics round trips, and the exposition size."""
+    proc, url = start_exporter(["--gpu-backend", backend, "--sim-gpus", str(gpus),
+                                "--interval", "1"])
+    try:
+        time.sleep(2.5)  # a couple of samples in, CPU deltas known
+        req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+        for _ in range(10):
+            urllib.request.urlopen(req, timeout=10).read()
+        times = []
+        size = len(urllib.request.urlopen(url, timeout=10).read())
+        for _ in range(scrapes):
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                resp.read()
+            times.append((time.perf_counter() - t0) * 1000)
+    finally:
+        stop_exporter(proc)
+    times.sort()
+    return {"gpus": gpus, "scrapes": scrapes, "p50_ms": statistics.median(times),
+            "p99_ms": times[min(len(times) - 1, int(len(times) * 0.99))],
+            "max_ms": times[-1], "bytes": size}
+
+
+def overhead(backend: str, gpus: int, interval: float, seconds: float, full: bool) -> dict:
+    """Exporter CPU % beside a bare backend loop's CPU %, both running at once."""
+    bare = subprocess.Popen(
+        [sys.executable, "-c", BARE_LOOP.format(root=str(ROOT), gpus=gpus, backend=backend,
+                                                interval=interval, seconds=seconds)],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    if full:
+        args = ["--gpu-backend", backend, "--sim-gpus", str(gpus), "--interval", str(interval)]
+    else:
+        args = ["--gpu-backend", backend, "--sim-gpus", str(gpus), "--interval", str(interval),
+                "--no-collector.host", "--no-collector.verl_log", "--no-collector.nccl",
+                "--no-collector.flags", "--detect-interval", "100000"]
+    proc, _url = start_exporter(args)
+    try:
+        assert bare.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # past startup (imports, first samples)
+        c0, w0 = _cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        c1, w1 = _cpu_seconds(proc.pid), time.monotonic()
+    finally:
+        stop_exporter(proc)
+    bare_cpu, bare_wall, samples = (float(x) for x in bare.stdout.readline().split())
+    bare.wait(timeout=30)
+    exp_pct = 100 * (c1 - c0) / (w1 - w0)
+    bare_pct = 100 * bare_cpu / bare_wall
+    return {"gpus": gpus, "interval_s": interval, "full": full, "seconds": seconds,
+            "exporter_cpu_pct": exp_pct, "bare_loop_cpu_pct": bare_pct,
+            "bare_samples": int(samples),
+            "ratio": exp_pct / bare_pct if bare_pct > 0 else float("inf")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the measurements, print the table, write the JSON."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="sim", choices=("sim", "nvml"))
+    p.add_argument("--gpus", default="8,64", help="simulated GPU counts for the latency runs")
+    p.add_argument("--scrapes", type=int, default=300)
+    p.add_argument("--seconds", type=float, default=15.0, help="length of each CPU run")
+    p.add_argument("--out", help="JSON file (default bench/results/exporter_<date>.json)")
+    args = p.parse_args(argv)
+    counts = [int(g) for g in args.gpus.split(",") if g]
+    results = {"backend": args.backend, "host_cpus": os.cpu_count(),
+               "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "latency": [], "overhead": []}
+    for gpus in counts:
+        results["latency"].append(scrape_latency(args.backend, gpus, args.scrapes))
+    first = counts[0] if counts else 8
+    for interval, full in ((1.0, False), (0.1, False), (1.0, True)):
+        results["overhead"].append(overhead(args.backend, first, interval, args.seconds, full))
+
+    print(f"\nexporter figures ({args.backend} backend, {os.cpu_count()} CPUs)")
+    print("\nscrape latency (gzip, back-to-back)")
+    print(f"{'GPUs':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'bytes':>8}")
+    for r in results["latency"]:
+        print(f"{r['gpus']:>5} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['max_ms']:>8.2f} "
+              f"{r['bytes']:>8}")
+    print("\nCPU, % of one core (process CPU time / wall time)")
+    print(f"{'GPUs':>5} {'interval':>9} {'exporter':>15} {'exporter %':>11} {'bare loop %':>12} "
+          f"{'ratio':>6}")
+    for r in results["overhead"]:
+        what = "all + detectors" if r["full"] else "gpu only"
+        print(f"{r['gpus']:>5} {r['interval_s']:>8g}s {what:>15} {r['exporter_cpu_pct']:>11.2f} "
+              f"{r['bare_loop_cpu_pct']:>12.2f} {r['ratio']:>6.2f}")
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / \
+        f"exporter_{dt.date.today().isoformat()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nwritten {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

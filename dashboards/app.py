@@ -1,0 +1,34 @@
+"""verl-monitor live dashboard: ``streamlit run dashboards/app.py -- --store PATH``.
+
+Pages (``st.navigation``): Overview, GPUs, Steps & phases, Communication, Flags, Nodes. The
+sidebar's window and refresh selections are bound to the URL, so a link shares the view.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+# ``streamlit run`` puts only this folder on sys.path; the package root must be importable too.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from dashboards import common  # noqa: E402
+
+st.set_page_config(page_title="verl-monitor", page_icon=":material/monitoring:", layout="wide")
+
+PAGES = [
+    st.Page("views/overview.py", title="Overview", icon=":material/home:", default=True),
+    st.Page("views/gpus.py", title="GPUs", icon=":material/memory:", url_path="gpus"),
+    st.Page("views/steps.py", title="Steps & phases", icon=":material/timeline:", url_path="steps"),
+    st.Page("views/communication.py", title="Communication", icon=":material/hub:", url_path="communication"),
+    st.Page("views/flags.py", title="Flags", icon=":material/flag:", url_path="flags"),
+    st.Page("views/nodes.py", title="Nodes", icon=":material/dns:", url_path="nodes"),
+]
+
+nav = st.navigation(PAGES)
+common.sidebar()
+nav.run()

@@ -1,0 +1,357 @@
+"""Plotly figure builders for the dashboard pages: frames in, figures out, no Streamlit.
+
+Every builder takes canonical frames (already downsampled by the source) and returns a
+``go.Figure`` with ``uirevision`` set, so a live refresh keeps the user's zoom. Times are unix
+seconds in the frames and UTC datetimes on the axes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from monitor.records import ALL_PHASES, Flag
+
+#: One colour per canonical phase, stable across every chart.
+PHASE_COLORS: dict[str, str] = {
+    "gen": "#4C78A8",
+    "reward": "#F58518",
+    "old_log_prob": "#54A24B",
+    "ref": "#B279A2",
+    "values": "#9D755D",
+    "adv": "#BAB0AC",
+    "update_critic": "#EECA3B",
+    "update_actor": "#E45756",
+    "reshard": "#FF9DA6",
+    "testing": "#72B7B2",
+    "save_checkpoint": "#79706E",
+    "rollout_wait": "#D67195",
+    "comm": "#8CD17D",
+    "other": "#D3D3D3",
+}
+SEVERITY_COLORS = {"critical": "#D62728", "warning": "#FF9F0E", "info": "#1F77B4"}
+GIB = 2**30
+
+
+def to_time(ts) -> pd.Series | pd.DatetimeIndex:
+    """Unix seconds to UTC datetimes for plotly axes."""
+    return pd.to_datetime(pd.Series(ts, dtype="float64"), unit="s")
+
+
+def _layout(fig: go.Figure, title: str, height: int = 320, key: str = "") -> go.Figure:
+    fig.update_layout(
+        title=title,
+        height=height,
+        margin={"l": 50, "r": 20, "t": 40, "b": 40},
+        uirevision=key or title,
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0, "xanchor": "left"},
+    )
+    return fig
+
+
+def empty_figure(title: str, message: str = "no data in this window") -> go.Figure:
+    """A blank chart that says why it is blank."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title, height=200)
+
+
+def phase_columns(steps: pd.DataFrame) -> list[str]:
+    """Phase columns of a steps frame, in canonical order."""
+    return [p for p in ALL_PHASES if p in steps.columns and steps[p].notna().any()]
+
+
+def step_time_trend(steps: pd.DataFrame, window: int = 10) -> go.Figure:
+    """Step time per step with its rolling median; spikes above 1.5x the median are marked."""
+    title = "Step time"
+    if steps.empty or steps["total"].isna().all():
+        return empty_figure(title, "no steps yet")
+    df = steps.dropna(subset=["total"])
+    med = df["total"].rolling(window, min_periods=1).median()
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=df["step"], y=df["total"], mode="lines+markers", name="step time",
+                             marker={"size": 4}, line={"color": "#4C78A8"}))
+    fig.add_trace(go.Scatter(x=df["step"], y=med, mode="lines", name=f"rolling median ({window})",
+                             line={"dash": "dot", "color": "#555"}))
+    spikes = df[df["total"] > 1.5 * med]
+    if not spikes.empty:
+        fig.add_trace(go.Scatter(x=spikes["step"], y=spikes["total"], mode="markers",
+                                 name="spike (>1.5x median)",
+                                 marker={"color": SEVERITY_COLORS["critical"], "size": 9}))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="seconds", rangemode="tozero")
+    return _layout(fig, title, key="step_time")
+
+
+def throughput_trend(steps: pd.DataFrame) -> go.Figure:
+    """Throughput (tokens/s per GPU, as verl reports it) per step."""
+    title = "Throughput (tokens/s per GPU)"
+    if steps.empty or steps["throughput"].isna().all():
+        return empty_figure(title, "the log gives no perf/throughput yet")
+    df = steps.dropna(subset=["throughput"])
+    fig = go.Figure(go.Scatter(x=df["step"], y=df["throughput"], mode="lines", name="throughput",
+                               line={"color": "#54A24B"}))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="tokens/s/GPU", rangemode="tozero")
+    return _layout(fig, title, key="throughput")
+
+
+def phase_stacked_bars(steps: pd.DataFrame, last: int = 60) -> go.Figure:
+    """Where the time goes: seconds per phase, stacked, one bar per step (last ``last`` steps)."""
+    title = "Where the time goes (seconds per phase, per step)"
+    phases = phase_columns(steps)
+    if steps.empty or not phases:
+        return empty_figure(title, "no phase timings yet")
+    df = steps.tail(last)
+    fig = go.Figure()
+    for phase in phases:
+        fig.add_trace(go.Bar(x=df["step"], y=df[phase], name=phase,
+                             marker_color=PHASE_COLORS.get(phase, "#888")))
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="seconds")
+    return _layout(fig, title, height=360, key="phase_bars")
+
+
+def gpu_heatmap(gpu: pd.DataFrame, column: str, title: str, scale: float = 1.0,
+                zmax: float | None = 100.0, colorscale: str = "Viridis") -> go.Figure:
+    """GPU x time heat map of one column (rows ``node/gpu``)."""
+    if gpu.empty or column not in gpu.columns or gpu[column].isna().all():
+        return empty_figure(title)
+    df = gpu.assign(row=gpu["node"].astype(str) + "/" + gpu["gpu"].astype(str))
+    grid = df.pivot_table(index="row", columns="ts", values=column, aggfunc="mean")
+    grid = grid.reindex(sorted(grid.index, key=_natural_key))
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.to_numpy() * scale,
+            x=to_time(grid.columns.to_numpy()),
+            y=list(grid.index),
+            zmin=0,
+            zmax=zmax,
+            colorscale=colorscale,
+            colorbar={"thickness": 10},
+            hovertemplate="%{y}<br>%{x}<br>%{z:.1f}<extra></extra>",
+        )
+    )
+    fig.update_yaxes(title="node/gpu", autorange="reversed", type="category")
+    height = 120 + 18 * min(len(grid.index), 40)
+    return _layout(fig, title, height=max(height, 240), key=f"heat_{column}")
+
+
+def node_heatmap(frame: pd.DataFrame, title: str = "Mean GPU utilization by node (%)") -> go.Figure:
+    """Node x time heat map of the per-node mean utilization (``ts, node, util``)."""
+    if frame.empty:
+        return empty_figure(title)
+    grid = frame.pivot_table(index="node", columns="ts", values="util", aggfunc="mean")
+    grid = grid.reindex(sorted(grid.index, key=_natural_key))
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=to_time(grid.columns.to_numpy()),
+                               y=list(grid.index), zmin=0, zmax=100, colorscale="Viridis",
+                               colorbar={"thickness": 10},
+                               hovertemplate="%{y}<br>%{x}<br>%{z:.1f}%<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    height = 120 + 8 * min(len(grid.index), 128)
+    return _layout(fig, title, height=max(height, 260), key="node_heat")
+
+
+def phase_attribution_bars(summary: pd.DataFrame, phases: list[str] | None = None) -> go.Figure:
+    """Mean utilization of each GPU during each phase (``phase_summary`` output)."""
+    title = "What each GPU did per phase (mean utilization %)"
+    if summary is None or summary.empty:
+        return empty_figure(title, "no step overlaps the GPU samples yet")
+    df = summary.copy()
+    if phases:
+        df = df[df["phase"].isin(phases)]
+    df["row"] = df["node"].astype(str) + "/" + df["gpu"].astype(str)
+    fig = go.Figure()
+    for phase in [p for p in ALL_PHASES if p in set(df["phase"])]:
+        part = df[df["phase"] == phase]
+        fig.add_trace(go.Bar(x=part["row"], y=part["util_mean"], name=phase,
+                             marker_color=PHASE_COLORS.get(phase, "#888")))
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="node/gpu", type="category")
+    fig.update_yaxes(title="util %", range=[0, 100])
+    return _layout(fig, title, key="attrib")
+
+
+def step_timeline(timeline: pd.DataFrame, gpu: pd.DataFrame) -> go.Figure:
+    """Phases of the last steps laid out in time (one bar per phase), GPU activity overlaid.
+
+    ``timeline`` is ``phase_timeline`` output (step, phase, start, end), drawn as coloured
+    bands; ``gpu`` a GPU frame over the same window: the mean and the lowest GPU utilization
+    are drawn over the bands.
+    """
+    title = "Steps laid out in time, with GPU activity"
+    if timeline.empty:
+        return empty_figure(title, "no steps in this window")
+    fig = go.Figure()
+    for phase in [p for p in ALL_PHASES if p in set(timeline["phase"])]:
+        part = timeline[timeline["phase"] == phase]
+        fig.add_trace(
+            go.Bar(
+                base=to_time(part["start"]),
+                x=(part["end"] - part["start"]).to_numpy() * 1000.0,
+                y=[50.0] * len(part),
+                width=100.0,
+                orientation="h",
+                name=phase,
+                marker={"color": PHASE_COLORS.get(phase, "#888"), "line": {"width": 0}},
+                opacity=0.55,
+                customdata=np.stack([part["step"], part["end"] - part["start"]], axis=1),
+                hovertemplate=f"{phase}<br>step %{{customdata[0]}}<br>"
+                "%{customdata[1]:.1f} s<extra></extra>",
+            )
+        )
+    if gpu is not None and not gpu.empty:
+        mean = gpu.groupby("ts")["util"].mean()
+        low = gpu.groupby("ts")["util"].min()
+        fig.add_trace(go.Scatter(x=to_time(mean.index), y=mean.to_numpy(), name="GPU util mean",
+                                 line={"color": "#111", "width": 2}))
+        fig.add_trace(go.Scatter(x=to_time(low.index), y=low.to_numpy(), name="GPU util lowest",
+                                 line={"color": "#B00020", "width": 1.5, "dash": "dot"}))
+    fig.update_layout(barmode="overlay", bargap=0)
+    fig.update_xaxes(type="date")
+    fig.update_yaxes(title="GPU util %", range=[0, 100])
+    return _layout(fig, title, height=360, key="timeline")
+
+
+def reshard_vs_median(steps: pd.DataFrame, window: int = 20, factor: float = 2.0) -> go.Figure:
+    """Reshard (weight sync) seconds per step against their rolling median."""
+    title = "Reshard duration vs rolling median"
+    if steps.empty or "reshard" not in steps.columns or steps["reshard"].isna().all():
+        return empty_figure(title, "the log gives no reshard timing (verl < 0.4.1 hides it in gen)")
+    df = steps.dropna(subset=["reshard"])
+    med = df["reshard"].rolling(window, min_periods=1).median()
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=df["step"], y=df["reshard"], mode="lines+markers", name="reshard",
+                             marker={"size": 4}, line={"color": PHASE_COLORS["reshard"]}))
+    fig.add_trace(go.Scatter(x=df["step"], y=med, name=f"rolling median ({window})",
+                             line={"dash": "dot", "color": "#555"}))
+    spikes = df[df["reshard"] > factor * med]
+    if not spikes.empty:
+        fig.add_trace(go.Scatter(x=spikes["step"], y=spikes["reshard"], mode="markers",
+                                 name=f"spike (>{factor:g}x median)",
+                                 marker={"color": SEVERITY_COLORS["critical"], "size": 10}))
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="seconds", rangemode="tozero")
+    return _layout(fig, title, key="reshard")
+
+
+def comm_share(steps: pd.DataFrame, nccl: pd.DataFrame) -> go.Figure:
+    """Communication share of the step (from the log's comm phase) and NCCL busy time."""
+    title = "Communication share over time"
+    fig = go.Figure()
+    if not steps.empty and "comm" in steps.columns and steps["comm"].notna().any():
+        df = steps.dropna(subset=["comm", "total", "end_time"])
+        fig.add_trace(go.Scatter(x=to_time(df["end_time"]), y=100 * df["comm"] / df["total"],
+                                 mode="lines+markers", name="comm / step (log)"))
+    if nccl is not None and not nccl.empty:
+        busy = nccl.groupby("ts")["exec_share"].sum()
+        fig.add_trace(go.Scatter(x=to_time(busy.index), y=100 * busy.to_numpy(), mode="lines",
+                                 name="NCCL busy (% of wall time, all collectives)"))
+    if not fig.data:
+        return empty_figure(title, "no comm timing in the log and no NCCL Inspector data")
+    fig.add_hline(y=25, line_dash="dash", line_color=SEVERITY_COLORS["warning"],
+                  annotation_text="25%: look at the parallel layout")
+    fig.update_yaxes(title="%", rangemode="tozero")
+    return _layout(fig, title, key="comm_share")
+
+
+def nccl_by_op(nccl: pd.DataFrame, column: str, title: str, scale: float = 1.0,
+               unit: str = "") -> go.Figure:
+    """One line per collective of an NCCL column (summed over nodes)."""
+    if nccl is None or nccl.empty or nccl[column].isna().all():
+        return empty_figure(title, "no NCCL Inspector data (set NCCL_PROFILER_PLUGIN and "
+                                   "NCCL_INSPECTOR_ENABLE=1)")
+    agg = "mean" if column == "busbw_bps" else "sum"
+    df = nccl.groupby(["coll", "ts"])[column].agg(agg).reset_index()
+    fig = go.Figure()
+    for coll, part in df.groupby("coll"):
+        fig.add_trace(go.Scatter(x=to_time(part["ts"]), y=part[column] * scale, name=str(coll),
+                                 mode="lines"))
+    fig.update_yaxes(title=unit, rangemode="tozero")
+    return _layout(fig, title, key=f"nccl_{column}")
+
+
+def node_skew(nccl: pd.DataFrame) -> go.Figure:
+    """NCCL busy share per node: in a collective the straggler shows the SHORTEST time."""
+    title = "NCCL time per node (the straggler waits least)"
+    if nccl is None or nccl.empty or nccl["node"].nunique() < 2:
+        return empty_figure(title, "skew needs NCCL data from two or more nodes")
+    per = nccl.groupby("node")["exec_share"].mean().sort_values()
+    fig = go.Figure(go.Bar(x=list(per.index), y=100 * per.to_numpy(), name="NCCL busy %"))
+    fig.update_yaxes(title="% of wall time")
+    return _layout(fig, title, key="node_skew")
+
+
+def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
+                  steps: pd.DataFrame) -> go.Figure:
+    """The chart that shows why a flag fired, zoomed to its window (frames already cut)."""
+    kind = flag.kind
+    title = f"{kind}: evidence"
+    gpus = set(flag.scope.get("gpus") or [])
+    fig = go.Figure()
+    if kind == "io_starvation" and host is not None and not host.empty:
+        for col, name in (("iowait_pct", "iowait %"), ("cpu_max_core_pct", "busiest core %")):
+            if col in host.columns and host[col].notna().any():
+                fig.add_trace(go.Scatter(x=to_time(host["ts"]), y=host[col], name=name))
+        if gpu is not None and not gpu.empty:
+            mean = gpu.groupby("ts")["util"].mean()
+            fig.add_trace(go.Scatter(x=to_time(mean.index), y=mean.to_numpy(),
+                                     name="GPU util mean %", line={"dash": "dot"}))
+    elif kind in ("reshard_spike",) and "reshard" in steps.columns:
+        return reshard_vs_median(steps).update_layout(title=title, uirevision=f"flag_{kind}")
+    elif kind in ("step_time_spikes", "throughput_regression", "phase_imbalance", "rollout_wait",
+                  "rollout_long_tail") and not steps.empty:
+        if kind == "throughput_regression":
+            return throughput_trend(steps).update_layout(title=title)
+        return step_time_trend(steps).update_layout(title=title)
+    elif kind == "comm_heavy" and not steps.empty and "comm" in steps.columns:
+        return comm_share(steps, pd.DataFrame()).update_layout(title=title)
+    elif kind in ("memory_pressure", "oom") and gpu is not None and not gpu.empty:
+        col = "mem_used_bytes_max" if "mem_used_bytes_max" in gpu.columns else "mem_used_bytes"
+        for (node, idx), part in gpu.groupby(["node", "gpu"]):
+            fig.add_trace(go.Scatter(x=to_time(part["ts"]), y=part[col] / GIB,
+                                     name=f"{node}/{idx}", line={"width": 1}))
+        total = gpu["mem_total_bytes"].max()
+        if pd.notna(total):
+            fig.add_hline(y=total / GIB, line_dash="dash", annotation_text="capacity")
+        fig.update_yaxes(title="GiB")
+    elif gpu is not None and not gpu.empty:
+        col = "sm_active" if kind == "util_overstates_sm" else "util"
+        for (node, idx), part in gpu.groupby(["node", "gpu"]):
+            hit = int(idx) in gpus if pd.notna(idx) else False
+            fig.add_trace(go.Scatter(
+                x=to_time(part["ts"]), y=part["util"], name=f"{node}/{idx}" + (" *" if hit else ""),
+                line={"width": 3 if hit else 1,
+                      "color": SEVERITY_COLORS["critical"] if hit else None},
+                opacity=1.0 if hit or not gpus else 0.5))
+            if col == "sm_active" and part["sm_active"].notna().any():
+                fig.add_trace(go.Scatter(x=to_time(part["ts"]), y=part["sm_active"],
+                                         name=f"{node}/{idx} SM active", line={"dash": "dot"}))
+        fig.update_yaxes(title="util %", range=[0, 105])
+    if not fig.data:
+        return empty_figure(title, "no samples in the flag's window")
+    _shade(fig, flag)
+    return _layout(fig, title, height=280, key=f"flag_{kind}")
+
+
+def _shade(fig: go.Figure, flag: Flag) -> None:
+    """Shade the flag's open interval on a time axis."""
+    end = flag.end if flag.end is not None else None
+    x0 = to_time([flag.start]).iloc[0]
+    x1 = to_time([end]).iloc[0] if end is not None else None
+    if x1 is None:
+        fig.add_vline(x=x0, line_color=SEVERITY_COLORS.get(flag.severity, "#888"))
+    else:
+        fig.add_vrect(x0=x0, x1=x1, fillcolor=SEVERITY_COLORS.get(flag.severity, "#888"),
+                      opacity=0.12, line_width=0)
+
+
+def _natural_key(label: str):
+    """Sort "n2/10" after "n2/9"."""
+    import re
+
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(label))]

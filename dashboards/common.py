@@ -1,0 +1,270 @@
+"""Streamlit glue shared by every page: the source, the sidebar settings, cached loaders.
+
+The source comes from the command line after ``--`` (``streamlit run app.py -- --store PATH``
+or ``--prometheus URL [--job NAME]``) or from the environment (``VERLMON_STORE``,
+``VERLMON_PROMETHEUS``, ``VERLMON_JOB``), which is how ``verl-monitor dashboard`` and the
+tests pass it. Query results are cached with ``st.cache_data(ttl=...)`` keyed on the source
+and on the window rounded to the refresh interval, so every viewer of a live run shares them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from monitor.records import Flag, StepRecord
+from monitor.sources import MetricSource, SourceError, SourceStatus, open_source, steps_to_frame
+
+#: Window choices (label -> seconds; None = everything the source holds).
+WINDOWS: dict[str, float | None] = {
+    "15 min": 900.0,
+    "1 h": 3600.0,
+    "6 h": 6 * 3600.0,
+    "24 h": 86400.0,
+    "all": None,
+}
+#: Live refresh choices (label -> seconds; None = off).
+REFRESHES: dict[str, float | None] = {"2 s": 2.0, "5 s": 5.0, "15 s": 15.0, "60 s": 60.0,
+                                      "off": None}
+MAX_POINTS = 1000
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Which source the app reads; hashable so it can key caches."""
+
+    store: str | None = None
+    prometheus: str | None = None
+    job: str | None = None
+
+    @property
+    def key(self) -> str:
+        """A short stable string for cache keys."""
+        return f"{self.store}|{self.prometheus}|{self.job}"
+
+
+def source_config() -> SourceConfig:
+    """The source named on the command line after ``--``, else in the environment."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--store")
+    parser.add_argument("--prometheus")
+    parser.add_argument("--job")
+    argv = sys.argv[1:] if sys.argv and sys.argv[0].endswith("app.py") else []
+    args, _ = parser.parse_known_args(argv)
+    return SourceConfig(
+        store=args.store or os.environ.get("VERLMON_STORE") or None,
+        prometheus=args.prometheus or os.environ.get("VERLMON_PROMETHEUS") or None,
+        job=args.job or os.environ.get("VERLMON_JOB") or None,
+    )
+
+
+@st.cache_resource(show_spinner=False)
+def _source(cfg: SourceConfig) -> MetricSource:
+    return open_source(store=cfg.store, prometheus=cfg.prometheus, job=cfg.job)
+
+
+def get_source() -> MetricSource:
+    """The shared source object for this server process."""
+    return _source(source_config())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The sidebar selections: window length and refresh interval (both in seconds)."""
+
+    window_s: float | None
+    refresh_s: float | None
+    window_label: str
+    refresh_label: str
+
+
+def sidebar() -> Settings:
+    """Window and refresh selectors, bound to the URL so a view can be shared."""
+    with st.sidebar:
+        window = st.selectbox("Window", list(WINDOWS), index=1, key="window",
+                              bind="query-params",
+                              help="How far back from the newest sample the pages look.")
+        refresh = st.selectbox("Live refresh", list(REFRESHES), index=1, key="refresh",
+                               bind="query-params",
+                               help="How often the data panels reload (only they rerun).")
+        st.caption(source_config_label())
+    return Settings(WINDOWS[window], REFRESHES[refresh], window, refresh)
+
+
+def source_config_label() -> str:
+    """Where the app reads from, in words."""
+    cfg = source_config()
+    if cfg.prometheus:
+        return f"Source: Prometheus {cfg.prometheus}" + (f" (job {cfg.job})" if cfg.job else "")
+    if cfg.store:
+        return f"Source: run store {cfg.store}"
+    return "Source: none configured"
+
+
+def _quantum(refresh_s: float | None) -> float:
+    return float(refresh_s or 5.0)
+
+
+@st.cache_data(ttl=2, show_spinner=False)
+def load_status(key: str) -> SourceStatus:
+    """Source status (cached for 2 s)."""
+    try:
+        return get_source().status()
+    except SourceError as exc:
+        return SourceStatus(False, str(exc))
+
+
+@st.cache_data(ttl=2, show_spinner=False)
+def load_time_range(key: str) -> tuple[float, float] | None:
+    """Source time range (cached for 2 s)."""
+    return get_source().time_range()
+
+
+def current_window(settings: Settings) -> tuple[float, float] | None:
+    """The window to show, ending at the newest data; renders the status message and returns
+    None when the source cannot answer ("store missing", "Prometheus unreachable", "no data
+    yet")."""
+    cfg = source_config()
+    if not cfg.store and not cfg.prometheus:
+        st.error("No source configured: start with `verl-monitor dashboard --store PATH` or "
+                 "`--prometheus URL`.")
+        return None
+    status = load_status(cfg.key)
+    if not status.ok:
+        show_status(status)
+        return None
+    try:
+        rng = load_time_range(cfg.key)
+    except SourceError as exc:
+        show_status(SourceStatus(False, str(exc)))
+        return None
+    if rng is None:
+        show_status(SourceStatus(False, "no data yet"))
+        return None
+    q = _quantum(settings.refresh_s)
+    end = math.ceil(rng[1] / q) * q
+    start = rng[0] if settings.window_s is None else max(rng[0], end - settings.window_s)
+    start = math.floor(start / q) * q
+    return float(start), float(end)
+
+
+def show_status(status: SourceStatus) -> None:
+    """The page body when the source cannot answer, in words that say what to do."""
+    msg = status.message
+    if msg.startswith("no data yet"):
+        st.info("No data yet: the exporter has not written any sample. This page fills in "
+                "as soon as it does.", icon=":material/hourglass_empty:")
+    elif msg.startswith("store missing"):
+        st.warning(f"{msg}. Start the exporter with `--store` pointing here, or run "
+                   "`verl-monitor demo`.", icon=":material/folder_off:")
+    elif "unreachable" in msg:
+        st.error(f"{msg}. Check the URL and that Prometheus is running.", icon=":material/cloud_off:")
+    else:
+        st.error(msg)
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+def load_gpu(key: str, start: float, end: float, max_points: int = MAX_POINTS,
+             node: str | None = None) -> pd.DataFrame:
+    """GPU frame of the window, downsampled by the source."""
+    return get_source().gpu_frame(start, end, max_points, node)
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+def load_host(key: str, start: float, end: float, max_points: int = MAX_POINTS,
+              node: str | None = None) -> pd.DataFrame:
+    """Host frame of the window."""
+    return get_source().host_frame(start, end, max_points, node)
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+def load_steps(key: str, start: float | None, end: float | None) -> list[StepRecord]:
+    """Steps that ended in the window."""
+    return get_source().steps(start, end)
+
+
+def steps_frame(steps: list[StepRecord]) -> pd.DataFrame:
+    """Steps as a flat frame (see ``steps_to_frame``)."""
+    return steps_to_frame(steps)
+
+
+@st.cache_data(ttl=5, show_spinner=False, max_entries=64)
+def load_flags(key: str, active_only: bool = False, start: float | None = None,
+               end: float | None = None) -> list[Flag]:
+    """Flags overlapping the window, newest first."""
+    return get_source().flags(active_only, start, end)
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+def load_nccl(key: str, start: float, end: float, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """NCCL frame of the window."""
+    return get_source().nccl_frame(start, end, max_points)
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=32)
+def load_node_summary(key: str, start: float, end: float) -> pd.DataFrame:
+    """Per-node aggregates over the window."""
+    return get_source().node_summary(start, end)
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=32)
+def load_node_frame(key: str, start: float, end: float, max_points: int = 300) -> pd.DataFrame:
+    """Per-node mean utilization over time."""
+    return get_source().node_frame(start, end, max_points)
+
+
+@st.cache_data(ttl=10, show_spinner=False, max_entries=8)
+def load_nodes(key: str) -> list[str]:
+    """Node names."""
+    return get_source().nodes()
+
+
+def key() -> str:
+    """Cache key of the configured source."""
+    return source_config().key
+
+
+def fmt_time(ts: float | None) -> str:
+    """Unix seconds as ``HH:MM:SS`` UTC (``open`` for None)."""
+    if ts is None:
+        return "open"
+    return time.strftime("%H:%M:%S", time.gmtime(ts))
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """Seconds in words a person reads at a glance."""
+    if seconds is None or pd.isna(seconds):
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def flag_title(flag: Flag) -> str:
+    """"[WARNING] io_starvation - node=n0 - 10:02:03 -> open"."""
+    scope = flag.scope_label
+    span = f"{fmt_time(flag.start)} -> {fmt_time(flag.end)}"
+    return f"[{flag.severity.upper()}] {flag.kind}" + (f" - {scope}" if scope else "") + f" - {span}"
+
+
+def settings() -> Settings:
+    """The sidebar selections the app script made on this run (defaults before it has)."""
+    window = st.session_state.get("window", "1 h")
+    refresh = st.session_state.get("refresh", "5 s")
+    window = window if window in WINDOWS else "1 h"
+    refresh = refresh if refresh in REFRESHES else "5 s"
+    return Settings(WINDOWS[window], REFRESHES[refresh], window, refresh)
+
+
+def source_error(exc: Exception) -> None:
+    """Render a source failure that happened mid-page (Prometheus went away, store locked)."""
+    show_status(SourceStatus(False, str(exc)))

@@ -1,0 +1,48 @@
+"""Communication: comm share over time, NCCL time and bus bandwidth by collective, node skew."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboards import charts, common
+from monitor.sources import SourceError
+
+settings = common.settings()
+st.title("Communication")
+
+
+@st.fragment(run_every=settings.refresh_s)
+def live() -> None:
+    """NCCL and comm panels; reruns on the live refresh."""
+    win = common.current_window(settings)
+    if win is None:
+        return
+    start, end = win
+    key = common.key()
+    try:
+        steps = common.steps_frame(common.load_steps(key, start, end))
+        nccl = common.load_nccl(key, start, end)
+    except SourceError as exc:
+        common.source_error(exc)
+        return
+    if not nccl.empty:
+        share = nccl.groupby("ts")["exec_share"].sum()
+        c1, c2, c3 = st.columns(3)
+        c1.metric("NCCL busy (window mean)", f"{100 * share.mean():.1f}% of wall time")
+        top = nccl.groupby("coll")["exec_share"].sum().sort_values(ascending=False)
+        c2.metric("Busiest collective", str(top.index[0]))
+        bw = nccl["busbw_bps"].dropna()
+        c3.metric("Bus bandwidth (mean)", f"{bw.mean() / 1e9:.1f} GB/s" if len(bw) else "-")
+    st.plotly_chart(charts.comm_share(steps, nccl), key="comm_share")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.nccl_by_op(nccl, "exec_share", "NCCL time by collective "
+                                        "(% of wall time)", scale=100, unit="%"),
+                      key="comm_exec")
+    right.plotly_chart(charts.nccl_by_op(nccl, "busbw_bps", "Bus bandwidth by collective",
+                                         scale=1e-9, unit="GB/s"), key="comm_busbw")
+    st.plotly_chart(charts.node_skew(nccl), key="comm_skew")
+    st.caption("NCCL Inspector execution time includes waiting for peers: in a collective the "
+               "rank that arrives last (the straggler) shows the shortest time.")
+
+
+live()

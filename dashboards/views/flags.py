@@ -1,0 +1,82 @@
+"""Flags: each flag with its evidence chart zoomed to its window, the advice, and history."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import charts, common
+from monitor.records import FLAG_KINDS, SEVERITIES
+from monitor.sources import SourceError
+
+#: Evidence charts drawn at most (keeps the page light in the browser).
+MAX_CHARTS = 8
+#: Seconds shown around a flag's window.
+PAD_S = 120.0
+
+settings = common.settings()
+st.title("Flags")
+c1, c2, c3 = st.columns([2, 3, 1])
+severities = c1.multiselect("Severity", list(SEVERITIES), default=list(SEVERITIES),
+                            key="sev", bind="query-params")
+kinds = c2.multiselect("Kind", list(FLAG_KINDS), default=[], key="kinds", bind="query-params",
+                       placeholder="all kinds")
+active_only = c3.toggle("Open only", value=False, key="open", bind="query-params")
+
+
+def history_table(flags: list) -> pd.DataFrame:
+    """One row per flag for the history table."""
+    rows = []
+    for f in flags:
+        end = f.end
+        rows.append({"severity": f.severity, "kind": f.kind, "scope": f.scope_label,
+                     "start (UTC)": common.fmt_time(f.start), "end (UTC)": common.fmt_time(end),
+                     "open for": common.fmt_duration((end or pd.Timestamp.now().timestamp())
+                                                     - f.start) if end is None else
+                     common.fmt_duration(end - f.start),
+                     "evidence": f.evidence})
+    return pd.DataFrame(rows)
+
+
+@st.fragment(run_every=settings.refresh_s)
+def live() -> None:
+    """Flag cards and history; reruns on the live refresh."""
+    win = common.current_window(settings)
+    if win is None:
+        return
+    key = common.key()
+    try:
+        flags = common.load_flags(key, active_only)
+    except SourceError as exc:
+        common.source_error(exc)
+        return
+    flags = [f for f in flags if f.severity in severities and (not kinds or f.kind in kinds)]
+    if not flags:
+        st.success("No flags match: the detectors found nothing to report here.", icon=":material/check_circle:")
+        return
+    n_open = sum(1 for f in flags if f.end is None)
+    st.caption(f"{len(flags)} flags ({n_open} open), newest first.")
+    for i, flag in enumerate(flags):
+        with st.container(border=True, key=f"flag_card_{i}"):
+            color = {"critical": "red", "warning": "orange"}.get(flag.severity, "blue")
+            st.markdown(f":{color}-badge[{flag.severity.upper()}] **{common.flag_title(flag)}**")
+            st.markdown(f"**Evidence:** {flag.evidence}" if flag.evidence else "_no evidence_")
+            if flag.advice:
+                st.markdown("**Advice:**\n" + "\n".join(f"- {a}" for a in flag.advice))
+            if i < MAX_CHARTS:
+                lo = flag.start - PAD_S
+                hi = (flag.end if flag.end is not None else win[1]) + PAD_S
+                try:
+                    gpu = common.load_gpu(key, lo, hi, 400)
+                    host = common.load_host(key, lo, hi, 400)
+                    steps = common.steps_frame(common.load_steps(key, lo - 600, hi))
+                except SourceError as exc:
+                    common.source_error(exc)
+                    return
+                st.plotly_chart(charts.flag_evidence(flag, gpu, host, steps),
+                                key=f"flag_chart_{flag.kind}_{int(flag.start)}")
+    st.subheader("History")
+    st.dataframe(history_table(flags), hide_index=True, key="flag_history")
+
+
+live()

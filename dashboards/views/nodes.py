@@ -1,0 +1,70 @@
+"""Nodes: one row per node, sortable, outliers marked; heat map by node; drill-down to GPUs."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboards import charts, common
+from monitor.sources import SourceError
+
+settings = common.settings()
+st.title("Nodes")
+
+
+@st.fragment(run_every=settings.refresh_s)
+def live() -> None:
+    """Node table, node heat map and one node's GPUs; reruns on the live refresh."""
+    win = common.current_window(settings)
+    if win is None:
+        return
+    start, end = win
+    key = common.key()
+    try:
+        summary = common.load_node_summary(key, start, end)
+        frame = common.load_node_frame(key, start, end)
+    except SourceError as exc:
+        common.source_error(exc)
+        return
+    if summary.empty:
+        st.info("No GPU samples in this window yet.")
+        return
+    outliers = summary[summary["outlier"]]
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Nodes", f"{len(summary)}")
+    c2.metric("GPUs", f"{int(summary['gpus'].sum())}")
+    c3.metric("Outlier nodes", f"{len(outliers)}")
+    for row in outliers.itertuples():
+        st.warning(f"**{row.node}**: {row.reason}", icon=":material/warning:")
+    table = summary.assign(mark=["OUTLIER" if o else "" for o in summary["outlier"]])
+    table["mem_used_max_ratio"] = 100 * table["mem_used_max_ratio"]
+    st.dataframe(
+        table[["mark", "node", "gpus", "util_mean", "util_min_gpu", "util_max_gpu",
+               "util_spread", "sm_active_mean", "mem_used_max_ratio", "iowait_mean", "reason"]],
+        hide_index=True, key="node_table",
+        column_config={
+            "mark": st.column_config.TextColumn("", width="small"),
+            "util_mean": st.column_config.ProgressColumn("util %", min_value=0, max_value=100,
+                                                         format="%.0f"),
+            "util_min_gpu": st.column_config.NumberColumn("lowest GPU %", format="%.0f"),
+            "util_max_gpu": st.column_config.NumberColumn("highest GPU %", format="%.0f"),
+            "util_spread": st.column_config.NumberColumn("spread pts", format="%.0f"),
+            "sm_active_mean": st.column_config.NumberColumn("SM active %", format="%.0f"),
+            "mem_used_max_ratio": st.column_config.NumberColumn("peak mem %", format="%.0f"),
+            "iowait_mean": st.column_config.NumberColumn("iowait %", format="%.1f"),
+        },
+    )
+    st.plotly_chart(charts.node_heatmap(frame), key="node_heat")
+    nodes = list(summary["node"])
+    default = list(outliers["node"])[:1] or nodes[:1]
+    drill = st.selectbox("Drill down to node", nodes, index=nodes.index(default[0]), key="drill",
+                         bind="query-params", help="Show this node's GPUs one by one.")
+    try:
+        gpu = common.load_gpu(key, start, end, 500, drill)
+    except SourceError as exc:
+        common.source_error(exc)
+        return
+    st.plotly_chart(charts.gpu_heatmap(gpu, "util", f"{drill}: utilization % per GPU"),
+                    key="node_drill_heat")
+
+
+live()

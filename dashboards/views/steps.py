@@ -1,0 +1,54 @@
+"""Steps & phases: the last steps in time with their phases, GPU activity overlaid; reshard."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import charts, common
+from monitor.analysis.attribution import phase_timeline
+from monitor.analysis.summary import phase_table
+from monitor.sources import SourceError
+
+settings = common.settings()
+st.title("Steps & phases")
+last_n = st.slider("Steps to lay out", min_value=2, max_value=50, value=8, key="last_steps",
+                   bind="query-params", help="How many of the latest steps the timeline shows.")
+
+
+@st.fragment(run_every=settings.refresh_s)
+def live() -> None:
+    """Timeline, reshard chart and phase table; reruns on the live refresh."""
+    win = common.current_window(settings)
+    if win is None:
+        return
+    start, end = win
+    key = common.key()
+    try:
+        steps = common.load_steps(key, start, end)
+    except SourceError as exc:
+        common.source_error(exc)
+        return
+    if not steps:
+        st.info("No steps in this window yet.")
+        return
+    recent = steps[-last_n:]
+    timeline = phase_timeline(recent)
+    if not timeline.empty:
+        t0, t1 = float(timeline["start"].min()), float(timeline["end"].max())
+        gpu = common.load_gpu(key, t0, t1, common.MAX_POINTS)
+    else:
+        gpu = pd.DataFrame()
+    st.plotly_chart(charts.step_timeline(timeline, gpu), key="steps_timeline")
+    df = common.steps_frame(steps)
+    st.plotly_chart(charts.reshard_vs_median(df), key="steps_reshard")
+    st.subheader("Phase statistics over the window")
+    stats = phase_table(steps)
+    stats = stats.rename_axis("phase").reset_index()
+    if "share" in stats.columns:
+        stats["share"] = 100 * stats["share"]
+    st.dataframe(stats, hide_index=True, key="steps_phase_table",
+                 column_config={"share": st.column_config.NumberColumn("share %", format="%.1f")})
+
+
+live()

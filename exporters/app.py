@@ -1,0 +1,356 @@
+"""The node exporter, put together: collectors, detectors, run store, web server.
+
+``Exporter(options)`` takes the parsed ``verl-monitor exporter`` options (an argparse
+namespace; :func:`monitor.commands.exporter.parse_options` builds one from a list of
+arguments) and on :meth:`Exporter.start`:
+
+1. opens the run store (``--store``) behind a ``StoreWriter``;
+2. with ``--sim-log`` starts a ``LiveSim`` writing the scenario's verl log (and follows it);
+3. builds and starts every enabled collector (each samples on its own thread);
+4. starts the detector loop (``run_all`` on the rolling window, ``FlagTracker.update``, flags
+   to the store and to Slack when configured) and the store flusher;
+5. serves /metrics and / (TLS and basic auth from ``--web.config.file``).
+
+:meth:`Exporter.stop` undoes all of it in reverse order and flushes the store one last time.
+Every problem that stops the start is an :class:`ExporterError` with one line in words.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from exporters.landing import landing_page
+from exporters.registry import BaseCollector, CollectorSpec, ExporterContext, load_all
+from exporters.server import Exposition, MetricsServer, parse_listen_address
+from exporters.webconfig import WebConfigError, load_web_config
+from exporters.window import RollingWindow
+
+log = logging.getLogger("verl_monitor.exporter")
+
+#: Shortest sampling interval accepted, seconds.
+MIN_INTERVAL_S = 0.1
+#: Default listen address: a port outside the crowded 9100-9999 exporter range.
+DEFAULT_LISTEN = "0.0.0.0:9048"
+#: The detector loop never runs more often than this (seconds), whatever the interval.
+MIN_DETECT_INTERVAL_S = 1.0
+#: Default seconds between detector runs: ``run_all`` on a 30-minute window of 8 GPUs costs
+#: 0.2-0.4 s of CPU here, so every second would cost a third of a core.
+DEFAULT_DETECT_INTERVAL_S = 10.0
+
+
+class ExporterError(RuntimeError):
+    """The exporter cannot start; the message is one line saying why and what to do."""
+
+
+def _opt(options: Any, name: str, default: Any = None) -> Any:
+    value = getattr(options, name, None)
+    return default if value is None else value
+
+
+def enabled_collectors(options: Any, specs: dict[str, CollectorSpec]) -> list[str]:
+    """Names of the collectors to run: each spec's default unless a flag said otherwise."""
+    names = []
+    for name, spec in specs.items():
+        flag = getattr(options, f"collector_{name}", None)
+        if (spec.default if flag is None else flag):
+            names.append(name)
+    return names
+
+
+class Exporter:
+    """One node's exporter; ``start()``, then ``stop()`` (safe to call twice)."""
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+        interval = float(_opt(options, "interval", 1.0))
+        if interval < MIN_INTERVAL_S:
+            raise ExporterError(f"--interval must be at least {MIN_INTERVAL_S:g} seconds "
+                                f"(got {interval:g})")
+        self.interval = interval
+        self.detect_interval = max(
+            float(_opt(options, "detect_interval", max(interval, DEFAULT_DETECT_INTERVAL_S))),
+            MIN_DETECT_INTERVAL_S)
+        self.node = _opt(options, "node") or socket.gethostname()
+        try:
+            self.address = parse_listen_address(_opt(options, "listen_address", DEFAULT_LISTEN))
+        except ValueError as exc:
+            raise ExporterError(str(exc)) from None
+        try:
+            self.web = load_web_config(_opt(options, "web_config_file"))
+        except WebConfigError as exc:
+            raise ExporterError(f"--web.config.file {exc}") from None
+        self.window = RollingWindow(max_age_s=float(_opt(options, "window", 1800.0)))
+        self.run_store: Any = None
+        self.store: Any = None
+        self.live_sim: Any = None
+        self.collectors: dict[str, BaseCollector] = {}
+        self.ctx: ExporterContext | None = None
+        self.exposition: Exposition | None = None
+        self.server: MetricsServer | None = None
+        self.tracker: Any = None
+        self.notifier: Any = None
+        self.detect_config: Any = None
+        self.detect_errors = 0
+        self.detect_runs = 0
+        self._run_all: Any = None
+        self._specs: dict[str, CollectorSpec] = {}
+        self._stop = threading.Event()
+        self._detect_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._started = False
+        self._stopped = False
+
+    # ------------------------------------------------------------------ start
+
+    def start(self) -> None:
+        """Start everything; raises ExporterError (after cleaning up) when it cannot."""
+        if self._started:
+            return
+        self._started = True
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        opts = self.options
+        self._open_store()
+        self._load_detectors()
+        self._start_sim()
+        self.ctx = ExporterContext(node=self.node, interval=self.interval, window=self.window,
+                                   store=self.store, options=opts)
+        if self.live_sim is not None:
+            self.ctx.extra["live_sim"] = self.live_sim
+        if self.tracker is not None:
+            self.ctx.extra["flag_tracker"] = self.tracker
+        try:
+            self._specs = load_all()
+        except ImportError as exc:
+            raise ExporterError(f"a collector module cannot be imported: {exc}") from None
+        for name in enabled_collectors(opts, self._specs):
+            self.collectors[name] = self._build_collector(name)
+        for collector in self.collectors.values():
+            collector.start()
+        backend = self.ctx.extra.get("gpu_backend_name") or (
+            _opt(opts, "gpu_backend", "none") if "gpu" in self.collectors else "none")
+        from monitor import __version__
+
+        self.exposition = Exposition(self.collectors, node=self.node, version=__version__,
+                                     backend=str(backend), store=self.store)
+        self._spawn("detector-loop", self._detect_loop)
+        if self.store is not None:
+            self._spawn("store-flusher", self._flush_loop)
+        try:
+            self.server = MetricsServer(self.address, self.exposition.render, self._landing,
+                                        self.web)
+        except OSError as exc:
+            raise ExporterError(f"cannot listen on {self.address[0]}:{self.address[1]} "
+                                f"({exc.strerror or exc}); choose another --listen-address"
+                                ) from None
+        self.server.start()
+
+    def _build_collector(self, name: str) -> BaseCollector:
+        try:
+            return self._specs[name].factory(self.ctx)
+        except ExporterError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - turned into one line for the user
+            from exporters.gpu.backend import BackendUnavailable
+
+            if isinstance(exc, BackendUnavailable):
+                raise ExporterError(
+                    f"{str(exc).rstrip('.')}; or leave GPUs out with --no-collector.gpu"
+                ) from None
+            raise ExporterError(f"collector {name} cannot start: {exc}") from None
+
+    def _open_store(self) -> None:
+        path = _opt(self.options, "store")
+        if not path:
+            return
+        from monitor.store import RunStore, StoreError, StoreWriter
+
+        try:
+            self.run_store = RunStore(path)
+        except StoreError as exc:
+            raise ExporterError(f"--store {exc}") from None
+        except OSError as exc:
+            raise ExporterError(f"--store {path}: cannot open ({exc.strerror or exc})") from None
+        self.store = StoreWriter(self.run_store)
+        self.store.set_meta("node", self.node)
+
+    def _load_detectors(self) -> None:
+        try:
+            from monitor.config import load_config
+        except ImportError:
+            load_config = None
+        cfg_path = _opt(self.options, "config")
+        if load_config is not None:
+            try:
+                self.detect_config = load_config(cfg_path)
+            except FileNotFoundError:
+                raise ExporterError(f"--config {cfg_path}: no such file") from None
+            except (ValueError, OSError) as exc:
+                raise ExporterError(f"--config {exc}") from None
+        elif cfg_path:
+            raise ExporterError("--config needs monitor.config, which is not installed")
+        try:
+            from monitor.detect import run_all
+            from monitor.detect.live import FlagTracker
+        except ImportError as exc:
+            log.warning("detectors unavailable (%s): no flags will be raised", exc)
+            return
+        self._run_all = run_all
+        self.tracker = FlagTracker()
+        hook = _opt(self.options, "slack_webhook_file")
+        if hook:
+            if self.run_store is None:
+                raise ExporterError("--slack-webhook-file needs --store: the notifier keeps "
+                                    "its outbox in the run store")
+            if not Path(hook).is_file():
+                raise ExporterError(f"--slack-webhook-file {hook}: no such file")
+            from monitor.notify.slack import SlackNotifier
+
+            try:
+                self.notifier = SlackNotifier(hook, self.run_store)
+            except (ValueError, OSError) as exc:
+                raise ExporterError(f"--slack-webhook-file {hook}: {exc}") from None
+
+    def _start_sim(self) -> None:
+        sim_log = _opt(self.options, "sim_log")
+        if not sim_log:
+            return
+        if _opt(self.options, "gpu_backend") != "sim" or not _opt(self.options, "scenario"):
+            raise ExporterError("--sim-log needs --gpu-backend sim and --scenario NAME")
+        from monitor.sim.engine import SimRun
+        from monitor.sim.live import LiveSim
+
+        try:
+            run = SimRun(scenario=_opt(self.options, "scenario"), nodes=1,
+                         gpus_per_node=int(_opt(self.options, "sim_gpus", 8)),
+                         seed=int(_opt(self.options, "seed", 0)))
+        except (ValueError, KeyError) as exc:
+            raise ExporterError(f"--scenario {_opt(self.options, 'scenario')}: "
+                                f"{str(exc).strip(chr(39))}") from None
+        speed = float(_opt(self.options, "sim_speed", 1.0))
+        if speed <= 0:
+            raise ExporterError(f"--sim-speed must be above 0 (got {speed:g})")
+        self.live_sim = LiveSim(run, sim_log, speed)
+        self.live_sim.start()
+        logs = list(_opt(self.options, "log", []) or [])
+        if str(sim_log) not in [str(p) for p in logs]:
+            logs.append(str(sim_log))
+            self.options.log = logs
+
+    # ------------------------------------------------------------------ loops
+
+    def _spawn(self, name: str, target) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def now(self) -> float:
+        """The detectors' clock: the wall clock, the time base of every sample and step.
+
+        (With ``--sim-log`` the simulated log carries no timestamps, so its steps too are
+        timed by arrival, on the wall clock.)"""
+        return time.time()
+
+    def detect_once(self) -> tuple[list, list]:
+        """Run the detectors on the window once; returns (opened, closed) flags."""
+        if self._run_all is None or self.tracker is None:
+            return [], []
+        with self._detect_lock:  # one run at a time: the window read and the update pair up
+            now = self.now()
+            steps, gpu_df, host_df, events = self.window.frames()
+            flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
+                                  now=now)
+            opened, closed = self.tracker.update(flags, now)
+            self.detect_runs += 1
+        if self.store is not None:
+            changed = list(self.tracker.active()) + list(closed)
+            if changed:
+                self.store.put_flags(changed)
+        if self.notifier is not None:
+            for flag in opened:
+                self.notifier.notify_opened(flag)
+            for flag in closed:
+                self.notifier.notify_resolved(flag)
+        return opened, closed
+
+    def _detect_loop(self) -> None:
+        last_error = None
+        while not self._stop.wait(self.detect_interval):
+            try:
+                self.detect_once()
+                if self.notifier is not None:
+                    self.notifier.deliver()
+                last_error = None
+            except Exception as exc:  # noqa: BLE001 - detectors never take the exporter down
+                self.detect_errors += 1
+                message = f"{exc.__class__.__name__}: {exc}"
+                if message != last_error:
+                    log.warning("detector loop failed: %s", message)
+                    last_error = message
+
+    def _flush_loop(self) -> None:
+        period = max(1.0, self.interval)
+        while not self._stop.wait(period):
+            if not self.store.flush() and self.store.last_error:
+                log.warning("run store: %s", self.store.last_error)
+
+    def _landing(self) -> bytes:
+        from monitor import __version__
+
+        rows = [(name, spec.help, name in self.collectors)
+                for name, spec in sorted(self._specs.items())]
+        backend = self.exposition.backend if self.exposition else None
+        return landing_page(self.node, __version__, rows, backend=backend,
+                            interval=self.interval)
+
+    # ------------------------------------------------------------------ info and stop
+
+    @property
+    def url(self) -> str:
+        """The /metrics URL (after start)."""
+        return self.server.url if self.server else ""
+
+    def startup_line(self) -> str:
+        """The one line printed at startup: URL, node, collectors, backend."""
+        names = ", ".join(self.collectors) or "none"
+        backend = self.exposition.backend if self.exposition else "none"
+        extra = f"; simulating {_opt(self.options, 'scenario')} into " \
+                f"{_opt(self.options, 'sim_log')}" if self.live_sim is not None else ""
+        return (f"verl-monitor exporter: serving {self.url} (node {self.node}, every "
+                f"{self.interval:g} s, GPU backend {backend}; collectors: {names}{extra})")
+
+    def stop(self) -> None:
+        """Stop serving, sampling and detecting; flush and close the store. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop.set()
+        if self.server is not None:
+            self.server.stop()
+        for collector in self.collectors.values():
+            try:
+                collector.stop()
+            except Exception as exc:  # noqa: BLE001 - keep stopping the rest
+                log.warning("collector %s did not stop cleanly: %s", collector.name, exc)
+        if self.live_sim is not None:
+            try:
+                self.live_sim.stop()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("simulator did not stop cleanly: %s", exc)
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        if self.store is not None:
+            if not self.store.flush() and self.store.last_error:
+                log.warning("run store: last flush failed: %s", self.store.last_error)
+        if self.run_store is not None:
+            self.run_store.close()

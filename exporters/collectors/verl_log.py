@@ -1,0 +1,175 @@
+"""verl log collector: follows each ``--log`` (console output or file-logger JSONL).
+
+Each log has a ``LogFollower`` (tails the file, waits for it to appear, handles rotation and
+truncation) and a ``LogParser`` (lines to canonical StepRecords and Events). Every interval the
+new lines are parsed; steps and events go to the rolling window and the run store, and the
+latest step becomes the exported gauges: step number, step and per-phase seconds (``reshard``,
+``rollout_wait`` and ``comm`` included when known), throughput, peak reserved memory, comm
+share, the time of the last step and the age of it (computed at scrape time). Lines and parse
+errors are counted per log, events per kind.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporters.registry import ExporterContext, register
+from exporters.sampling import SampledCollector, log
+from monitor import metric_names as m
+from monitor.logs.follow import LogFollower
+from monitor.logs.parse import LogParser
+from monitor.records import ALL_PHASES, Event, StepRecord
+
+
+@dataclass
+class _Followed:
+    path: str
+    follower: LogFollower
+    parser: LogParser
+    lines: int = 0
+    waiting_logged: bool = False
+
+
+@dataclass
+class LogSnapshot:
+    """What the exposition reads."""
+
+    last: StepRecord | None = None
+    steps: int = 0
+    lines: dict[str, int] = field(default_factory=dict)
+    parse_errors: dict[str, int] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)
+
+
+@register("verl_log", default=True, help="verl training log(s) given with --log: step "
+          "number, step and phase seconds, throughput, events (console or JSONL)")
+class VerlLogCollector(SampledCollector):
+    """Tails the logs on its thread; the scrape reads the snapshot."""
+
+    def __init__(self, ctx: ExporterContext) -> None:
+        super().__init__(ctx)
+        opts = ctx.options
+        paths = list(getattr(opts, "log", None) or []) if opts else []
+        start_at_end = bool(getattr(opts, "log_from_end", False)) if opts else False
+        self.logs = [
+            _Followed(path=str(p), follower=LogFollower(str(p), start_at_end=start_at_end),
+                      parser=LogParser(str(p)))
+            for p in paths
+        ]
+        self._events: Counter[str] = Counter()
+        self._steps = 0
+        self._last: StepRecord | None = None
+        self.snapshot = LogSnapshot(lines={f.path: 0 for f in self.logs},
+                                    parse_errors={f.path: 0 for f in self.logs})
+
+    def sample(self) -> None:
+        """Read and parse what each log appended; publish steps, events and the snapshot."""
+        now = time.time()
+        new_steps: list[StepRecord] = []
+        new_events: list[Event] = []
+        for fol in self.logs:
+            lines = fol.follower.poll()  # bounded per poll by the follower
+            new_events.extend(fol.follower.drain_events())  # truncation / replacement
+            items: list[StepRecord | Event] = []
+            for line in lines:
+                items.extend(fol.parser.feed(line, now))
+            fol.lines += len(lines)
+            if not lines:
+                # quiet file: end held multi-line blocks and JSONL objects awaiting a merge
+                items.extend(fol.parser.flush(now))
+                if not fol.lines and not fol.waiting_logged and not os.path.exists(fol.path):
+                    log.info("verl_log: waiting for %s to appear", fol.path)
+                    fol.waiting_logged = True
+            for item in items:
+                if isinstance(item, StepRecord):
+                    new_steps.append(item)
+                elif isinstance(item, Event):
+                    new_events.append(item)
+        for ev in new_events:
+            self._events[ev.kind] += 1
+        if new_steps:
+            self._steps += len(new_steps)
+            self._last = new_steps[-1]
+            self.ctx.window.add_steps(new_steps)
+        if new_events:
+            self.ctx.window.add_events(new_events)
+        store = self.ctx.store
+        if store is not None:
+            if new_steps:
+                store.put_steps(new_steps)
+            if new_events:
+                store.put_events(new_events)
+        self.snapshot = LogSnapshot(
+            last=self._last,
+            steps=self._steps,
+            lines={f.path: f.lines for f in self.logs},
+            parse_errors={f.path: f.parser.stats.parse_errors for f in self.logs},
+            events=dict(self._events),
+        )
+
+    def close(self) -> None:
+        """Close the followed files."""
+        for fol in self.logs:
+            fol.follower.close()
+
+    def collect(self) -> Iterable[Metric]:
+        """Families from the latest snapshot; step gauges only once a step was seen."""
+        snap = self.snapshot
+        if not self.logs:
+            return
+        lines = CounterMetricFamily(m.LOG_LINES.removesuffix("_total"),
+                                    "Lines read from each followed verl log.", labels=["log"])
+        errors = CounterMetricFamily(m.LOG_PARSE_ERRORS.removesuffix("_total"),
+                                     "Lines of each log that looked like metrics but could "
+                                     "not be parsed.", labels=["log"])
+        for path in snap.lines:
+            lines.add_metric([path], snap.lines[path])
+            errors.add_metric([path], snap.parse_errors.get(path, 0))
+        yield lines
+        yield errors
+        events = CounterMetricFamily(m.LOG_EVENTS.removesuffix("_total"),
+                                     "Log events by kind (oom, traceback, resume, ...).",
+                                     labels=["kind"])
+        for kind, count in sorted(snap.events.items()):
+            events.add_metric([kind], count)
+        yield events
+        yield CounterMetricFamily(m.STEPS.removesuffix("_total"),
+                                  "Training step records parsed from the logs.", value=snap.steps)
+        last = snap.last
+        if last is None:
+            return
+        yield GaugeMetricFamily(m.TRAIN_STEP, "Last training step number seen in the log.",
+                                value=last.step)
+        if last.total is not None:
+            yield GaugeMetricFamily(m.STEP_DURATION, "Last step's total seconds.",
+                                    value=last.total)
+        phases = GaugeMetricFamily(m.PHASE_DURATION, "Last step's seconds per canonical phase.",
+                                   labels=["phase"])
+        order = {p: i for i, p in enumerate(ALL_PHASES)}
+        for phase, secs in sorted(last.phases.items(), key=lambda kv: order.get(kv[0], 99)):
+            if phase in order and secs is not None:
+                phases.add_metric([phase], float(secs))
+        yield phases
+        if last.throughput is not None:
+            yield GaugeMetricFamily(m.THROUGHPUT, "perf/throughput of the last step: tokens "
+                                    "per second per GPU.", value=last.throughput)
+        comm = last.phases.get("comm")
+        if comm is not None and last.total:
+            yield GaugeMetricFamily(m.COMM_SHARE, "Communication seconds over step seconds, "
+                                    "last step (when the log gives it).",
+                                    value=min(1.0, max(0.0, comm / last.total)))
+        if last.mem_reserved_peak_bytes is not None:
+            yield GaugeMetricFamily(m.MEM_RESERVED_PEAK, "Peak reserved GPU memory of the "
+                                    "last step, bytes.", value=last.mem_reserved_peak_bytes)
+        if last.end_time is not None:
+            yield GaugeMetricFamily(m.LAST_STEP_TS, "Unix time the last step ended.",
+                                    value=last.end_time)
+            yield GaugeMetricFamily(m.SINCE_LAST_STEP, "Seconds since the last step ended.",
+                                    value=max(0.0, time.time() - last.end_time))

@@ -1,0 +1,152 @@
+"""The exporter's rolling window: the recent GPU and host samples, steps and events.
+
+Collectors push into it from their sampling threads; the detector loop reads it with
+:meth:`RollingWindow.frames`. Everything is bounded twice: by age (``max_age_s``) and by count
+(``max_steps``, ``max_events``, ``max_rows``), so a long run or a fast interval never grows it.
+GPU and host rows are dicts in the interchange format (``monitor.frames.GPU_COLUMNS`` /
+``HOST_COLUMNS``); missing optional columns become NaN and extra keys (the GPU collector's
+``up``, ``xid_total``, ``throttle``) become extra columns after the canonical ones.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.records import Event, StepRecord
+
+_NAN = float("nan")
+
+
+def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
+    """Canonical columns first (NaN where missing), then any extra keys the rows carried."""
+    df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(columns))
+    for col in columns:
+        if col not in df.columns:
+            df[col] = _NAN
+    extras = [c for c in df.columns if c not in columns]
+    df = df[list(columns) + extras]
+    df["node"] = df["node"].astype(str)
+    for col in columns:
+        if col != "node":
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    if "gpu" in columns:
+        df["gpu"] = df["gpu"].astype("Int64")
+    return df.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+class RollingWindow:
+    """Thread-safe, bounded recent history for the live detectors.
+
+    ``max_age_s``: samples older than this (by their ``ts``) and steps and events added longer
+    ago than this are dropped (records age by arrival, so a log replayed from its start still
+    fills the window). ``max_rows`` bounds GPU and host
+    rows each; ``max_steps`` and ``max_events`` bound the records.
+    """
+
+    def __init__(
+        self,
+        max_age_s: float = 1800.0,
+        max_steps: int = 200,
+        max_events: int = 1000,
+        max_rows: int = 200_000,
+        clock=time.time,
+    ) -> None:
+        self.max_age_s = float(max_age_s)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._gpu: deque[dict] = deque(maxlen=max_rows)
+        self._host: deque[dict] = deque(maxlen=max_rows)
+        self._steps: deque[tuple[float, StepRecord]] = deque(maxlen=max_steps)
+        self._events: deque[tuple[float, Event]] = deque(maxlen=max_events)
+        self._version = 0
+
+    # --- writers (collector threads)
+
+    def add_gpu(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append GPU sample rows (dicts with GPU_COLUMNS keys; extra keys are kept)."""
+        copies = [dict(r) for r in rows]
+        with self._lock:
+            self._gpu.extend(copies)
+            self._prune_rows(self._gpu)
+            self._version += 1
+
+    def add_host(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append host sample rows (dicts with HOST_COLUMNS keys; extra keys are kept)."""
+        copies = [dict(r) for r in rows]
+        with self._lock:
+            self._host.extend(copies)
+            self._prune_rows(self._host)
+            self._version += 1
+
+    def add_steps(self, steps: Iterable[StepRecord]) -> None:
+        """Append step records (kept: the newest ``max_steps`` within ``max_age_s``)."""
+        now = self._clock()
+        with self._lock:
+            for s in steps:
+                self._steps.append((now, s))
+            self._prune_records(self._steps)
+            self._version += 1
+
+    def add_events(self, events: Iterable[Event]) -> None:
+        """Append parser events (OOM, traceback, resume...)."""
+        now = self._clock()
+        with self._lock:
+            for e in events:
+                self._events.append((now, e))
+            self._prune_records(self._events)
+            self._version += 1
+
+    # --- readers (detector loop, tests)
+
+    @property
+    def version(self) -> int:
+        """Increases on every change: a reader can skip work when nothing new arrived."""
+        return self._version
+
+    def frames(self) -> tuple[list[StepRecord], pd.DataFrame, pd.DataFrame, list[Event]]:
+        """(steps, gpu_df, host_df, events): copies, safe to use while collectors keep adding."""
+        with self._lock:
+            self._prune_rows(self._gpu)
+            self._prune_rows(self._host)
+            self._prune_records(self._steps)
+            self._prune_records(self._events)
+            gpu = list(self._gpu)
+            host = list(self._host)
+            steps = [s for _, s in self._steps]
+            events = [e for _, e in self._events]
+        return steps, _frame(gpu, GPU_COLUMNS), _frame(host, HOST_COLUMNS), events
+
+    def sizes(self) -> dict[str, int]:
+        """How much the window holds now, per kind."""
+        with self._lock:
+            return {
+                "gpu": len(self._gpu),
+                "host": len(self._host),
+                "steps": len(self._steps),
+                "events": len(self._events),
+            }
+
+    # --- internals (lock held)
+
+    def _cutoff(self) -> float:
+        return self._clock() - self.max_age_s
+
+    def _prune_rows(self, rows: deque[dict]) -> None:
+        cutoff = self._cutoff()
+        while rows:
+            ts = rows[0].get("ts")
+            if not isinstance(ts, (int, float)) or not ts < cutoff:
+                break
+            rows.popleft()
+
+    def _prune_records(self, records: deque) -> None:
+        cutoff = self._cutoff()
+        while records and records[0][0] < cutoff:
+            records.popleft()

@@ -1,0 +1,180 @@
+"""``verl-monitor analyze LOG [--gpu GPU.csv] [--host HOST.csv] [--log-end T] [--config F] [--json]``
+
+Reads a finished (or running) verl log, console or file-logger JSONL, plus optional GPU/host
+telemetry recordings, and prints where the step time goes, how busy the GPUs were per phase,
+and the detectors' flags with advice. ``--json`` prints the same as one JSON object.
+A missing or unreadable input file is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Any
+
+import pandas as pd
+
+from monitor.analysis.summary import json_safe, summarize
+from monitor.frames import (
+    FrameError,
+    empty_gpu_frame,
+    empty_host_frame,
+    read_gpu_frame,
+    read_host_frame,
+)
+
+PROG = "verl-monitor analyze"
+
+
+def parse_time(text: str) -> float:
+    """Unix seconds from ``"1732867200"``/``"1732867200.5"`` or ISO 8601 (naive = UTC).
+
+    Raises ValueError with a readable message.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is not None:
+        if not math.isfinite(value):
+            raise ValueError(f"not a time: {text!r}")
+        return value
+    from monitor.logs.timestamps import parse_timestamp
+
+    parsed = parse_timestamp(text.strip())
+    if parsed is None:
+        raise ValueError(
+            f"not a time: {text!r} (give unix seconds or ISO 8601, e.g. 2026-11-29T08:30:00Z)"
+        )
+    return parsed
+
+
+def _log_end(text: str) -> float:
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``analyze`` subcommand."""
+    p = subparsers.add_parser(
+        "analyze",
+        help="analyze a verl log (and GPU/host recordings): phases, balance, flags, advice",
+        description="Read a verl console log or file-logger JSONL (the format is detected), "
+        "optionally with GPU and host telemetry recorded by the exporter or `verl-monitor "
+        "export`, and report step time per phase, throughput, weight-sync time, rollout long "
+        "tail, data-parallel imbalance, events, GPU activity per phase and the detectors' "
+        "flags with advice.",
+    )
+    p.add_argument("log", metavar="LOG", help="verl console log or file-logger .jsonl")
+    p.add_argument("--gpu", metavar="GPU.csv", help="GPU samples (CSV or Parquet, interchange "
+                   "format); enables per-phase GPU attribution and GPU detectors")
+    p.add_argument("--host", metavar="HOST.csv", help="host samples (CSV or Parquet); enables "
+                   "the IO/CPU starvation detector")
+    p.add_argument("--log-end", metavar="TIME", type=_log_end, default=None,
+                   help="when the log's last step ended (unix seconds or ISO 8601, naive = UTC); "
+                   "used to rebuild step times of logs without timestamps (default: the file's "
+                   "modification time)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="YAML file overriding detector thresholds (default: built-in thresholds)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (steps, events, summary, flags) instead of text")
+    p.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 2
+
+
+def _data_end(steps: list, gpu: pd.DataFrame, host: pd.DataFrame) -> float | None:
+    """The newest time in the inputs: 'now' for detectors looking at a finished recording."""
+    candidates = [s.end_time for s in steps if s.end_time is not None]
+    for df in (gpu, host):
+        if len(df):
+            candidates.append(float(df["ts"].max()))
+    return max(candidates) if candidates else None
+
+
+def build_document(args: argparse.Namespace) -> dict[str, Any]:
+    """Parse and analyze; returns the ``--json`` document. Raises the readers' errors."""
+    from monitor.logs.parse import parse_file
+
+    gpu = read_gpu_frame(args.gpu) if args.gpu else empty_gpu_frame()
+    host = read_host_frame(args.host) if args.host else empty_host_frame()
+    from monitor.config import load_config
+
+    config = load_config(args.config)
+    parsed = parse_file(args.log, log_end=args.log_end)
+    steps, events = parsed.steps, parsed.events
+
+    from monitor.detect import run_all
+
+    flags = run_all(steps, gpu, host, events, config=config, now=_data_end(steps, gpu, host))
+    attribution = None
+    if args.gpu:
+        from monitor.analysis.attribution import attribute, phase_summary
+
+        attribution = phase_summary(attribute(steps, gpu)).to_dict("records")
+    stats = parsed.stats
+    return json_safe(
+        {
+            "log": str(args.log),
+            "format": parsed.format,
+            "version_guess": parsed.version_guess,
+            "parse": {
+                "lines": stats.lines,
+                "records": stats.records,
+                "events": stats.events,
+                "parse_errors": stats.parse_errors,
+                "error_samples": list(stats.error_samples),
+            },
+            "steps": [
+                {
+                    "step": s.step,
+                    "end_time": s.end_time,
+                    "total": s.total,
+                    "phases": s.phases,
+                    "metrics": s.metrics,
+                    "throughput": s.throughput,
+                    "time_source": s.time_source,
+                    "source": s.source,
+                }
+                for s in steps
+            ],
+            "events": [e.to_dict() for e in events],
+            "summary": summarize(steps, events),
+            "attribution": attribution,
+            "flags": [f.to_dict() for f in flags],
+        }
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``analyze``; 0 on success, 2 when an input cannot be read."""
+    from monitor.config import ConfigError
+    from monitor.logs.parse import LogReadError
+
+    for path in (args.log, args.gpu, args.host):
+        if path and not os.path.exists(path):
+            return _fail(f"{path}: no such file")
+    try:
+        doc = build_document(args)
+    except (FrameError, LogReadError, ConfigError) as exc:
+        return _fail(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__)
+    if args.json:
+        text = json.dumps(doc, allow_nan=False) + "\n"
+    else:
+        from monitor.report import render_text
+
+        text = render_text(doc)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `analyze ... | head`
+        sys.stderr.close()
+    return 0

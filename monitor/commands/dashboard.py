@@ -1,0 +1,185 @@
+"""``verl-monitor dashboard``: start the Streamlit app on a run store or a Prometheus server.
+
+Runs ``python -m streamlit run dashboards/app.py`` headless, without usage statistics, and
+passes the source to the app through the environment (``VERLMON_STORE``,
+``VERLMON_PROMETHEUS``, ``VERLMON_JOB``). Ctrl-C stops the app and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PORT = 8501
+DEFAULT_ADDRESS = "127.0.0.1"
+
+
+def app_path() -> Path:
+    """The packaged app script (``dashboards/app.py``)."""
+    spec = importlib.util.find_spec("dashboards")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the dashboards package is not installed")
+    return Path(list(spec.submodule_search_locations)[0]) / "app.py"
+
+
+def streamlit_command(port: int, address: str) -> list[str]:
+    """The command line that serves the app headless on ``address:port``."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(app_path()),
+        "--server.headless", "true",
+        "--server.port", str(port),
+        "--server.address", address,
+        "--browser.gatherUsageStats", "false",
+        "--server.fileWatcherType", "none",
+        "--server.runOnSave", "false",
+        "--client.toolbarMode", "viewer",
+    ]
+
+
+def source_env(store: str | None = None, prometheus: str | None = None,
+               job: str | None = None) -> dict[str, str]:
+    """The environment that tells the app which source to read."""
+    env = dict(os.environ)
+    for name in ("VERLMON_STORE", "VERLMON_PROMETHEUS", "VERLMON_JOB"):
+        env.pop(name, None)
+    if prometheus:
+        env["VERLMON_PROMETHEUS"] = prometheus
+        if job:
+            env["VERLMON_JOB"] = job
+    elif store:
+        env["VERLMON_STORE"] = str(Path(store).resolve())
+    env.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
+    return env
+
+
+def start_dashboard(port: int, address: str, store: str | None = None,
+                    prometheus: str | None = None, job: str | None = None,
+                    quiet: bool = True) -> subprocess.Popen:
+    """Start the app in a child process (its output discarded when ``quiet``)."""
+    out = subprocess.DEVNULL if quiet else None
+    return subprocess.Popen(streamlit_command(port, address),
+                            env=source_env(store, prometheus, job),
+                            stdout=out, stderr=subprocess.STDOUT if quiet else None)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> bool:
+    """Poll ``URL/_stcore/health`` until it answers ok (False on timeout or child exit)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=1) as resp:
+                if resp.read().strip() == b"ok":
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    """Terminate a child, then kill it if it does not exit within ``timeout`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def display_url(address: str, port: int) -> str:
+    """The URL to print ("0.0.0.0" becomes "localhost")."""
+    host = "localhost" if address in ("0.0.0.0", "::", "") else address
+    return f"http://{host}:{port}"
+
+
+def check_store(path: str) -> str | None:
+    """None when ``path`` is a readable run store, else the one-line reason."""
+    from monitor.store.runstore import RunStore, StoreError
+
+    p = Path(path)
+    if not p.exists():
+        return f"{p}: no such run store (start the exporter with --store {p}, or pass --wait)"
+    if not p.is_file():
+        return f"{p}: not a file"
+    try:
+        RunStore(p, create=False).close()
+    except StoreError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{p}: cannot read ({exc})"
+    return None
+
+
+def interrupt_on_signal(signum: int, _frame: Any) -> None:
+    """SIGTERM handler: stop like Ctrl-C (children are then terminated in ``finally``)."""
+    raise KeyboardInterrupt
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``dashboard`` subcommand."""
+    parser = subparsers.add_parser(
+        "dashboard",
+        help="start the live Streamlit dashboard on a run store or Prometheus",
+        description="Serve the verl-monitor dashboard (Overview, GPUs, Steps & phases, "
+        "Communication, Flags, Nodes). Reads a local run store written by the exporter, or a "
+        "Prometheus server scraping the exporters.",
+    )
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--store", metavar="PATH",
+                     help="run store (SQLite) written by `verl-monitor exporter --store`")
+    src.add_argument("--prometheus", metavar="URL",
+                     help="Prometheus base URL, e.g. http://localhost:9090")
+    parser.add_argument("--job", metavar="NAME",
+                        help="with --prometheus: only read this scrape job (default: all)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"port to serve the app on (default {DEFAULT_PORT})")
+    parser.add_argument("--address", default=DEFAULT_ADDRESS,
+                        help=f"address to bind (default {DEFAULT_ADDRESS}; 0.0.0.0 for all)")
+    parser.add_argument("--wait", action="store_true",
+                        help="start even if the store does not exist yet (the app shows "
+                        "'store missing' until the exporter creates it)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the app until Ctrl-C; 0 on a clean stop, 2 on bad input, 1 if it fails."""
+    if args.store and not (args.wait and not Path(args.store).exists()):
+        problem = check_store(args.store)
+        if problem:
+            print(f"verl-monitor dashboard: {problem}", file=sys.stderr)
+            return 2
+    if not 0 < args.port < 65536:
+        print(f"verl-monitor dashboard: bad --port {args.port}", file=sys.stderr)
+        return 2
+    proc = start_dashboard(args.port, args.address, args.store, args.prometheus, args.job)
+    url = display_url(args.address, args.port)
+    previous = signal.signal(signal.SIGTERM, interrupt_on_signal)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if not wait_healthy(f"http://127.0.0.1:{args.port}" if args.address in
+                            ("0.0.0.0", "::") else url, proc):
+            print(f"verl-monitor dashboard: the app did not start on {url} (port in use?)",
+                  file=sys.stderr)
+            return 1
+        source = args.prometheus or str(Path(args.store).resolve())
+        print(f"verl-monitor dashboard: serving {url} (source {source}); Ctrl-C stops",
+              flush=True)
+        return 0 if proc.wait() in (0, -signal.SIGTERM, -signal.SIGINT) else 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop_process(proc)
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)

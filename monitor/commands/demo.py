@@ -1,0 +1,179 @@
+"""``verl-monitor demo``: a simulated verl run, its exporter and the dashboard, in one command.
+
+Starts ``verl-monitor exporter --gpu-backend sim --scenario demo`` (which plays the scripted
+run into a log in real time, samples the simulated GPUs, follows the log, runs the detectors
+and writes a run store), then the dashboard on that store (or on ``--prometheus URL``, which
+the user points at the exporter). Prints both URLs; Ctrl-C stops everything and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from monitor.commands.dashboard import (
+    DEFAULT_ADDRESS,
+    DEFAULT_PORT,
+    display_url,
+    interrupt_on_signal,
+    start_dashboard,
+    stop_process,
+    wait_healthy,
+)
+
+_SERVING = re.compile(r"serving (\S+/metrics)")
+
+
+def exporter_command(workdir: Path, scenario: str, speed: float, listen: str,
+                     node: str) -> list[str]:
+    """The exporter command line the demo runs (sim backend following its own log)."""
+    interval = min(1.0, max(0.25, 1.0 / speed))
+    log = workdir / "train.log"
+    return [
+        sys.executable, "-m", "monitor", "exporter",
+        "--gpu-backend", "sim",
+        "--scenario", scenario,
+        "--sim-log", str(log),
+        "--sim-speed", f"{speed:g}",
+        "--log", str(log),
+        "--store", str(workdir / "run.db"),
+        "--listen-address", listen,
+        "--interval", f"{interval:g}",
+        "--node", node,
+    ]
+
+
+def start_exporter(cmd: list[str], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """Start the exporter and wait for its startup line; returns (process, /metrics URL)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump(stream, sink: list[str] | None) -> None:
+        for line in stream:
+            if sink is None:
+                lines.put(line)
+            else:
+                sink.append(line)
+                del sink[:-20]
+        if sink is None:
+            lines.put(None)
+
+    errors: list[str] = []
+    threading.Thread(target=pump, args=(proc.stdout, None), daemon=True).start()
+    threading.Thread(target=pump, args=(proc.stderr, errors), daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+            continue
+        if line is None:
+            break
+        match = _SERVING.search(line)
+        if match:
+            threading.Thread(target=_drain, args=(lines,), daemon=True).start()
+            return proc, match.group(1)
+    stop_process(proc)
+    time.sleep(0.1)
+    detail = errors[-1].strip() if errors else "no startup line"
+    raise RuntimeError(f"the exporter did not start: {detail}")
+
+
+def _drain(lines: queue.Queue) -> None:
+    while lines.get() is not None:
+        pass
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``demo`` subcommand."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="simulated verl run + exporter + dashboard: see every page working in a minute",
+        description="Play a simulated verl run (healthy, then IO starvation, a reshard spike, "
+        "a straggling GPU, a rollout long tail, over about ten minutes), monitor it with the "
+        "exporter (sim GPU backend), and serve the dashboard on its run store. Ctrl-C stops.",
+    )
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"dashboard port (default {DEFAULT_PORT})")
+    parser.add_argument("--address", default=DEFAULT_ADDRESS,
+                        help=f"dashboard and exporter bind address (default {DEFAULT_ADDRESS})")
+    parser.add_argument("--exporter-port", type=int, default=0,
+                        help="exporter /metrics port (default 0: any free port, printed)")
+    parser.add_argument("--prometheus", metavar="URL",
+                        help="read the dashboard from this Prometheus (point it at the "
+                        "printed /metrics URL) instead of the local run store")
+    parser.add_argument("--speed", type=float, default=1.0,
+                        help="simulated seconds per wall second (default 1: ten minutes; "
+                        "10 plays the whole scenario in about a minute)")
+    parser.add_argument("--dir", metavar="DIR",
+                        help="where the log and the run store go (default: a new temp dir)")
+    parser.add_argument("--scenario", default="demo",
+                        help="scenario or script to simulate (default demo)")
+    parser.add_argument("--node", default="demo-node", help="node name (default demo-node)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo until Ctrl-C (0), a child failing (1) or bad input (2)."""
+    if args.speed <= 0:
+        print("verl-monitor demo: --speed must be > 0", file=sys.stderr)
+        return 2
+    try:
+        workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="verl-monitor-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"verl-monitor demo: cannot use --dir {args.dir}: {exc.strerror}", file=sys.stderr)
+        return 2
+    for stale in ("train.log", "run.db", "run.db-wal", "run.db-shm"):
+        (workdir / stale).unlink(missing_ok=True)
+    exporter = dashboard = None
+    previous = signal.signal(signal.SIGTERM, interrupt_on_signal)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        listen = f"{args.address}:{args.exporter_port}"
+        try:
+            exporter, metrics_url = start_exporter(
+                exporter_command(workdir, args.scenario, args.speed, listen, args.node))
+        except RuntimeError as exc:
+            print(f"verl-monitor demo: {exc}", file=sys.stderr)
+            return 1
+        dashboard = start_dashboard(args.port, args.address, store=str(workdir / "run.db"),
+                                    prometheus=args.prometheus)
+        url = display_url(args.address, args.port)
+        if not wait_healthy(url if args.address not in ("0.0.0.0", "::") else
+                            f"http://127.0.0.1:{args.port}", dashboard):
+            print(f"verl-monitor demo: the dashboard did not start on {url} (port in use?)",
+                  file=sys.stderr)
+            return 1
+        source = args.prometheus or workdir / "run.db"
+        print(f"verl-monitor demo: dashboard {url}\n"
+              f"verl-monitor demo: exporter metrics {metrics_url}\n"
+              f"verl-monitor demo: simulated run '{args.scenario}' at {args.speed:g}x; "
+              f"log {workdir / 'train.log'}, dashboard source {source}\n"
+              "verl-monitor demo: Ctrl-C stops everything", flush=True)
+        while True:
+            for name, proc in (("exporter", exporter), ("dashboard", dashboard)):
+                if proc.poll() is not None:
+                    print(f"verl-monitor demo: the {name} stopped (exit {proc.returncode})",
+                          file=sys.stderr)
+                    return 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("verl-monitor demo: stopping", file=sys.stderr)
+        return 0
+    finally:
+        stop_process(dashboard)
+        stop_process(exporter)
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)

@@ -1,0 +1,47 @@
+"""``verl-monitor export STORE --out DIR``: dump a run store to files ``analyze`` reads back.
+
+Writes gpu.csv, host.csv, train.jsonl, events.json, flags.json (plus nccl.csv and meta.json)
+under DIR; then ``verl-monitor analyze DIR/train.jsonl --gpu DIR/gpu.csv --host DIR/host.csv``
+reproduces the run's analysis. A missing or unreadable store is one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+PROG = "verl-monitor export"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``export`` subcommand."""
+    p = subparsers.add_parser(
+        "export",
+        help="export a run store (SQLite) to CSV/JSONL files that `analyze` reads",
+        description="Write the samples, steps, events and flags of a run store written by the "
+        "exporter to DIR: gpu.csv and host.csv (interchange format), train.jsonl (one "
+        "{step, ts, data} object per step, like verl's file logger), events.json, flags.json, "
+        "nccl.csv and meta.json.",
+    )
+    p.add_argument("store", metavar="STORE", help="run store file written by the exporter "
+                   "(--store)")
+    p.add_argument("--out", metavar="DIR", required=True,
+                   help="output folder (created if missing; files in it are overwritten)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``export``; 0 on success, 2 when the store or the output folder cannot be used."""
+    from monitor.store import StoreError, export_dir
+
+    try:
+        counts = export_dir(args.store, args.out)
+    except StoreError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"{PROG}: {args.out}: cannot write ({exc.strerror or exc})", file=sys.stderr)
+        return 2
+    summary = ", ".join(f"{v} {k}" for k, v in counts.items())
+    print(f"exported {summary} to {args.out}")
+    return 0

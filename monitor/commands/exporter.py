@@ -1,0 +1,151 @@
+"""``verl-monitor exporter``: the node exporter (Prometheus /metrics, run store, live flags).
+
+One process per node. It samples GPUs (NVML, or simulated), the host, the verl log(s) and NCCL
+Inspector dumps in background threads, runs the detectors on a rolling window, writes a local
+run store, and serves everything at ``/metrics``. Stops cleanly on SIGINT/SIGTERM (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+DEFAULT_LISTEN = "0.0.0.0:9048"
+
+
+def _collector_specs() -> list[tuple[str, str, bool]]:
+    """(name, help, default) of every collector; a module that fails to import is still listed."""
+    from exporters import registry
+
+    out = []
+    for mod in registry.COLLECTOR_MODULES:
+        try:
+            importlib.import_module(f"exporters.collectors.{mod}")
+        except Exception as exc:  # noqa: BLE001 - reported when the exporter starts
+            out.append((mod, f"(cannot be imported: {exc})", True))
+            continue
+        spec = registry.REGISTRY.get(mod)
+        if spec is not None:
+            out.append((spec.name, spec.help, spec.default))
+    for name, spec in registry.REGISTRY.items():  # collectors registered under other names
+        if name not in {n for n, _, _ in out}:
+            out.append((spec.name, spec.help, spec.default))
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the exporter's options to ``parser`` (shared by the CLI, the tests and the bench)."""
+    p = parser
+    p.add_argument("--listen-address", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help="address to serve /metrics on; port 0 picks a free one "
+                   f"(default {DEFAULT_LISTEN}: outside the crowded 9100-9999 range)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="sampling interval of every collector, at least 0.1 (default 1)")
+    p.add_argument("--log", action="append", default=[], metavar="PATH",
+                   help="verl log to follow: console output or file-logger JSONL; repeat for "
+                   "several. A log that does not exist yet is waited for")
+    p.add_argument("--log-from-end", action="store_true",
+                   help="skip what the logs already hold and read only new lines")
+    p.add_argument("--nccl-dir", metavar="DIR",
+                   help="NCCL Inspector dump directory (NCCL_INSPECTOR_DUMP_DIR) to follow")
+    p.add_argument("--nccl-window", type=float, default=30.0, metavar="SECONDS",
+                   help="trailing window of the NCCL communication share (default 30)")
+    p.add_argument("--store", metavar="PATH",
+                   help="run store (SQLite) to record samples, steps, events and flags in; "
+                   "created when missing")
+    p.add_argument("--gpu-backend", choices=("nvml", "sim"),
+                   help="GPU source: nvml (the driver; the default) or sim (simulated GPUs "
+                   "following --scenario)")
+    p.add_argument("--scenario", metavar="NAME",
+                   help="simulated run for --gpu-backend sim (e.g. healthy)")
+    p.add_argument("--sim-gpus", type=int, metavar="N",
+                   help="number of simulated GPUs on this node (sim backend)")
+    p.add_argument("--seed", type=int, metavar="N", help="random seed of the simulator")
+    p.add_argument("--sim-log", metavar="PATH",
+                   help="with --gpu-backend sim and --scenario: also write the scenario's verl "
+                   "log to PATH as it runs, and follow it (one process stands in for a job)")
+    p.add_argument("--sim-speed", type=float, default=1.0, metavar="X",
+                   help="simulated seconds per wall second for --sim-log (default 1)")
+    p.add_argument("--node", metavar="NAME",
+                   help="node name for verlmon_node_info and the store (default: the hostname)")
+    p.add_argument("--train-pid", type=int, metavar="PID",
+                   help="the verl trainer's process id (default: found by its command line)")
+    p.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                   help="web config (Prometheus exporter-toolkit format): tls_server_config "
+                   "{cert_file, key_file}, basic_auth_users {user: bcrypt hash}")
+    p.add_argument("--dcgm-compat", action="store_true",
+                   help="also write dcgm-exporter names (DCGM_FI_*) for existing dashboards")
+    p.add_argument("--config", metavar="FILE",
+                   help="detector thresholds (YAML) overriding the defaults")
+    p.add_argument("--detect-interval", type=float, metavar="SECONDS",
+                   help="seconds between detector runs on the window (default 10, at least 1; "
+                   "a run costs a few hundred ms of CPU on a full window)")
+    p.add_argument("--window", type=float, default=1800.0, metavar="SECONDS",
+                   help="how much recent history the detectors see (default 1800)")
+    p.add_argument("--slack-webhook-file", metavar="FILE",
+                   help="file holding a Slack incoming-webhook URL: flags opened and resolved "
+                   "are posted there (needs --store)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more (debug level)")
+    group = p.add_argument_group("collectors", "turn each collector on or off")
+    for name, help_text, default in _collector_specs():
+        state = "on" if default else "off"
+        group.add_argument(f"--collector.{name}", dest=f"collector_{name}",
+                           action="store_true", default=None,
+                           help=f"enable {name}: {help_text} (default {state})")
+        group.add_argument(f"--no-collector.{name}", dest=f"collector_{name}",
+                           action="store_false", default=None, help=f"disable {name}")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``exporter`` subcommand."""
+    parser = subparsers.add_parser(
+        "exporter",
+        help="run the node exporter: Prometheus /metrics, run store, live flags",
+        description="Sample GPUs, host, verl logs and NCCL dumps on this node, run the "
+        "detectors live, record a run store, and serve Prometheus metrics at /metrics.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def parse_options(argv: list[str]) -> argparse.Namespace:
+    """Parse exporter arguments (no subcommand word) into the options ``Exporter`` takes."""
+    parser = argparse.ArgumentParser(prog="verl-monitor exporter")
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the exporter and serve until SIGINT/SIGTERM; 0 on a clean stop, 2 on bad input."""
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="verl-monitor exporter: %(message)s", stream=sys.stderr)
+    from exporters.app import Exporter, ExporterError
+
+    stop = threading.Event()
+
+    def on_signal(signum, _frame) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    exporter = None
+    try:
+        try:
+            exporter = Exporter(args)
+            exporter.start()
+        except ExporterError as exc:
+            print(f"verl-monitor exporter: {exc}", file=sys.stderr)
+            return 2
+        print(exporter.startup_line(), flush=True)
+        while not stop.wait(60):
+            pass
+        return 0
+    finally:
+        if exporter is not None:
+            exporter.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

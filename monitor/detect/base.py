@@ -1,0 +1,208 @@
+"""What every detector shares: the prepared inputs (``Context``) and the flag builder."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from monitor.analysis.attribution import label_samples, phase_timeline
+from monitor.config import Config
+from monitor.detect import window as W
+from monitor.detect.advice import advice_for
+from monitor.detect.persistence import Episode, episodes
+from monitor.records import Event, Flag, StepRecord
+
+
+@dataclass
+class Context:
+    """The inputs of one ``run_all`` call, with the derived tables detectors share (lazily)."""
+
+    steps: list[StepRecord]
+    gpu: pd.DataFrame
+    host: pd.DataFrame
+    events: list[Event]
+    config: Config
+    now: float
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def cfg(self, section: str) -> dict[str, Any]:
+        """One detector's settings."""
+        return self.config.section(section)
+
+    @cached_property
+    def sf(self) -> pd.DataFrame:
+        """The step frame (see ``window.step_frame``)."""
+        return W.step_frame(self.steps)
+
+    @cached_property
+    def median_step(self) -> float | None:
+        """Median step time of the run (without testing/checkpoint time), None when unknown."""
+        if len(self.sf) == 0:
+            return None
+        v = W.core_total(self.sf).median()
+        return float(v) if pd.notna(v) and v > 0 else None
+
+    @cached_property
+    def timeline(self) -> pd.DataFrame:
+        """Phase intervals of every step."""
+        return phase_timeline(self.steps)
+
+    @cached_property
+    def act(self) -> pd.DataFrame:
+        """GPU samples with ``act`` (SM activity, else util), ``phase`` and ``step`` labels."""
+        df = W.activity(self.gpu)
+        if len(df) == 0:
+            df["phase"] = pd.Series(dtype=object)
+            df["step"] = pd.Series(dtype=float)
+            return df
+        return label_samples(df, self.timeline)
+
+    @cached_property
+    def sample_interval(self) -> float:
+        """Typical seconds between two samples of one GPU (1.0 when unknown)."""
+        df = self.act
+        if len(df) < 2:
+            return 1.0
+        first = df.groupby(["node", "gpu"], sort=False)["ts"]
+        diffs = first.diff().dropna()
+        diffs = diffs[diffs > 0]
+        return float(diffs.median()) if len(diffs) else 1.0
+
+    @cached_property
+    def windows(self) -> pd.DataFrame:
+        """Analysis windows: each step's interval, and fixed windows where no step covers the data.
+
+        Columns start, end, step (NaN for fixed windows), sorted, not overlapping.
+        """
+        length = float(self.config.section("windows").get("length_s", 30.0))
+        if self.median_step:
+            length = max(length, min(self.median_step, 4 * length))
+        parts = []
+        sf = self.sf
+        lo = self.act["ts"].min() if len(self.act) else np.nan
+        hi = self.now
+        if len(sf):
+            sw = sf[["start", "end", "step"]].copy()
+            sw = sw[sw["end"] > sw["start"]]
+            # consecutive steps must not overlap: clip each start at the previous end
+            prev_end = sw["end"].shift(1)
+            sw["start"] = np.where(prev_end.notna(), np.maximum(sw["start"], prev_end), sw["start"])
+            sw = sw[sw["end"] > sw["start"]]
+            parts.append(sw)
+            if pd.notna(lo) and lo < sw["start"].min():
+                pre = W.time_windows(float(lo), float(sw["start"].min()), length)
+                parts.append(pre.assign(step=np.nan))
+            tail_start = float(sw["end"].max())
+        else:
+            tail_start = float(lo) if pd.notna(lo) else np.nan
+        if pd.notna(tail_start) and hi is not None and hi > tail_start:
+            parts.append(W.time_windows(tail_start, float(hi) + 1e-9, length).assign(step=np.nan))
+        if not parts:
+            return pd.DataFrame(columns=["start", "end", "step"], dtype=float)
+        out = pd.concat(parts, ignore_index=True).sort_values("start", kind="stable")
+        return out.reset_index(drop=True)
+
+    @cached_property
+    def act_windowed(self) -> pd.DataFrame:
+        """``act`` samples with ``win`` (index into ``windows``; -1 outside every window)."""
+        df = self.act.copy()
+        df["win"] = W.assign_windows(df["ts"], self.windows) if len(df) else []
+        return df
+
+    def windows_for(self, seconds: float) -> int:
+        """How many analysis windows make up ``seconds`` (at least 1)."""
+        length = self.windows_length
+        return max(1, int(math.ceil(seconds / length - 1e-9)))
+
+    @cached_property
+    def windows_length(self) -> float:
+        """Typical window length in seconds."""
+        win = self.windows
+        if len(win) == 0:
+            return float(self.config.section("windows").get("length_s", 30.0))
+        return float(max(1e-3, (win["end"] - win["start"]).median()))
+
+
+def severity_for(value: float, warning: float, critical: float, higher_is_worse: bool = True) -> str:
+    """``critical`` past the critical threshold, else ``warning`` past the warning one, else info."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "info"
+    if higher_is_worse:
+        if value >= critical:
+            return "critical"
+        return "warning" if value >= warning else "info"
+    if value <= critical:
+        return "critical"
+    return "warning" if value <= warning else "info"
+
+
+def make_flag(
+    kind: str,
+    severity: str,
+    start: float,
+    end: float | None,
+    scope: dict[str, Any],
+    evidence: str,
+) -> Flag:
+    """A Flag with the advice for its kind attached; empty scope entries are dropped."""
+    clean = {k: v for k, v in scope.items() if v is not None and v != [] and v != ""}
+    return Flag(
+        kind=kind,
+        severity=severity,
+        start=float(start),
+        end=None if end is None else float(end),
+        scope=clean,
+        evidence=evidence,
+        advice=advice_for(kind),
+    )
+
+
+def episode_times(ep: Episode, starts: np.ndarray, ends: np.ndarray) -> tuple[float, float | None]:
+    """Flag start (end of the point that met persistence) and end (end of the last true point)."""
+    start = float(ends[ep.opened])
+    end = None if ep.closed is None else float(ends[ep.last])
+    return start, end
+
+
+def step_range(steps: pd.Series, ep: Episode) -> list[int] | None:
+    """[first, last] step numbers of an episode over a step-indexed series (None if unknown)."""
+    vals = steps.to_numpy()
+    lo = vals[ep.onset]
+    hi = vals[ep.last]
+    if pd.isna(lo) or pd.isna(hi):
+        return None
+    return [int(lo), int(hi)]
+
+
+def steps_text(rng: list[int] | None) -> str:
+    """"steps 41-60" or "step 41" or ""."""
+    if not rng:
+        return ""
+    if rng[0] == rng[1]:
+        return f"step {rng[0]}"
+    return f"steps {rng[0]}-{rng[1]}"
+
+
+def pct(x: float) -> str:
+    """A 0-100 value as "84%"."""
+    return f"{x:.0f}%"
+
+
+def step_episodes(
+    ctx: Context, cond: list[object], open_after: int, close_after: int
+) -> list[tuple[Episode, float, float | None, list[int]]]:
+    """Episodes over a per-step condition (aligned with ``ctx.sf``): (episode, start, end, steps)."""
+    sf = ctx.sf
+    ends = sf["end"].to_numpy(float)
+    stepnos = sf["step"].to_numpy()
+    out = []
+    for ep in episodes(cond, open_after, close_after):
+        start = float(ends[ep.opened])
+        end = None if ep.closed is None else float(ends[ep.last])
+        out.append((ep, start, end, [int(stepnos[ep.onset]), int(stepnos[ep.last])]))
+    return out

@@ -1,0 +1,276 @@
+"""GPU activity detectors: gpu_imbalance, low_utilization, util_overstates_sm.
+
+All three work per analysis window (a step, or a fixed window where no step covers the data)
+on ``act``: SM activity where the GPU reports it, NVML utilization where it does not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from monitor.detect.base import Context, episode_times, make_flag, pct, severity_for, steps_text
+from monitor.detect.persistence import episodes
+from monitor.records import TRAINING_PHASES, Flag
+
+
+def _wide(ctx: Context, value: str = "act") -> pd.DataFrame:
+    """Samples pivoted to one column per (node, gpu), one row per time bin."""
+    df = ctx.act_windowed
+    if len(df) == 0:
+        return pd.DataFrame()
+    bin_s = max(ctx.sample_interval, 1e-3)
+    tbin = np.floor((df["ts"].to_numpy(float) - df["ts"].min()) / bin_s).astype(int)
+    key = df["node"].astype(str) + "/" + df["gpu"].astype(str)
+    tmp = pd.DataFrame({"tbin": tbin, "key": key.to_numpy(), "v": df[value].to_numpy(float)})
+    wide = tmp.pivot_table(index="tbin", columns="key", values="v", aggfunc="mean")
+    meta = df.assign(tbin=tbin).groupby("tbin").agg(ts=("ts", "max"), win=("win", "max"))
+    return wide.join(meta)
+
+
+def _range_steps(ctx: Context, onset: int, last: int) -> list[int] | None:
+    win = ctx.windows
+    s = win["step"].iloc[onset:last + 1].dropna()
+    if len(s) == 0:
+        return None
+    return [int(s.min()), int(s.max())]
+
+
+def _phase_words(ctx: Context, onset: int, last: int) -> str:
+    win = ctx.windows
+    lo, hi = float(win["start"].iloc[onset]), float(win["end"].iloc[last])
+    df = ctx.act
+    sub = df[(df["ts"] >= lo) & (df["ts"] < hi) & df["phase"].notna()]
+    if len(sub) == 0:
+        return ""
+    return str(sub["phase"].value_counts().index[0])
+
+
+def detect_gpu_imbalance(ctx: Context) -> list[Flag]:
+    """A GPU (or a whole node) stays well below its peers' median activity while they are busy."""
+    cfg = ctx.cfg("gpu_imbalance")
+    wide = _wide(ctx)
+    if wide.empty:
+        return []
+    keys = [c for c in wide.columns if c not in ("ts", "win")]
+    if len(keys) < 2:
+        return []
+    nwin = len(ctx.windows)
+    vals = wide[keys].to_numpy(float)
+    winidx = wide["win"].to_numpy(int)
+    busy_min = float(cfg["peer_busy_min"])
+    ratio = float(cfg["ratio"])
+    gap = float(cfg["gap"])
+    min_busy_frac = float(cfg["min_busy_fraction"])
+    open_n = ctx.windows_for(float(cfg["open_after_s"]))
+    close_n = ctx.windows_for(float(cfg["close_after_s"]))
+    source = "SM activity" if (ctx.act["act_source"] == "sm").any() else "utilization"
+    flags: list[Flag] = []
+
+    def windowed(own: np.ndarray, peer: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+        busy = (peer >= busy_min) & np.isfinite(own) & np.isfinite(peer)
+        frame = pd.DataFrame({"win": winidx, "busy": busy, "own": np.where(busy, own, np.nan),
+                              "peer": np.where(busy, peer, np.nan)})
+        frame = frame[frame["win"] >= 0]
+        g = frame.groupby("win")
+        agg = pd.DataFrame({"own": g["own"].mean(), "peer": g["peer"].mean(),
+                            "busy": g["busy"].mean(), "n": g["busy"].size()})
+        agg = agg.reindex(range(nwin))
+        known = agg["busy"] >= min_busy_frac
+        bad = (agg["own"] <= agg["peer"] * ratio) & (agg["peer"] - agg["own"] >= gap)
+        cond = [bool(b) if k else None for b, k in zip(bad, known, strict=True)]
+        return cond, agg["own"].to_numpy(float), agg["peer"].to_numpy(float)
+
+    starts = ctx.windows["start"].to_numpy(float)
+    ends = ctx.windows["end"].to_numpy(float)
+    nodes = sorted({k.split("/")[0] for k in keys})
+    node_flags: dict[str, list[tuple[float, float]]] = {}
+    if len(nodes) >= 2:
+        node_mean = {n: np.nanmean(vals[:, [i for i, k in enumerate(keys) if k.split("/")[0] == n]],
+                                   axis=1) for n in nodes}
+        for n in nodes:
+            others = np.vstack([node_mean[m] for m in nodes if m != n])
+            peer = np.nanmedian(others, axis=0)
+            cond, own_w, peer_w = windowed(node_mean[n], peer)
+            for ep in episodes(cond, open_n, close_n):
+                start, end = episode_times(ep, starts, ends)
+                own_m = float(np.nanmean(own_w[ep.onset:ep.last + 1]))
+                peer_m = float(np.nanmean(peer_w[ep.onset:ep.last + 1]))
+                rng = _range_steps(ctx, ep.onset, ep.last)
+                sev = severity_for(own_m / peer_m if peer_m else 0.0, ratio,
+                                   float(cfg["critical_ratio"]), higher_is_worse=False)
+                sev = "warning" if sev == "info" else sev
+                node_flags.setdefault(n, []).append((starts[ep.onset], ends[ep.last]))
+                flags.append(make_flag(
+                    "gpu_imbalance", sev, start, end, {"node": n, "steps": rng},
+                    f"Node {n} averaged {pct(own_m)} {source} vs a median of {pct(peer_m)} on "
+                    f"the other nodes, {steps_text(rng) or 'for ' + str(int(end or ctx.now) - int(start)) + ' s'}.",
+                ))
+    # per GPU, against the median of every other GPU
+    per_gpu: list[tuple[str, int, object, float, float]] = []
+    for i, key in enumerate(keys):
+        others = np.delete(vals, i, axis=1)
+        peer = np.nanmedian(others, axis=1) if others.shape[1] else np.full(len(vals), np.nan)
+        cond, own_w, peer_w = windowed(vals[:, i], peer)
+        for ep in episodes(cond, open_n, close_n):
+            own_m = float(np.nanmean(own_w[ep.onset:ep.last + 1]))
+            peer_m = float(np.nanmean(peer_w[ep.onset:ep.last + 1]))
+            per_gpu.append((key.split("/")[0], int(key.split("/")[1]), ep, own_m, peer_m))
+    # merge overlapping GPU episodes of one node into one flag
+    by_node: dict[str, list] = {}
+    for node, g, ep, own_m, peer_m in per_gpu:
+        lo, hi = starts[ep.onset], ends[ep.last]
+        if any(lo < b and hi > a for a, b in node_flags.get(node, [])):
+            continue  # the whole node is already flagged
+        by_node.setdefault(node, []).append((g, ep, own_m, peer_m))
+    for node, items in by_node.items():
+        items.sort(key=lambda it: it[1].onset)
+        groups: list[list] = []
+        for it in items:
+            if groups and it[1].onset <= max(x[1].last for x in groups[-1]) + close_n:
+                groups[-1].append(it)
+            else:
+                groups.append([it])
+        for grp in groups:
+            onset = min(x[1].onset for x in grp)
+            opened = min(x[1].opened for x in grp)
+            last = max(x[1].last for x in grp)
+            still_open = any(x[1].closed is None for x in grp)
+            gpus = sorted({x[0] for x in grp})
+            own_m = float(np.mean([x[2] for x in grp]))
+            peer_m = float(np.mean([x[3] for x in grp]))
+            rng = _range_steps(ctx, onset, last)
+            sev = severity_for(own_m / peer_m if peer_m else 0.0, ratio,
+                               float(cfg["critical_ratio"]), higher_is_worse=False)
+            sev = "warning" if sev == "info" else sev
+            phase = _phase_words(ctx, onset, last)
+            label = "GPU " + ",".join(str(g) for g in gpus) if len(gpus) <= 8 else f"{len(gpus)} GPUs"
+            where = f" on node {node}" if len(nodes) > 1 else ""
+            during = f" (mostly during {phase})" if phase else ""
+            scope = {"node": node, "gpus": gpus[:16], "steps": rng}
+            flags.append(make_flag(
+                "gpu_imbalance", sev, float(ends[opened]), None if still_open else float(ends[last]),
+                scope,
+                f"{label}{where} averaged {pct(own_m)} {source}{during} vs a peer median of "
+                f"{pct(peer_m)}, {steps_text(rng) or 'since ' + _clock(starts[onset])}.",
+            ))
+    return flags
+
+
+def _clock(ts: float) -> str:
+    return pd.Timestamp(ts, unit="s").strftime("%H:%M:%S UTC")
+
+
+def detect_low_utilization(ctx: Context) -> list[Flag]:
+    """SM activity (else util) below the healthy floor for minutes during the training phases."""
+    cfg = ctx.cfg("low_utilization")
+    df = ctx.act_windowed
+    if len(df) == 0:
+        return []
+    df = df[df["win"] >= 0]
+    labelled = df["phase"].notna().any()
+    if labelled:
+        df = df[df["phase"].isin(TRAINING_PHASES)]
+    if len(df) == 0:
+        return []
+    threshold = float(cfg["threshold"])
+    nodes = sorted(df["node"].unique())
+    nwin = len(ctx.windows)
+    starts = ctx.windows["start"].to_numpy(float)
+    ends = ctx.windows["end"].to_numpy(float)
+    open_n = ctx.windows_for(float(cfg["open_after_s"]))
+    close_n = ctx.windows_for(float(cfg["close_after_s"]))
+    min_samples = int(cfg["min_samples"])
+    source = "SM activity" if (df["act_source"] == "sm").any() else "utilization"
+    flags = []
+    groups = [(None, df)] if len(nodes) == 1 else list(df.groupby("node"))
+    for node, sub in groups:
+        g = sub.groupby("win")["act"]
+        mean = g.mean().reindex(range(nwin))
+        count = g.size().reindex(range(nwin)).fillna(0)
+        cond = [None if c < min_samples else bool(m < threshold) for m, c in zip(mean, count, strict=True)]
+        for ep in episodes(cond, open_n, close_n):
+            start, end = episode_times(ep, starts, ends)
+            m = float(mean.iloc[ep.onset:ep.last + 1].mean())
+            sev = severity_for(m, threshold, float(cfg["critical_below"]), higher_is_worse=False)
+            rng = _range_steps(ctx, ep.onset, ep.last)
+            phases = "training phases" if labelled else "the run"
+            who = f"Node {node} GPUs" if node is not None else "The GPUs"
+            flags.append(make_flag(
+                "low_utilization", sev, start, end, {"node": node, "steps": rng},
+                f"{who} averaged {pct(m)} {source} during {phases}, "
+                f"{steps_text(rng) or 'for ' + str(int((end or ctx.now) - starts[ep.onset])) + ' s'}"
+                f" (healthy is {pct(threshold)} or more).",
+            ))
+    return flags
+
+
+def detect_util_overstates_sm(ctx: Context) -> list[Flag]:
+    """NVML utilization says busy while SM activity says most SMs are idle, phase by phase."""
+    cfg = ctx.cfg("util_overstates_sm")
+    df = ctx.act_windowed
+    if len(df) == 0 or df["sm_active"].notna().sum() == 0:
+        return []
+    df = df[(df["win"] >= 0) & df["sm_active"].notna() & df["util"].notna()]
+    util_min = float(cfg["util_min"])
+    sm_max = float(cfg["sm_max"])
+    gap = float(cfg["gap"])
+    nwin = len(ctx.windows)
+    starts = ctx.windows["start"].to_numpy(float)
+    ends = ctx.windows["end"].to_numpy(float)
+    open_n = ctx.windows_for(float(cfg["open_after_s"]))
+    close_n = ctx.windows_for(float(cfg["close_after_s"]))
+    min_n = int(cfg["min_phase_samples"])
+    df = df.assign(phase=df["phase"].fillna("(unlabelled)"))
+    agg = df.groupby(["node", "gpu", "win", "phase"], sort=False).agg(
+        u=("util", "mean"), s=("sm_active", "mean"), n=("util", "size")).reset_index()
+    agg = agg[agg["n"] >= min_n]
+    agg["bad"] = (agg["u"] >= util_min) & (agg["s"] <= sm_max) & (agg["u"] - agg["s"] >= gap)
+    per: list[tuple[str, int, object, float, float, list[str]]] = []
+    for (node, gpu), sub in agg.groupby(["node", "gpu"], sort=True):
+        anybad = sub.groupby("win")["bad"].any().reindex(range(nwin))
+        cond = [None if pd.isna(v) else bool(v) for v in anybad]
+        for ep in episodes(cond, open_n, close_n):
+            bad = sub[sub["bad"] & sub["win"].between(ep.onset, ep.last)]
+            if len(bad) == 0:
+                continue
+            w = bad["n"].astype(float)
+            u = float((bad["u"] * w).sum() / w.sum())
+            sm = float((bad["s"] * w).sum() / w.sum())
+            phases = bad.groupby("phase")["n"].sum().sort_values(ascending=False).index.tolist()
+            per.append((str(node), int(gpu), ep, u, sm, phases))
+    flags = []
+    for node in sorted({p[0] for p in per}):
+        items = sorted([p for p in per if p[0] == node], key=lambda p: p[2].onset)
+        groups: list[list] = []
+        for it in items:
+            if groups and it[2].onset <= max(x[2].last for x in groups[-1]) + close_n:
+                groups[-1].append(it)
+            else:
+                groups.append([it])
+        for grp in groups:
+            onset = min(x[2].onset for x in grp)
+            opened = min(x[2].opened for x in grp)
+            last = max(x[2].last for x in grp)
+            still_open = any(x[2].closed is None for x in grp)
+            gpus = sorted({x[1] for x in grp})
+            u = float(np.mean([x[3] for x in grp]))
+            sm = float(np.mean([x[4] for x in grp]))
+            phases: list[str] = []
+            for x in grp:
+                phases += [p for p in x[5] if p not in phases]
+            rng = _range_steps(ctx, onset, last)
+            sev = severity_for(sm, sm_max, float(cfg["critical_sm_below"]), higher_is_worse=False)
+            sev = "warning" if sev == "info" else sev
+            label = "GPU " + ",".join(map(str, gpus)) if len(gpus) <= 8 else f"{len(gpus)} GPUs"
+            where = f" during {', '.join(phases[:3])}" if phases != ["(unlabelled)"] else ""
+            scope_phase = phases[0] if len(phases) == 1 and phases[0] != "(unlabelled)" else None
+            flags.append(make_flag(
+                "util_overstates_sm", sev, float(ends[opened]),
+                None if still_open else float(ends[last]),
+                {"node": node, "gpus": gpus[:16], "phase": scope_phase, "steps": rng},
+                f"{label} showed {pct(u)} utilization but only {pct(sm)} SM activity{where}, "
+                f"{steps_text(rng) or 'since ' + _clock(starts[onset])}: the kernels keep few SMs "
+                "busy, so utilization overstates the work done.",
+            ))
+    return flags

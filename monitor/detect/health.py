@@ -1,0 +1,297 @@
+"""Health detectors: memory_pressure, oom, gpu_fault, stalled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from monitor.detect.base import Context, episode_times, make_flag, steps_text
+from monitor.detect.persistence import episodes
+from monitor.records import Flag
+
+GIB = 1024**3
+
+#: NVML clock-event bits that mean the GPU is being slowed by heat or power (not the SW power cap).
+THROTTLE_BITS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown",
+                 0x40: "hardware thermal slowdown", 0x80: "power brake"}
+THROTTLE_WORDS = ("hw_slowdown", "thermal", "power_brake", "hw_power")
+
+
+def _range_steps(ctx: Context, onset: int, last: int) -> list[int] | None:
+    s = ctx.windows["step"].iloc[onset:last + 1].dropna()
+    return [int(s.min()), int(s.max())] if len(s) else None
+
+
+def detect_memory_pressure(ctx: Context) -> list[Flag]:
+    """GPU memory near capacity, or verl's reserved peak near it, for several windows."""
+    cfg = ctx.cfg("memory_pressure")
+    win = ctx.windows
+    nwin = len(win)
+    if nwin == 0:
+        return []
+    lim = float(cfg["used_fraction"])
+    frac_gpu = pd.Series(np.nan, index=range(nwin), dtype=float)
+    worst_gpu: dict[int, list[int]] = {}
+    df = ctx.act_windowed
+    capacity = float(cfg.get("capacity_bytes") or 0.0)
+    if len(df) and df["mem_total_bytes"].notna().any():
+        sub = df[(df["win"] >= 0) & df["mem_total_bytes"].gt(0)]
+        sub = sub.assign(frac=sub["mem_used_bytes"] / sub["mem_total_bytes"])
+        q = float(cfg["quantile"])
+        per = sub.groupby(["win", "node", "gpu"])["frac"].quantile(q)
+        frac_gpu = per.groupby(level="win").max().reindex(range(nwin))
+        hot = per[per >= lim].reset_index()
+        for w, g in hot.groupby("win"):
+            worst_gpu[int(w)] = sorted(g["gpu"].astype(int).unique().tolist())
+        if not capacity:
+            capacity = float(df["mem_total_bytes"].median())
+    frac_step = pd.Series(np.nan, index=range(nwin), dtype=float)
+    sf = ctx.sf
+    if capacity and len(sf) and sf["mem_reserved"].notna().any():
+        res = dict(zip(sf["step"].astype(int), sf["mem_reserved"] / capacity, strict=True))
+        frac_step = win["step"].map(lambda s: res.get(int(s), np.nan) if pd.notna(s) else np.nan)
+        frac_step = frac_step.astype(float).reset_index(drop=True)
+    both = pd.concat([frac_gpu.rename("g"), frac_step.rename("s")], axis=1).max(axis=1)
+    cond = [None if pd.isna(v) else bool(v >= lim) for v in both]
+    starts = win["start"].to_numpy(float)
+    ends = win["end"].to_numpy(float)
+    flags = []
+    for ep in episodes(cond, ctx.windows_for(float(cfg["open_after_s"])),
+                       ctx.windows_for(float(cfg["close_after_s"]))):
+        start, end = episode_times(ep, starts, ends)
+        sl = slice(ep.onset, ep.last + 1)
+        peak = float(both.iloc[sl].max())
+        gpus = sorted({g for w in range(ep.onset, ep.last + 1) for g in worst_gpu.get(w, [])})
+        rng = _range_steps(ctx, ep.onset, ep.last)
+        parts = []
+        if frac_gpu.iloc[sl].notna().any() and float(frac_gpu.iloc[sl].max()) >= lim:
+            who = "GPU " + ",".join(map(str, gpus[:8])) if gpus else "GPU memory"
+            parts.append(f"{who} used up to {float(frac_gpu.iloc[sl].max()) * 100:.0f}% of "
+                         "capacity")
+        if frac_step.iloc[sl].notna().any() and float(frac_step.iloc[sl].max()) >= lim:
+            parts.append(f"verl's reserved peak reached {float(frac_step.iloc[sl].max()) * 100:.0f}%"
+                         f" of {capacity / GIB:.0f} GiB")
+        sev = "critical" if peak >= float(cfg["critical_fraction"]) else "warning"
+        flags.append(make_flag(
+            "memory_pressure", sev, start, end, {"gpus": gpus[:16], "steps": rng},
+            _cap("; ".join(parts)) + (f", {steps_text(rng)}" if rng else "")
+            + ": out-of-memory risk.",
+        ))
+    return flags
+
+
+def detect_oom(ctx: Context) -> list[Flag]:
+    """CUDA out-of-memory errors in the log; closed once a later step completes."""
+    cfg = ctx.cfg("oom")
+    group_s = float(cfg["group_seconds"])
+    ooms = sorted([e for e in ctx.events if e.kind == "oom" and e.time is not None],
+                  key=lambda e: e.time)
+    ends = ctx.sf["end"].to_numpy(float) if len(ctx.sf) else np.array([])
+    flags: list[Flag] = []
+    groups: list[list] = []
+    for e in ooms:
+        if groups and e.time - groups[-1][-1].time <= group_s:
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    for grp in groups:
+        t0 = float(grp[0].time)
+        later = ends[ends > grp[-1].time]
+        end = float(later[0]) if len(later) else None
+        stepnos = [e.step for e in grp if e.step is not None]
+        rng = [min(stepnos), max(stepnos)] if stepnos else None
+        msg = (grp[0].message or "CUDA out of memory").strip().splitlines()[0][:160]
+        flags.append(make_flag(
+            "oom", "critical", t0, end, {"steps": rng},
+            f"{len(grp)} out-of-memory error(s) in the log"
+            + (f" after {steps_text(rng)}" if rng else "") + f": {msg}"
+            + ("" if end is None else "; training continued afterwards") + ".",
+        ))
+    return flags
+
+
+def _xid_counts(col: pd.Series) -> tuple[pd.Series, list[list[int]]]:
+    """Cumulative XID count per sample and the codes seen, from a number or {code: count} dict.
+
+    A plain number is read as the last XID code reported (0 or NaN: none): each change to a
+    new non-zero code counts as one more error.
+    """
+    counts: list[float] = []
+    codes: list[list[int]] = []
+    total = 0.0
+    last_code = None
+    for v in col:
+        if isinstance(v, dict):
+            n = float(sum(float(x) for x in v.values()))
+            counts.append(n)
+            codes.append(sorted(int(k) for k, x in v.items() if x))
+            continue
+        code = pd.to_numeric(pd.Series([v]), errors="coerce").iloc[0]
+        if pd.notna(code) and code > 0 and code != last_code:
+            total += 1
+        last_code = code if pd.notna(code) and code > 0 else None
+        counts.append(total)
+        codes.append([int(code)] if pd.notna(code) and code > 0 else [])
+    return pd.Series(counts, index=col.index, dtype=float), codes
+
+
+def _throttled(value: object) -> str | None:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, dict):
+        active = [str(k) for k, on in value.items() if on]
+        hits = [k for k in active if any(w in k.lower() for w in THROTTLE_WORDS)]
+        return ", ".join(hits) if hits else None
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        bits = int(value)
+        names = [name for bit, name in THROTTLE_BITS.items() if bits & bit]
+        return ", ".join(names) if names else None
+    text = str(value).lower()
+    hits = [w for w in THROTTLE_WORDS if w in text]
+    return text if hits else None
+
+
+def detect_gpu_fault(ctx: Context) -> list[Flag]:
+    """XID errors, a GPU down or gone silent, hardware thermal/power throttling."""
+    cfg = ctx.cfg("gpu_fault")
+    gpu = ctx.gpu
+    if gpu is None or len(gpu) == 0:
+        return []
+    gpu = gpu.sort_values("ts", kind="stable")
+    flags: list[Flag] = []
+    hold = float(cfg["xid_hold_seconds"])
+    interval = ctx.sample_interval
+    open_n = max(1, int(np.ceil(float(cfg["open_after_s"]) / interval)))
+    close_n = max(1, int(np.ceil(float(cfg["close_after_s"]) / interval)))
+    last_ts = float(gpu["ts"].max())
+    live_ts = set(gpu.loc[gpu["util"].notna(), "ts"].tolist())
+    for (node, idx), sub in gpu.groupby(["node", "gpu"], sort=True):
+        ts = sub["ts"].to_numpy(float)
+        scope = {"node": str(node), "gpus": [int(idx)]}
+        if "xid" in sub.columns:
+            counts, codes_at = _xid_counts(sub["xid"])
+            prev = counts.shift(1).fillna(0.0)
+            new = counts.notna() & (counts > prev)
+            times = ts[new.to_numpy()]
+            codes = [code for cs, hit in zip(codes_at, new, strict=True) if hit for code in cs]
+            if len(times):
+                t0 = float(times[0])
+                tl = float(times[-1])
+                end = tl + hold if tl + hold < ctx.now else None
+                flags.append(make_flag(
+                    "gpu_fault", "critical", t0, end, scope,
+                    f"GPU {idx} on node {node} reported XID error(s) "
+                    f"{', '.join(map(str, sorted(set(codes))))} ({len(times)} time(s)).",
+                ))
+        if "up" in sub.columns:
+            up = pd.to_numeric(sub["up"].map(_as_up), errors="coerce")
+        else:
+            # without an `up` column: no reading from this GPU while others at that time have one
+            up = pd.Series(np.where(sub["util"].notna() | ~sub["ts"].isin(live_ts), 1.0, 0.0),
+                           index=sub.index)
+        if (up < 0.5).any():
+            cond = [None if pd.isna(u) else bool(u < 0.5) for u in up]
+            for ep in episodes(cond, open_n, close_n):
+                end = None if ep.closed is None else float(ts[ep.last])
+                flags.append(make_flag(
+                    "gpu_fault", "critical", float(ts[ep.opened]), end, scope,
+                    f"GPU {idx} on node {node} stopped answering (down) at "
+                    f"{_clock(ts[ep.onset])}" + ("" if end is None else
+                                                f", back after {end - ts[ep.onset]:.0f} s") + ".",
+                ))
+        if "clock_events" in sub.columns:
+            reasons = [_throttled(v) for v in sub["clock_events"]]
+            cond = [r is not None for r in reasons]
+            for ep in episodes(cond, open_n, close_n):
+                end = None if ep.closed is None else float(ts[ep.last])
+                why = next(r for r in reasons[ep.onset:ep.last + 1] if r)
+                flags.append(make_flag(
+                    "gpu_fault", "warning", float(ts[ep.opened]), end, scope,
+                    f"GPU {idx} on node {node} is being throttled ({why}) since "
+                    f"{_clock(ts[ep.onset])}: it runs slower than its peers.",
+                ))
+        # a GPU that stops reporting while the others keep going
+        gap_lim = float(cfg["silent_seconds"])
+        if last_ts - ts[-1] > gap_lim and len(ts):
+            flags.append(make_flag(
+                "gpu_fault", "critical", float(ts[-1]) + gap_lim, None, scope,
+                f"GPU {idx} on node {node} has sent no sample for {last_ts - ts[-1]:.0f} s "
+                "while the other GPUs keep reporting.",
+            ))
+    return flags
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _as_up(v: object) -> object:
+    if isinstance(v, str):
+        return {"true": 1, "false": 0, "1": 1, "0": 0}.get(v.strip().lower(), np.nan)
+    if isinstance(v, (bool, np.bool_)):
+        return 1 if v else 0
+    return v
+
+
+def _clock(ts: float) -> str:
+    return pd.Timestamp(float(ts), unit="s").strftime("%H:%M:%S UTC")
+
+
+def detect_stalled(ctx: Context) -> list[Flag]:
+    """No new step for several median step times (and minutes), or all GPUs idle with a silent log."""
+    cfg = ctx.cfg("stalled")
+    sf = ctx.sf
+    flags: list[Flag] = []
+    life = sorted(set(sf["end"].astype(float).tolist())
+                  | {float(e.time) for e in ctx.events
+                     if e.kind == "progress" and e.time is not None})
+    med = ctx.median_step
+    if life and med:
+        lim = max(float(cfg["median_multiple"]) * med, float(cfg["min_seconds"]))
+        marks = life + [float(ctx.now)]
+        step_ends = sf["end"].to_numpy(float)
+        for a, b in zip(marks[:-1], marks[1:], strict=True):
+            if b - a <= lim:
+                continue
+            resumed = b != marks[-1] or b in step_ends
+            last_step = sf["step"][sf["end"] <= a + 1e-6]
+            after = f" after step {int(last_step.iloc[-1])}" if len(last_step) else ""
+            gap = b - a
+            sev = "critical" if gap >= float(cfg["critical_multiple"]) * lim else "warning"
+            flags.append(make_flag(
+                "stalled", sev, a + lim, b if resumed else None, {},
+                f"No new step for {gap / 60:.1f} min{after} (median step time {med:.0f} s)"
+                + ("; training resumed afterwards." if resumed else "."),
+            ))
+    # all GPUs idle while nothing arrives in the log (works without any step yet)
+    df = ctx.act
+    if len(df):
+        idle_level = float(cfg["idle_level"])
+        bin_s = max(ctx.sample_interval, 1e-3)
+        tb = np.floor(df["ts"].to_numpy(float) / bin_s).astype(np.int64)
+        peak = pd.Series(df["act"].to_numpy(float)).groupby(tb).max()
+        idle = (peak <= idle_level).to_numpy()
+        times = peak.index.to_numpy(np.int64) * bin_s
+        need = float(cfg["idle_seconds"])
+        if med:
+            need = max(need, float(cfg["idle_median_multiple"]) * med)
+        i = 0
+        while i < len(idle):
+            if not idle[i]:
+                i += 1
+                continue
+            j = i
+            while j + 1 < len(idle) and idle[j + 1]:
+                j += 1
+            t0, t1 = float(times[i]), float(times[j] + bin_s)
+            quiet = not any(t0 < t <= t1 for t in life)
+            covered = any(f.start <= t1 and (f.end is None or f.end >= t0) for f in flags)
+            if t1 - t0 >= need and quiet and not covered:
+                still = j == len(idle) - 1
+                flags.append(make_flag(
+                    "stalled", "warning", t0 + need, None if still else t1, {},
+                    f"All GPUs idle (peak activity {idle_level:.0f}% or less) for "
+                    f"{(t1 - t0) / 60:.1f} min with no new step or progress line in the log.",
+                ))
+            i = j + 1
+    return flags

@@ -1,0 +1,119 @@
+"""io_starvation: the GPUs wait on data loading or host work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from monitor.detect import window as W
+from monitor.detect.base import Context, episode_times, make_flag, step_episodes, steps_text
+from monitor.detect.persistence import episodes
+from monitor.records import TRAINING_PHASES, Flag
+
+
+def _host_windows(ctx: Context) -> pd.DataFrame:
+    host = ctx.host
+    nwin = len(ctx.windows)
+    cols = ["cpu_max", "iowait"]
+    if host is None or len(host) == 0 or nwin == 0:
+        return pd.DataFrame(np.nan, index=range(nwin), columns=cols)
+    win = W.assign_windows(pd.to_numeric(host["ts"], errors="coerce"), ctx.windows)
+    h = pd.DataFrame({"win": win, "cpu_max": pd.to_numeric(host["cpu_max_core_pct"], errors="coerce"),
+                      "iowait": pd.to_numeric(host.get("iowait_pct"), errors="coerce")
+                      if "iowait_pct" in host.columns else np.nan})
+    h = h[h["win"] >= 0]
+    return h.groupby("win")[cols].mean().reindex(range(nwin))
+
+
+def detect_io_starvation(ctx: Context) -> list[Flag]:
+    """Deep GPU troughs while a host core is pegged or iowait is high; or unexplained step time grows."""
+    cfg = ctx.cfg("io_starvation")
+    flags: list[Flag] = []
+    # (a) GPUs swing with deep troughs while the host is the bottleneck
+    df = ctx.act_windowed
+    nwin = len(ctx.windows)
+    if len(df) and nwin:
+        sub = df[df["win"] >= 0]
+        if sub["phase"].notna().any():
+            sub = sub[sub["phase"].isin(TRAINING_PHASES)]
+        bin_s = max(ctx.sample_interval, 1e-3)
+        tb = np.floor(sub["ts"].to_numpy(float) / bin_s).astype(np.int64)
+        fleet = pd.DataFrame({"tb": tb, "win": sub["win"].to_numpy(), "act": sub["act"].to_numpy()})
+        fleet = fleet.groupby(["win", "tb"])["act"].mean().reset_index()
+        g = fleet.groupby("win")["act"]
+        lo = g.quantile(float(cfg["trough_quantile"])).reindex(range(nwin))
+        hi = g.quantile(float(cfg["peak_quantile"])).reindex(range(nwin))
+        n = g.size().reindex(range(nwin)).fillna(0)
+        host = _host_windows(ctx)
+        pegged = host["cpu_max"] >= float(cfg["cpu_core_pegged"])
+        iow = host["iowait"] >= float(cfg["iowait_high"])
+        cond = []
+        for i in range(nwin):
+            if n.iloc[i] < int(cfg["min_samples"]) or (
+                pd.isna(host["cpu_max"].iloc[i]) and pd.isna(host["iowait"].iloc[i])
+            ):
+                cond.append(None)
+                continue
+            swing = lo.iloc[i] <= float(cfg["trough_max"]) and hi.iloc[i] >= float(cfg["peak_min"])
+            cond.append(bool(swing and (pegged.iloc[i] or iow.iloc[i])))
+        starts = ctx.windows["start"].to_numpy(float)
+        ends = ctx.windows["end"].to_numpy(float)
+        for ep in episodes(cond, ctx.windows_for(float(cfg["open_after_s"])),
+                           ctx.windows_for(float(cfg["close_after_s"]))):
+            start, end = episode_times(ep, starts, ends)
+            sl = slice(ep.onset, ep.last + 1)
+            s = ctx.windows["step"].iloc[sl].dropna()
+            rng = [int(s.min()), int(s.max())] if len(s) else None
+            cpu = float(host["cpu_max"].iloc[sl].mean())
+            io = host["iowait"].iloc[sl].mean()
+            host_txt = f"the busiest CPU core averaged {cpu:.0f}%"
+            if pd.notna(io):
+                host_txt += f" and iowait {io:.0f}%"
+            flags.append(make_flag(
+                "io_starvation", "warning", start, end, {"steps": rng},
+                f"GPU activity swung between {lo.iloc[sl].mean():.0f}% and {hi.iloc[sl].mean():.0f}%"
+                f" while {host_txt}" + (f", {steps_text(rng)}" if rng else "")
+                + ": the GPUs wait for data.",
+            ))
+    # (b) a growing share of the step that no phase explains
+    sf = ctx.sf
+    if len(sf) >= 2 and "other" in sf.columns:
+        total = W.core_total(sf)
+        share = sf["other"].astype(float) / total.where(total > 0)
+        med, _ = W.rolling_baseline(share, int(cfg["history_steps"]),
+                                    min_periods=int(cfg["min_history_steps"]))
+        base = med
+        lim_abs = float(cfg["other_share_min"])
+        rise = float(cfg["other_share_rise"])
+        cond = [None if pd.isna(s) or pd.isna(b) else bool(s >= lim_abs and s >= b + rise)
+                for s, b in zip(share, base, strict=True)]
+        for ep, start, end, rng in step_episodes(
+            ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+        ):
+            sl = slice(ep.onset, ep.last + 1)
+            m = float(share.iloc[sl].mean())
+            secs = float(sf["other"].iloc[sl].mean())
+            sev = "critical" if m >= float(cfg["critical_other_share"]) else "warning"
+            flags.append(make_flag(
+                "io_starvation", sev, start, end, {"phase": "other", "steps": rng},
+                f"{secs:.1f} s per step ({m * 100:.0f}% of the step) went to no logged phase, "
+                f"{steps_text(rng)}, up from {float(base.iloc[ep.onset]) * 100:.0f}%: data "
+                "loading or host work is holding the step.",
+            ))
+    return _merge(flags)
+
+
+def _merge(flags: list[Flag]) -> list[Flag]:
+    """One io_starvation flag per overlapping stretch: the GPU/host evidence and the step evidence."""
+    flags = sorted(flags, key=lambda f: f.start)
+    out: list[Flag] = []
+    for f in flags:
+        if out and (out[-1].end is None or f.start <= out[-1].end):
+            prev = out[-1]
+            prev.end = None if (prev.end is None or f.end is None) else max(prev.end, f.end)
+            prev.evidence = prev.evidence + " " + f.evidence
+            if f.severity == "critical":
+                prev.severity = "critical"
+            continue
+        out.append(f)
+    return out

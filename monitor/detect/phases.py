@@ -1,0 +1,281 @@
+"""Phase detectors over the step records: phase_imbalance, comm_heavy, reshard_spike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from monitor.detect import window as W
+from monitor.detect.base import Context, make_flag, step_episodes, steps_text
+from monitor.records import Flag
+
+#: Phases judged by their own detectors, left out of the share-jump rule.
+OWN_DETECTOR_PHASES = ("reshard", "rollout_wait", "comm", "other", "testing", "save_checkpoint")
+
+
+def detect_phase_imbalance(ctx: Context) -> list[Flag]:
+    """Generation vs scoring (values + reward) out of proportion, or a phase's share jumping."""
+    cfg = ctx.cfg("phase_imbalance")
+    sf = ctx.sf
+    if len(sf) < 2:
+        return []
+    flags: list[Flag] = []
+    gen = W.phase(sf, "gen")
+    scoring = W.phase(sf, "values").fillna(0.0) + W.phase(sf, "reward").fillna(0.0)
+    has_scoring = W.phase(sf, "values").notna() | W.phase(sf, "reward").notna()
+    scoring = scoring.where(has_scoring)
+    ratio_lim = float(cfg["scoring_over_gen_max"])
+    ratio = scoring / gen.where(gen > 0)
+    cond = [None if pd.isna(r) else bool(r > ratio_lim) for r in ratio]
+    for ep, start, end, rng in step_episodes(
+        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+    ):
+        sl = slice(ep.onset, ep.last + 1)
+        g, s = float(gen.iloc[sl].mean()), float(scoring.iloc[sl].mean())
+        sev = "critical" if s / g >= float(cfg["critical_scoring_over_gen"]) else "warning"
+        flags.append(make_flag(
+            "phase_imbalance", sev, start, end, {"phase": "values", "steps": rng},
+            f"Scoring (values + reward) took {s:.1f} s per step vs {g:.1f} s of generation "
+            f"({s / g:.1f}:1), {steps_text(rng)}: the critic/reward side is the bottleneck.",
+        ))
+    # a phase whose share of the step jumps against its own history
+    total = W.core_total(sf)
+    window = int(cfg["history_steps"])
+    k = float(cfg["mad_k"])
+    min_jump = float(cfg["share_jump_min"])
+    jump_ratio = float(cfg["share_jump_ratio"])
+    for name in [c for c in sf.columns if c in W.ALL_PHASES and c not in OWN_DETECTOR_PHASES]:
+        share = sf[name].astype(float) / total.where(total > 0)
+
+        def limit(med, mad):
+            return np.maximum(med + k * 1.4826 * mad, np.maximum(med + min_jump, med * jump_ratio))
+
+        med, mad = W.frozen_baseline(share, window, int(cfg["min_history_steps"]),
+                                     lambda v, m, d: v > limit(m, d))
+        lim = limit(med, mad)
+        cond = [None if pd.isna(s) or pd.isna(m) else bool(s > li)
+                for s, m, li in zip(share, med, lim, strict=True)]
+        for ep, start, end, rng in step_episodes(
+            ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+        ):
+            sl = slice(ep.onset, ep.last + 1)
+            now_share = float(share.iloc[sl].mean())
+            before = float(med.iloc[ep.onset])
+            sev = ("critical" if now_share - before >= float(cfg["critical_share_jump"])
+                   else "warning")
+            text = (f"{name} took {now_share * 100:.0f}% of the step, {steps_text(rng)}, vs "
+                    f"{before * 100:.0f}% in the steps before.")
+            same = [f for f in flags if f.scope.get("phase") == name
+                    and (f.end is None or f.end >= start) and (end is None or end >= f.start)]
+            if same:  # the ratio rule already flagged this phase: add the share to its evidence
+                same[0].evidence += " " + text[:1].upper() + text[1:]
+                continue
+            flags.append(make_flag(
+                "phase_imbalance", sev, start, end, {"phase": name, "steps": rng}, text))
+    return flags
+
+
+def gpu_comm_seconds(ctx: Context) -> pd.Series:
+    """Per step (aligned with ``ctx.sf``): seconds of the update phases that look like collectives.
+
+    verl's console log folds the gradient collectives into ``timing_s/update_actor``. On the
+    GPUs they show as high utilization with few SMs active (the kernels wait on NVLink/IB). The
+    time in ``update_actor``/``update_critic`` with that signature is counted; when the
+    forward-only phases (``old_log_prob``, ``ref``, ``values``) show it too, the signature means
+    tiny kernels rather than communication and the step is left unknown (NaN).
+    """
+    cfg = ctx.cfg("comm_heavy")
+    sf = ctx.sf
+    out = pd.Series(np.nan, index=sf.index, dtype=float)
+    df = ctx.act
+    if len(df) == 0 or len(sf) == 0 or df["sm_active"].notna().sum() == 0:
+        return out
+    df = df[df["phase"].notna() & df["sm_active"].notna()]
+    if len(df) == 0:
+        return out
+    bin_s = max(ctx.sample_interval, 1e-3)
+    tb = np.floor(df["ts"].to_numpy(float) / bin_s).astype(np.int64)
+    fleet = pd.DataFrame({"step": df["step"].to_numpy(), "phase": df["phase"].to_numpy(),
+                          "tb": tb, "util": df["util"].to_numpy(float),
+                          "sm": df["sm_active"].to_numpy(float)})
+    fleet = fleet.groupby(["step", "phase", "tb"], sort=False)[["util", "sm"]].mean().reset_index()
+    sig = (fleet["util"] >= float(cfg["signature_util_min"])) & (
+        fleet["sm"] <= float(cfg["signature_sm_max"])
+    )
+    fleet["sig"] = sig
+    update = fleet[fleet["phase"].isin(("update_actor", "update_critic"))]
+    forward = fleet[fleet["phase"].isin(("old_log_prob", "ref", "values"))]
+    comm_s = update.groupby("step")["sig"].sum() * bin_s
+    fwd_share = forward.groupby("step")["sig"].mean()
+    limit = float(cfg["forward_signature_max"])
+    pos = {int(s): i for i, s in enumerate(sf["step"].to_numpy())}
+    for step, secs in comm_s.items():
+        if int(step) not in pos:
+            continue
+        fs = fwd_share.get(step, np.nan)
+        if pd.notna(fs) and fs > limit:
+            continue
+        out.iloc[pos[int(step)]] = float(secs)
+    return out
+
+
+def detect_comm_heavy(ctx: Context) -> list[Flag]:
+    """Communication above its share of the step (comm phase, GPU signature, or NCCL share)."""
+    cfg = ctx.cfg("comm_heavy")
+    sf = ctx.sf
+    if len(sf) == 0:
+        return []
+    total = W.core_total(sf)
+    comm = W.phase(sf, "comm")
+    from_gpu = comm.isna().all()
+    if from_gpu:
+        comm = gpu_comm_seconds(ctx)
+    comm_share = comm / total.where(total > 0)
+    nccl = W.step_metrics(ctx.steps, str(cfg["nccl_share_metric"]))
+    nccl = nccl.reindex(sf["step"].to_numpy()).reset_index(drop=True)
+    c_lim = float(cfg["comm_share_max"])
+    n_lim = float(cfg["nccl_share_max"])
+    cond = []
+    for c, n in zip(comm_share, nccl, strict=True):
+        if pd.isna(c) and pd.isna(n):
+            cond.append(None)
+        else:
+            cond.append(bool((pd.notna(c) and c > c_lim) or (pd.notna(n) and n > n_lim)))
+    flags = []
+    for ep, start, end, rng in step_episodes(
+        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+    ):
+        sl = slice(ep.onset, ep.last + 1)
+        parts = []
+        worst = 0.0
+        if comm_share.iloc[sl].notna().any():
+            c = float(comm_share.iloc[sl].mean())
+            worst = max(worst, c)
+            how = (" (update phases at high utilization with few SMs active)" if from_gpu
+                   else "")
+            parts.append(f"communication took {c * 100:.0f}% of the step{how}, limit "
+                         f"{c_lim * 100:.0f}%")
+        if nccl.iloc[sl].notna().any():
+            n = float(nccl.iloc[sl].mean())
+            worst = max(worst, n)
+            parts.append(f"NCCL time was {n * 100:.0f}% of the window (bad above "
+                         f"{n_lim * 100:.0f}%)")
+        sev = "critical" if worst >= float(cfg["critical_share"]) else "warning"
+        flags.append(make_flag(
+            "comm_heavy", sev, start, end, {"phase": "comm", "steps": rng},
+            f"{_cap(steps_text(rng))}: " + "; ".join(parts) + ".",
+        ))
+    return flags
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def reshard_series(ctx: Context) -> pd.Series:
+    """Reshard seconds per step (aligned with ``ctx.sf``), from the phase or version fallbacks.
+
+    verl 0.6-0.7.0 logs no reshard timer: approximate as ``gen - generate_sequences``. Before
+    0.4.1 the switch hides inside gen and there is nothing to read (NaN).
+    """
+    sf = ctx.sf
+    out = W.phase(sf, "reshard")
+    if out.notna().any():
+        return out
+    gen = W.phase(sf, "gen")
+    for key in ("timing_s/generate_sequences", "timing_s/agent_loop/slowest/generate_sequences"):
+        gs = W.step_metrics(ctx.steps, key).reindex(sf["step"].to_numpy()).reset_index(drop=True)
+        if gs.notna().any():
+            return (gen - gs).clip(lower=0.0)
+    # HybridEngine / ParameterSynchronizer events with seconds, attributed to the step they end in
+    ev = [(e.time, float(e.data.get("seconds"))) for e in ctx.events
+          if e.kind == "reshard" and e.time is not None and e.data.get("seconds") is not None]
+    if ev:
+        ends = sf["end"].to_numpy(float)
+        idx = np.searchsorted(ends, [t for t, _ in ev], side="left")
+        vals = pd.Series(np.nan, index=sf.index, dtype=float)
+        for i, (_, secs) in zip(idx, ev, strict=True):
+            if i < len(vals):
+                vals.iloc[i] = secs if pd.isna(vals.iloc[i]) else vals.iloc[i] + secs
+        return vals
+    return out
+
+
+def reshard_memory_peak(ctx: Context, min_samples: int = 3) -> pd.Series:
+    """Per step (aligned with ``ctx.sf``): peak share of GPU memory used during the reshard.
+
+    Steps whose reshard holds fewer than ``min_samples`` samples of a GPU are left NaN: a
+    sub-second switch is not sampled well enough to judge its peak.
+    """
+    sf = ctx.sf
+    out = pd.Series(np.nan, index=sf.index, dtype=float)
+    df = ctx.act
+    if len(df) == 0 or "mem_used_bytes" not in df.columns:
+        return out
+    sub = df[(df["phase"] == "reshard") & (df["mem_total_bytes"] > 0)]
+    if len(sub) == 0:
+        return out
+    frac = sub["mem_used_bytes"] / sub["mem_total_bytes"]
+    counts = sub.groupby(["step", "node", "gpu"]).size().groupby(level="step").min()
+    peak = frac.groupby(sub["step"]).max()
+    peak = peak[counts.reindex(peak.index).fillna(0) >= min_samples]
+    pos = {int(s): i for i, s in enumerate(sf["step"].to_numpy())}
+    for step, val in peak.items():
+        if int(step) in pos:
+            out.iloc[pos[int(step)]] = float(val)
+    return out
+
+
+def detect_reshard_spike(ctx: Context) -> list[Flag]:
+    """Weight sync far above its rolling median (median + k*MAD, with a floor), or a memory jump."""
+    cfg = ctx.cfg("reshard_spike")
+    sf = ctx.sf
+    if len(sf) < 2:
+        return []
+    rs = reshard_series(ctx)
+    k = float(cfg["mad_k"])
+    floor_s = float(cfg["floor_seconds"])
+    floor_r = float(cfg["floor_ratio"])
+
+    def limit(med, mad):
+        return np.maximum(med + k * 1.4826 * mad, np.maximum(med + floor_s, med * floor_r))
+
+    med, mad = W.frozen_baseline(rs, int(cfg["history_steps"]), int(cfg["min_history_steps"]),
+                                 lambda v, m, d: v > limit(m, d))
+    lim = limit(med, mad)
+    mem_peak = reshard_memory_peak(ctx, int(cfg["memory_min_samples"]))
+    jump = float(cfg["memory_jump_fraction"])
+    mem_med, _ = W.frozen_baseline(mem_peak, int(cfg["history_steps"]),
+                                   int(cfg["min_history_steps"]), lambda v, m, d: v > m + jump)
+    mem = (mem_peak - mem_med).where(mem_peak >= float(cfg["memory_peak_min"]))
+    mem_lim = jump
+    cond = []
+    for r, li, mj in zip(rs, lim, mem, strict=True):
+        hit_t = pd.notna(r) and pd.notna(li) and r > li
+        hit_m = pd.notna(mj) and mj > mem_lim
+        if (pd.isna(r) or pd.isna(li)) and pd.isna(mj):
+            cond.append(None)
+        else:
+            cond.append(bool(hit_t or hit_m))
+    flags = []
+    for ep, start, end, rng in step_episodes(
+        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+    ):
+        sl = slice(ep.onset, ep.last + 1)
+        parts = []
+        peak = float(rs.iloc[sl].max()) if rs.iloc[sl].notna().any() else float("nan")
+        base = float(med.iloc[ep.onset]) if pd.notna(med.iloc[ep.onset]) else float("nan")
+        if pd.notna(peak) and pd.notna(base):
+            parts.append(f"weight sync (reshard) took up to {peak:.1f} s vs a rolling median of "
+                         f"{base:.1f} s")
+        if mem.iloc[sl].notna().any() and float(mem.iloc[sl].max()) > mem_lim:
+            parts.append(f"GPU memory peaked at {float(mem_peak.iloc[sl].max()) * 100:.0f}% of "
+                         f"capacity during the switch, {float(mem.iloc[sl].max()) * 100:.0f} "
+                         "points above its usual peak")
+        ratio = peak / base if pd.notna(peak) and base and base > 0 else 0.0
+        sev = "critical" if ratio >= float(cfg["critical_ratio"]) else "warning"
+        flags.append(make_flag(
+            "reshard_spike", sev, start, end, {"phase": "reshard", "steps": rng},
+            f"{_cap(steps_text(rng))}: " + "; ".join(parts or ["reshard spike"]) + ".",
+        ))
+    return flags

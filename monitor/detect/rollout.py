@@ -1,0 +1,134 @@
+"""Rollout detectors: rollout_long_tail and rollout_wait."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from monitor.detect import window as W
+from monitor.detect.base import Context, make_flag, step_episodes, steps_text
+from monitor.records import Flag
+
+SLOWEST = "timing_s/agent_loop/slowest/generate_sequences"
+GEN_MEAN = "timing_s/agent_loop/generate_sequences/mean"
+RESP_MAX = "response_length/max"
+RESP_MEAN = "response_length/mean"
+
+
+def _metric(ctx: Context, key: str) -> pd.Series:
+    s = W.step_metrics(ctx.steps, key)
+    return s.reindex(ctx.sf["step"].to_numpy()).reset_index(drop=True)
+
+
+def gen_tail_share(ctx: Context) -> pd.Series:
+    """Per step: share of the gen phase during which only a minority of GPUs was still working.
+
+    During a long tail GPUs fall idle one by one while a few keep generating; this is the
+    fraction of gen time with some, but fewer than ``tail_busy_fraction`` of, the GPUs busy.
+    """
+    cfg = ctx.cfg("rollout_long_tail")
+    df = ctx.act
+    sf = ctx.sf
+    out = pd.Series(np.nan, index=sf.index, dtype=float)
+    if len(df) == 0 or len(sf) == 0:
+        return out
+    gen = df[df["phase"] == "gen"]
+    if len(gen) == 0:
+        return out
+    busy_level = float(cfg["gpu_busy_level"])
+    bin_s = max(float(gen.groupby(["node", "gpu"])["ts"].diff().median() or 1.0), 1e-3)
+    tbin = np.floor((gen["ts"].to_numpy(float) - gen["ts"].min()) / bin_s).astype(int)
+    tmp = pd.DataFrame({"step": gen["step"].to_numpy(), "tbin": tbin,
+                        "busy": (gen["act"] >= busy_level).to_numpy()})
+    per_bin = tmp.groupby(["step", "tbin"]).agg(frac=("busy", "mean"), n=("busy", "size"))
+    ngpu = df.groupby(["node", "gpu"]).ngroups
+    if ngpu < 2:
+        return out
+    frac_hi = float(cfg["tail_busy_fraction"])
+    per_bin["tail"] = (per_bin["frac"] > 0) & (per_bin["frac"] < frac_hi)
+    per_bin["some"] = per_bin["frac"] > 0
+    g = per_bin.groupby(level="step")
+    share = g["tail"].sum() / g["some"].sum().where(lambda s: s > 0)
+    pos = {int(s): i for i, s in enumerate(sf["step"].to_numpy())}
+    for step, val in share.items():
+        if int(step) in pos:
+            out.iloc[pos[int(step)]] = float(val)
+    return out
+
+
+def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
+    """A few sequences keep generation going while most GPUs (or agent workers) wait."""
+    cfg = ctx.cfg("rollout_long_tail")
+    sf = ctx.sf
+    if len(sf) == 0:
+        return []
+    slow = _metric(ctx, SLOWEST)
+    mean = _metric(ctx, GEN_MEAN)
+    agent_ratio = slow / mean.where(mean > 0)
+    rmax = _metric(ctx, RESP_MAX)
+    rmean = _metric(ctx, RESP_MEAN)
+    resp_ratio = rmax / rmean.where(rmean > 0)
+    tail = gen_tail_share(ctx)
+    a_lim = float(cfg["agent_slowest_over_mean"])
+    r_lim = float(cfg["response_max_over_mean"])
+    t_lim = float(cfg["tail_share"])
+    cond: list[object] = []
+    for a, r, t in zip(agent_ratio, resp_ratio, tail, strict=True):
+        known = [x for x in (a, r, t) if pd.notna(x)]
+        if not known:
+            cond.append(None)
+            continue
+        hit = (pd.notna(a) and a >= a_lim) or (pd.notna(t) and t >= t_lim)
+        # the response-length ratio alone is weaker evidence: use it only without GPU data
+        if pd.isna(t) and pd.notna(r) and r >= r_lim:
+            hit = True
+        cond.append(bool(hit))
+    flags = []
+    for ep, start, end, rng in step_episodes(
+        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+    ):
+        sl = slice(ep.onset, ep.last + 1)
+        parts = []
+        if agent_ratio.iloc[sl].notna().any():
+            parts.append(f"the slowest agent-loop generation took {agent_ratio.iloc[sl].mean():.1f}x"
+                         " the mean")
+        if tail.iloc[sl].notna().any():
+            parts.append(f"for {tail.iloc[sl].mean() * 100:.0f}% of gen only a minority of GPUs "
+                         "were still busy")
+        if resp_ratio.iloc[sl].notna().any():
+            parts.append(f"the longest response was {resp_ratio.iloc[sl].mean():.1f}x the mean "
+                         "length")
+        worst_tail = float(tail.iloc[sl].mean()) if tail.iloc[sl].notna().any() else 0.0
+        worst_agent = float(agent_ratio.iloc[sl].mean()) if agent_ratio.iloc[sl].notna().any() else 0
+        sev = "critical" if (worst_tail >= float(cfg["critical_tail_share"])
+                             or worst_agent >= float(cfg["critical_agent_ratio"])) else "warning"
+        flags.append(make_flag(
+            "rollout_long_tail", sev, start, end, {"phase": "gen", "steps": rng},
+            f"Rollout long tail, {steps_text(rng)}: " + "; ".join(parts) + ".",
+        ))
+    return flags
+
+
+def detect_rollout_wait(ctx: Context) -> list[Flag]:
+    """The trainer waits for rollout batches for more than the allowed time per step."""
+    cfg = ctx.cfg("rollout_wait")
+    sf = ctx.sf
+    if len(sf) == 0 or "rollout_wait" not in sf.columns:
+        return []
+    wait = sf["rollout_wait"].astype(float)
+    lim = float(cfg["max_seconds"])
+    cond = [None if pd.isna(w) else bool(w > lim) for w in wait]
+    flags = []
+    for ep, start, end, rng in step_episodes(
+        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+    ):
+        m = float(wait.iloc[ep.onset:ep.last + 1].mean())
+        share = m / float(sf["total"].iloc[ep.onset:ep.last + 1].mean() or np.nan)
+        sev = "critical" if share >= float(cfg["critical_share"]) else "warning"
+        flags.append(make_flag(
+            "rollout_wait", sev, start, end, {"phase": "rollout_wait", "steps": rng},
+            f"The trainer waited {m * 1000:.0f} ms per step for rollout batches "
+            f"({share * 100:.1f}% of the step), {steps_text(rng)}; healthy is under "
+            f"{lim * 1000:.0f} ms.",
+        ))
+    return flags

@@ -1,0 +1,151 @@
+"""Step-level detectors: step_time_spikes and throughput_regression."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from monitor.detect import window as W
+from monitor.detect.base import Context, make_flag, step_episodes, steps_text
+from monitor.records import Flag
+
+
+def spike_steps(ctx: Context) -> pd.Series:
+    """Per step (aligned with ``ctx.sf``): True where the step time is far above its rolling median.
+
+    Testing and checkpoint time are taken out first: they are periodic by design.
+    """
+    cfg = ctx.cfg("step_time_spikes")
+    sf = ctx.sf
+    total = W.core_total(sf)
+    med, mad = W.rolling_baseline(total, int(cfg["history_steps"]),
+                                  min_periods=int(cfg["min_history_steps"]))
+    lim = np.maximum(med + float(cfg["mad_k"]) * 1.4826 * mad, med * float(cfg["ratio"]))
+    high = [None if pd.isna(t) or pd.isna(li) else bool(t > li)
+            for t, li in zip(total, lim, strict=True)]
+    # a spike is a step that is high while the next one is back to normal: a lasting change of
+    # level is not a spike (throughput_regression and the phase detectors judge those)
+    out: list[object] = []
+    for i, h in enumerate(high):
+        if h is None or not h:
+            out.append(h)
+            continue
+        if i + 1 >= len(high):
+            out.append(None)  # not confirmed yet
+            continue
+        nxt = total.iloc[i + 1]
+        prev = total.iloc[i - 1] if i > 0 else np.nan
+        drop = float(cfg["neighbour_ratio"])
+        back = pd.notna(nxt) and pd.notna(lim.iloc[i]) and nxt <= lim.iloc[i]
+        # both neighbours clearly lower: a spike, not the edge of a change of level
+        apart = (pd.notna(nxt) and nxt * drop <= total.iloc[i]
+                 and (pd.isna(prev) or prev * drop <= total.iloc[i]))
+        out.append(bool(back and apart))
+    return pd.Series(out, index=sf.index, dtype=object)
+
+
+def period_of(step_numbers: list[int], min_share: float = 0.7) -> int | None:
+    """The period (in steps) of spikes when most gaps between them are equal, else None."""
+    if len(step_numbers) < 3:
+        return None
+    gaps = np.diff(sorted(step_numbers))
+    gaps = gaps[gaps > 0]
+    if len(gaps) < 2:
+        return None
+    gap, count = Counter(gaps.tolist()).most_common(1)[0]
+    return int(gap) if count / len(gaps) >= min_share and gap > 1 else None
+
+
+def detect_step_time_spikes(ctx: Context) -> list[Flag]:
+    """Repeated steps far above the rolling median; says whether they are periodic."""
+    cfg = ctx.cfg("step_time_spikes")
+    sf = ctx.sf
+    if len(sf) < int(cfg["min_history_steps"]) + 1:
+        return []
+    spikes = spike_steps(ctx)
+    window = int(cfg["count_window_steps"])
+    need = int(cfg["min_spikes"])
+    is_spike = spikes.map(lambda v: bool(v) if v is not None else False).astype(int)
+    recent = is_spike.rolling(window, min_periods=1).sum()
+    cond = [None if spikes.iloc[i] is None and recent.iloc[i] == 0 else bool(recent.iloc[i] >= need)
+            for i in range(len(sf))]
+    total = W.core_total(sf)
+    med, _ = W.rolling_baseline(total, int(cfg["history_steps"]),
+                                min_periods=int(cfg["min_history_steps"]))
+    flags = []
+    for ep, start, end, _rng in step_episodes(ctx, cond, 1, window):
+        lo = max(0, ep.onset - window + 1)
+        idx = [i for i in range(lo, ep.last + 1) if is_spike.iloc[i]]
+        if not idx:
+            continue
+        stepnos = [int(sf["step"].iloc[i]) for i in idx]
+        rng = [stepnos[0], stepnos[-1]]
+        ratios = [float(total.iloc[i] / med.iloc[i]) for i in idx if med.iloc[i] > 0]
+        worst = max(ratios) if ratios else float("nan")
+        period = period_of(stepnos)
+        confirm = min(ep.opened + 1, len(sf) - 1)
+        start = float(sf["end"].iloc[confirm])
+        end = None if ep.closed is None else float(sf["end"].iloc[min(idx[-1] + 1, len(sf) - 1)])
+        kind = (f"periodic, every {period} steps" if period
+                else "irregular (no fixed period)")
+        sev = "critical" if worst >= float(cfg["critical_ratio"]) else "warning"
+        flags.append(make_flag(
+            "step_time_spikes", sev, start, end, {"steps": rng},
+            f"{len(idx)} steps ran up to {worst:.1f}x the rolling median step time "
+            f"({float(med.iloc[idx[0]]):.1f} s), {steps_text(rng)}; {kind}.",
+        ))
+        flags[-1].scope["period_steps"] = period if period else None
+        if flags[-1].scope["period_steps"] is None:
+            del flags[-1].scope["period_steps"]
+    return flags
+
+
+def throughput(ctx: Context) -> pd.Series:
+    """Tokens/s per step (aligned with ``ctx.sf``): perf/throughput, else tokens / step time."""
+    sf = ctx.sf
+    tp = sf["throughput"].astype(float) if "throughput" in sf.columns else None
+    if tp is not None and tp.notna().sum() >= 2:
+        return tp
+    tok = W.step_metrics(ctx.steps, "perf/total_num_tokens")
+    tok = tok.reindex(sf["step"].to_numpy()).reset_index(drop=True)
+    total = W.core_total(sf)
+    return tok / total.where(total > 0)
+
+
+def detect_throughput_regression(ctx: Context) -> list[Flag]:
+    """Tokens/s down by the configured share against the run's own baseline."""
+    cfg = ctx.cfg("throughput_regression")
+    sf = ctx.sf
+    tp = throughput(ctx)
+    if tp.notna().sum() < int(cfg["warmup_steps"]) + int(cfg["baseline_steps"]) + 1:
+        return []
+    skip = int(cfg["warmup_steps"])
+    n_base = int(cfg["baseline_steps"])
+    valid = tp.dropna()
+    base_vals = valid.iloc[skip:skip + n_base]
+    baseline = float(base_vals.median())
+    if not baseline or baseline <= 0:
+        return []
+    smooth = tp.rolling(int(cfg["smooth_steps"]), min_periods=1).median()
+    drop = 1.0 - smooth / baseline
+    lim = float(cfg["drop"])
+    first_after = base_vals.index[-1]
+    cond = [None if (pd.isna(d) or i <= first_after) else bool(d >= lim)
+            for i, d in enumerate(drop)]
+    flags = []
+    for ep, start, end, rng in step_episodes(
+        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+    ):
+        sl = slice(ep.onset, ep.last + 1)
+        cur = float(tp.iloc[sl].median())
+        d = 1.0 - cur / baseline
+        sev = "critical" if d >= float(cfg["critical_drop"]) else "warning"
+        b_lo, b_hi = int(sf["step"].iloc[base_vals.index[0]]), int(sf["step"].iloc[first_after])
+        flags.append(make_flag(
+            "throughput_regression", sev, start, end, {"steps": rng},
+            f"Throughput fell to {cur:,.0f} tokens/s, {d * 100:.0f}% below the run's baseline of "
+            f"{baseline:,.0f} (steps {b_lo}-{b_hi}), {steps_text(rng)}.",
+        ))
+    return flags

@@ -1,0 +1,306 @@
+"""verl metric keys: renames across versions, canonical phases, and version guessing.
+
+Everything here works on the raw ``key -> value`` dict of one step (as printed on the console
+line or written by the file logger). The key map follows VERL_SIGNALS.md sections 3 and 4.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from monitor.records import PHASES
+
+#: Old key -> current key (VERL_SIGNALS.md section 3, "Renames to accept").
+_RENAMES: dict[str, str] = {
+    "mfu/actor": "perf/mfu/actor",
+    "critic/kl": "actor/reward_kl_penalty",
+    "actor/entropy_loss": "actor/entropy",
+}
+
+#: Timers that measure the weight sync (the "reshard") on their own, newest first.
+_OWN_RESHARD_TIMERS: tuple[str, ...] = ("update_weights", "sync_rollout_weights", "param_sync")
+
+#: Phases left out of ``other`` because verl 0.6+ leaves them out of ``timing_s/step``.
+_OUTSIDE_STEP: frozenset[str] = frozenset({"testing", "save_checkpoint"})
+
+#: Keys that only verl before 0.6 prints; with them ``timing_s/step`` includes testing/saving.
+_PRE_06_KEYS: tuple[str, ...] = ("timing_s/reshard", "mfu/actor", "critic/kl", "actor/entropy_loss")
+
+
+def normalise_key(key: str) -> str:
+    """The current name of a verl metric key that older versions printed differently.
+
+    ``timing/x`` -> ``timing_s/x``; ``mfu/actor`` -> ``perf/mfu/actor``; ``critic/kl`` ->
+    ``actor/reward_kl_penalty``; ``actor/entropy_loss`` -> ``actor/entropy``;
+    ``actor/perf/max_memory_*`` (0.8+) and ``actor/perf/cpu_memory_used_gb`` -> ``perf/...``.
+    Any other key comes back unchanged.
+    """
+    if key.startswith("timing/"):
+        return "timing_s/" + key[7:]
+    renamed = _RENAMES.get(key)
+    if renamed is not None:
+        return renamed
+    if key.startswith("actor/perf/") and (
+        key.startswith("actor/perf/max_memory_") or key == "actor/perf/cpu_memory_used_gb"
+    ):
+        return key[6:]
+    return key
+
+
+def _number(value: Any) -> float | None:
+    """A finite float from a metric value, or None (bools, NaN, inf and non-numbers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        return None
+    return value
+
+
+#: Every timer name canonical phases read, with both spellings of its key.
+_TIMER_NAMES: tuple[str, ...] = PHASES + (
+    "rollout_wait",
+    "comm",
+    "update_weights",
+    "sync_rollout_weights",
+    "param_sync",
+    "switch_to_rollout",
+    "switch_to_trainer",
+    "generate_sequences",
+    "agent_loop/slowest/generate_sequences",
+    "step",
+)
+_TIMER_KEYS: tuple[tuple[str, str, str], ...] = tuple(
+    (name, "timing_s/" + name, "timing/" + name) for name in _TIMER_NAMES
+)
+
+
+def timers(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The step's timers as ``name -> seconds``, from ``timing_s/<name>`` or ``timing/<name>``.
+
+    When both spellings are present ``timing_s/`` wins. Non-finite values are left out.
+    """
+    found: dict[str, float] = {}
+    for key, value in metrics.items():
+        if key.startswith("timing_s/"):
+            name = key[9:]
+        elif key.startswith("timing/"):
+            name = key[7:]
+            if name in found:
+                continue
+        else:
+            continue
+        num = _number(value)
+        if num is not None:
+            found[name] = num
+    return found
+
+
+def _known_timers(metrics: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
+    """The timers canonical phases use (direct look-ups, fast); True when the step used the
+    old ``timing/`` prefix (verl before 0.2)."""
+    found: dict[str, float] = {}
+    get = metrics.get
+    old_prefix = "timing/step" in metrics or "timing/gen" in metrics
+    for name, new_key, old_key in _TIMER_KEYS:
+        value = get(new_key)
+        if value is None:
+            if not old_prefix:
+                continue
+            value = get(old_key)
+            if value is None:
+                continue
+        if type(value) is float:
+            if value - value == 0.0:  # finite
+                found[name] = value
+            continue
+        num = _number(value)
+        if num is not None:
+            found[name] = num
+    if not found and not old_prefix and any(key.startswith("timing/") for key in metrics):
+        old = {key: value for key, value in metrics.items() if key.startswith("timing/")}
+        old["timing/step"] = old.get("timing/step")  # marks the old prefix for the retry
+        found, _ = _known_timers(old)
+        return found, True
+    return found, old_prefix
+
+
+def _is_old_era(metrics: Mapping[str, Any], version_hint: str | None, old_prefix: bool) -> bool:
+    if old_prefix or (version_hint and version_hint.startswith("<=")):
+        return True
+    return any(key in metrics for key in _PRE_06_KEYS)
+
+
+def canonical_phases(
+    metrics: Mapping[str, Any], *, version_hint: str | None = None
+) -> dict[str, float]:
+    """Canonical phase seconds (names in ``monitor.records.ALL_PHASES``) from a step's metrics.
+
+    ``timing_s/<phase>`` (or the old ``timing/<phase>``) maps by name. The weight sync becomes
+    ``reshard`` whatever the version calls it: ``timing_s/reshard`` (0.4.1-0.5.x, nested inside
+    ``gen``, so it is subtracted from ``gen``), ``update_weights`` (0.7.1+), ``sync_rollout_weights``
+    (one-step-off), ``param_sync`` (fully async), ``switch_to_rollout`` + ``switch_to_trainer``
+    (0.9 separate-async). Verl 0.6.0-0.7.0 has no key: ``gen - generate_sequences`` (or ``gen -
+    agent_loop/slowest/generate_sequences``) when positive is the reshard, taken out of ``gen``.
+    Logs before 0.4.1 (``version_hint`` starting with ``"<="``, or old keys) get no reshard.
+
+    ``other`` is ``timing_s/step`` minus the known phases, clamped at 0, only when the step time is
+    known. Since 0.6 the step time excludes ``testing`` and ``save_checkpoint``, so they are not
+    subtracted then; for older logs (``timing_s/reshard``, old key names) they are.
+    """
+    return phases_and_total(metrics, version_hint=version_hint)[0]
+
+
+def phases_and_total(
+    metrics: Mapping[str, Any], *, version_hint: str | None = None
+) -> tuple[dict[str, float], float | None]:
+    """``(canonical_phases(metrics), step seconds or None)`` in one pass over the keys."""
+    timer, old_prefix = _known_timers(metrics)
+    phases: dict[str, float] = {}
+    for name in PHASES:
+        if name in timer:
+            phases[name] = timer[name]
+    for name in ("rollout_wait", "comm"):
+        if name in timer:
+            phases[name] = timer[name]
+
+    old_era = _is_old_era(metrics, version_hint, old_prefix)
+    if "reshard" in timer:
+        if "gen" in phases:
+            phases["gen"] = max(0.0, phases["gen"] - timer["reshard"])
+    else:
+        own = next((timer[name] for name in _OWN_RESHARD_TIMERS if name in timer), None)
+        if own is not None:
+            phases["reshard"] = own
+        elif "switch_to_rollout" in timer or "switch_to_trainer" in timer:
+            phases["reshard"] = timer.get("switch_to_rollout", 0.0) + timer.get(
+                "switch_to_trainer", 0.0
+            )
+        elif not old_era and "gen" in phases:
+            generate = timer.get("generate_sequences")
+            if generate is None:
+                generate = timer.get("agent_loop/slowest/generate_sequences")
+            if generate is not None and phases["gen"] - generate > 0:
+                phases["reshard"] = phases["gen"] - generate
+                phases["gen"] = generate
+
+    total = timer.get("step")
+    if total is not None:
+        phases["other"] = other_seconds(total, phases, include_outside_step=old_era)
+    return phases, total
+
+
+def other_seconds(
+    total: float, phases: Mapping[str, float], *, include_outside_step: bool = False
+) -> float:
+    """Step time not explained by ``phases`` (clamped at 0).
+
+    ``testing`` and ``save_checkpoint`` count only with ``include_outside_step`` (verl < 0.6).
+    """
+    known = 0.0
+    for name, seconds in phases.items():
+        if name == "other":
+            continue
+        if name in _OUTSIDE_STEP and not include_outside_step:
+            continue
+        known += seconds
+    return max(0.0, total - known)
+
+
+# --- version guessing -------------------------------------------------------------------------
+
+# A bound is (sortable version tuple, label). "x" labels sort above any patch release.
+_Bound = tuple[tuple[int, int, int], str]
+
+_LOWER_KEY_HINTS: tuple[tuple[str, _Bound], ...] = (
+    ("timing_s/reshard", ((0, 4, 1), "0.4.1")),
+    ("response/aborted_ratio", ((0, 6, 0), "0.6.0")),
+    ("perf/mfu/actor_infer", ((0, 7, 0), "0.7.0")),
+    ("timing_s/update_weights", ((0, 7, 1), "0.7.1")),
+)
+_UPPER_KEY_HINTS: tuple[tuple[str, _Bound], ...] = (
+    ("mfu/actor", ((0, 2, 99), "0.2")),
+    ("critic/kl", ((0, 3, 99), "0.3")),
+    ("actor/entropy_loss", ((0, 4, 0), "0.4.0")),
+    ("timing_s/reshard", ((0, 5, 99), "0.5.x")),
+)
+_ASYNC_RESHARD_KEYS: tuple[str, ...] = (
+    "timing_s/sync_rollout_weights",
+    "timing_s/param_sync",
+    "timing_s/switch_to_rollout",
+    "timing_s/switch_to_trainer",
+)
+
+
+def guess_version(
+    keys: Iterable[str], prefixes: Iterable[str] = (), *, number_format: str | None = None
+) -> str:
+    """A verl version range from the keys a log printed, its Ray prefixes and its number format.
+
+    Returns strings such as ``"<=0.2"``, ``"0.4.1"``, ``"0.4.1-0.5.x"``, ``"0.5.x"``,
+    ``"0.6.0-0.7.0"``, ``"0.7.1+"``, ``"0.8+"``, ``"0.9+"``, or ``"unknown"`` when nothing hints.
+    ``prefixes`` are Ray actor names (``TaskRunnerV1`` means 0.9+, ``main_task`` 0.2 or older,
+    ``TaskRunner`` 0.3+). ``number_format`` is ``"3dec"`` (every value with 3 decimals: 0.4.1 or
+    older), ``"repr"`` (0.5+) or ``"numpy"`` (``np.float64(...)``: 0.9+).
+    """
+    keyset = set(keys)
+    prefixset = set(prefixes)
+    lowers: list[_Bound] = []
+    uppers: list[_Bound] = []
+    for key, bound in _LOWER_KEY_HINTS:
+        if key in keyset:
+            lowers.append(bound)
+    for key, bound in _UPPER_KEY_HINTS:
+        if key in keyset:
+            uppers.append(bound)
+    if any(key.startswith("timing/") for key in keyset):
+        uppers.append(((0, 2, 99), "0.2"))
+    if any(key.startswith("actor/perf/max_memory_") for key in keyset):
+        lowers.append(((0, 8, 0), "0.8"))
+    if "TaskRunnerV1" in prefixset:
+        lowers.append(((0, 9, 0), "0.9"))
+    if "main_task" in prefixset:
+        uppers.append(((0, 2, 99), "0.2"))
+    if "TaskRunner" in prefixset:
+        lowers.append(((0, 3, 0), "0.3"))
+    if number_format == "3dec":
+        uppers.append(((0, 4, 1), "0.4.1"))
+    elif number_format == "repr":
+        lowers.append(((0, 5, 0), "0.5"))
+    elif number_format == "numpy":
+        lowers.append(((0, 9, 0), "0.9"))
+
+    lo = max(lowers) if lowers else None
+    hi = min(uppers) if uppers else None
+    # 0.6.0-0.7.0 printed no reshard timer at all: a full training step without one (and
+    # without an async trainer's sync timer) caps the range, if that stays consistent.
+    if (
+        "timing_s/step" in keyset
+        and "timing_s/update_weights" not in keyset
+        and "timing_s/reshard" not in keyset
+        and not any(key in keyset for key in _ASYNC_RESHARD_KEYS)
+        and lo is not None
+        and lo[0] >= (0, 6, 0)
+        and (hi is None or hi[0] > (0, 7, 0))
+    ):
+        hi = ((0, 7, 0), "0.7.0")
+    return _format_range(lo, hi)
+
+
+def _format_range(lo: _Bound | None, hi: _Bound | None) -> str:
+    if lo is not None and hi is not None and lo[0] > hi[0]:
+        # Contradicting hints: trust the newest evidence (keys only appear in newer versions).
+        return f"{lo[1]}+"
+    if lo is None and hi is None:
+        return "unknown"
+    if hi is None:
+        return f"{lo[1]}+"
+    if lo is None:
+        return f"<={hi[1]}"
+    if lo[1] == hi[1]:
+        return lo[1]
+    if hi[1].endswith(".x") and hi[1][:-2] == lo[1]:
+        return hi[1]
+    return f"{lo[1]}-{hi[1]}"

@@ -1,0 +1,4 @@
+"""Notifications for a single machine without Alertmanager: Slack incoming webhooks.
+
+See ``monitor.notify.slack`` for the API (``SlackNotifier``).
+"""

@@ -1,0 +1,291 @@
+"""The plain-text report of ``verl-monitor analyze``: aligned tables, one section per question.
+
+``render_text(doc)`` takes the same document ``analyze --json`` prints (``version_guess``,
+``summary`` from ``monitor.analysis.summary.summarize``, ``flags``, optional ``attribution``
+rows, ``parse`` counters) and returns the text. ``table(headers, rows)`` is the aligned-table
+helper, reusable elsewhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+_GIB = float(2**30)
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: int = 2, align: str = ""
+) -> str:
+    """An aligned text table. ``align`` gives one letter per column, ``l`` or ``r``; by
+    default the first column is left-aligned and the others right-aligned."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    align = align or ("l" + "r" * (len(headers) - 1))
+    lines = []
+    for n, row in enumerate(cells):
+        parts = [
+            row[i].ljust(widths[i]) if align[i] == "l" else row[i].rjust(widths[i])
+            for i in range(len(headers))
+        ]
+        lines.append(" " * indent + "  ".join(parts).rstrip())
+        if n == 0:
+            lines.append(" " * indent + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _num(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def secs(value: Any) -> str:
+    """Seconds for people: 0.042 -> '42 ms', 12.3 -> '12.3 s', 4000 -> '1h 06m'."""
+    v = _num(value)
+    if v is None:
+        return "-"
+    if abs(v) < 1:
+        return f"{v * 1000:.0f} ms"
+    if abs(v) < 100:
+        return f"{v:.2f} s"
+    if abs(v) < 3600:
+        return f"{v:.0f} s"
+    return f"{int(v // 3600)}h {int(v % 3600 // 60):02d}m"
+
+
+def pct(value: Any, digits: int = 1) -> str:
+    """A 0..1 ratio as a percentage ('-' when unknown)."""
+    v = _num(value)
+    return "-" if v is None else f"{v * 100:.{digits}f}%"
+
+
+def num(value: Any, fmt: str = ".1f") -> str:
+    """A number with ``fmt`` ('-' when unknown)."""
+    v = _num(value)
+    return "-" if v is None else format(v, fmt)
+
+
+def when(ts: Any) -> str:
+    """Unix seconds as 'YYYY-MM-DD HH:MM:SS UTC'."""
+    v = _num(ts)
+    if v is None:
+        return "-"
+    return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _section(title: str, body: str) -> str:
+    return f"{title}\n{body}" if body else title
+
+
+def _steps_section(summary: dict[str, Any]) -> str:
+    st = summary["steps"]
+    if not st["count"]:
+        return "  no training steps found in this log"
+    lines = [
+        f"  {st['count']} step records, step {st['first']} .. {st['last']} "
+        f"({st['distinct']} distinct), {st['resumes']} resume(s)"
+    ]
+    if st.get("start_time") is not None:
+        span = (st["end_time"] or 0) - st["start_time"]
+        sources = ", ".join(f"{k} {v}" for k, v in st.get("time_sources", {}).items())
+        lines.append(
+            f"  from {when(st['start_time'])} to {when(st['end_time'])} ({secs(span)}); "
+            f"end times: {sources}"
+        )
+    t = summary["step_time"]
+    if t["count"]:
+        lines.append(
+            f"  step time: mean {secs(t['mean'])}, p50 {secs(t['p50'])}, p95 {secs(t['p95'])}, "
+            f"max {secs(t['max'])}, variation {pct(t.get('cv'))}"
+        )
+    return "\n".join(lines)
+
+
+def _phases_section(summary: dict[str, Any]) -> str:
+    rows = [
+        [p["phase"], p["steps"], secs(p["mean"]), secs(p["p50"]), secs(p["p95"]), secs(p["max"]),
+         pct(p["share"])]
+        for p in summary["phases"]
+    ]
+    if not rows:
+        return "  no phase timers in this log"
+    return table(["phase", "steps", "mean", "p50", "p95", "max", "share of step"], rows)
+
+
+def _throughput_section(summary: dict[str, Any]) -> str:
+    t = summary["throughput"]
+    if not t["count"]:
+        return "  no throughput reported (perf/throughput)"
+    line = (
+        f"  tokens/s per GPU: mean {num(t['mean'], ',.0f')}, p50 {num(t['p50'], ',.0f')}, "
+        f"min {num(t['min'], ',.0f')}, max {num(t['max'], ',.0f')}"
+    )
+    if t.get("trend") is not None:
+        line += (
+            f"\n  trend: first quarter {num(t['first_quarter'], ',.0f')} -> last quarter "
+            f"{num(t['last_quarter'], ',.0f')} ({'+' if t['trend'] >= 0 else ''}"
+            f"{pct(t['trend'])})"
+        )
+    return line
+
+
+def _reshard_section(summary: dict[str, Any]) -> str:
+    r = summary["reshard"]
+    if not r["count"]:
+        return "  no weight-sync time in this log (verl <= 0.4.0 hides it inside gen)"
+    line = (
+        f"  {r['count']} steps: median {secs(r['median'])}, p95 {secs(r['p95'])}, "
+        f"max {secs(r['max'])}; {r['spike_count']} spike(s) above 2x the rolling median"
+    )
+    if r["spikes"]:
+        rows = [[s["step"], secs(s["seconds"]), secs(s["rolling_median"])] for s in r["spikes"]]
+        line += "\n" + table(["step", "reshard", "rolling median"], rows, indent=4)
+    return line
+
+
+def _ratios_section(summary: dict[str, Any]) -> str:
+    lt = summary["long_tail"]
+    lines = []
+    if lt["count"]:
+        what = (
+            "slowest / mean agent-loop generate_sequences"
+            if lt["source"] == "agent_loop"
+            else "response_length max / mean"
+        )
+        lines.append(
+            f"  rollout long tail ({what}): median {num(lt['median'], '.2f')}x, "
+            f"p95 {num(lt['p95'], '.2f')}x, max {num(lt['max'], '.2f')}x"
+        )
+    else:
+        lines.append("  rollout long tail: no agent-loop timers or response lengths")
+    dp = summary["dp_imbalance"]
+    if dp["count"]:
+        lines.append(
+            f"  data-parallel token imbalance (global_seqlen minmax_diff / mean): "
+            f"mean {pct(dp['mean'])}, max {pct(dp['max'])}"
+        )
+    else:
+        lines.append("  data-parallel token imbalance: no global_seqlen keys")
+    mem = summary["memory"]
+    if mem["allocated_peak_bytes"] is not None or mem["reserved_peak_bytes"] is not None:
+        alloc = _num(mem["allocated_peak_bytes"])
+        res = _num(mem["reserved_peak_bytes"])
+        lines.append(
+            f"  GPU memory peak: allocated {'-' if alloc is None else f'{alloc / _GIB:.1f} GiB'}"
+            f", reserved {'-' if res is None else f'{res / _GIB:.1f} GiB'}"
+        )
+    return "\n".join(lines)
+
+
+def _events_section(summary: dict[str, Any]) -> str:
+    ev = summary["events"]
+    if not ev["counts"]:
+        return "  none"
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(ev["counts"].items()))
+    lines = [f"  {counts}"]
+    rows = [[e["kind"], e["step"] if e["step"] is not None else "-", when(e["time"]),
+             e["message"][:90]] for e in ev["listed"]]
+    if rows:
+        lines.append(table(["kind", "step", "time", "message"], rows, indent=4, align="lrll"))
+    if ev["listed_total"] > len(ev["listed"]):
+        lines.append(f"    ... and {ev['listed_total'] - len(ev['listed'])} more")
+    return "\n".join(lines)
+
+
+def _attribution_section(rows: list[dict[str, Any]] | None) -> str | None:
+    if rows is None:
+        return None
+    if not rows:
+        return "  no GPU samples fall inside the steps' time spans (check --log-end / clocks)"
+    by_phase: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_phase.setdefault(str(r["phase"]), []).append(r)
+    out = []
+    for phase, items in by_phase.items():
+        utils = [(_num(r.get("util_mean")), r) for r in items]
+        utils = [(u, r) for u, r in utils if u is not None]
+        sms = [v for v in (_num(r.get("sm_mean")) for r in items) if v is not None]
+        if not utils:
+            continue
+        low_u, low_r = min(utils, key=lambda x: x[0])
+        high_u = max(u for u, _ in utils)
+        out.append(
+            [
+                phase,
+                len(items),
+                num(sum(u for u, _ in utils) / len(utils)),
+                num(sum(sms) / len(sms)) if sms else "-",
+                f"{low_r['node']}:{low_r['gpu']} {low_u:.1f}",
+                num(high_u - low_u),
+            ]
+        )
+    return table(["phase", "GPUs", "util %", "SM active %", "lowest GPU", "spread"], out)
+
+
+def scope_text(scope: dict[str, Any] | None) -> str:
+    """A flag's scope for people: 'node n0, GPUs 3,5, phase gen, steps 120-140'."""
+    parts = []
+    for key, val in (scope or {}).items():
+        if key == "steps" and isinstance(val, list) and len(val) == 2:
+            parts.append(f"step {val[0]}" if val[0] == val[1] else f"steps {val[0]}-{val[1]}")
+        elif key == "gpus" and isinstance(val, list):
+            parts.append(("GPU " if len(val) == 1 else "GPUs ") + ",".join(map(str, val)))
+        elif isinstance(val, list):
+            parts.append(f"{key} {','.join(map(str, val))}")
+        else:
+            parts.append(f"{key} {val}")
+    return ", ".join(parts)
+
+
+def _flags_section(flags: list[dict[str, Any]]) -> str:
+    if not flags:
+        return "  none: no detector fired"
+    blocks = []
+    for f in flags:
+        scope = scope_text(f.get("scope"))
+        state = "open" if f.get("end") is None else f"until {when(f['end'])}"
+        lines = [f"  [{f['severity'].upper()}] {f['kind']}  ({scope or 'run'}; "
+                 f"from {when(f['start'])}, {state})"]
+        if f.get("evidence"):
+            lines.append(f"    evidence: {f['evidence']}")
+        for advice in f.get("advice") or []:
+            lines.append(f"    - {advice}")
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    """The whole report as text (see the module docstring for ``doc``)."""
+    summary = doc["summary"]
+    head = [f"verl-monitor analyze: {doc.get('log', '')}"]
+    parse = doc.get("parse") or {}
+    head.append(
+        f"  format {doc.get('format', '?')}, verl version guess {doc.get('version_guess', '?')}"
+        + (
+            f"; {parse.get('lines', 0)} lines, {parse.get('parse_errors', 0)} unreadable"
+            if parse
+            else ""
+        )
+    )
+    parts = [
+        "\n".join(head),
+        _section("Steps", _steps_section(summary)),
+        _section("Phases (seconds per step)", _phases_section(summary)),
+        _section("Throughput", _throughput_section(summary)),
+        _section("Weight sync (reshard)", _reshard_section(summary)),
+        _section("Balance and memory", _ratios_section(summary)),
+        _section("Events", _events_section(summary)),
+    ]
+    attrib = _attribution_section(doc.get("attribution"))
+    if attrib is not None:
+        parts.append(_section("GPU activity per phase (from --gpu)", attrib))
+    flags = doc.get("flags") or []
+    parts.append(_section(f"Flags ({len(flags)})", _flags_section(flags)))
+    return "\n\n".join(parts) + "\n"

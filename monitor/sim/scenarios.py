@@ -1,0 +1,685 @@
+"""Scenarios: what goes wrong in a simulated verl run, and when.
+
+A run follows a *script*: a list of ``(scenario, n_steps)`` segments. A single scenario name
+becomes ``[("healthy", baseline), (name, rest)]`` so detectors that compare a run with its own
+history see a healthy baseline first. Each step gets a :class:`StepPlan` (phase durations plus
+telemetry and metric knobs) from the healthy model; the segment's scenario then edits it in
+:meth:`Scenario.apply`. Terminal scenarios (``oom``, ``stalled``, ``gpu_fault`` in ``down``
+mode) end the run. :meth:`Scenario.truth` describes the injected problem in
+``monitor.records.FLAG_KINDS`` vocabulary.
+
+How the signals are carried (what a detector can read):
+
+- ``comm_heavy``: in the console formats the collective time sits inside ``update_actor``
+  (``timing_s/update_actor`` grows and its last part shows util ~88% with SM activity ~15% and
+  high NVLink traffic); with ``log_format="breakdown"`` it is the ``comm=`` field.
+- ``rollout_wait``: console runs whose script contains it log ``timing_s/rollout_wait``
+  (seconds, a fork-style key; 5-20 ms when healthy); the breakdown format always has
+  ``rollout_wait=``.
+- ``reshard_spike``: the version's reshard key (``timing_s/reshard``, ``timing_s/update_weights``,
+  or gen minus the agent loop's slowest ``generate_sequences``) grows ~9x, GPU memory peaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Phases of the telemetry timeline, in the order a step runs them (reshard may come first).
+BUSY_PHASES: frozenset[str] = frozenset(
+    {"gen", "old_log_prob", "ref", "values", "update_critic", "update_actor", "testing"}
+)
+TRAINING_TIMELINE: frozenset[str] = frozenset(
+    {"old_log_prob", "ref", "values", "update_critic", "update_actor"}
+)
+
+#: Healthy share of a step per timeline phase (``comm`` is the tail of update_actor).
+BASE_SHARES: dict[str, float] = {
+    "gen": 0.48,
+    "reward": 0.015,
+    "old_log_prob": 0.07,
+    "ref": 0.06,
+    "values": 0.045,
+    "adv": 0.005,
+    "update_critic": 0.055,
+    "update_actor": 0.20,
+    "comm": 0.02,
+    "reshard": 0.03,
+}
+#: Healthy share of host-side gaps (the canonical ``other``).
+BASE_GAP_SHARE = 0.02
+
+
+@dataclass
+class StepPlan:
+    """Everything that shapes one simulated step; scenarios edit it in place.
+
+    Durations are seconds per timeline phase. Telemetry knobs apply to busy phases unless
+    named otherwise; ``gpu_factor`` maps a global GPU index to (util, sm, tensor) multipliers.
+    """
+
+    durations: dict[str, float]
+    gaps: float
+    gen_finish: list[float]
+    gpu_factor: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    troughs: float = 0.0
+    trough_period: float = 3.0
+    training_override: tuple[float, float, float, float] | None = None  # util, sm, tensor, dram
+    training_scale: tuple[float, float, float] | None = None  # util, sm, tensor multipliers
+    gen_scale: tuple[float, float, float] | None = None  # util, sm, dram multipliers in gen
+    mem_train: float | None = None  # absolute fraction of memory in training phases
+    mem_gen: float | None = None
+    reshard_peak: float = 0.84
+    host: dict[str, float] = field(default_factory=dict)  # cpu_max, iowait, disk_bps, cpu_avg
+    thermal_gpus: tuple[int, ...] = ()
+    response_mean: float = 520.0
+    response_max: float = 1400.0
+    clip_ratio: float = 0.002
+    slowest_ratio: float = 0.55  # agent loop: mean / max generate_sequences time
+    tokens_factor: float = 1.0
+    scenario: str = "healthy"
+
+
+@dataclass
+class ScenarioContext:
+    """What a scenario may read while planning: run shape, a private RNG, a state dict."""
+
+    rng: np.random.Generator
+    nodes: int
+    gpus_per_node: int
+    step_seconds: float
+    node_names: list[str]
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_gpus(self) -> int:
+        """GPUs in the whole run."""
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass
+class SegmentInfo:
+    """Where a segment landed in the run, passed to :meth:`Scenario.truth`."""
+
+    first_step: int | None
+    last_step: int | None
+    start: float
+    end: float
+    state: dict[str, Any]
+    spike_steps: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Scenario:
+    """A healthy run; subclasses inject one problem. ``kind`` is the truth flag kind."""
+
+    name: str = "healthy"
+    kind: str | None = None
+    description: str = "A healthy run: steps vary a few percent, every GPU busy in its phases."
+    terminal: str | None = None  # "oom" or "stall": the run ends in this segment
+    uses_rollout_wait: bool = False
+    #: Kinds a detector may rightly raise as a consequence (truth entries list them as
+    #: ``related``; a benchmark should not count them as false positives).
+    related: tuple[str, ...] = ()
+
+    def setup(self, ctx: ScenarioContext) -> None:
+        """Pick targets (GPU, node) once per segment; store them in ``ctx.state``."""
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Edit step ``k`` (0-based) of ``n`` in this segment."""
+        plan.scenario = self.name
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The truth scope (node / gpus / phase)."""
+        return {}
+
+    def detail(self, ctx_state: dict[str, Any]) -> str:
+        """One sentence saying what was injected."""
+        return self.description
+
+    def truth(self, seg: SegmentInfo) -> list[dict[str, Any]]:
+        """Truth entries for this segment (none for healthy)."""
+        if self.kind is None:
+            return []
+        scope = dict(self.scope(seg.state))
+        if seg.first_step is not None:
+            scope["steps"] = [seg.first_step, seg.last_step]
+        entry: dict[str, Any] = {
+            "kind": self.kind,
+            "scenario": self.name,
+            "start": seg.start,
+            "end": seg.end,
+            "scope": scope,
+            "detail": self.detail(seg.state),
+            "related": list(self.related),
+        }
+        if seg.spike_steps:
+            entry["spike_steps"] = list(seg.spike_steps)
+        return [entry]
+
+
+def _pick_target(ctx: ScenarioContext) -> None:
+    """One GPU (single node) or one whole node (several nodes), chosen by the RNG."""
+    if ctx.nodes > 1:
+        node = int(ctx.rng.integers(ctx.nodes))
+        ctx.state["node"] = node
+        ctx.state["gpus"] = list(range(ctx.gpus_per_node))
+    else:
+        ctx.state["node"] = 0
+        ctx.state["gpus"] = [int(ctx.rng.integers(ctx.gpus_per_node))]
+
+
+def _target_scope(ctx_state: dict[str, Any]) -> dict[str, Any]:
+    node = ctx_state.get("node", 0)
+    return {"node": ctx_state.get("node_name", f"node{node}"), "gpus": list(ctx_state["gpus"])}
+
+
+def _global_gpus(ctx: ScenarioContext) -> list[int]:
+    return [ctx.state["node"] * ctx.gpus_per_node + g for g in ctx.state["gpus"]]
+
+
+@dataclass
+class Healthy(Scenario):
+    """No problem injected."""
+
+
+@dataclass
+class IoStarvation(Scenario):
+    """The dataloader cannot keep up: host gaps grow, GPU activity swings with deep troughs."""
+
+    name: str = "io_starvation"
+    kind: str | None = "io_starvation"
+    related: tuple[str, ...] = ("throughput_regression", "low_utilization", "step_time_spikes")
+    description: str = (
+        "Dataloader starvation: growing host-side gaps (other), deep idle troughs inside busy "
+        "phases, one host core pegged near 100% and iowait 20-45%."
+    )
+    gap_share_start: float = 0.15
+    gap_share_end: float = 0.45
+    troughs: float = 0.35
+    iowait: float = 32.0
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Grow the gaps step by step; add troughs and host pressure."""
+        super().apply(plan, k, n, ctx)
+        frac = self.gap_share_start + (self.gap_share_end - self.gap_share_start) * (k + 1) / n
+        plan.gaps += frac * ctx.step_seconds
+        plan.troughs = self.troughs
+        for p in ("gen", "update_actor", "update_critic", "old_log_prob", "ref", "values"):
+            plan.durations[p] *= 1.0 + 0.5 * self.troughs
+        plan.host = {"cpu_max": 99.5, "iowait": self.iowait, "disk_bps": 38e6, "cpu_avg": 14.0}
+
+
+@dataclass
+class GpuImbalance(Scenario):
+    """One GPU (one node with several nodes) well below its peers' SM activity."""
+
+    name: str = "gpu_imbalance"
+    kind: str | None = "gpu_imbalance"
+    related: tuple[str, ...] = ("low_utilization",)
+    description: str = "A straggler: SM activity about 40% of its peers' in busy phases."
+    sm_factor: float = 0.42
+    util_factor: float = 0.8
+    tensor_factor: float = 0.38
+    slowdown: float = 1.08
+
+    def setup(self, ctx: ScenarioContext) -> None:
+        """Choose the straggler."""
+        _pick_target(ctx)
+        ctx.state["node_name"] = ctx.node_names[ctx.state["node"]]
+        ctx.state["global"] = _global_gpus(ctx)
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Slow the straggler's SMs; the step waits a little for it."""
+        super().apply(plan, k, n, ctx)
+        for g in ctx.state["global"]:
+            plan.gpu_factor[g] = (self.util_factor, self.sm_factor, self.tensor_factor)
+        for p in ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor"):
+            plan.durations[p] *= self.slowdown
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The straggling node and GPUs."""
+        return _target_scope(ctx_state)
+
+
+@dataclass
+class RolloutLongTail(Scenario):
+    """During gen most GPUs fall idle one by one while a few keep decoding long responses."""
+
+    name: str = "rollout_long_tail"
+    kind: str | None = "rollout_long_tail"
+    related: tuple[str, ...] = ("throughput_regression", "low_utilization", "phase_imbalance")
+    description: str = (
+        "Rollout long tail: gen 1.7x longer, most GPUs idle after 30-55% of gen, agent-loop "
+        "slowest/mean about 5x, response_length max at the limit."
+    )
+    gen_factor: float = 1.7
+    stragglers: int = 2
+    max_response_length: float = 4096.0
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Stretch gen; most GPUs finish early, a few keep going."""
+        super().apply(plan, k, n, ctx)
+        plan.durations["gen"] *= self.gen_factor
+        n_gpus = ctx.n_gpus
+        finish = list(np.sort(ctx.rng.uniform(0.30, 0.55, n_gpus)))
+        late = ctx.rng.choice(n_gpus, size=min(self.stragglers, n_gpus), replace=False)
+        shuffled = ctx.rng.permutation(n_gpus)
+        plan.gen_finish = [float(finish[int(i)]) for i in np.argsort(shuffled)]
+        for j, g in enumerate(late):
+            plan.gen_finish[int(g)] = 1.0 if j == 0 else float(ctx.rng.uniform(0.85, 0.98))
+        plan.response_max = self.max_response_length
+        plan.response_mean *= 0.95
+        plan.clip_ratio = 0.04
+        plan.slowest_ratio = 0.19
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The gen phase."""
+        return {"phase": "gen"}
+
+
+@dataclass
+class ReshardSpike(Scenario):
+    """Weight sync takes ~9x longer and memory peaks while two copies are resident."""
+
+    name: str = "reshard_spike"
+    kind: str | None = "reshard_spike"
+    related: tuple[str, ...] = ("memory_pressure", "throughput_regression", "phase_imbalance")
+    description: str = "Reshard (weight sync) time about 9x its baseline, memory peak near 95%."
+    factor: float = 9.0
+    peak: float = 0.95
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Multiply the reshard time and raise its memory peak."""
+        super().apply(plan, k, n, ctx)
+        plan.durations["reshard"] *= self.factor
+        plan.reshard_peak = self.peak
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The reshard phase."""
+        return {"phase": "reshard"}
+
+
+@dataclass
+class CommHeavy(Scenario):
+    """Collectives take a large share of the step (inside update_actor)."""
+
+    name: str = "comm_heavy"
+    kind: str | None = "comm_heavy"
+    related: tuple[str, ...] = (
+        "throughput_regression", "util_overstates_sm", "low_utilization", "phase_imbalance",
+    )
+    description: str = (
+        "Communication about 30% of step time, at the end of update_actor (low SM activity, "
+        "high NVLink); breakdown format: comm=."
+    )
+    comm_share: float = 0.42  # extra comm time as a share of step_seconds
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Add collective time to the end of update_actor."""
+        super().apply(plan, k, n, ctx)
+        plan.durations["comm"] += self.comm_share * ctx.step_seconds
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The update_actor phase (where the collectives run)."""
+        return {"phase": "update_actor"}
+
+
+@dataclass
+class MemoryPressure(Scenario):
+    """GPU memory near capacity in training phases; reserved peak near the total."""
+
+    name: str = "memory_pressure"
+    kind: str | None = "memory_pressure"
+    description: str = "Memory used 95-98% of capacity in training phases, reserved peak near it."
+    level: float = 0.965
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Raise memory to near capacity."""
+        super().apply(plan, k, n, ctx)
+        plan.mem_train = self.level
+        plan.mem_gen = self.level - 0.025
+        plan.reshard_peak = min(0.99, self.level + 0.02)
+
+
+@dataclass
+class Oom(Scenario):
+    """Memory climbs for a couple of steps, then update_actor runs out of memory; run stops."""
+
+    name: str = "oom"
+    kind: str | None = "oom"
+    description: str = "CUDA out of memory in update_actor; the run stops."
+    terminal: str | None = "oom"
+    precursor_steps: int = 2
+    gpu: int = 0
+
+    def setup(self, ctx: ScenarioContext) -> None:
+        """Choose the GPU that runs out of memory."""
+        ctx.state["gpu"] = int(ctx.rng.integers(ctx.gpus_per_node))
+        ctx.state["node"] = int(ctx.rng.integers(ctx.nodes))
+        ctx.state["node_name"] = ctx.node_names[ctx.state["node"]]
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Memory rises toward capacity; the failing step goes to 99.5%."""
+        super().apply(plan, k, n, ctx)
+        level = 0.90 + 0.03 * k
+        plan.mem_train = min(level, 0.995)
+        plan.mem_gen = min(level - 0.04, 0.95)
+        plan.response_max = 4096.0
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """Where the OOM happened."""
+        return {"node": ctx_state["node_name"], "gpus": [ctx_state["gpu"]], "phase": "update_actor"}
+
+
+@dataclass
+class Stalled(Scenario):
+    """Steps stop arriving: GPUs idle with memory held, the log goes silent."""
+
+    name: str = "stalled"
+    kind: str | None = "stalled"
+    description: str = "No step completes: GPUs idle with memory held, the log is silent."
+    terminal: str | None = "stall"
+
+
+@dataclass
+class StepTimeSpikes(Scenario):
+    """Every ``period`` steps one step takes ~1.8x as long."""
+
+    name: str = "step_time_spikes"
+    kind: str | None = "step_time_spikes"
+    related: tuple[str, ...] = ("throughput_regression",)
+    description: str = "Periodic step-time spikes (update_actor 2.4x, gen 1.25x) every 5 steps."
+    period: int = 5
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Spike every ``period``-th step of the segment."""
+        super().apply(plan, k, n, ctx)
+        if (k + 1) % self.period == 0:
+            plan.durations["update_actor"] *= 2.4
+            plan.durations["gen"] *= 1.25
+            plan.durations["old_log_prob"] *= 1.8
+            ctx.state.setdefault("spikes", []).append(k)
+
+    def detail(self, ctx_state: dict[str, Any]) -> str:
+        """Say the period."""
+        return f"Step-time spikes every {self.period} steps (update_actor 2.4x, gen 1.25x)."
+
+
+@dataclass
+class UtilOverstatesSm(Scenario):
+    """Tiny kernels: util ~90% while SM activity ~10-15% in training phases."""
+
+    name: str = "util_overstates_sm"
+    kind: str | None = "util_overstates_sm"
+    related: tuple[str, ...] = ("low_utilization", "throughput_regression", "phase_imbalance")
+    description: str = "Training phases run tiny kernels: util ~90% but SM activity ~12%."
+    slowdown: float = 1.6
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Override the training-phase signature; training takes longer."""
+        super().apply(plan, k, n, ctx)
+        plan.training_override = (90.0, 12.0, 4.0, 10.0)
+        for p in TRAINING_TIMELINE:
+            plan.durations[p] *= self.slowdown
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The training phases, named by the largest."""
+        return {"phase": "update_actor"}
+
+
+@dataclass
+class ThroughputRegression(Scenario):
+    """Tokens/s drops ~30% against the run's own baseline and stays there."""
+
+    name: str = "throughput_regression"
+    kind: str | None = "throughput_regression"
+    related: tuple[str, ...] = ("low_utilization", "phase_imbalance")
+    description: str = "Gen 1.55x and training 1.45x slower for the same tokens: tokens/s -30%."
+    gen_factor: float = 1.55
+    train_factor: float = 1.45
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Slow gen and training; gen runs at lower SM activity."""
+        super().apply(plan, k, n, ctx)
+        plan.durations["gen"] *= self.gen_factor
+        for p in TRAINING_TIMELINE:
+            plan.durations[p] *= self.train_factor
+        plan.gen_scale = (0.97, 0.72, 0.7)
+
+
+@dataclass
+class PhaseImbalance(Scenario):
+    """A slow scoring side: values 6x and reward 8x longer, gen:critic far below 4:1."""
+
+    name: str = "phase_imbalance"
+    kind: str | None = "phase_imbalance"
+    related: tuple[str, ...] = ("throughput_regression",)
+    description: str = "Critic/reward scoring slow: values 6x, reward 8x its baseline share."
+    values_factor: float = 6.0
+    reward_factor: float = 8.0
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Stretch values and reward."""
+        super().apply(plan, k, n, ctx)
+        plan.durations["values"] *= self.values_factor
+        plan.durations["reward"] *= self.reward_factor
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The values phase."""
+        return {"phase": "values"}
+
+
+@dataclass
+class RolloutWait(Scenario):
+    """The trainer waits for rollout results: 2-5% of the step (well over 50 ms)."""
+
+    name: str = "rollout_wait"
+    kind: str | None = "rollout_wait"
+    description: str = (
+        "Trainer waits 2-5% of each step for rollout results (timing_s/rollout_wait; "
+        "breakdown: rollout_wait=)."
+    )
+    uses_rollout_wait: bool = True
+    low: float = 0.02
+    high: float = 0.05
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Set the wait."""
+        super().apply(plan, k, n, ctx)
+        plan.durations["rollout_wait"] = float(ctx.rng.uniform(self.low, self.high)) * (
+            ctx.step_seconds
+        )
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The rollout_wait phase."""
+        return {"phase": "rollout_wait"}
+
+
+@dataclass
+class LowUtilization(Scenario):
+    """SM activity around 45% in training phases for minutes."""
+
+    name: str = "low_utilization"
+    kind: str | None = "low_utilization"
+    related: tuple[str, ...] = ("throughput_regression", "phase_imbalance")
+    description: str = "Training phases at SM activity ~45% and util ~65% (under-fed GPUs)."
+    util_factor: float = 0.68
+    sm_factor: float = 0.55
+    tensor_factor: float = 0.5
+    slowdown: float = 1.35
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Scale training-phase activity down; training takes longer."""
+        super().apply(plan, k, n, ctx)
+        plan.training_scale = (self.util_factor, self.sm_factor, self.tensor_factor)
+        for p in TRAINING_TIMELINE:
+            plan.durations[p] *= self.slowdown
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """Training phases, named by the largest."""
+        return {"phase": "update_actor"}
+
+
+@dataclass
+class GpuFault(Scenario):
+    """One GPU misbehaves: ``mode`` "xid" (XID 94 ECC errors plus thermal throttling,
+    training goes on slightly slower) or "down" (the GPU stops answering; the run stalls)."""
+
+    name: str = "gpu_fault"
+    kind: str | None = "gpu_fault"
+    related: tuple[str, ...] = ("gpu_imbalance",)
+    description: str = "One GPU: XID 94 errors and thermal throttling (hw_thermal_slowdown)."
+    mode: str = "xid"
+    xid: int = 94
+    slowdown: float = 1.06
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("xid", "down"):
+            raise ValueError(f"gpu_fault mode must be 'xid' or 'down', not {self.mode!r}")
+        if self.mode == "down":
+            self.terminal = "stall"
+            self.xid = 79
+            self.description = "One GPU falls off the bus (XID 79, up=0); the run stalls."
+
+    def setup(self, ctx: ScenarioContext) -> None:
+        """Choose the faulty GPU."""
+        ctx.state["node"] = int(ctx.rng.integers(ctx.nodes))
+        ctx.state["gpus"] = [int(ctx.rng.integers(ctx.gpus_per_node))]
+        ctx.state["node_name"] = ctx.node_names[ctx.state["node"]]
+        ctx.state["global"] = _global_gpus(ctx)
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Throttle the GPU; the step waits a little for it."""
+        super().apply(plan, k, n, ctx)
+        plan.thermal_gpus = tuple(ctx.state["global"])
+        for g in ctx.state["global"]:
+            plan.gpu_factor[g] = (0.97, 0.8, 0.78)
+        for p in ("gen", "update_actor", "update_critic"):
+            plan.durations[p] *= self.slowdown
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The faulty GPU."""
+        return _target_scope(ctx_state)
+
+
+#: Every scenario by name, with default parameters.
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Healthy(),
+        IoStarvation(),
+        GpuImbalance(),
+        RolloutLongTail(),
+        ReshardSpike(),
+        CommHeavy(),
+        MemoryPressure(),
+        Oom(),
+        Stalled(),
+        StepTimeSpikes(),
+        UtilOverstatesSm(),
+        ThroughputRegression(),
+        PhaseImbalance(),
+        RolloutWait(),
+        LowUtilization(),
+        GpuFault(),
+    )
+}
+
+#: Scripted scenarios: a list of (scenario, n_steps) segments.
+SCRIPTS: dict[str, list[tuple[str, int]]] = {
+    # About ten minutes of wall time at step_seconds=12.
+    "demo": [
+        ("healthy", 8),
+        ("io_starvation", 6),
+        ("healthy", 5),
+        ("reshard_spike", 5),
+        ("gpu_imbalance", 6),
+        ("rollout_long_tail", 6),
+        ("healthy", 6),
+    ],
+}
+
+#: Default step length per script (seconds), used when the caller keeps the default.
+SCRIPT_STEP_SECONDS: dict[str, float] = {"demo": 12.0}
+
+
+class UnknownScenario(ValueError):
+    """A scenario name the simulator does not know; the message lists the valid ones."""
+
+
+def list_scenarios() -> list[str]:
+    """Every scenario and script name, sorted (healthy first)."""
+    names = sorted(set(SCENARIOS) | set(SCRIPTS))
+    names.remove("healthy")
+    return ["healthy", *names]
+
+
+def describe(name: str) -> str:
+    """One line describing a scenario or script."""
+    if name in SCRIPTS:
+        return "script: " + ", ".join(f"{s} x{n}" for s, n in SCRIPTS[name])
+    return get_scenario(name).description
+
+
+def get_scenario(name: str | Scenario) -> Scenario:
+    """The scenario object for a name (or the object itself); raises UnknownScenario."""
+    if isinstance(name, Scenario):
+        return name
+    if name not in SCENARIOS:
+        raise UnknownScenario(
+            f"unknown scenario {name!r}; valid: {', '.join(list_scenarios())}"
+        )
+    return SCENARIOS[name]
+
+
+def resolve_script(
+    scenario: str | Scenario | list[tuple[str | Scenario, int]],
+    steps: int | None,
+    onset: float,
+) -> list[tuple[Scenario, int]]:
+    """Turn a scenario name, script name, ``"a:5,b:3"`` string or list into segments.
+
+    A single problem scenario gets a healthy baseline of ``onset`` x steps first (at least
+    one third). A script keeps its own lengths unless ``steps`` is given, which rescales them.
+    """
+    if isinstance(scenario, str) and scenario in SCRIPTS:
+        raw: list[tuple[str | Scenario, int]] = list(SCRIPTS[scenario])
+        return _scale([(get_scenario(s), n) for s, n in raw], steps)
+    if isinstance(scenario, str) and ":" in scenario:
+        raw = []
+        for part in scenario.split(","):
+            name, _, count = part.strip().partition(":")
+            try:
+                n = int(count)
+            except ValueError as exc:
+                raise UnknownScenario(f"bad script segment {part!r}: want NAME:STEPS") from exc
+            if n < 1:
+                raise UnknownScenario(f"bad script segment {part!r}: steps must be >= 1")
+            raw.append((name.strip(), n))
+        return _scale([(get_scenario(s), n) for s, n in raw], steps)
+    if isinstance(scenario, list):
+        return _scale([(get_scenario(s), int(n)) for s, n in scenario], steps)
+    sc = get_scenario(scenario)
+    total = 60 if steps is None else int(steps)
+    if total < 1:
+        raise ValueError("steps must be >= 1")
+    if sc.kind is None:
+        return [(sc, total)]
+    base = max(1, int(np.ceil(total * max(onset, 1.0 / 3.0))))
+    if total - base < 1:
+        base = max(1, total - 1)
+    rest = total - base
+    if rest < 1:
+        return [(sc, total)]
+    return [(get_scenario("healthy"), base), (sc, rest)]
+
+
+def _scale(segments: list[tuple[Scenario, int]], steps: int | None) -> list[tuple[Scenario, int]]:
+    if steps is None:
+        return segments
+    total = sum(n for _, n in segments)
+    scaled = [(s, max(1, round(n * steps / total))) for s, n in segments]
+    return scaled

@@ -1,0 +1,235 @@
+"""One interface for where the dashboards read metrics: the local run store or Prometheus.
+
+A :class:`MetricSource` answers in canonical shapes only: GPU and host frames with the
+interchange columns (``monitor/frames.py``), already downsampled to about ``max_points`` per
+series; :class:`~monitor.records.StepRecord` lists; :class:`~monitor.records.Flag` lists; an
+NCCL frame (:data:`NCCL_COLUMNS`); per-node aggregates (:data:`NODE_SUMMARY_COLUMNS`). The
+dashboards never know which source they read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from monitor.records import ALL_PHASES, StepRecord
+
+#: NCCL activity per time bucket: ``exec_share`` is NCCL seconds per wall second (summed over
+#: communicators and ranks of the node), ``bytes_per_s`` message bytes per second, ``busbw_bps``
+#: the mean bus bandwidth of the bucket; ``rank`` is empty where the source does not know it.
+NCCL_COLUMNS: tuple[str, ...] = (
+    "ts",
+    "node",
+    "rank",
+    "coll",
+    "exec_share",
+    "bytes_per_s",
+    "busbw_bps",
+)
+
+#: One row per node: GPU activity aggregated over the window, and why it is an outlier.
+NODE_SUMMARY_COLUMNS: tuple[str, ...] = (
+    "node",
+    "gpus",
+    "util_mean",
+    "util_min_gpu",
+    "util_max_gpu",
+    "util_spread",
+    "sm_active_mean",
+    "mem_used_max_ratio",
+    "iowait_mean",
+    "outlier",
+    "reason",
+)
+
+
+class SourceError(RuntimeError):
+    """The source cannot answer; the message is one line a person reads."""
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """Whether the source can be read, with the words the UI shows when it cannot.
+
+    Messages: ``"store missing: PATH"``, ``"Prometheus unreachable at URL: REASON"``,
+    ``"no data yet"``, or ``"ok"`` with a short description.
+    """
+
+    ok: bool
+    message: str
+
+
+@runtime_checkable
+class MetricSource(Protocol):
+    """What the dashboards read. ``start``/``end`` are unix seconds."""
+
+    #: "store" or "prometheus".
+    kind: str
+    #: Where it reads from, for the sidebar ("store /path/run.sqlite").
+    label: str
+
+    def status(self) -> SourceStatus:
+        """Readable and holding data? Never raises."""
+        ...
+
+    def time_range(self) -> tuple[float, float] | None:
+        """First and last sample time, or None when there is no data."""
+        ...
+
+    def nodes(self) -> list[str]:
+        """Node names, sorted."""
+        ...
+
+    def gpu_frame(
+        self, start: float, end: float, max_points: int = 1000, node: str | None = None
+    ) -> pd.DataFrame:
+        """GPU samples (interchange columns plus ``util_min``/``mem_used_bytes_max``...)."""
+        ...
+
+    def host_frame(
+        self, start: float, end: float, max_points: int = 1000, node: str | None = None
+    ) -> pd.DataFrame:
+        """Host samples (interchange columns plus envelope columns)."""
+        ...
+
+    def steps(self, start: float | None = None, end: float | None = None) -> list[StepRecord]:
+        """Training steps that ended inside the window, in step order."""
+        ...
+
+    def flags(
+        self, active_only: bool = False, start: float | None = None, end: float | None = None
+    ) -> list:
+        """Detector flags overlapping the window (all when no window), newest first."""
+        ...
+
+    def nccl_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
+        """NCCL activity per bucket with :data:`NCCL_COLUMNS`."""
+        ...
+
+    def node_summary(self, start: float, end: float) -> pd.DataFrame:
+        """One row per node with :data:`NODE_SUMMARY_COLUMNS`."""
+        ...
+
+    def node_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
+        """Mean GPU utilization per node over time: columns ``ts, node, util``."""
+        ...
+
+
+def steps_to_frame(steps: list[StepRecord]) -> pd.DataFrame:
+    """A flat frame of steps: ``step, end_time, total, throughput, mem_reserved_peak_bytes``
+    and one column per canonical phase present in any step (seconds, NaN where absent)."""
+    base = ["step", "end_time", "total", "throughput", "mem_reserved_peak_bytes"]
+    if not steps:
+        return pd.DataFrame(columns=base, dtype=float)
+    rows = []
+    for rec in steps:
+        row = {
+            "step": rec.step,
+            "end_time": rec.end_time,
+            "total": rec.total,
+            "throughput": rec.throughput,
+            "mem_reserved_peak_bytes": rec.mem_reserved_peak_bytes,
+        }
+        row.update({f"phase:{k}": v for k, v in rec.phases.items()})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    phase_cols = [f"phase:{p}" for p in ALL_PHASES if f"phase:{p}" in df.columns]
+    extra = [c for c in df.columns if c.startswith("phase:") and c not in phase_cols]
+    df = df[base + phase_cols + extra]
+    df = df.rename(columns={c: c.split(":", 1)[1] for c in phase_cols + extra})
+    return df.sort_values("step", kind="stable").reset_index(drop=True)
+
+
+def node_summary_from_gpu(gpu: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Aggregate a GPU frame (any resolution) into one row per node, outliers marked."""
+    if gpu is None or gpu.empty:
+        return pd.DataFrame(columns=list(NODE_SUMMARY_COLUMNS))
+    per_gpu = gpu.groupby(["node", "gpu"], observed=True).agg(
+        util=("util", "mean"),
+        sm_active=("sm_active", "mean"),
+        mem_used=("mem_used_bytes", "max"),
+        mem_total=("mem_total_bytes", "max"),
+    )
+    per_gpu["mem_ratio"] = per_gpu["mem_used"] / per_gpu["mem_total"].where(
+        per_gpu["mem_total"] > 0
+    )
+    return summarize_nodes(per_gpu.reset_index(), host)
+
+
+def summarize_nodes(per_gpu: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
+    """From per-GPU window means (``node, gpu, util, sm_active, mem_ratio``) to node rows."""
+    g = per_gpu.groupby("node", observed=True)
+    out = pd.DataFrame(
+        {
+            "gpus": g["gpu"].nunique(),
+            "util_mean": g["util"].mean(),
+            "util_min_gpu": g["util"].min(),
+            "util_max_gpu": g["util"].max(),
+            "sm_active_mean": g["sm_active"].mean(),
+            "mem_used_max_ratio": g["mem_ratio"].max(),
+        }
+    )
+    out["util_spread"] = out["util_max_gpu"] - out["util_min_gpu"]
+    if host is not None and not host.empty and "iowait_pct" in host.columns:
+        out["iowait_mean"] = host.groupby("node", observed=True)["iowait_pct"].mean()
+    else:
+        out["iowait_mean"] = np.nan
+    out = out.reset_index()
+    out = mark_outliers(out)
+    return out[list(NODE_SUMMARY_COLUMNS)].sort_values("node").reset_index(drop=True)
+
+
+#: A node whose mean utilization sits this many robust deviations below the fleet is an outlier.
+OUTLIER_MADS = 3.5
+#: ... or whose GPUs differ by this many utilization points among themselves.
+SPREAD_POINTS = 20.0
+
+
+def mark_outliers(summary: pd.DataFrame) -> pd.DataFrame:
+    """Add ``outlier`` (bool) and ``reason`` (words) to a node summary.
+
+    Peer comparison, not fixed thresholds: a node is slow when its mean utilization is far
+    below the fleet median (median absolute deviation, floored at 2 points so a uniform fleet
+    does not flag noise), or imbalanced when its own GPUs spread more than
+    :data:`SPREAD_POINTS` points.
+    """
+    df = summary.copy()
+    util = df["util_mean"].astype(float)
+    med = float(np.nanmedian(util)) if len(util) else np.nan
+    mad = float(np.nanmedian(np.abs(util - med))) if len(util) else np.nan
+    scale = max(1.4826 * mad, 2.0) if np.isfinite(mad) else 2.0
+    reasons: list[str] = []
+    for _, row in df.iterrows():
+        why = []
+        if len(df) >= 3 and np.isfinite(row["util_mean"]) and (
+            med - row["util_mean"] > OUTLIER_MADS * scale
+        ):
+            why.append(f"util {row['util_mean']:.0f}% vs fleet median {med:.0f}%")
+        if np.isfinite(row["util_spread"]) and row["util_spread"] > SPREAD_POINTS:
+            why.append(
+                f"GPU spread {row['util_spread']:.0f} pts "
+                f"({row['util_min_gpu']:.0f}-{row['util_max_gpu']:.0f}%)"
+            )
+        reasons.append("; ".join(why))
+    df["reason"] = reasons
+    df["outlier"] = df["reason"] != ""
+    return df
+
+
+def parse_scope(label: str) -> dict:
+    """Invert :pyattr:`Flag.scope_label` ("node=n0 gpus=3,5 phase=gen") into a scope dict."""
+    scope: dict = {}
+    for part in (label or "").split():
+        key, _, val = part.partition("=")
+        if not val:
+            continue
+        if key == "gpus":
+            scope[key] = [int(v) if v.isdigit() else v for v in val.split(",") if v]
+        elif key == "steps":
+            scope[key] = [int(v) for v in val.split(",") if v.lstrip("-").isdigit()]
+        else:
+            scope[key] = val
+    return scope

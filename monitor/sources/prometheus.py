@@ -1,0 +1,484 @@
+"""Read verl-monitor metrics back from Prometheus's HTTP API (httpx).
+
+Range queries use ``step = max(ceil(range / max_points), scrape_interval)`` so a series never
+passes Prometheus's 11,000-point limit, and downsample with ``avg_over_time`` plus
+``min_over_time`` (activity dips) and ``max_over_time`` (memory spikes), matching
+:mod:`monitor.downsample`. Steps are rebuilt from the step gauges: a new step is a change of
+``verlmon_training_step`` (or of the last-step timestamp). Flags are the runs of
+``verlmon_flag_active == 1``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pandas as pd
+import yaml
+
+from monitor import metric_names as m
+from monitor.downsample import bucket_seconds
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.records import Flag, StepRecord
+from monitor.sources.base import (
+    NCCL_COLUMNS,
+    SourceError,
+    SourceStatus,
+    parse_scope,
+    summarize_nodes,
+)
+
+#: Prometheus refuses range queries returning more than this many points per series.
+MAX_POINTS_PER_SERIES = 11_000
+DEFAULT_SCRAPE_INTERVAL = 15.0
+
+#: GPU frame column -> (metric, scale to the interchange unit).
+_GPU_QUERIES: dict[str, tuple[str, float]] = {
+    "util": (m.GPU_UTIL, 100.0),
+    "sm_active": (m.GPU_SM_ACTIVE, 100.0),
+    "mem_used_bytes": (m.GPU_MEM_USED, 1.0),
+    "mem_total_bytes": (m.GPU_MEM_TOTAL, 1.0),
+    "power_w": (m.GPU_POWER, 1.0),
+    "tensor_active": (m.GPU_TENSOR_ACTIVE, 100.0),
+    "dram_active": (m.GPU_DRAM_ACTIVE, 100.0),
+}
+_HOST_QUERIES: dict[str, tuple[str, float]] = {
+    "cpu_max_core_pct": (m.HOST_CPU_MAX_CORE, 100.0),
+    "cpu_avg_pct": (m.HOST_CPU_AVG, 100.0),
+    "iowait_pct": (m.HOST_IOWAIT, 100.0),
+}
+
+
+class PrometheusSource:
+    """A :class:`~monitor.sources.base.MetricSource` over a Prometheus server.
+
+    ``job`` restricts every query to one scrape job. Series are attributed to the ``node``
+    label when the target carries one, else to ``instance``.
+    """
+
+    kind = "prometheus"
+
+    def __init__(self, url: str, job: str | None = None, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.job = job
+        self.label = f"Prometheus {self.url}" + (f" (job {job})" if job else "")
+        self._client = httpx.Client(base_url=self.url, timeout=timeout)
+        self._scrape_interval: float | None = None
+        self._pool = ThreadPoolExecutor(max_workers=6)
+
+    # ----------------------------------------------------------------- HTTP plumbing
+    def close(self) -> None:
+        """Close the HTTP client and worker threads."""
+        self._client.close()
+        self._pool.shutdown(wait=False)
+
+    def _get(self, path: str, params: dict) -> dict:
+        try:
+            resp = self._client.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise SourceError(f"Prometheus unreachable at {self.url}: {_reason(exc)}") from exc
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise SourceError(
+                f"Prometheus at {self.url} answered HTTP {resp.status_code} without JSON"
+            ) from exc
+        if body.get("status") != "success":
+            raise SourceError(f"Prometheus query failed: {body.get('error', resp.status_code)}")
+        return body["data"]
+
+    def _sel(self, extra: str = "") -> str:
+        parts = [f'job="{self.job}"'] if self.job else []
+        if extra:
+            parts.append(extra)
+        return "{" + ",".join(parts) + "}"
+
+    def query(self, promql: str, at: float | None = None) -> list[dict]:
+        """Instant query; returns the ``result`` list (vectors)."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        return self._get("/api/v1/query", params)["result"]
+
+    def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict]:
+        """Range query; refuses a step that would return more than 11,000 points a series."""
+        if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
+            step = math.ceil((end - start) / (MAX_POINTS_PER_SERIES - 1))
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step}
+        return self._get("/api/v1/query_range", params)["result"]
+
+    def scrape_interval(self) -> float:
+        """The job's scrape interval from the server's loaded config (15 s if unknown)."""
+        if self._scrape_interval is None:
+            self._scrape_interval = DEFAULT_SCRAPE_INTERVAL
+            try:
+                cfg = yaml.safe_load(self._get("/api/v1/status/config", {})["yaml"]) or {}
+                value = (cfg.get("global") or {}).get("scrape_interval", "15s")
+                for job in cfg.get("scrape_configs") or []:
+                    if self.job is None or job.get("job_name") == self.job:
+                        value = job.get("scrape_interval", value)
+                        break
+                self._scrape_interval = _duration_seconds(value)
+            except (SourceError, KeyError, yaml.YAMLError, ValueError):
+                pass
+        return self._scrape_interval
+
+    def _step(self, start: float, end: float, max_points: int) -> int:
+        return bucket_seconds(start, end, max_points, floor_s=self.scrape_interval())
+
+    def _series_frame(
+        self, results: list[dict], column: str, scale: float = 1.0, keys: Iterable[str] = ()
+    ) -> pd.DataFrame:
+        keys = list(keys)
+        frames = []
+        for series in results:
+            labels = series.get("metric", {})
+            values = series.get("values") or ([series["value"]] if "value" in series else [])
+            if not values:
+                continue
+            arr = np.asarray(values, dtype=object)
+            df = pd.DataFrame(
+                {
+                    "ts": arr[:, 0].astype(float),
+                    column: pd.to_numeric(arr[:, 1], errors="coerce") * scale,
+                }
+            )
+            df["node"] = _node_of(labels)
+            for key in keys:
+                df[key] = labels.get(key)
+            frames.append(df)
+        if not frames:
+            return pd.DataFrame(columns=["ts", "node", *keys, column])
+        return pd.concat(frames, ignore_index=True)
+
+    def _range_many(
+        self, queries: dict[str, tuple[str, float]], start: float, end: float, step: int,
+        keys: Iterable[str],
+    ) -> pd.DataFrame:
+        keys = list(keys)
+        futures = {
+            col: self._pool.submit(self.query_range, q, start, end, step)
+            for col, (q, _scale) in queries.items()
+        }
+        merged: pd.DataFrame | None = None
+        for col, fut in futures.items():
+            df = self._series_frame(fut.result(), col, queries[col][1], keys)
+            merged = df if merged is None else merged.merge(df, on=["ts", "node", *keys], how="outer")
+        return merged if merged is not None else pd.DataFrame()
+
+    # ----------------------------------------------------------------- MetricSource
+    def status(self) -> SourceStatus:
+        """"Prometheus unreachable at URL: ...", "no data yet", or ok."""
+        try:
+            found = self.query(f"count(last_over_time({m.BUILD_INFO}{self._sel()}[1d]))")
+        except SourceError as exc:
+            return SourceStatus(False, str(exc))
+        if not found or float(found[0]["value"][1]) == 0:
+            return SourceStatus(False, "no data yet")
+        return SourceStatus(True, f"{self.label}: {int(float(found[0]['value'][1]))} exporter(s)")
+
+    def time_range(self) -> tuple[float, float] | None:
+        """First and last scrape of any exporter within the last day (1-minute precision)."""
+        now = time.time()
+        sel = self._sel()
+        last = self.query(f"max(timestamp({m.BUILD_INFO}{sel}))", at=now)
+        first = self.query(f"min(min_over_time(timestamp({m.BUILD_INFO}{sel})[1d:1m]))", at=now)
+        if not last:
+            last = self.query(f"max(max_over_time(timestamp({m.BUILD_INFO}{sel})[1d:1m]))", at=now)
+        if not last or not first:
+            return None
+        lo, hi = float(first[0]["value"][1]), float(last[0]["value"][1])
+        return (min(lo, hi), hi)
+
+    def nodes(self) -> list[str]:
+        """Nodes with any GPU series in the last day."""
+        res = self.query(f"count by (node, instance) (last_over_time({m.GPU_UTIL}{self._sel()}[1d]))")
+        return sorted({_node_of(r["metric"]) for r in res})
+
+    def gpu_frame(
+        self, start: float, end: float, max_points: int = 1000, node: str | None = None
+    ) -> pd.DataFrame:
+        """GPU samples per (node, gpu), averaged per step; ``util_min``/``mem_used_bytes_max``
+        keep dips and spikes."""
+        step = self._step(start, end, max_points)
+        start = math.floor(start / step) * step
+        sel = self._sel(_node_matcher(node))
+        queries = {col: (self._windowed("avg", met + sel, step), sc)
+                   for col, (met, sc) in _GPU_QUERIES.items()}
+        queries["util_min"] = (self._windowed("min", m.GPU_UTIL + sel, step), 100.0)
+        queries["mem_used_bytes_max"] = (self._windowed("max", m.GPU_MEM_USED + sel, step), 1.0)
+        df = self._range_many(queries, start, end, step, keys=["gpu"])
+        if df.empty:
+            return pd.DataFrame(columns=[*GPU_COLUMNS, "util_min", "mem_used_bytes_max"])
+        df["gpu"] = pd.to_numeric(df["gpu"], errors="coerce").astype("Int64")
+        cols = [*GPU_COLUMNS, "util_min", "mem_used_bytes_max"]
+        for col in cols:
+            if col not in df.columns:
+                df[col] = np.nan
+        return df[cols].sort_values(["node", "gpu", "ts"]).reset_index(drop=True)
+
+    def host_frame(
+        self, start: float, end: float, max_points: int = 1000, node: str | None = None
+    ) -> pd.DataFrame:
+        """Host samples per node; disk reads as a rate over the step."""
+        step = self._step(start, end, max_points)
+        start = math.floor(start / step) * step
+        sel = self._sel(_node_matcher(node))
+        queries = {col: (self._windowed("avg", met + sel, step), sc)
+                   for col, (met, sc) in _HOST_QUERIES.items()}
+        window = max(step, int(4 * self.scrape_interval()))
+        queries["disk_read_bps"] = (f"rate({m.HOST_DISK_READ}{sel}[{window}s])", 1.0)
+        queries["cpu_max_core_pct_max"] = (
+            self._windowed("max", m.HOST_CPU_MAX_CORE + sel, step), 100.0)
+        queries["iowait_pct_max"] = (self._windowed("max", m.HOST_IOWAIT + sel, step), 100.0)
+        df = self._range_many(queries, start, end, step, keys=[])
+        cols = [*HOST_COLUMNS, "cpu_max_core_pct_max", "iowait_pct_max"]
+        if df.empty:
+            return pd.DataFrame(columns=cols)
+        for col in cols:
+            if col not in df.columns:
+                df[col] = np.nan
+        return df[cols].sort_values(["node", "ts"]).reset_index(drop=True)
+
+    def _windowed(self, agg: str, selector: str, step: int) -> str:
+        if step <= self.scrape_interval():
+            return selector
+        return f"{agg}_over_time({selector}[{step}s])"
+
+    def steps(self, start: float | None = None, end: float | None = None) -> list[StepRecord]:
+        """Steps rebuilt from the step gauges sampled at the scrape interval."""
+        rng = self._window(start, end)
+        if rng is None:
+            return []
+        lo, hi = rng
+        step = max(self.scrape_interval(), math.ceil((hi - lo) / (MAX_POINTS_PER_SERIES - 1)))
+        sel = self._sel()
+        queries = {
+            "step": m.TRAIN_STEP + sel,
+            "end_time": m.LAST_STEP_TS + sel,
+            "total": m.STEP_DURATION + sel,
+            "throughput": m.THROUGHPUT + sel,
+            "mem_reserved_peak_bytes": m.MEM_RESERVED_PEAK + sel,
+        }
+        futures = {k: self._pool.submit(self.query_range, q, lo, hi, step) for k, q in queries.items()}
+        phase_fut = self._pool.submit(self.query_range, m.PHASE_DURATION + sel, lo, hi, step)
+        base = None
+        for col, fut in futures.items():
+            df = self._series_frame(fut.result(), col)
+            base = df if base is None else base.merge(df, on=["ts", "node"], how="outer")
+        if base is None or base.empty or base["step"].isna().all():
+            return []
+        phases = self._series_frame(phase_fut.result(), "seconds", keys=["phase"])
+        # the node whose log is followed: the one with the most step samples
+        node = base.dropna(subset=["step"]).groupby("node").size().idxmax()
+        base = base[base["node"] == node].sort_values("ts").reset_index(drop=True)
+        key = base["end_time"].fillna(base["step"])
+        changed = key.ne(key.shift()) & base["step"].notna()
+        rows = base[changed]
+        ph = phases[phases["node"] == node].pivot_table(
+            index="ts", columns="phase", values="seconds", aggfunc="last"
+        )
+        out: list[StepRecord] = []
+        for _, row in rows.iterrows():
+            phase_vals: dict[str, float] = {}
+            if row["ts"] in ph.index:
+                phase_vals = {
+                    str(k): float(v) for k, v in ph.loc[row["ts"]].items() if pd.notna(v)
+                }
+            end_time = row["end_time"] if pd.notna(row["end_time"]) else row["ts"]
+            out.append(
+                StepRecord(
+                    step=int(row["step"]),
+                    end_time=float(end_time),
+                    total=_opt(row["total"]),
+                    phases=phase_vals,
+                    throughput=_opt(row["throughput"]),
+                    mem_reserved_peak_bytes=_opt(row["mem_reserved_peak_bytes"]),
+                    time_source="arrival",
+                    source="prometheus",
+                )
+            )
+        if start is not None:
+            out = [s for s in out if s.end_time is None or s.end_time >= start]
+        return out
+
+    def _window(self, start: float | None, end: float | None) -> tuple[float, float] | None:
+        if start is not None and end is not None:
+            return float(start), float(end)
+        rng = self.time_range()
+        if rng is None:
+            return None
+        return (rng[0] if start is None else start, rng[1] if end is None else end)
+
+    def flags(
+        self, active_only: bool = False, start: float | None = None, end: float | None = None
+    ) -> list[Flag]:
+        """Flags as the runs of ``verlmon_flag_active == 1``; evidence says where they came
+        from, advice comes from the detectors' advice table when it is installed."""
+        rng = self._window(start, end)
+        if rng is None:
+            return []
+        lo, hi = rng
+        interval = self.scrape_interval()
+        step = self._step(lo, hi, 2000)
+        res = self.query_range(f"{m.FLAG_ACTIVE}{self._sel()} == 1", lo, hi, step)
+        flags: list[Flag] = []
+        for series in res:
+            labels = series["metric"]
+            times = [float(t) for t, _v in series.get("values", [])]
+            for run_start, run_end in _runs(times, step):
+                still_open = hi - run_end <= max(step, 2 * interval)
+                scope = parse_scope(labels.get("scope", ""))
+                scope.setdefault("node", _node_of(labels))
+                minutes = (run_end - run_start) / 60.0
+                flags.append(
+                    Flag(
+                        kind=labels.get("kind", "unknown"),
+                        severity=labels.get("severity", "warning"),
+                        start=run_start,
+                        end=None if still_open else run_end,
+                        scope=scope,
+                        evidence=(
+                            f"verlmon_flag_active was 1 for {minutes:.1f} min "
+                            f"(from Prometheus; the exporter's store has the full evidence)"
+                        ),
+                        advice=_advice_for(labels.get("kind", "")),
+                    )
+                )
+        if active_only:
+            flags = [f for f in flags if f.end is None]
+        return sorted(flags, key=lambda f: f.start, reverse=True)
+
+    def nccl_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
+        """NCCL seconds per wall second, bytes per second and bus bandwidth, per collective."""
+        step = self._step(start, end, max_points)
+        start = math.floor(start / step) * step
+        window = max(step, int(4 * self.scrape_interval()))
+        sel = self._sel()
+        queries = {
+            "exec_share": (f"sum by (node, instance, coll) (rate({m.NCCL_EXEC}{sel}[{window}s]))", 1.0),
+            "bytes_per_s": (f"sum by (node, instance, coll) (rate({m.NCCL_BYTES}{sel}[{window}s]))", 1.0),
+            "busbw_bps": (f"avg by (node, instance, coll) ({m.NCCL_BUSBW}{sel})", 1.0),
+        }
+        df = self._range_many(queries, start, end, step, keys=["coll"])
+        if df.empty:
+            return pd.DataFrame(columns=list(NCCL_COLUMNS))
+        df["rank"] = np.nan
+        return df[list(NCCL_COLUMNS)].sort_values(["node", "coll", "ts"]).reset_index(drop=True)
+
+    def node_summary(self, start: float, end: float) -> pd.DataFrame:
+        """Per-node aggregates from instant queries over the whole window (cheap at 128 nodes)."""
+        span = max(int(end - start), int(self.scrape_interval()))
+        sel = self._sel()
+        qs = {
+            "util": (f"avg_over_time({m.GPU_UTIL}{sel}[{span}s])", 100.0),
+            "sm_active": (f"avg_over_time({m.GPU_SM_ACTIVE}{sel}[{span}s])", 100.0),
+            "mem_used": (f"max_over_time({m.GPU_MEM_USED}{sel}[{span}s])", 1.0),
+            "mem_total": (f"max_over_time({m.GPU_MEM_TOTAL}{sel}[{span}s])", 1.0),
+        }
+        futures = {k: self._pool.submit(self.query, q, end) for k, (q, _s) in qs.items()}
+        iow_fut = self._pool.submit(
+            self.query, f"avg_over_time({m.HOST_IOWAIT}{sel}[{span}s])", end
+        )
+        per_gpu = None
+        for col, fut in futures.items():
+            df = self._series_frame(fut.result(), col, qs[col][1], keys=["gpu"]).drop(columns="ts")
+            per_gpu = df if per_gpu is None else per_gpu.merge(df, on=["node", "gpu"], how="outer")
+        if per_gpu is None or per_gpu.empty:
+            return summarize_nodes(
+                pd.DataFrame(columns=["node", "gpu", "util", "sm_active", "mem_ratio"])
+            )
+        for col in ("util", "sm_active", "mem_used", "mem_total"):
+            if col not in per_gpu.columns:
+                per_gpu[col] = np.nan
+        per_gpu["mem_ratio"] = per_gpu["mem_used"] / per_gpu["mem_total"].where(
+            per_gpu["mem_total"] > 0
+        )
+        host = self._series_frame(iow_fut.result(), "iowait_pct", 100.0)
+        return summarize_nodes(per_gpu, host)
+
+    def node_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
+        """Mean GPU utilization per node over time, aggregated by Prometheus."""
+        step = self._step(start, end, max_points)
+        start = math.floor(start / step) * step
+        q = f"avg by (node, instance) ({self._windowed('avg', m.GPU_UTIL + self._sel(), step)})"
+        df = self._series_frame(self.query_range(q, start, end, step), "util", 100.0)
+        return df[["ts", "node", "util"]].sort_values(["node", "ts"]).reset_index(drop=True)
+
+
+def _node_of(labels: dict) -> str:
+    return str(labels.get("node") or labels.get("instance") or "local")
+
+
+def _node_matcher(node: str | None) -> str:
+    if not node:
+        return ""
+    safe = node.replace("\\", "\\\\").replace('"', '\\"')
+    return f'node="{safe}"'
+
+
+def _opt(value) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _runs(times: list[float], step: float) -> list[tuple[float, float]]:
+    """Contiguous runs of sample times (a gap larger than 1.5 steps ends a run)."""
+    runs: list[tuple[float, float]] = []
+    for t in times:
+        if runs and t - runs[-1][1] <= 1.5 * step:
+            runs[-1] = (runs[-1][0], t)
+        else:
+            runs.append((t, t))
+    return runs
+
+
+def _duration_seconds(text: str) -> float:
+    """Prometheus duration ("15s", "1m", "500ms", "1m30s") in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    total, num = 0.0, ""
+    i = 0
+    text = str(text).strip()
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            num += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        if unit not in units or not num:
+            raise ValueError(f"bad duration {text!r}")
+        total += float(num) * units[unit]
+        num = ""
+        i += len(unit)
+    if num:
+        raise ValueError(f"bad duration {text!r}")
+    return total
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return text.splitlines()[0][:200]
+
+
+def _advice_for(kind: str) -> list[str]:
+    """The detectors' advice for a flag kind, when the detect package offers a table."""
+    try:
+        from monitor.detect import advice as advice_mod  # type: ignore[attr-defined]
+    except ImportError:
+        return []
+    table = getattr(advice_mod, "ADVICE", None)
+    if isinstance(table, dict):
+        value = table.get(kind) or []
+        return [value] if isinstance(value, str) else list(value)
+    fn = getattr(advice_mod, "advice_for", None)
+    if callable(fn):
+        try:
+            value = fn(kind)
+        except Exception:  # noqa: BLE001 - advice is optional decoration
+            return []
+        return [value] if isinstance(value, str) else list(value or [])
+    return []

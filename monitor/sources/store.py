@@ -1,0 +1,175 @@
+"""Read a local run store (the exporter's SQLite file) as a :class:`MetricSource`.
+
+The store may not exist yet (the exporter has not started), may be empty (no sample yet), or
+be written while we read (SQLite WAL: readers never block the writer). Each call opens the
+store lazily and turns every failure into a :class:`SourceStatus` or a :class:`SourceError`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from monitor.downsample import bucket_seconds, downsample
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.records import Flag, StepRecord
+from monitor.sources.base import (
+    NCCL_COLUMNS,
+    SourceError,
+    SourceStatus,
+    node_summary_from_gpu,
+)
+
+_GPU_VALUES = [c for c in GPU_COLUMNS if c not in ("ts", "node", "gpu")]
+_HOST_VALUES = [c for c in HOST_COLUMNS if c not in ("ts", "node")]
+
+
+class StoreSource:
+    """A :class:`~monitor.sources.base.MetricSource` over ``RunStore(path)``."""
+
+    kind = "store"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.label = f"store {self.path}"
+        self._store = None
+        self._lock = threading.Lock()
+
+    def _open(self):
+        from monitor.store.runstore import RunStore, StoreError
+
+        with self._lock:
+            if self._store is not None:
+                return self._store
+            if not self.path.is_file():
+                raise SourceError(f"store missing: {self.path}")
+            try:
+                self._store = RunStore(self.path, create=False)
+            except (StoreError, sqlite3.Error, OSError) as exc:
+                raise SourceError(f"store unreadable: {exc}") from exc
+            return self._store
+
+    def _call(self, method: str, *args, **kwargs):
+        store = self._open()
+        try:
+            return getattr(store, method)(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise SourceError(f"store {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close the underlying store."""
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    # ----------------------------------------------------------------- MetricSource
+    def status(self) -> SourceStatus:
+        """"store missing: PATH", "no data yet", or ok with the sample span."""
+        try:
+            rng = self.time_range()
+        except SourceError as exc:
+            return SourceStatus(False, str(exc))
+        if rng is None:
+            return SourceStatus(False, "no data yet")
+        return SourceStatus(True, f"{self.label}: {(rng[1] - rng[0]) / 60:.1f} min of data")
+
+    def time_range(self) -> tuple[float, float] | None:
+        """(oldest, newest) time over samples, steps and events, or None when empty."""
+        lo, hi = self._call("time_range")
+        if lo is None or hi is None:
+            return None
+        return float(lo), float(hi)
+
+    def nodes(self) -> list[str]:
+        """Node names seen in the GPU samples (or the store's meta)."""
+        meta = self._call("meta")
+        listed = meta.get("nodes") or ([meta["node"]] if meta.get("node") else [])
+        if listed:
+            return sorted(str(n) for n in listed)
+        rng = self.time_range()
+        if rng is None:
+            return []
+        tail = self._call("gpu_frame", rng[1] - 120, rng[1])
+        return sorted(tail["node"].astype(str).unique().tolist())
+
+    def gpu_frame(
+        self, start: float, end: float, max_points: int = 1000, node: str | None = None
+    ) -> pd.DataFrame:
+        """GPU samples in the window, about ``max_points`` per GPU."""
+        raw = self._call("gpu_frame", start, end, node)
+        return downsample(raw, ["node", "gpu"], _GPU_VALUES, max_points, start, end)
+
+    def host_frame(
+        self, start: float, end: float, max_points: int = 1000, node: str | None = None
+    ) -> pd.DataFrame:
+        """Host samples in the window, about ``max_points`` per node."""
+        raw = self._call("host_frame", start, end, node)
+        return downsample(raw, ["node"], _HOST_VALUES, max_points, start, end)
+
+    def steps(self, start: float | None = None, end: float | None = None) -> list[StepRecord]:
+        """Steps that ended in the window, in step order."""
+        steps = self._call("steps", start, end)
+        return sorted(steps, key=lambda s: (s.step, s.end_time or 0.0))
+
+    def flags(
+        self, active_only: bool = False, start: float | None = None, end: float | None = None
+    ) -> list[Flag]:
+        """Stored flags overlapping the window, newest first."""
+        flags = self._call("flags", active_only)
+        if start is not None:
+            flags = [f for f in flags if f.end is None or f.end >= start]
+        if end is not None:
+            flags = [f for f in flags if f.start <= end]
+        return sorted(flags, key=lambda f: f.start, reverse=True)
+
+    def events(self, start: float | None = None, end: float | None = None) -> list:
+        """Log events (OOM, traceback, resume...) in the window."""
+        return self._call("events", start, end)
+
+    def nccl_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
+        """NCCL samples bucketed per (node, coll): share of wall time, bytes/s, bus bandwidth."""
+        raw = self._call("nccl_frame", start, end)
+        if raw.empty:
+            return pd.DataFrame(columns=list(NCCL_COLUMNS))
+        width = bucket_seconds(start, end, max_points, floor_s=_sample_period(raw))
+        raw = raw.copy()
+        raw["ts"] = np.floor(raw["ts"] / width) * width
+        g = raw.groupby(["node", "coll", "ts"], observed=True)
+        out = pd.DataFrame(
+            {
+                "exec_share": g["exec_s"].sum() / width,
+                "bytes_per_s": g["bytes"].sum() / width,
+                "busbw_bps": g["busbw_bps"].mean(),
+            }
+        ).reset_index()
+        out["rank"] = np.nan
+        return out[list(NCCL_COLUMNS)].sort_values(["node", "coll", "ts"]).reset_index(drop=True)
+
+    def node_summary(self, start: float, end: float) -> pd.DataFrame:
+        """One row per node, aggregated from the GPU and host samples of the window."""
+        gpu = self.gpu_frame(start, end, max_points=300)
+        host = self.host_frame(start, end, max_points=300)
+        if "mem_used_bytes_max" in gpu.columns:
+            gpu = gpu.assign(mem_used_bytes=gpu["mem_used_bytes_max"])
+        return node_summary_from_gpu(gpu, host)
+
+    def node_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
+        """Mean GPU utilization per node over time."""
+        gpu = self.gpu_frame(start, end, max_points)
+        if gpu.empty:
+            return pd.DataFrame(columns=["ts", "node", "util"])
+        out = gpu.groupby(["node", "ts"], observed=True)["util"].mean().reset_index()
+        return out[["ts", "node", "util"]]
+
+
+def _sample_period(df: pd.DataFrame) -> float:
+    """Typical spacing of a sample table's timestamps (1 s when unknown)."""
+    ts = np.unique(df["ts"].to_numpy(dtype=float))
+    if len(ts) < 2:
+        return 1.0
+    return float(max(np.median(np.diff(ts)), 1.0))

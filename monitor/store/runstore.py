@@ -1,0 +1,642 @@
+"""``RunStore``: one run's telemetry, steps, events and flags in a single SQLite file (WAL mode).
+
+One process writes (the exporter, through ``StoreWriter``); any number of readers, in the same
+process (threads) or in others (the dashboards, ``verl-monitor export``), read while it writes.
+
+Usage::
+
+    store = RunStore("run.db")                  # creates the file when missing
+    store.add_gpu_samples([{"ts": t, "node": "n0", "gpu": 0, "util": 93.0, ...}])
+    store.add_steps(parsed.steps)
+    store.upsert_flags(flags)
+    df = store.gpu_frame(start=t0, node="n0")   # canonical columns (monitor.frames.GPU_COLUMNS)
+    store.compact()                             # retention: downsample old samples, cap size
+
+    RunStore("run.db", create=False)            # StoreError when the file is missing
+
+Thread safety: each thread gets its own connection; writes are serialised by a lock, so one
+writer thread and any number of reader threads share one ``RunStore``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, empty_gpu_frame, empty_host_frame
+from monitor.records import Event, Flag, StepRecord
+from monitor.store.schema import NCCL_COLUMNS, SchemaError, check, migrate
+
+
+class StoreError(RuntimeError):
+    """A store file that cannot be opened; the message names the file and the problem."""
+
+
+@dataclass
+class OutboxItem:
+    """One queued notification (the Slack notifier's outbox)."""
+
+    id: int
+    created: float
+    payload: dict[str, Any]
+    attempts: int
+    last_error: str | None
+    next_attempt: float
+    dedupe_key: str | None
+
+
+def _num(value: Any) -> float | None:
+    """A float for SQLite, or None for missing/NaN/unconvertible values."""
+    if value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def _int(value: Any) -> int | None:
+    num = _num(value)
+    return None if num is None else int(num)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_json_default, allow_nan=True)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+class RunStore:
+    """A run store file; see the module docstring.
+
+    ``retention_s``: raw samples older than this (relative to the newest sample) are
+    downsampled to ``downsample_s`` buckets by ``compact()``. ``max_bytes``: when the data
+    passes this size, ``compact()`` drops the oldest downsampled samples first, then the oldest
+    raw ones; steps, events, flags, meta and the outbox are always kept. ``busy_timeout_s``: how
+    long a write waits for another process's lock before failing with "database is locked".
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        retention_s: float = 6 * 3600,
+        downsample_s: float = 15.0,
+        max_bytes: int = 2 * 2**30,
+        busy_timeout_s: float = 5.0,
+        create: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.retention_s = float(retention_s)
+        self.downsample_s = float(downsample_s)
+        self.max_bytes = int(max_bytes)
+        self.busy_timeout_s = float(busy_timeout_s)
+        self._local = threading.local()
+        self._write_lock = threading.RLock()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._max_pages: int | None = None
+        self._closed = False
+        if not create and not self.path.is_file():
+            raise StoreError(f"{self.path}: no such file")
+        try:
+            conn = self._conn()
+            migrate(conn)
+        except SchemaError as exc:
+            self.close()
+            raise StoreError(f"{self.path}: {exc}") from exc
+        except sqlite3.OperationalError as exc:
+            self.close()
+            raise StoreError(f"{self.path}: cannot open ({exc})") from exc
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise StoreError(f"{self.path}: not a verl-monitor run store ({exc})") from exc
+
+    # ------------------------------------------------------------------ connections
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreError(f"{self.path}: store is closed")
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        try:
+            check(conn)  # before WAL: never change another program's file
+        except BaseException:
+            conn.close()
+            raise
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            conn.close()
+            raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode})")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        if self._max_pages is not None:
+            conn.execute(f"PRAGMA max_page_count = {int(self._max_pages)}")
+        self._local.conn = conn
+        with self._conns_lock:
+            self._conns.append(conn)
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this object opened (all threads)."""
+        self._closed = True
+        with self._conns_lock:
+            for conn in self._conns:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._conns.clear()
+        self._local = threading.local()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def set_page_limit(self, pages: int | None) -> None:
+        """Cap the file at ``pages`` pages (``PRAGMA max_page_count``); None lifts the cap.
+
+        Writes past the cap fail like a full disk ("database or disk is full").
+        """
+        self._max_pages = pages
+        limit = pages if pages is not None else 4294967294
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            conn.execute(f"PRAGMA max_page_count = {int(limit)}")
+
+    # ------------------------------------------------------------------ writing
+
+    def _write(self, fn) -> Any:
+        """Run ``fn(conn)`` inside one IMMEDIATE transaction; rolls back on any error."""
+        with self._write_lock:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(conn)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return out
+
+    def add_batch(
+        self,
+        *,
+        gpu: Sequence[Mapping[str, Any]] = (),
+        host: Sequence[Mapping[str, Any]] = (),
+        nccl: Sequence[Mapping[str, Any]] = (),
+        steps: Sequence[StepRecord] = (),
+        events: Sequence[Event] = (),
+        flags: Sequence[Flag] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write several kinds of rows in ONE transaction: all are stored, or none."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            if gpu:
+                _insert_samples(conn, "gpu_samples", GPU_COLUMNS, gpu)
+            if host:
+                _insert_samples(conn, "host_samples", HOST_COLUMNS, host)
+            if nccl:
+                _insert_samples(conn, "nccl_samples", NCCL_COLUMNS, nccl)
+            if steps:
+                _insert_steps(conn, steps)
+            if events:
+                _insert_events(conn, events)
+            if flags:
+                _upsert_flags(conn, flags)
+            if meta:
+                conn.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    [(str(k), _dumps(v)) for k, v in meta.items()],
+                )
+
+        self._write(work)
+
+    def add_gpu_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append GPU samples (dicts keyed by ``monitor.frames.GPU_COLUMNS``; extras ignored)."""
+        self.add_batch(gpu=rows)
+
+    def add_host_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append host samples (dicts keyed by ``monitor.frames.HOST_COLUMNS``)."""
+        self.add_batch(host=rows)
+
+    def add_nccl_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append NCCL samples (ts, node, coll, comm, ops, bytes, exec_s, busbw_bps)."""
+        self.add_batch(nccl=rows)
+
+    def add_steps(self, steps: Sequence[StepRecord]) -> None:
+        """Store step records; the same step + end_time again replaces the earlier row."""
+        self.add_batch(steps=steps)
+
+    def add_events(self, events: Sequence[Event]) -> None:
+        """Append events; an event identical to a stored one (same time) is not stored twice."""
+        self.add_batch(events=events)
+
+    def upsert_flags(self, flags: Sequence[Flag]) -> None:
+        """Insert flags or update them in place, keyed by kind + scope label + start."""
+        self.add_batch(flags=flags)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Set one run-level value (run name, node names, backend, started_at...); JSON-able."""
+        self.add_batch(meta={key: value})
+
+    # ------------------------------------------------------------------ reading
+
+    def _read_frame(
+        self,
+        table: str,
+        columns: tuple[str, ...],
+        start: float | None,
+        end: float | None,
+        node: str | None,
+        resample_s: float | None = None,
+    ) -> pd.DataFrame:
+        where, params = _time_filter("ts", start, end)
+        if node is not None:
+            where.append("node = ?")
+            params.append(str(node))
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        if resample_s:
+            from monitor.store.retention import bucket_query
+
+            if not resample_s > 0:
+                raise ValueError("resample_s must be positive")
+            select, group = bucket_query(table, float(resample_s))
+            sql = (
+                f"SELECT {select} FROM {table}{clause} GROUP BY {', '.join(group)} "
+                f"ORDER BY bucket, {', '.join(group[1:])}"
+            )
+        elif start is None and end is None:
+            # a full scan in rowid order, sorted afterwards, beats walking the ts index
+            sql = f"SELECT {', '.join(columns)} FROM {table}{clause}"
+            rows = self._conn().execute(sql, params).fetchall()
+            df = pd.DataFrame.from_records(rows, columns=list(columns))
+            return df.sort_values("ts", kind="stable", ignore_index=True)
+        else:
+            sql = f"SELECT {', '.join(columns)} FROM {table}{clause} ORDER BY ts"
+        rows = self._conn().execute(sql, params).fetchall()
+        return pd.DataFrame.from_records(rows, columns=list(columns))
+
+    def gpu_frame(
+        self,
+        start: float | None = None,
+        end: float | None = None,
+        node: str | None = None,
+        resample_s: float | None = None,
+    ) -> pd.DataFrame:
+        """GPU samples with ``start <= ts <= end`` (either bound optional), sorted by ts.
+
+        ``resample_s``: one row per ``resample_s`` bucket and GPU instead (bucket start as ts;
+        mean values, max memory), computed in SQLite: use it for charts over long ranges.
+        """
+        df = self._read_frame("gpu_samples", GPU_COLUMNS, start, end, node, resample_s)
+        if df.empty:
+            return empty_gpu_frame()
+        df["node"] = df["node"].astype(str)
+        df["gpu"] = df["gpu"].astype("Int64")
+        for col in GPU_COLUMNS:
+            if col not in ("node", "gpu"):
+                df[col] = df[col].astype("float64")
+        return df
+
+    def host_frame(
+        self,
+        start: float | None = None,
+        end: float | None = None,
+        node: str | None = None,
+        resample_s: float | None = None,
+    ) -> pd.DataFrame:
+        """Host samples with ``start <= ts <= end``, sorted by ts (canonical HOST_COLUMNS);
+        ``resample_s`` as in ``gpu_frame``."""
+        df = self._read_frame("host_samples", HOST_COLUMNS, start, end, node, resample_s)
+        if df.empty:
+            return empty_host_frame()
+        df["node"] = df["node"].astype(str)
+        for col in HOST_COLUMNS:
+            if col != "node":
+                df[col] = df[col].astype("float64")
+        return df
+
+    def nccl_frame(
+        self,
+        start: float | None = None,
+        end: float | None = None,
+        node: str | None = None,
+        resample_s: float | None = None,
+    ) -> pd.DataFrame:
+        """NCCL samples with ``start <= ts <= end``, sorted by ts (columns NCCL_COLUMNS);
+        ``resample_s`` as in ``gpu_frame`` (ops, bytes and exec_s are summed)."""
+        df = self._read_frame("nccl_samples", NCCL_COLUMNS, start, end, node, resample_s)
+        for col in NCCL_COLUMNS:
+            if col in ("node", "coll", "comm"):
+                df[col] = df[col].astype(str)
+            else:
+                df[col] = df[col].astype("float64")
+        return df
+
+    def steps(self, start: float | None = None, end: float | None = None) -> list[StepRecord]:
+        """Step records whose end_time is within the bounds, in end_time order.
+
+        With no bounds, steps without an end_time are included (ordered by step).
+        """
+        where, params = _time_filter("end_time", start, end)
+        sql = (
+            "SELECT step, end_time, total, phases, throughput, mem_allocated_peak_bytes, "
+            "mem_reserved_peak_bytes, metrics, time_source, source FROM steps"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY end_time IS NULL, end_time, step"
+        out = []
+        for row in self._conn().execute(sql, params):
+            out.append(
+                StepRecord(
+                    step=row[0],
+                    end_time=row[1],
+                    total=row[2],
+                    phases=json.loads(row[3]),
+                    throughput=row[4],
+                    mem_allocated_peak_bytes=row[5],
+                    mem_reserved_peak_bytes=row[6],
+                    metrics=json.loads(row[7]),
+                    time_source=row[8] or "arrival",
+                    source=row[9] or "console",
+                )
+            )
+        return out
+
+    def events(
+        self, start: float | None = None, end: float | None = None, kind: str | None = None
+    ) -> list[Event]:
+        """Events within the time bounds (optionally one kind), in time order."""
+        where, params = _time_filter("time", start, end)
+        if kind is not None:
+            where.append("kind = ?")
+            params.append(kind)
+        sql = "SELECT kind, time, step, message, data FROM events"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY time IS NULL, time, id"
+        return [
+            Event(kind=r[0], time=r[1], step=r[2], message=r[3] or "", data=json.loads(r[4]))
+            for r in self._conn().execute(sql, params)
+        ]
+
+    def flags(self, active_only: bool = False) -> list[Flag]:
+        """Stored flags in start order; ``active_only`` keeps the open ones (end is None)."""
+        sql = 'SELECT kind, severity, start, "end", scope, evidence, advice FROM flags'
+        if active_only:
+            sql += ' WHERE "end" IS NULL'
+        sql += " ORDER BY start, kind"
+        return [
+            Flag(
+                kind=r[0],
+                severity=r[1],
+                start=r[2],
+                end=r[3],
+                scope=json.loads(r[4]),
+                evidence=r[5] or "",
+                advice=json.loads(r[6]),
+            )
+            for r in self._conn().execute(sql)
+        ]
+
+    def meta(self) -> dict[str, Any]:
+        """All run-level values set with ``set_meta``."""
+        return {k: json.loads(v) for k, v in self._conn().execute("SELECT key, value FROM meta")}
+
+    def time_range(self) -> tuple[float | None, float | None]:
+        """(oldest, newest) timestamp over samples, steps and events; (None, None) when empty."""
+        sql = """SELECT min(lo), max(hi) FROM (
+            SELECT min(ts) lo, max(ts) hi FROM gpu_samples
+            UNION ALL SELECT min(ts), max(ts) FROM host_samples
+            UNION ALL SELECT min(ts), max(ts) FROM nccl_samples
+            UNION ALL SELECT min(end_time), max(end_time) FROM steps
+            UNION ALL SELECT min(time), max(time) FROM events)"""
+        lo, hi = self._conn().execute(sql).fetchone()
+        return lo, hi
+
+    def counts(self) -> dict[str, int]:
+        """Row count per table (for status lines and tests)."""
+        conn = self._conn()
+        tables = ("gpu_samples", "host_samples", "nccl_samples", "steps", "events", "flags")
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+
+    # ------------------------------------------------------------------ size and retention
+
+    def data_bytes(self) -> int:
+        """Bytes of data in use (pages minus free pages); what ``max_bytes`` caps."""
+        from monitor.store.retention import used_bytes
+
+        return used_bytes(self._conn())
+
+    def file_bytes(self) -> int:
+        """Bytes on disk: the database file plus its WAL."""
+        total = self.path.stat().st_size if self.path.exists() else 0
+        wal = Path(f"{self.path}-wal")
+        return total + (wal.stat().st_size if wal.exists() else 0)
+
+    def compact(self, now: float | None = None) -> dict[str, int]:
+        """Apply retention now; see ``monitor.store.retention.compact``."""
+        from monitor.store.retention import compact
+
+        return compact(self, now=now)
+
+    # ------------------------------------------------------------------ outbox (notifications)
+
+    def outbox_add(
+        self, payload: Mapping[str, Any], *, dedupe_key: str | None = None, created: float | None = None
+    ) -> int:
+        """Queue a notification payload; returns its id."""
+
+        def work(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "INSERT INTO outbox (created, payload, dedupe_key) VALUES (?, ?, ?)",
+                (time.time() if created is None else created, _dumps(dict(payload)), dedupe_key),
+            )
+            return int(cur.lastrowid)
+
+        return self._write(work)
+
+    def outbox_pending(self, now: float | None = None, limit: int = 100) -> list[OutboxItem]:
+        """Unsent items whose next attempt is due at ``now`` (all unsent when now is None)."""
+        sql = (
+            "SELECT id, created, payload, attempts, last_error, next_attempt, dedupe_key "
+            "FROM outbox WHERE sent_at IS NULL"
+        )
+        params: list[Any] = []
+        if now is not None:
+            sql += " AND next_attempt <= ?"
+            params.append(now)
+        sql += " ORDER BY id LIMIT ?"
+        params.append(int(limit))
+        return [
+            OutboxItem(r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6])
+            for r in self._conn().execute(sql, params)
+        ]
+
+    def outbox_count_pending(self) -> int:
+        """Number of unsent items."""
+        sql = "SELECT count(*) FROM outbox WHERE sent_at IS NULL"
+        return int(self._conn().execute(sql).fetchone()[0])
+
+    def outbox_mark_sent(self, item_id: int, sent_at: float | None = None) -> None:
+        """Record a successful delivery."""
+        ts = time.time() if sent_at is None else sent_at
+        self._write(
+            lambda c: c.execute(
+                "UPDATE outbox SET sent_at = ?, attempts = attempts + 1 WHERE id = ?",
+                (ts, item_id),
+            )
+        )
+
+    def outbox_mark_failed(self, item_id: int, error: str, next_attempt: float) -> None:
+        """Record a failed attempt; the item stays pending until ``next_attempt``."""
+        self._write(
+            lambda c: c.execute(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ?, next_attempt = ? "
+                "WHERE id = ?",
+                (error, next_attempt, item_id),
+            )
+        )
+
+    def outbox_seen(self, dedupe_key: str, since: float) -> bool:
+        """True when an item with this dedupe key was queued at or after ``since``."""
+        row = self._conn().execute(
+            "SELECT 1 FROM outbox WHERE dedupe_key = ? AND created >= ? LIMIT 1",
+            (dedupe_key, since),
+        ).fetchone()
+        return row is not None
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _time_filter(column: str, start: float | None, end: float | None) -> tuple[list[str], list]:
+    where: list[str] = []
+    params: list[Any] = []
+    if start is not None:
+        where.append(f"{column} >= ?")
+        params.append(float(start))
+    if end is not None:
+        where.append(f"{column} <= ?")
+        params.append(float(end))
+    return where, params
+
+
+def _insert_samples(
+    conn: sqlite3.Connection, table: str, columns: tuple[str, ...], rows: Iterable[Mapping]
+) -> None:
+    values = []
+    for row in rows:
+        ts = _num(row.get("ts"))
+        if ts is None:
+            raise ValueError(f"{table}: a sample without a timestamp: {dict(row)!r}")
+        out: list[Any] = []
+        for col in columns:
+            val = row.get(col)
+            if col in ("node", "coll", "comm"):
+                out.append("" if val is None else str(val))
+            elif col == "gpu":
+                out.append(_int(val))
+            else:
+                out.append(_num(val))
+        values.append(out)
+    marks = ", ".join("?" for _ in columns)
+    conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", values)
+
+
+def _insert_steps(conn: sqlite3.Connection, steps: Iterable[StepRecord]) -> None:
+    values = []
+    for s in steps:
+        end = _num(s.end_time)
+        values.append(
+            (
+                int(s.step),
+                -1.0 if end is None else end,
+                end,
+                _num(s.total),
+                _dumps({k: v for k, v in s.phases.items()}),
+                _num(s.throughput),
+                _num(s.mem_allocated_peak_bytes),
+                _num(s.mem_reserved_peak_bytes),
+                _dumps(s.metrics),
+                s.time_source,
+                s.source,
+            )
+        )
+    conn.executemany(
+        "INSERT OR REPLACE INTO steps (step, end_key, end_time, total, phases, throughput, "
+        "mem_allocated_peak_bytes, mem_reserved_peak_bytes, metrics, time_source, source) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        values,
+    )
+
+
+def _insert_events(conn: sqlite3.Connection, events: Iterable[Event]) -> None:
+    values = []
+    for e in events:
+        t = _num(e.time)
+        data = _dumps(e.data)
+        dedupe = None if t is None else _dumps([e.kind, t, e.step, e.message, data])
+        values.append((t, e.kind, e.step, e.message, data, dedupe))
+    conn.executemany(
+        "INSERT OR IGNORE INTO events (time, kind, step, message, data, dedupe) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        values,
+    )
+
+
+def _upsert_flags(conn: sqlite3.Connection, flags: Iterable[Flag]) -> None:
+    now = time.time()
+    values = [
+        (
+            f.kind,
+            f.scope_label,
+            float(f.start),
+            f.severity,
+            _num(f.end),
+            _dumps(f.scope),
+            f.evidence,
+            _dumps(list(f.advice)),
+            now,
+        )
+        for f in flags
+    ]
+    conn.executemany(
+        'INSERT INTO flags (kind, scope_label, start, severity, "end", scope, evidence, advice, '
+        "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (kind, scope_label, start) DO UPDATE SET severity = excluded.severity, "
+        '"end" = excluded."end", scope = excluded.scope, evidence = excluded.evidence, '
+        "advice = excluded.advice, updated = excluded.updated",
+        values,
+    )

@@ -1,0 +1,128 @@
+"""The run store's SQLite schema, versioned with ``PRAGMA user_version``.
+
+Sample tables carry a ``res`` column: 0 for raw samples, the bucket width in seconds for rows
+that retention has downsampled. Steps, events and flags are never downsampled or dropped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+
+#: Bump when the schema changes; ``migrate`` brings older files up to date.
+SCHEMA_VERSION = 1
+
+#: NCCL sample columns, in the order ``nccl_frame`` returns them.
+NCCL_COLUMNS: tuple[str, ...] = ("ts", "node", "coll", "comm", "ops", "bytes", "exec_s", "busbw_bps")
+
+_TEXT_COLUMNS = {"node", "coll", "comm"}
+_INT_COLUMNS = {"gpu"}
+
+
+def _column_defs(columns: tuple[str, ...]) -> str:
+    defs = []
+    for col in columns:
+        if col in _TEXT_COLUMNS:
+            defs.append(f"{col} TEXT NOT NULL")
+        elif col in _INT_COLUMNS:
+            defs.append(f"{col} INTEGER")
+        elif col == "ts":
+            defs.append("ts REAL NOT NULL")
+        else:
+            defs.append(f"{col} REAL")
+    defs.append("res REAL NOT NULL DEFAULT 0")
+    return ", ".join(defs)
+
+
+_SCHEMA_V1 = f"""
+CREATE TABLE IF NOT EXISTS gpu_samples ({_column_defs(GPU_COLUMNS)});
+CREATE INDEX IF NOT EXISTS gpu_samples_ts ON gpu_samples (ts);
+CREATE TABLE IF NOT EXISTS host_samples ({_column_defs(HOST_COLUMNS)});
+CREATE INDEX IF NOT EXISTS host_samples_ts ON host_samples (ts);
+CREATE TABLE IF NOT EXISTS nccl_samples ({_column_defs(NCCL_COLUMNS)});
+CREATE INDEX IF NOT EXISTS nccl_samples_ts ON nccl_samples (ts);
+CREATE TABLE IF NOT EXISTS steps (
+    step INTEGER NOT NULL,
+    end_key REAL NOT NULL,
+    end_time REAL,
+    total REAL,
+    phases TEXT NOT NULL,
+    throughput REAL,
+    mem_allocated_peak_bytes REAL,
+    mem_reserved_peak_bytes REAL,
+    metrics TEXT NOT NULL,
+    time_source TEXT,
+    source TEXT,
+    PRIMARY KEY (step, end_key)
+);
+CREATE INDEX IF NOT EXISTS steps_end ON steps (end_time);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    time REAL,
+    kind TEXT NOT NULL,
+    step INTEGER,
+    message TEXT,
+    data TEXT NOT NULL,
+    dedupe TEXT UNIQUE
+);
+CREATE INDEX IF NOT EXISTS events_time ON events (time);
+CREATE TABLE IF NOT EXISTS flags (
+    kind TEXT NOT NULL,
+    scope_label TEXT NOT NULL,
+    start REAL NOT NULL,
+    severity TEXT NOT NULL,
+    "end" REAL,
+    scope TEXT NOT NULL,
+    evidence TEXT,
+    advice TEXT NOT NULL,
+    updated REAL,
+    PRIMARY KEY (kind, scope_label, start)
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    payload TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    sent_at REAL,
+    next_attempt REAL NOT NULL DEFAULT 0,
+    dedupe_key TEXT
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (sent_at, id);
+CREATE INDEX IF NOT EXISTS outbox_dedupe ON outbox (dedupe_key, created);
+"""
+
+
+class SchemaError(RuntimeError):
+    """The file is not a run store this version can read."""
+
+
+def check(conn: sqlite3.Connection) -> None:
+    """Raise SchemaError for a file this version must not touch: another program's SQLite
+    database, or a run store written by a newer verl-monitor."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"store schema version {version} is newer than this verl-monitor "
+            f"understands ({SCHEMA_VERSION})"
+        )
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if names and "gpu_samples" not in names:
+        raise SchemaError("not a verl-monitor run store (it holds other tables)")
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Create the schema on an empty file or check the version of an existing one.
+
+    A file written by a newer verl-monitor (higher ``user_version``) raises SchemaError rather
+    than being changed.
+    """
+    check(conn)
+    if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+        return
+    # auto_vacuum must be set before the first table exists; it lets retention give space back.
+    if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA_V1 + f"PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")

@@ -1,0 +1,157 @@
+"""End to end: verl-monitor exporter -> Prometheus -> Alertmanager -> Slack, all real processes.
+
+A local HTTP server stands in for Slack's incoming webhook; Alertmanager reads its URL from a
+file, as in production. Prometheus scrapes and evaluates every second with the repository's
+rule files; Alertmanager runs the repository's config with short grouping times.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from procs import (
+    REPO,
+    AlertmanagerProc,
+    WebhookRecorder,
+    free_port,
+    repo_alertmanager_config,
+    start_alertmanager,
+    start_process,
+    start_prometheus,
+    wait_until,
+)
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")),
+        reason="needs prometheus and prometheus-alertmanager",
+    ),
+]
+
+VERL_MONITOR = Path(sys.executable).with_name("verl-monitor")
+
+
+def slack_text(body: dict[str, Any]) -> str:
+    """Everything a person reads in a Slack webhook payload (title and text of attachments)."""
+    parts = [str(body.get("text", ""))]
+    for att in body.get("attachments", []):
+        parts += [str(att.get("title", "")), str(att.get("text", ""))]
+    return "\n".join(parts)
+
+
+def title(body: dict[str, Any]) -> str:
+    return str(body["attachments"][0]["title"])
+
+
+def am_alert(name: str, severity: str, kind: str, summary: str, description: str,
+             ends: datetime | None = None, **labels: str) -> dict[str, Any]:
+    """An alert as Prometheus posts it to Alertmanager."""
+    now = datetime.now(timezone.utc)
+    alert: dict[str, Any] = {
+        "labels": {"alertname": name, "severity": severity, "kind": kind, "job": "grpo",
+                   **labels},
+        "annotations": {"summary": summary, "description": description,
+                        "runbook_url": f"docs/runbooks.md#{name.lower()}"},
+        "startsAt": (now - timedelta(seconds=5)).isoformat(),
+    }
+    if ends is not None:
+        alert["endsAt"] = ends.isoformat()
+    return alert
+
+
+@pytest.fixture
+def slack() -> WebhookRecorder:
+    with WebhookRecorder() as recorder:
+        yield recorder
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path, slack: WebhookRecorder) -> AlertmanagerProc:
+    cfg = repo_alertmanager_config(tmp_path / "am", slack.url + "/services/T000/B000/test")
+    with start_alertmanager(tmp_path / "am", cfg) as am:
+        yield am
+
+
+def test_alertmanager_posts_evidence_to_slack_and_inhibits_the_lesser_alert(
+    alertmanager: AlertmanagerProc, slack: WebhookRecorder
+) -> None:
+    """A critical alert silences the warning of the same kind and node; the Slack message
+    carries summary, evidence/advice and runbook; a resolved message follows."""
+    mem_warning = am_alert(
+        "VerlMemoryPressure", "warning", "memory_pressure", "GPU memory near capacity on n0",
+        "Fullest GPU 96% used. Advice: lower actor_rollout_ref.rollout.gpu_memory_utilization.",
+        node="n0")
+    mem_critical = am_alert(
+        "MemoryPressure", "critical", "memory_pressure", "GPU 0 on n0 is 99% full (grpo)",
+        "GPU 0 has used more than 95% of its memory for 5 minutes (now 99%).", node="n0",
+        gpu="0")
+    low_util = am_alert(
+        "VerlLowUtilization", "warning", "low_utilization", "Low GPU utilization on n0 in grpo",
+        "Node utilization 41%. Advice: raise "
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu.", node="n0")
+    alertmanager.post_alerts([mem_warning, mem_critical, low_util])
+
+    post = slack.wait_for(lambda b: "VerlLowUtilization" in title(b), timeout=30,
+                          what="the low-utilization message")
+    body = post["body"]
+    assert post["path"] == "/services/T000/B000/test"  # the URL came from the file
+    assert body["channel"] == "#verl-training"
+    assert title(body) == "[FIRING:1] VerlLowUtilization in grpo (warning)"
+    text = slack_text(body)
+    assert "Low GPU utilization on n0 in grpo" in text
+    assert "Node utilization 41%" in text and "ppo_micro_batch_size_per_gpu" in text
+    assert "docs/runbooks.md#verllowutilization" in text
+    assert "node `n0`" in text
+
+    crit = slack.wait_for(lambda b: "MemoryPressure" in title(b), timeout=30,
+                          what="the critical memory message")["body"]
+    assert crit["channel"] == "#verl-oncall"
+    assert title(crit) == "[FIRING:1] MemoryPressure in grpo (critical)"
+    assert crit["attachments"][0]["color"] == "danger"
+
+    inhibited = alertmanager.alerts(inhibited=True, active=False, silenced=False)
+    assert [a["labels"]["alertname"] for a in inhibited] == ["VerlMemoryPressure"]
+
+    # the problem clears: Prometheus sends the alert with an end time in the past
+    low_util["endsAt"] = datetime.now(timezone.utc).isoformat()
+    alertmanager.post_alerts([low_util])
+    resolved = slack.wait_for(lambda b: title(b).startswith("[RESOLVED] VerlLowUtilization"),
+                              timeout=30, what="the resolved message")["body"]
+    assert resolved["attachments"][0]["color"] == "good"
+    assert "Resolved: Low GPU utilization on n0 in grpo" in slack_text(resolved)
+    # the inhibited warning never reached Slack
+    assert not [p for p in slack.snapshot() if "VerlMemoryPressure" in slack_text(p["body"])]
+
+
+def test_example_config_gives_targets_without_a_node_label_their_host(tmp_path: Path) -> None:
+    """The relabel rule of prometheus/prometheus.yml, applied by a real Prometheus."""
+    example = yaml.safe_load((REPO / "prometheus" / "prometheus.yml").read_text())
+    relabel = example["scrape_configs"][0]["relabel_configs"]
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [{
+            "job_name": "grpo",
+            "static_configs": [
+                {"targets": ["127.0.0.1:1", "localhost:2"]},
+                {"targets": ["127.0.0.1:3"], "labels": {"node": "gpu-node-07"}},
+            ],
+            "relabel_configs": relabel,
+        }],
+    }
+    with start_prometheus(tmp_path, yaml.safe_dump(config)) as prom:
+        targets = wait_until(
+            lambda: httpx.get(f"{prom.url}/api/v1/targets", timeout=5).json()["data"][
+                "activeTargets"], timeout=20, what="the targets")
+    nodes = {t["labels"]["instance"]: t["labels"]["node"] for t in targets}
+    assert nodes == {"127.0.0.1:1": "127.0.0.1", "localhost:2": "localhost",
+                     "127.0.0.1:3": "gpu-node-07"}

@@ -1,0 +1,170 @@
+"""``verl-monitor analyze`` on real files: text and JSON reports, GPU attribution, and one-line
+errors with exit status 2 for files that cannot be read."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from monitor.cli import main
+
+T0 = datetime(2026, 3, 1, 8, 0, 0, tzinfo=timezone.utc).timestamp()
+
+
+def console_line(n: int, *, ts: float | None, gen: float = 40.0, lr: str = "2e-06") -> str:
+    stamp = ""
+    if ts is not None:
+        stamp = datetime.fromtimestamp(ts, tz=timezone.utc).strftime("[%Y-%m-%d %H:%M:%S] ")
+    keys = {
+        "timing_s/gen": gen, "timing_s/old_log_prob": 5.0, "timing_s/update_actor": 10.0,
+        "timing_s/update_weights": 2.0, "timing_s/step": gen + 20.0,
+        "perf/throughput": 1500.0, "global_seqlen/minmax_diff": 200.0,
+        "global_seqlen/mean": 1000.0, "response_length/max": 3000.0,
+        "response_length/mean": 1000.0,
+    }
+    body = " - ".join(f"{k}:{v}" for k, v in keys.items())
+    return f"{stamp}(TaskRunner pid=7) step:{n} - {body} - actor/lr:{lr}\n"
+
+
+def write_log(path: Path, steps: int = 6, stamped: bool = True) -> list[float]:
+    ends, t = [], T0
+    with open(path, "w") as fh:
+        for n in range(1, steps + 1):
+            t += 60.0
+            ends.append(t)
+            fh.write(console_line(n, ts=t if stamped else None, lr="nan" if n == 2 else "2e-06"))
+    return ends
+
+
+def write_gpu(path: Path, ends: list[float], slow_gpu: int = 3) -> None:
+    lines = ["ts,node,gpu,util,sm_active,mem_used_bytes,mem_total_bytes"]
+    t = ends[0] - 60.0
+    while t <= ends[-1]:
+        for g in range(4):
+            util = 35.0 if g == slow_gpu else 95.0
+            lines.append(f"{t},n0,{g},{util},{util - 10},1000,8000")
+        t += 1.0
+    path.write_text("\n".join(lines) + "\n")
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["analyze", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_text_report(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "train.log"
+    write_log(log)
+    code, out, err = run_cli(capsys, str(log))
+    assert code == 0, err
+    assert "6 step records, step 1 .. 6" in out
+    assert "verl version guess 0.7.1+" in out
+    gen = next(x for x in out.splitlines() if x.strip().startswith("gen "))
+    assert "40.00 s" in gen and "66.7%" in gen
+    assert "data-parallel token imbalance (global_seqlen minmax_diff / mean): mean 20.0%" in out
+    assert "response_length max / mean): median 3.00x" in out
+
+
+def test_json_is_strict_and_complete(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "train.log"
+    ends = write_log(log)
+    code, out, _ = run_cli(capsys, str(log), "--json")
+    assert code == 0
+
+    def no_constants(name: str):
+        raise AssertionError(f"non-standard JSON constant {name}")
+
+    doc = json.loads(out, parse_constant=no_constants)
+    assert doc["version_guess"] == "0.7.1+"
+    assert [s["step"] for s in doc["steps"]] == [1, 2, 3, 4, 5, 6]
+    assert [s["end_time"] for s in doc["steps"]] == ends
+    assert doc["steps"][1]["metrics"]["actor/lr"] is None  # nan -> null
+    assert doc["steps"][0]["phases"]["reshard"] == 2.0
+    assert doc["summary"]["throughput"]["mean"] == 1500.0
+    assert isinstance(doc["flags"], list) and isinstance(doc["events"], list)
+    for flag in doc["flags"]:
+        assert set(flag) >= {"kind", "severity", "start", "end", "scope", "evidence", "advice"}
+
+
+def test_gpu_attribution_points_at_the_slow_gpu(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "train.log"
+    ends = write_log(log)
+    gpu = tmp_path / "gpu.csv"
+    write_gpu(gpu, ends, slow_gpu=3)
+    code, out, err = run_cli(capsys, str(log), "--gpu", str(gpu))
+    assert code == 0, err
+    assert "GPU activity per phase (from --gpu)" in out
+    gen = next(x for x in out.splitlines() if x.strip().startswith("gen ") and "n0:" in x)
+    assert "n0:3 35.0" in gen
+    code, out, _ = run_cli(capsys, str(log), "--gpu", str(gpu), "--json")
+    rows = json.loads(out)["attribution"]
+    slow = [r for r in rows if r["phase"] == "gen" and r["gpu"] == 3]
+    assert slow and slow[0]["util_mean"] == pytest.approx(35.0)
+
+
+def test_log_end_accepts_unix_and_iso(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "train.log"
+    write_log(log, steps=3, stamped=False)
+    end = T0 + 3600
+    _, out_unix, _ = run_cli(capsys, str(log), "--json", "--log-end", str(end))
+    iso = datetime.fromtimestamp(end, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _, out_iso, _ = run_cli(capsys, str(log), "--json", "--log-end", iso)
+    a = [s["end_time"] for s in json.loads(out_unix)["steps"]]
+    b = [s["end_time"] for s in json.loads(out_iso)["steps"]]
+    assert a == b == [end - 120.0, end - 60.0, end]
+
+
+def test_bad_log_end_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "train.log"
+    write_log(log, steps=1)
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", str(log), "--log-end", "yesterday"])
+    assert exc.value.code == 2
+    assert "not a time: 'yesterday'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("which", ["log", "gpu", "host"])
+def test_missing_file_is_one_line_exit_2(tmp_path: Path, capsys, which: str) -> None:
+    log = tmp_path / "train.log"
+    write_log(log, steps=1)
+    args = {"log": str(log), "gpu": None, "host": None}
+    args[which] = str(tmp_path / f"{which}.csv")
+    argv = [args["log"]]
+    if args["gpu"]:
+        argv += ["--gpu", args["gpu"]]
+    if args["host"]:
+        argv += ["--host", args["host"]]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err == f"verl-monitor analyze: {tmp_path / f'{which}.csv'}: no such file\n"
+
+
+def test_unreadable_gpu_file_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "train.log"
+    write_log(log, steps=1)
+    gpu = tmp_path / "gpu.csv"
+    gpu.write_text("time,value\n1,2\n")
+    code, _, err = run_cli(capsys, str(log), "--gpu", str(gpu))
+    assert code == 2
+    assert err.startswith("verl-monitor analyze: ") and "missing column" in err
+    assert err.count("\n") == 1
+
+
+def test_bad_config_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "train.log"
+    write_log(log, steps=1)
+    code, _, err = run_cli(capsys, str(log), "--config", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "nope.yaml" in err and err.count("\n") == 1
+
+
+def test_log_without_steps_is_not_an_error(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("starting ray...\nloading model\n")
+    code, out, _ = run_cli(capsys, str(log))
+    assert code == 0 and "no training steps found in this log" in out
+    code, out, _ = run_cli(capsys, str(log), "--json")
+    assert code == 0 and json.loads(out)["steps"] == []

@@ -1,0 +1,67 @@
+"""Config: defaults documented and loadable, user YAML overrides a subset, bad input is one line."""
+
+import re
+
+import pytest
+
+from monitor.config import DEFAULTS_PATH, ConfigError, load_config
+from monitor.records import FLAG_KINDS
+
+
+def test_defaults_cover_every_flag_kind():
+    cfg = load_config()
+    for kind in FLAG_KINDS:
+        assert cfg.section(kind), f"no thresholds for {kind}"
+
+
+def test_every_threshold_in_defaults_has_a_comment():
+    for line in DEFAULTS_PATH.read_text().splitlines():
+        if re.match(r"^\s+\w+:\s*\S", line) and not line.strip().startswith("#"):
+            assert "#" in line, f"undocumented threshold: {line.strip()}"
+
+
+def test_user_file_overrides_a_subset(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("gpu_imbalance:\n  ratio: 0.5\nrollout_wait:\n  max_seconds: 0.1\n")
+    cfg = load_config(str(path))
+    assert cfg["gpu_imbalance"]["ratio"] == 0.5
+    assert cfg["rollout_wait"]["max_seconds"] == 0.1
+    # untouched keys keep their defaults
+    assert cfg["gpu_imbalance"]["gap"] == load_config()["gpu_imbalance"]["gap"]
+
+
+def test_unknown_key_is_a_clear_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("gpu_imbalance:\n  ratoi: 0.5\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    msg = str(err.value)
+    assert "gpu_imbalance.ratoi" in msg and str(path) in msg and "\n" not in msg
+
+
+def test_unknown_section_and_wrong_type(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("nosuch:\n  x: 1\n")
+    with pytest.raises(ConfigError, match="unknown key 'nosuch'"):
+        load_config(str(path))
+    path.write_text("rollout_wait:\n  max_seconds: fast\n")
+    with pytest.raises(ConfigError, match="must be a number"):
+        load_config(str(path))
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(str(tmp_path / "absent.yaml"))
+    path = tmp_path / "broken.yaml"
+    path.write_text("gpu_imbalance: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(str(path))
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(str(path))
+
+
+def test_empty_user_file_means_defaults(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert load_config(str(path)) == load_config()

@@ -1,0 +1,64 @@
+"""FlagTracker: stable starts across calls, closes with an end, counts raised flags."""
+
+from monitor.detect.live import FlagTracker
+from monitor.records import Flag
+
+
+def _flag(kind="gpu_imbalance", start=100.0, end=None, sev="warning", gpus=(3,)):
+    return Flag(kind=kind, severity=sev, start=start, end=end,
+                scope={"node": "n0", "gpus": list(gpus)}, evidence="e")
+
+
+def test_flag_keeps_its_first_start_while_open():
+    tr = FlagTracker()
+    opened, closed = tr.update([_flag(start=100.0)], now=110.0)
+    assert [f.start for f in opened] == [100.0] and closed == []
+    # the next window only sees the problem from 130 on: same flag, original start
+    opened, closed = tr.update([_flag(start=130.0)], now=140.0)
+    assert opened == [] and closed == []
+    assert [f.start for f in tr.active()] == [100.0]
+
+
+def test_flag_closes_with_an_end_time_when_no_longer_reported():
+    tr = FlagTracker()
+    tr.update([_flag(start=100.0)], now=110.0)
+    opened, closed = tr.update([], now=200.0)
+    assert opened == []
+    assert len(closed) == 1 and closed[0].start == 100.0 and closed[0].end == 200.0
+    assert tr.active() == []
+
+
+def test_reported_end_is_used_when_the_detector_closed_it():
+    tr = FlagTracker()
+    tr.update([_flag(start=100.0)], now=110.0)
+    _, closed = tr.update([_flag(start=120.0, end=150.0)], now=170.0)
+    assert closed[0].end == 150.0 and closed[0].start == 100.0
+
+
+def test_different_scopes_are_different_flags_and_counts_add_up():
+    tr = FlagTracker()
+    opened, _ = tr.update([_flag(gpus=(3,)), _flag(gpus=(5,)), _flag(kind="oom", sev="critical")],
+                          now=110.0)
+    assert len(opened) == 3
+    assert tr.raised_counts() == {("gpu_imbalance", "warning"): 2, ("oom", "critical"): 1}
+    # the same flags again raise nothing new
+    tr.update([_flag(gpus=(3,)), _flag(gpus=(5,)), _flag(kind="oom", sev="critical")], now=120.0)
+    assert sum(tr.raised_counts().values()) == 3
+
+
+def test_severity_escalation_is_counted_and_kept():
+    tr = FlagTracker()
+    tr.update([_flag(sev="warning")], now=110.0)
+    tr.update([_flag(sev="critical")], now=120.0)
+    tr.update([_flag(sev="warning")], now=130.0)
+    assert tr.active()[0].severity == "critical"
+    assert tr.raised_counts()[("gpu_imbalance", "critical")] == 1
+
+
+def test_reopening_after_close_counts_again():
+    tr = FlagTracker()
+    tr.update([_flag()], now=110.0)
+    tr.update([], now=120.0)
+    opened, _ = tr.update([_flag(start=300.0)], now=310.0)
+    assert len(opened) == 1 and opened[0].start == 300.0
+    assert tr.raised_counts()[("gpu_imbalance", "warning")] == 2

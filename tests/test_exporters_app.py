@@ -1,0 +1,169 @@
+"""The whole exporter in this process: sim GPUs, a simulated log, NCCL dumps, the store,
+live detection, clean stop; and every startup problem as one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import bcrypt
+import httpx
+import pytest
+
+from exporters.app import Exporter, ExporterError
+from monitor.commands.exporter import parse_options
+from monitor.records import Event
+from monitor.store import RunStore
+
+FIXTURE = Path(__file__).parent / "fixtures" / "nccl_inspector" / "gpu-node-01-pid4242.log"
+
+
+def scrape(exporter: Exporter, **kw) -> str:
+    r = httpx.get(exporter.url, timeout=10, **kw)
+    r.raise_for_status()
+    return r.text
+
+
+def value(text: str, series: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def wait_for(check, timeout: float = 60.0, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+def running(tmp_path):
+    nccl = tmp_path / "nccl"
+    nccl.mkdir()
+    shutil.copy(FIXTURE, nccl / FIXTURE.name)
+    opts = parse_options([
+        "--listen-address", "127.0.0.1:0", "--interval", "0.2", "--gpu-backend", "sim",
+        "--scenario", "healthy", "--sim-gpus", "2", "--sim-log", str(tmp_path / "train.log"),
+        "--sim-speed", "60", "--store", str(tmp_path / "run.db"), "--nccl-dir", str(nccl),
+        "--node", "testnode",
+    ])
+    exporter = Exporter(opts)
+    exporter.start()
+    yield exporter, tmp_path
+    exporter.stop()
+
+
+def test_everything_flows_to_metrics_and_store(running):
+    exporter, tmp_path = running
+    assert exporter.startup_line().startswith(f"verl-monitor exporter: serving {exporter.url}")
+    assert "collectors: gpu, host, verl_log, nccl, flags" in exporter.startup_line()
+    first = wait_for(lambda: value(scrape(exporter), "verlmon_training_step"))
+    later = wait_for(lambda: (v := value(scrape(exporter), "verlmon_training_step")) and
+                     v > first and v)
+    assert later > first
+    text = scrape(exporter)
+    assert 'verlmon_node_info{backend="sim",node="testnode"} 1.0' in text
+    assert 'verlmon_gpu_utilization_ratio{gpu="1"}' in text
+    assert 'verlmon_nccl_operations_total{coll="AllReduce",comm="DP Group 0"} 2.0' in text
+    assert "verlmon_store_up 1.0" in text
+    check = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                           capture_output=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    landing = httpx.get(exporter.url.replace("/metrics", "/"), timeout=10).text
+    assert "verl_log" in landing and 'href="metrics"' in landing
+    exporter.stop()
+    store = RunStore(tmp_path / "run.db", create=False)
+    counts = store.counts()
+    store.close()
+    assert counts["gpu_samples"] > 0 and counts["host_samples"] > 0
+    assert counts["steps"] >= later and counts["nccl_samples"] > 0
+
+
+def test_detector_loop_raises_flags_into_metrics_and_store(tmp_path):
+    # no log (an OOM closes once a later step completes) and no loop run between our steps
+    exporter = Exporter(parse_options([
+        "--listen-address", "127.0.0.1:0", "--gpu-backend", "sim", "--sim-gpus", "1",
+        "--store", str(tmp_path / "run.db"), "--detect-interval", "600"]))
+    exporter.start()
+    try:
+        exporter.window.add_events([Event("oom", time.time(), 3, "CUDA out of memory")])
+        opened, _ = exporter.detect_once()
+        assert "oom" in [f.kind for f in opened]
+        text = scrape(exporter)
+    finally:
+        exporter.stop()
+    assert 'verlmon_flags_raised_total{kind="oom",severity="critical"} 1.0' in text
+    assert 'verlmon_flag_active{kind="oom",scope="",severity="critical"} 1.0' in text
+    store = RunStore(tmp_path / "run.db", create=False)
+    kinds = [f.kind for f in store.flags()]
+    store.close()
+    assert "oom" in kinds
+
+
+def test_no_secret_reaches_a_metric(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERLMON_TEST_TOKEN", "env-token-4711")
+    password = "pw-never-exported-93"
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n")
+    argv = ["--listen-address", "127.0.0.1:0", "--gpu-backend", "sim", "--sim-gpus", "1",
+            "--web.config.file", str(web), "--no-collector.host"]
+    exporter = Exporter(parse_options(argv))
+    exporter.start()
+    try:
+        assert httpx.get(exporter.url, timeout=10).status_code == 401
+        text = scrape(exporter, auth=("prom", password))
+    finally:
+        exporter.stop()
+    assert "verlmon_build_info" in text
+    for secret in ("env-token-4711", password, hashed, str(web), " ".join(argv)):
+        assert secret not in text
+    assert all(v not in text for k, v in os.environ.items() if len(v) > 12 and k != "PATH")
+
+
+def _busy_port() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--interval", "0.05"], "--interval must be at least 0.1 seconds (got 0.05)"),
+        (["--listen-address", "nowhere"], "is not HOST:PORT"),
+        (["--web.config.file", "{tmp}/absent.yml"], "absent.yml: no such file"),
+        (["--sim-log", "{tmp}/x.log"], "--sim-log needs --gpu-backend sim and --scenario"),
+        (["--gpu-backend", "sim", "--scenario", "nope", "--sim-log", "{tmp}/x.log"],
+         "unknown scenario 'nope'"),
+        (["--store", "{tmp}/no/such/dir/run.db"], "--store"),
+        (["--store", "{tmp}/garbage.db"], "not a verl-monitor run store"),
+        (["--config", "{tmp}/absent.yaml"], "absent.yaml"),
+        (["--slack-webhook-file", "{tmp}/hook"], "needs --store"),
+        (["--listen-address", "127.0.0.1:{busy}"], "cannot listen on 127.0.0.1:"),
+    ],
+)
+def test_startup_problems_are_one_line(tmp_path, argv, message):
+    (tmp_path / "garbage.db").write_bytes(b"this is not sqlite" * 100)
+    busy = _busy_port()
+    try:
+        argv = [a.format(tmp=tmp_path, busy=busy.getsockname()[1]) for a in argv]
+        opts = parse_options(["--listen-address", "127.0.0.1:0", "--gpu-backend", "sim",
+                              "--sim-gpus", "1", *argv])
+        with pytest.raises(ExporterError) as info:
+            exporter = Exporter(opts)
+            exporter.start()
+        assert message in str(info.value)
+        assert "\n" not in str(info.value)
+    finally:
+        busy.close()

@@ -1,0 +1,175 @@
+"""The gpu collector: background sampling, rows to the window, exposition that promtool accepts."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.collectors.gpu import GpuCollector, reading_to_row
+from exporters.gpu.backend import GpuIdentity, GpuReading
+from exporters.gpu.sim import SimBackend
+from exporters.registry import REGISTRY, ExporterContext, load_all
+from exporters.window import RollingWindow
+from monitor import metric_names as mn
+from monitor.sim import SimRun
+
+
+class ListBackend:
+    """A backend that plays back given readings, one list per sample (the last repeats)."""
+
+    name = "sim"
+
+    def __init__(self, ticks: list[list[GpuReading]]) -> None:
+        self.ticks = ticks
+        self.closed = False
+
+    def devices(self) -> list[GpuIdentity]:
+        return [GpuIdentity(r.index, f"GPU-{r.index}", "Test GPU") for r in self.ticks[0]]
+
+    def sample(self) -> list[GpuReading]:
+        return self.ticks.pop(0) if len(self.ticks) > 1 else self.ticks[0]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _ctx(**options) -> ExporterContext:
+    opts = argparse.Namespace(gpu_backend="sim", scenario="healthy", sim_gpus=4, seed=0,
+                              node=None, dcgm_compat=False)
+    for k, v in options.items():
+        setattr(opts, k, v)
+    return ExporterContext(node="node-a", interval=0.05, window=RollingWindow(), options=opts)
+
+
+def _exposition(collector: GpuCollector) -> str:
+    class Wrap:
+        def collect(self):
+            return collector.collect()
+
+    reg = CollectorRegistry()
+    reg.register(Wrap())
+    return generate_latest(reg).decode()
+
+
+def _series(text: str) -> dict[str, dict[tuple, float]]:
+    out: dict[str, dict[tuple, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+@pytest.fixture(scope="module")
+def sim_run() -> SimRun:
+    return SimRun("healthy", steps=6, gpus_per_node=4, seed=0)
+
+
+def test_registered_as_gpu_and_on_by_default():
+    load_all()
+    spec = REGISTRY["gpu"]
+    assert spec.default is True and "GPU" in spec.help
+
+
+def test_sim_exposition_has_every_gpu_and_passes_promtool(sim_run):
+    ctx = _ctx()
+    col = GpuCollector(ctx, backend=SimBackend(run=sim_run))
+    col.sample_once()
+    text = _exposition(col)
+    s = _series(text)
+    assert len(s[mn.GPU_UP]) == 4 and set(s[mn.GPU_UP].values()) == {1.0}
+    assert len(s[mn.GPU_SM_ACTIVE]) == 4
+    info = next(iter(s[mn.GPU_INFO]))
+    assert dict(info)["name"] == "NVIDIA H200 (simulated)"
+    assert mn.GPU_PCIE_TX not in s  # not simulated: absent, not NaN
+    assert "NaN" not in text
+    assert mn.GPU_ENERGY in s  # counter keeps its _total name
+    if shutil.which("promtool"):
+        out = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
+                             capture_output=True, timeout=30)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_rows_reach_the_window_in_interchange_units(sim_run):
+    ctx = _ctx()
+    col = GpuCollector(ctx, backend=SimBackend(run=sim_run))
+    assert col.sample_once()
+    readings = col.snapshot()
+    _steps, gpu_df, _host, _events = ctx.window.frames()
+    assert len(gpu_df) == 4
+    assert set(gpu_df["node"]) == {"node-a"}
+    row0 = gpu_df[gpu_df["gpu"] == 0].iloc[0]
+    assert row0["util"] == pytest.approx(readings[0].util * 100.0)
+    assert 0.0 <= row0["sm_active"] <= 100.0
+
+
+def test_down_gpu_shows_up_zero_and_no_data_series():
+    ok = GpuReading(index=0, ts=1.0, util=0.9, power_w=300.0, clock_events={"gpu_idle": False})
+    down = GpuReading(index=1, ts=1.0, up=False, error="NVML: GPU is lost", xid_counts={79: 1})
+    col = GpuCollector(_ctx(), backend=ListBackend([[ok, down]]))
+    col.sample_once()
+    s = _series(_exposition(col))
+    assert s[mn.GPU_UP] == {(("gpu", "0"),): 1.0, (("gpu", "1"),): 0.0}
+    assert set(s[mn.GPU_UTIL]) == {(("gpu", "0"),)}
+    assert s[mn.GPU_XID] == {(("gpu", "1"), ("xid", "79")): 1.0}
+    assert s[mn.GPU_CLOCK_EVENT] == {(("gpu", "0"), ("reason", "gpu_idle")): 0.0}
+    row = reading_to_row(down, "n")
+    assert row["up"] is False and row["xid_total"] == 1 and row["util"] is None
+
+
+def test_dcgm_compat_adds_dcgm_names_with_last_xid():
+    first = GpuReading(index=0, ts=1.0, util=0.5, mem_used_bytes=1024.0 ** 3,
+                       mem_total_bytes=4 * 1024.0 ** 3)
+    second = GpuReading(index=0, ts=2.0, util=0.5, mem_used_bytes=1024.0 ** 3,
+                        mem_total_bytes=4 * 1024.0 ** 3, xid_counts={48: 1})
+    col = GpuCollector(_ctx(dcgm_compat=True), backend=ListBackend([[first], [second]]))
+    col.sample_once()
+    col.sample_once()
+    s = _series(_exposition(col))
+    labels = next(iter(s["DCGM_FI_DEV_FB_USED"]))
+    assert dict(labels)["Hostname"] == "node-a" and dict(labels)["device"] == "nvidia0"
+    assert s["DCGM_FI_DEV_FB_USED"][labels] == pytest.approx(1024.0)
+    assert s["DCGM_FI_DEV_GPU_UTIL"][labels] == pytest.approx(50.0)
+    assert s["DCGM_FI_DEV_XID_ERRORS"][labels] == 48.0
+    assert mn.GPU_UTIL in s  # our own names stay
+
+
+def test_background_thread_samples_and_stops(sim_run):
+    backend = SimBackend(run=sim_run)
+    col = GpuCollector(_ctx(), backend=backend)
+    col.start()
+    try:
+        deadline = time.monotonic() + 10
+        while col.samples < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert col.samples >= 3
+        assert col.healthy()
+    finally:
+        col.stop()
+    assert col._thread is None  # noqa: SLF001 - stopped, not leaked
+    n = col.samples
+    time.sleep(0.15)
+    assert col.samples == n
+
+
+def test_window_failure_marks_collector_unhealthy_in_words():
+    ok = GpuReading(index=0, ts=1.0, util=0.2)
+    ctx = _ctx()
+    ctx.window = object()  # not a window: add_gpu is missing
+    col = GpuCollector(ctx, backend=ListBackend([[ok]]))
+    assert col.sample_once() is False
+    assert not col.healthy()
+    assert "window" in (col.last_error or "")
+    assert _series(_exposition(col))[mn.GPU_UTIL]  # the snapshot still serves scrapes
+
+
+def test_backend_chosen_from_options_when_not_given():
+    col = GpuCollector(_ctx(sim_gpus=2))
+    assert col.backend.name == "sim"
+    col.sample_once()
+    assert len(col.snapshot()) == 2

@@ -1,0 +1,100 @@
+"""Host collector on this machine: sane values, host rows, the training process tree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from argparse import Namespace
+
+import psutil
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporters.collectors.host import HostCollector, trainer_candidates
+from exporters.registry import ExporterContext
+from exporters.window import RollingWindow
+
+TRAINER = ("import subprocess, sys, time\n"
+           "child = subprocess.Popen([sys.executable, '-c', 'x = bytearray(32 << 20)\\n"
+           "import time\\nt = time.time()\\nwhile time.time() - t < 60: pass'])\n"
+           "time.sleep(60)\n")
+
+
+@pytest.fixture
+def trainer():
+    """A stand-in trainer: its command line names main_ppo; its child burns CPU."""
+    proc = subprocess.Popen([sys.executable, "-c", TRAINER, "verl/trainer/main_ppo.py"])
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield proc
+    finally:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def make(options=None):
+    window = RollingWindow()
+    ctx = ExporterContext(node="n0", interval=1.0, window=window,
+                          options=options or Namespace())
+    col = HostCollector(ctx)
+    reg = CollectorRegistry()
+    reg.register(col)
+    return col, reg, window
+
+
+def test_values_are_sane_and_a_host_row_is_recorded():
+    col, reg, window = make()
+    assert col.sample_once()
+    # one sample gives no CPU delta yet: those series are absent, not zero
+    assert reg.get_sample_value("verlmon_host_cpu_average_ratio") is None
+    total = reg.get_sample_value("verlmon_host_memory_total_bytes")
+    used = reg.get_sample_value("verlmon_host_memory_used_bytes")
+    assert total == psutil.virtual_memory().total
+    assert 0 < used <= total
+    read0 = reg.get_sample_value("verlmon_host_disk_read_bytes_total")
+    time.sleep(0.2)
+    assert col.sample_once()
+    for name in ("verlmon_host_cpu_max_core_ratio", "verlmon_host_cpu_average_ratio",
+                 "verlmon_host_cpu_iowait_ratio"):
+        assert 0.0 <= reg.get_sample_value(name) <= 1.0, name
+    assert reg.get_sample_value("verlmon_host_cpu_max_core_ratio") >= \
+        reg.get_sample_value("verlmon_host_cpu_average_ratio")
+    if read0 is not None:
+        assert reg.get_sample_value("verlmon_host_disk_read_bytes_total") >= read0
+    _, _, host, _ = window.frames()
+    assert len(host) == 1
+    row = host.iloc[0]
+    assert row["node"] == "n0"
+    assert 0 <= row["cpu_avg_pct"] <= 100 and row["cpu_max_core_pct"] >= row["cpu_avg_pct"]
+
+
+def test_training_process_tree_by_pid(trainer):
+    col, reg, _ = make(Namespace(train_pid=trainer.pid))
+    col.sample_once()
+    time.sleep(0.3)
+    col.sample_once()
+    rss = reg.get_sample_value("verlmon_training_process_resident_bytes")
+    assert rss is not None and rss > 32 << 20  # the child's 32 MiB buffer counts
+    cpu = reg.get_sample_value("verlmon_training_process_cpu_ratio")
+    assert cpu is not None and cpu > 0  # the child's busy loop is in the tree
+    assert col.snapshot.train_pid == trainer.pid
+
+
+def test_trainer_found_by_command_line(trainer):
+    pids = {p.pid for p in trainer_candidates(exclude={os.getpid()})}
+    assert trainer.pid in pids
+    assert os.getpid() not in pids
+
+
+def test_no_trainer_means_absent_series():
+    col, reg, _ = make(Namespace(train_pid=2**22 + 12345))  # no such process
+    col.sample_once()
+    col.sample_once()
+    assert reg.get_sample_value("verlmon_training_process_cpu_ratio") is None
+    assert reg.get_sample_value("verlmon_training_process_resident_bytes") is None

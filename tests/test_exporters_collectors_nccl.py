@@ -1,0 +1,125 @@
+"""NCCL collector: follows a real dump directory, counts garbage, survives truncation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporters.collectors.nccl import NcclCollector
+from exporters.registry import ExporterContext
+from exporters.window import RollingWindow
+from monitor.store import RunStore, StoreWriter
+
+FIXTURE = Path(__file__).parent / "fixtures" / "nccl_inspector" / "gpu-node-01-pid4242.log"
+
+
+def record(coll="AllReduce", comm="DP Group 0", exec_us=1000, size=1 << 20, busbw=100.0,
+           pid=1, ts=None) -> str:
+    ts = time.time() if ts is None else ts
+    return json.dumps({
+        "header": {"id": "0xabc", "comm_name": comm, "rank": pid, "n_ranks": 2, "nnodes": 1},
+        "metadata": {"dump_timestamp_us": int(ts * 1e6), "hostname": "n0", "pid": pid},
+        "coll_perf": {"coll": coll, "coll_sn": 1, "coll_msg_size_bytes": size,
+                      "coll_exec_time_us": exec_us, "coll_algobw_gbs": busbw / 2,
+                      "coll_busbw_gbs": busbw},
+    }) + "\n"
+
+
+def make(tmp_path, directory, store=None, window_s=10.0):
+    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow(), store=store,
+                          options=Namespace(nccl_dir=str(directory), nccl_window=window_s))
+    collector = NcclCollector(ctx)
+    reg = CollectorRegistry()
+    reg.register(collector)
+    return collector, reg
+
+
+def test_fixture_dump_counts_and_garbage(tmp_path):
+    shutil.copy(FIXTURE, tmp_path / FIXTURE.name)
+    col, reg = make(tmp_path, tmp_path)
+    assert col.sample_once()
+    labels = {"coll": "AllReduce", "comm": "DP Group 0"}
+    assert reg.get_sample_value("verlmon_nccl_operations_total", labels) == 2
+    assert reg.get_sample_value("verlmon_nccl_bytes_total", labels) == 17179869184 + 1048576
+    assert reg.get_sample_value("verlmon_nccl_exec_seconds_total", labels) == pytest.approx(
+        0.061974 + 0.0002)
+    assert reg.get_sample_value("verlmon_nccl_bus_bandwidth_bytes_per_second",
+                                labels) == pytest.approx(8.75e9)  # the latest, not the max
+    assert reg.get_sample_value("verlmon_nccl_operations_total",
+                                {"coll": "Send", "comm": "0x9e7a479f95a66c"}) == 1
+    assert col.garbage_lines == 3
+    # the fixture's timestamps are from 2025: nothing in the trailing window
+    assert reg.get_sample_value("verlmon_nccl_comm_share_ratio") == 0.0
+
+
+def test_appended_lines_and_comm_share(tmp_path):
+    dump = tmp_path / "n0-pid1.log"
+    other = tmp_path / "n0-pid2.log"
+    dump.write_text(record(exec_us=2_000_000, pid=1))  # 2 s of NCCL on rank 1
+    other.write_text(record(exec_us=1_000_000, pid=2))  # 1 s on rank 2
+    col, reg = make(tmp_path, tmp_path, window_s=10.0)
+    col.sample_once()
+    # (2 + 1) s over a 10 s window and 2 ranks
+    assert reg.get_sample_value("verlmon_nccl_comm_share_ratio") == pytest.approx(0.15)
+    with dump.open("a") as fh:
+        fh.write(record(exec_us=500, pid=1))
+        fh.write(record(exec_us=500, pid=1)[:40])  # half a line: waits for its end
+    col.sample_once()
+    labels = {"coll": "AllReduce", "comm": "DP Group 0"}
+    assert reg.get_sample_value("verlmon_nccl_operations_total", labels) == 3
+    assert col.garbage_lines == 0
+    with dump.open("a") as fh:
+        fh.write(record(exec_us=500, pid=1)[40:])
+    col.sample_once()
+    assert reg.get_sample_value("verlmon_nccl_operations_total", labels) == 4
+    assert col.garbage_lines == 0
+
+
+def test_truncated_file_is_read_again_and_missing_dir_waits(tmp_path):
+    directory = tmp_path / "later"
+    col, reg = make(tmp_path, directory)
+    assert col.sample_once()  # the directory does not exist yet: no error, no series
+    assert reg.get_sample_value("verlmon_nccl_operations_total",
+                                {"coll": "AllReduce", "comm": "DP Group 0"}) is None
+    directory.mkdir()
+    dump = directory / "n0-pid7.log"
+    dump.write_text(record(pid=7) * 3)
+    col.sample_once()
+    dump.write_text(record(coll="AllGather", pid=7))  # truncated and rewritten (a restart)
+    col.sample_once()
+    assert reg.get_sample_value("verlmon_nccl_operations_total",
+                                {"coll": "AllGather", "comm": "DP Group 0"}) == 1
+    assert reg.get_sample_value("verlmon_nccl_operations_total",
+                                {"coll": "AllReduce", "comm": "DP Group 0"}) == 3
+
+
+def test_rows_reach_the_store(tmp_path):
+    store = RunStore(tmp_path / "run.db")
+    writer = StoreWriter(store)
+    dump = tmp_path / "dumps" / "n0-pid1.log"
+    dump.parent.mkdir()
+    dump.write_text(record(exec_us=4000, size=100, busbw=50.0) * 2)
+    col, _ = make(tmp_path, dump.parent, store=writer)
+    col.sample_once()
+    assert writer.flush()
+    df = store.nccl_frame()
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert (row["coll"], row["comm"], row["ops"], row["bytes"]) == ("AllReduce", "DP Group 0",
+                                                                    2.0, 200.0)
+    assert row["exec_s"] == pytest.approx(0.008)
+    assert row["busbw_bps"] == pytest.approx(50e9)
+    store.close()
+
+
+def test_without_a_directory_it_exports_nothing(tmp_path):
+    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow(), options=Namespace())
+    col = NcclCollector(ctx)
+    assert col.sample_once()
+    assert list(col.collect()) == []

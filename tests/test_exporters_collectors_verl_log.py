@@ -1,0 +1,115 @@
+"""verl_log collector on real files: appended, rotated, truncated, missing at first."""
+
+from __future__ import annotations
+
+import os
+import time
+from argparse import Namespace
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporters.collectors.verl_log import VerlLogCollector
+from exporters.registry import ExporterContext
+from exporters.window import RollingWindow
+from monitor.store import RunStore, StoreWriter
+
+
+def line(step: int, gen: float = 10.0, total: float = 20.0, extra: str = "") -> str:
+    return (f"(TaskRunner pid=11) step:{step} - timing_s/gen:{gen} - timing_s/reshard:1.5 - "
+            f"timing_s/update_actor:5.0 - timing_s/step:{total} - perf/throughput:1234.5 - "
+            f"perf/max_memory_reserved_gb:40.0 - training/global_step:{step}{extra}\n")
+
+
+def make(paths, store=None):
+    window = RollingWindow()
+    ctx = ExporterContext(node="n0", interval=1.0, window=window, store=store,
+                          options=Namespace(log=[str(p) for p in paths]))
+    col = VerlLogCollector(ctx)
+    reg = CollectorRegistry()
+    reg.register(col)
+    return col, reg, window
+
+
+def test_steps_phases_and_counters_from_an_appended_log(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(line(1) + "Training Progress:  1%|          | 1/100 [00:20<33:00, 20.0s/it]\n")
+    col, reg, window = make([log])
+    assert col.sample_once()
+    assert reg.get_sample_value("verlmon_training_step") == 1
+    assert reg.get_sample_value("verlmon_training_steps_total") == 1
+    assert reg.get_sample_value("verlmon_step_duration_seconds") == 20.0
+    assert reg.get_sample_value("verlmon_phase_duration_seconds", {"phase": "reshard"}) == 1.5
+    assert reg.get_sample_value("verlmon_phase_duration_seconds",
+                                {"phase": "update_actor"}) == 5.0
+    assert reg.get_sample_value("verlmon_throughput_tokens_per_second") == 1234.5
+    assert reg.get_sample_value("verlmon_memory_reserved_peak_bytes") == 40 * 2**30
+    assert reg.get_sample_value("verlmon_log_lines_total", {"log": str(log)}) == 2
+    since = reg.get_sample_value("verlmon_seconds_since_last_step")
+    assert since is not None and since >= 0
+    last_ts = reg.get_sample_value("verlmon_last_step_timestamp_seconds")
+    assert abs(last_ts - time.time()) < 3600
+    with log.open("a") as fh:
+        fh.write(line(2, gen=30.0, total=40.0))
+        fh.write("step:3 - timing_s/gen:abc - timing_s/step:xyz\n")  # a broken metrics line
+        fh.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    col.sample_once()
+    col.sample_once()  # quiet poll: held blocks are flushed
+    assert reg.get_sample_value("verlmon_training_step") == 2
+    assert reg.get_sample_value("verlmon_step_duration_seconds") == 40.0
+    assert reg.get_sample_value("verlmon_log_parse_errors_total", {"log": str(log)}) == 1
+    assert reg.get_sample_value("verlmon_log_events_total", {"kind": "oom"}) == 1
+    steps, _, _, events = window.frames()
+    assert [s.step for s in steps] == [1, 2]
+    assert any(e.kind == "oom" for e in events)
+
+
+def test_log_that_appears_later_then_is_rotated_and_truncated(tmp_path):
+    log = tmp_path / "later.log"
+    col, reg, _ = make([log])
+    assert col.sample_once()  # no file yet: waited for, not an error
+    assert reg.get_sample_value("verlmon_log_lines_total", {"log": str(log)}) == 0
+    assert reg.get_sample_value("verlmon_training_step") is None
+    log.write_text(line(1) + line(2))
+    col.sample_once()
+    assert reg.get_sample_value("verlmon_training_step") == 2
+    # rotation: the file is renamed away, a new one continues
+    os.rename(log, tmp_path / "later.log.1")
+    log.write_text(line(3))
+    col.sample_once()
+    assert reg.get_sample_value("verlmon_training_step") == 3
+    assert reg.get_sample_value("verlmon_training_steps_total") == 3
+    # truncation (verl's file logger truncates on resume): read again from the start
+    log.write_text("")
+    col.sample_once()
+    log.write_text(line(1))
+    col.sample_once()
+    col.sample_once()
+    assert reg.get_sample_value("verlmon_training_step") == 1
+    assert reg.get_sample_value("verlmon_log_events_total", {"kind": "truncated"}) >= 1
+    assert reg.get_sample_value("verlmon_training_steps_total") == 4
+
+
+def test_jsonl_log_and_store(tmp_path):
+    log = tmp_path / "run.jsonl"
+    log.write_text('{"step": 1, "data": {"timing_s/gen": 4.0, "timing_s/step": 8.0}}\n'
+                   '{"step": 2, "data": {"timing_s/gen": 5.0, "timing_s/step": 9.0}}\n')
+    store = RunStore(tmp_path / "run.db")
+    writer = StoreWriter(store)
+    col, reg, _ = make([log], store=writer)
+    col.sample_once()
+    col.sample_once()  # the last JSONL object is held for a possible merge until quiet
+    assert reg.get_sample_value("verlmon_training_step") == 2
+    assert reg.get_sample_value("verlmon_phase_duration_seconds", {"phase": "gen"}) == 5.0
+    assert writer.flush()
+    assert [s.step for s in store.steps()] == [1, 2]
+    store.close()
+
+
+@pytest.mark.parametrize("paths", [[], None])
+def test_no_logs_no_series(paths):
+    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow(),
+                          options=Namespace(log=paths))
+    col = VerlLogCollector(ctx)
+    assert col.sample_once()
+    assert list(col.collect()) == []

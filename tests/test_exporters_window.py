@@ -1,0 +1,72 @@
+"""The rolling window: bounded by age and count, frames in the interchange format."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+from exporters.window import RollingWindow
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.records import Event, StepRecord
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_frames_have_canonical_columns_and_extras():
+    w = RollingWindow(clock=Clock(1000.0))
+    w.add_gpu([{"ts": 999.0, "node": "n0", "gpu": 1, "util": 90.0, "mem_used_bytes": 1.0,
+                "mem_total_bytes": 2.0, "up": True, "xid_total": 0}])
+    w.add_host([{"ts": 999.0, "node": "n0", "cpu_max_core_pct": 50.0, "cpu_avg_pct": 10.0}])
+    steps, gpu, host, events = w.frames()
+    assert list(gpu.columns[: len(GPU_COLUMNS)]) == list(GPU_COLUMNS)
+    assert {"up", "xid_total"} <= set(gpu.columns)
+    assert gpu.loc[0, "gpu"] == 1 and gpu.loc[0, "util"] == 90.0
+    assert math.isnan(gpu.loc[0, "sm_active"])  # optional column missing -> NaN
+    assert list(host.columns) == list(HOST_COLUMNS)
+    assert steps == [] and events == []
+
+
+def test_empty_window_gives_empty_frames():
+    steps, gpu, host, events = RollingWindow().frames()
+    assert gpu.empty and list(gpu.columns) == list(GPU_COLUMNS)
+    assert host.empty and list(host.columns) == list(HOST_COLUMNS)
+
+
+def test_old_samples_age_out_and_counts_are_bounded():
+    clock = Clock(10_000.0)
+    w = RollingWindow(max_age_s=60, max_steps=3, max_events=2, clock=clock)
+    w.add_gpu([{"ts": 9_000.0, "node": "n0", "gpu": 0, "util": 1.0},
+               {"ts": 9_990.0, "node": "n0", "gpu": 0, "util": 2.0}])
+    w.add_steps([StepRecord(step=i, end_time=1.0) for i in range(5)])  # old end times: kept
+    w.add_events([Event(kind="oom", time=None) for _ in range(4)])
+    steps, gpu, _, events = w.frames()
+    assert list(gpu["util"]) == [2.0]
+    assert [s.step for s in steps] == [2, 3, 4]
+    assert len(events) == 2
+    clock.t += 120  # two minutes later everything has aged out
+    steps, gpu, _, events = w.frames()
+    assert gpu.empty and steps == [] and events == []
+
+
+def test_concurrent_writers_lose_nothing():
+    w = RollingWindow(clock=Clock(100.0))
+
+    def writer(gpu: int) -> None:
+        for i in range(500):
+            w.add_gpu([{"ts": 50.0 + i * 0.01, "node": "n0", "gpu": gpu, "util": 1.0}])
+
+    threads = [threading.Thread(target=writer, args=(g,)) for g in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    _, gpu, _, _ = w.frames()
+    assert len(gpu) == 2000
+    assert gpu["ts"].is_monotonic_increasing
+    assert w.sizes()["gpu"] == 2000

@@ -1,0 +1,144 @@
+"""Following real log files: partial writes, rotation, truncation, re-creation, huge lines."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from monitor.logs.follow import LogFollower, iter_lines
+from monitor.logs.parse import ParseStats
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(data)
+
+
+def test_reads_complete_lines_and_holds_a_partial_one(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(b"first\nsec")
+    follower = LogFollower(path)
+    assert follower.poll() == ["first"]
+    assert follower.poll() == []
+    append(path, b"ond\r\nthird\n")
+    assert follower.poll() == ["second", "third"]
+    assert follower.lines == 3
+    assert follower.bytes_read == path.stat().st_size
+
+
+def test_waits_for_a_file_that_does_not_exist_yet(tmp_path: Path) -> None:
+    path = tmp_path / "later.log"
+    follower = LogFollower(path, start_at_end=True)
+    assert follower.poll() == []
+    path.write_bytes(b"hello\n")
+    # the file appeared after we started: read it from its beginning
+    assert follower.poll() == ["hello"]
+
+
+def test_start_at_end_skips_old_content_and_the_line_in_progress(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(b"old 1\nold 2\nhalf of a li")
+    follower = LogFollower(path, start_at_end=True)
+    assert follower.poll() == []
+    append(path, b"ne\nnew\n")
+    assert follower.poll() == ["new"]
+    assert follower.oversize_lines == 0
+
+
+def test_rename_rotation_finishes_the_old_file_first(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(b"a\n")
+    follower = LogFollower(path)
+    assert follower.poll() == ["a"]
+    append(path, b"b\nc-partial")  # written before the rotation, not yet read
+    os.rename(path, tmp_path / "run.log.1")
+    path.write_bytes(b"d\n")
+    assert follower.poll() == ["b", "c-partial", "d"]
+    assert follower.rotations == 1
+    assert follower.truncations == 0
+    assert follower.drain_events() == []
+    append(path, b"e\n")
+    assert follower.poll() == ["e"]
+
+
+def test_copy_truncate_starts_over_with_an_event(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(b"line one\nline two\n")
+    follower = LogFollower(path)
+    assert len(follower.poll()) == 2
+    with open(path, "r+b") as fh:  # logrotate copytruncate / verl's logger on resume
+        fh.truncate(0)
+    append(path, b"fresh\n")
+    assert follower.poll() == ["fresh"]
+    assert follower.truncations == 1
+    (event,) = follower.drain_events()
+    assert event.kind == "truncated" and event.data["reason"] == "shrunk"
+    assert follower.drain_events() == []
+
+
+def test_deletion_and_recreation(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(b"one\n")
+    follower = LogFollower(path)
+    assert follower.poll() == ["one"]
+    path.unlink()
+    assert follower.poll() == []  # gone: wait quietly
+    assert follower.poll() == []
+    path.write_bytes(b"two\n")
+    assert follower.poll() == ["two"]
+    (event,) = follower.drain_events()
+    assert event.kind == "truncated" and event.data["reason"] == "replaced"
+    assert follower.truncations == 1
+
+
+def test_ten_megabyte_line_arrives_whole(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    big = b"step:1 - " + b"k:1.0 - " * (10 * 2**20 // 8) + b"end:2"
+    follower = LogFollower(path)
+    path.write_bytes(big[: 3 * 2**20])  # the writer is halfway through
+    assert follower.poll() == []
+    append(path, big[3 * 2**20 :] + b"\nsmall\n")
+    lines = follower.poll()
+    assert len(lines) == 2
+    assert len(lines[0]) == len(big) and lines[0].endswith("end:2")
+    assert lines[1] == "small"
+
+
+def test_line_above_the_limit_is_dropped_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "huge.log"
+    follower = LogFollower(path, max_line_bytes=1000, chunk_bytes=256)
+    path.write_bytes(b"ok\n" + b"x" * 1500)
+    assert follower.poll() == ["ok"]
+    assert follower.oversize_lines == 1
+    assert len(follower._splitter.buf) == 0  # nothing of it held in memory
+    append(path, b"y" * 3000 + b"\nafter\n" + b"z" * 2000 + b"\n")
+    assert follower.poll() == ["after"]
+    assert follower.oversize_lines == 2
+
+
+def test_invalid_utf8_is_replaced_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "bin.log"
+    path.write_bytes(b"good \xc3\xa9\nbad \xff\xfe\ncut \xe2\x82\n")
+    follower = LogFollower(path)
+    lines = follower.poll()
+    assert lines == ["good \u00e9", "bad \ufffd\ufffd", "cut \ufffd"]
+    assert follower.bad_utf8_lines == 2
+
+
+def test_poll_budget_spreads_a_backlog_over_polls(tmp_path: Path) -> None:
+    path = tmp_path / "backlog.log"
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(1000)))
+    follower = LogFollower(path, chunk_bytes=512, max_poll_bytes=2048)
+    got: list[str] = []
+    for _ in range(100):
+        got += follower.poll()
+    assert got == [f"line {i}" for i in range(1000)]
+
+
+def test_iter_lines_streams_and_counts(tmp_path: Path) -> None:
+    path = tmp_path / "f.log"
+    path.write_bytes(b"a\n\xffb\n" + b"c" * 5000 + b"\nlast")
+    stats = ParseStats()
+    lines = list(iter_lines(path, stats=stats, max_line_bytes=4096, chunk_bytes=1000))
+    assert lines == ["a", "\ufffdb", "last"]
+    assert stats.bad_utf8_lines == 1

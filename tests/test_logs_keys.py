@@ -1,0 +1,183 @@
+"""Key renames, canonical phases per verl version, and version guesses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from monitor.logs.keys import canonical_phases, guess_version, normalise_key
+from monitor.records import ALL_PHASES
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("timing/gen", "timing_s/gen"),
+        ("timing/update_actor", "timing_s/update_actor"),
+        ("mfu/actor", "perf/mfu/actor"),
+        ("critic/kl", "actor/reward_kl_penalty"),
+        ("actor/entropy_loss", "actor/entropy"),
+        ("actor/perf/max_memory_allocated_gb", "perf/max_memory_allocated_gb"),
+        ("actor/perf/max_memory_reserved_gb", "perf/max_memory_reserved_gb"),
+        ("actor/perf/cpu_memory_used_gb", "perf/cpu_memory_used_gb"),
+        ("actor/pg_loss", "actor/pg_loss"),
+        ("timing_s/gen", "timing_s/gen"),
+        ("val-core/openai/gsm8k/acc/mean@1", "val-core/openai/gsm8k/acc/mean@1"),
+    ],
+)
+def test_normalise_key_accepts_old_names(old: str, new: str) -> None:
+    assert normalise_key(old) == new
+
+
+def test_phases_map_by_name_and_other_is_the_rest() -> None:
+    metrics = {
+        "timing_s/gen": 60.0,
+        "timing_s/reward": 2.0,
+        "timing_s/old_log_prob": 8.0,
+        "timing_s/ref": 5.0,
+        "timing_s/values": 4.0,
+        "timing_s/adv": 1.0,
+        "timing_s/update_critic": 6.0,
+        "timing_s/update_actor": 20.0,
+        "timing_s/update_weights": 1.5,
+        "timing_s/step": 110.0,
+        "timing_s/testing": 30.0,
+        "timing_s/save_checkpoint": 9.0,
+    }
+    phases = canonical_phases(metrics)
+    assert set(phases) <= set(ALL_PHASES)
+    assert phases["gen"] == 60.0
+    assert phases["reshard"] == 1.5
+    assert phases["testing"] == 30.0 and phases["save_checkpoint"] == 9.0
+    # 0.6+ leaves testing and checkpointing out of timing_s/step: they are not subtracted.
+    assert phases["other"] == pytest.approx(110.0 - 107.5)
+
+
+def test_old_timing_prefix_is_read_and_other_includes_testing_before_06() -> None:
+    metrics = {
+        "timing/gen": 50.0,
+        "timing/update_actor": 20.0,
+        "timing/testing": 10.0,
+        "timing/step": 85.0,
+        "mfu/actor": 0.3,
+    }
+    phases = canonical_phases(metrics)
+    assert phases == {"gen": 50.0, "update_actor": 20.0, "testing": 10.0, "other": 5.0}
+
+
+def test_nested_reshard_of_041_is_taken_out_of_gen() -> None:
+    metrics = {
+        "timing_s/gen": 70.0,
+        "timing_s/reshard": 3.0,
+        "timing_s/generate_sequences": 67.0,
+        "timing_s/step": 71.0,
+    }
+    phases = canonical_phases(metrics)
+    assert phases["gen"] == 67.0
+    assert phases["reshard"] == 3.0
+    assert phases["other"] == 1.0
+
+
+def test_06_reshard_is_derived_from_generate_sequences() -> None:
+    metrics = {
+        "timing_s/gen": 80.25,
+        "timing_s/agent_loop/slowest/generate_sequences": 78.0,
+        "timing_s/step": 81.0,
+        "response/aborted_ratio": 0.0,
+    }
+    phases = canonical_phases(metrics)
+    assert phases["gen"] == 78.0
+    assert phases["reshard"] == pytest.approx(2.25)
+    assert phases["other"] == pytest.approx(0.75)
+    # timing_s/generate_sequences wins over the agent-loop key when both are there
+    metrics["timing_s/generate_sequences"] = 79.0
+    assert canonical_phases(metrics)["reshard"] == pytest.approx(1.25)
+
+
+def test_no_reshard_when_generation_is_not_shorter_than_gen() -> None:
+    metrics = {"timing_s/gen": 40.0, "timing_s/generate_sequences": 40.0}
+    assert "reshard" not in canonical_phases(metrics)
+
+
+def test_pre_041_logs_get_no_reshard_even_with_generate_sequences() -> None:
+    metrics = {
+        "timing_s/gen": 40.0,
+        "timing_s/generate_sequences": 35.0,
+        "actor/entropy_loss": 0.5,
+    }
+    assert canonical_phases(metrics) == {"gen": 40.0}
+    plain = {"timing_s/gen": 40.0, "timing_s/generate_sequences": 35.0}
+    assert canonical_phases(plain, version_hint="<=0.4.1") == {"gen": 40.0}
+    assert canonical_phases(plain)["reshard"] == 5.0
+
+
+@pytest.mark.parametrize(
+    ("metrics", "expected"),
+    [
+        ({"timing_s/sync_rollout_weights": 2.5}, 2.5),
+        ({"timing_s/param_sync": 4.0, "timing_s/wait_last_valid": 1.0}, 4.0),
+        ({"timing_s/switch_to_rollout": 1.5, "timing_s/switch_to_trainer": 0.5}, 2.0),
+        ({"timing_s/switch_to_rollout": 1.5}, 1.5),
+    ],
+)
+def test_async_trainers_reshard_keys(metrics: dict[str, float], expected: float) -> None:
+    metrics = {"timing_s/gen": 10.0, **metrics}
+    phases = canonical_phases(metrics)
+    assert phases["reshard"] == expected
+    assert phases["gen"] == 10.0  # own timers are not nested in gen
+
+
+def test_other_needs_the_step_time_and_never_goes_negative() -> None:
+    assert "other" not in canonical_phases({"timing_s/gen": 10.0})
+    phases = canonical_phases({"timing_s/gen": 10.0, "timing_s/step": 8.0})
+    assert phases["other"] == 0.0
+
+
+def test_non_finite_and_non_numeric_timers_are_ignored() -> None:
+    metrics = {
+        "timing_s/gen": math.nan,
+        "timing_s/ref": math.inf,
+        "timing_s/adv": True,
+        "timing_s/update_actor": 3.0,
+    }
+    assert canonical_phases(metrics) == {"update_actor": 3.0}
+
+
+def test_breakdown_style_derived_phases_are_kept() -> None:
+    phases = canonical_phases(
+        {"timing_s/rollout_wait": 0.5, "timing_s/comm": 2.0, "timing_s/step": 3.0}
+    )
+    assert phases == {"rollout_wait": 0.5, "comm": 2.0, "other": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("keys", "prefixes", "number_format", "expected"),
+    [
+        (["mfu/actor", "timing_s/gen"], ["main_task"], "3dec", "<=0.2"),
+        (["timing/gen"], [], None, "<=0.2"),
+        (["critic/kl", "actor/entropy_loss"], ["TaskRunner"], "3dec", "0.3"),
+        (["actor/entropy_loss"], ["TaskRunner"], "3dec", "0.3-0.4.0"),
+        (["timing_s/reshard", "timing_s/step"], ["TaskRunner"], "3dec", "0.4.1"),
+        (["timing_s/reshard", "timing_s/step"], [], None, "0.4.1-0.5.x"),
+        (["timing_s/reshard", "timing_s/step"], ["TaskRunner"], "repr", "0.5.x"),
+        (["response/aborted_ratio", "timing_s/step", "timing_s/gen"], [], "repr", "0.6.0-0.7.0"),
+        (["perf/mfu/actor_infer", "response/aborted_ratio", "timing_s/step"], [], None, "0.7.0"),
+        (["timing_s/update_weights", "timing_s/step"], ["TaskRunner"], "repr", "0.7.1+"),
+        (["actor/perf/max_memory_allocated_gb", "timing_s/step"], [], "repr", "0.8+"),
+        (["timing_s/step"], ["TaskRunnerV1"], None, "0.9+"),
+        (["timing_s/step"], [], "numpy", "0.9+"),
+        (["response/aborted_ratio", "timing_s/step", "timing_s/param_sync"], [], None, "0.6.0+"),
+        ([], [], None, "unknown"),
+        (["foo/bar"], ["WorkerDict"], None, "unknown"),
+    ],
+)
+def test_guess_version(
+    keys: list[str], prefixes: list[str], number_format: str | None, expected: str
+) -> None:
+    assert guess_version(keys, prefixes, number_format=number_format) == expected
+
+
+def test_guess_version_trusts_newer_evidence_when_hints_contradict() -> None:
+    # 3-decimal numbers but a 0.8 key: the key cannot lie about being new.
+    assert guess_version(["actor/perf/max_memory_allocated_gb"], [], number_format="3dec") == "0.8+"

@@ -1,0 +1,66 @@
+"""LiveSim: lines appear in the log file as (sped-up) wall-clock time passes."""
+
+from __future__ import annotations
+
+import time
+
+from monitor.sim.engine import SimRun
+from monitor.sim.live import LiveSim
+
+
+def _wait(cond, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_lines_are_appended_over_time_and_run_is_rebased(tmp_path):
+    run = SimRun(steps=4, gpus_per_node=2, step_seconds=2.0, seed=1)
+    log = tmp_path / "train.log"
+    log.write_text("existing line\n")
+    live = LiveSim(run, log, speed=4.0)
+    before = time.time()
+    live.start()
+    try:
+        assert before <= run.start_time <= time.time()
+        # the preamble is written at once, step lines only as their times pass
+        assert _wait(lambda: "Training Progress:   0%" in log.read_text())
+        assert "step:1 " not in log.read_text()
+        assert _wait(lambda: "step:1 " in log.read_text())
+        assert "step:4 " not in log.read_text()
+        assert _wait(lambda: log.read_text().count("timing_s/step") == 4)
+        assert _wait(lambda: live.finished)
+    finally:
+        live.stop()
+    text = log.read_text().splitlines()
+    assert text[0] == "existing line"
+    assert text[1:] == [line for _, line in run.timed_lines()]
+    assert live.error is None
+
+
+def test_now_sim_runs_faster_with_speed_and_matches_gpu_samples(tmp_path):
+    run = SimRun(steps=20, gpus_per_node=1, step_seconds=30.0)
+    live = LiveSim(run, tmp_path / "t.log", speed=100.0)
+    live.start()
+    try:
+        t1 = live.now_sim()
+        assert _wait(lambda: live.now_sim() - t1 > 10.0, timeout=5.0)
+        rows = run.gpu_sample_at(live.now_sim())
+        assert len(rows) == 1 and rows[0]["up"]
+    finally:
+        live.stop()
+    assert not live.running
+
+
+def test_stop_ends_the_thread_before_all_lines_are_written(tmp_path):
+    run = SimRun(steps=50, gpus_per_node=1, step_seconds=30.0)
+    log = tmp_path / "t.log"
+    live = LiveSim(run, log, speed=1.0)
+    live.start()
+    assert _wait(lambda: log.exists() and "0%" in log.read_text())
+    live.stop()
+    assert not live.running
+    assert "step:50" not in log.read_text()

@@ -1,0 +1,187 @@
+"""PrometheusSource against a real Prometheus scraping a real exporter (sim GPU backend)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import httpx
+import pytest
+
+from monitor.sources.base import NCCL_COLUMNS
+from monitor.sources.prometheus import PrometheusSource, _duration_seconds, _runs
+from monitor.store.runstore import RunStore
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["which", "prometheus"], capture_output=True).returncode != 0,
+    reason="prometheus binary not installed (make sysdeps)",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("prom")
+    log = tmp / "train.log"
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "exporter", "--gpu-backend", "sim", "--scenario", "demo",
+         "--sim-log", str(log), "--sim-speed", "4", "--log", str(log), "--store",
+         str(tmp / "run.db"), "--listen-address", "127.0.0.1:0", "--interval", "0.5",
+         "--node", "node0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = exporter.stdout.readline()
+    target = line.split("serving http://", 1)[1].split("/metrics", 1)[0]
+    port = _free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: verlmon\n    static_configs:\n"
+        f"      - targets: ['{target}']\n        labels: {{node: node0}}\n")
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready():
+        try:
+            return urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200
+        except OSError:
+            return False
+
+    try:
+        _wait(ready, 30, "Prometheus to be ready")
+        src = PrometheusSource(url)
+        _wait(lambda: len(src.steps()) >= 6, 90, "six steps in Prometheus")
+        yield src, tmp / "run.db"
+    finally:
+        for proc in (prom, exporter):
+            proc.terminate()
+        for proc in (prom, exporter):
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_status_time_range_and_nodes(live):
+    src, _ = live
+    status = src.status()
+    assert status.ok and "1 exporter" in status.message
+    lo, hi = src.time_range()
+    assert hi - lo < 600 and abs(hi - time.time()) < 30
+    assert src.nodes() == ["node0"]
+    assert src.scrape_interval() == 1.0
+
+
+def test_gpu_frame_has_every_gpu_and_honours_max_points(live):
+    src, _ = live
+    lo, hi = src.time_range()
+    full = src.gpu_frame(lo, hi)
+    assert sorted(full["gpu"].unique()) == list(range(8))
+    assert full["util"].between(0, 100).all()
+    assert (full["mem_total_bytes"] > 0).all()
+    coarse = src.gpu_frame(hi - 60, hi, max_points=10)
+    assert coarse.groupby("gpu").size().max() <= 11
+    assert (coarse["util_min"] <= coarse["util"] + 1e-9).all()
+
+
+def test_steps_rebuilt_from_gauges_match_the_exporters_store(live):
+    src, store_path = live
+    rebuilt = src.steps()
+    stored = {s.step: s for s in RunStore(store_path, create=False).steps()}
+    assert len(rebuilt) >= 6
+    for rec in rebuilt:
+        assert rec.step in stored
+        assert rec.total == pytest.approx(stored[rec.step].total, rel=1e-6)
+        assert rec.phases["gen"] == pytest.approx(stored[rec.step].phases["gen"], rel=1e-6)
+        assert rec.end_time == pytest.approx(stored[rec.step].end_time, abs=1.0)
+
+
+def test_flags_come_from_flag_active_with_advice(live):
+    src, _ = live
+    flags = _wait(lambda: [f for f in src.flags() if f.kind == "io_starvation"], 90,
+                  "the demo's io_starvation flag")
+    flag = flags[0]
+    assert flag.severity in ("warning", "critical")
+    assert any("data.dataloader_num_workers" in a for a in flag.advice)
+    assert "verlmon_flag_active" in flag.evidence
+
+
+def test_host_nccl_and_node_aggregates(live):
+    src, _ = live
+    lo, hi = src.time_range()
+    host = src.host_frame(lo, hi)
+    assert set(host["node"]) == {"node0"} and host["iowait_pct"].notna().any()
+    nccl = src.nccl_frame(lo, hi)
+    assert list(nccl.columns) == list(NCCL_COLUMNS)
+    summary = src.node_summary(lo, hi)
+    assert summary.loc[0, "node"] == "node0" and summary.loc[0, "gpus"] == 8
+    frame = src.node_frame(lo, hi, max_points=20)
+    assert set(frame["node"]) == {"node0"} and len(frame) <= 21
+
+
+def test_a_day_at_one_second_steps_stays_under_the_point_limit(live):
+    src, _ = live
+    now = time.time()
+    res = src.query_range("verlmon_gpu_utilization_ratio", now - 86400, now, 1)
+    assert res and max(len(r["values"]) for r in res) <= 11_000
+
+
+def test_job_filter_and_unreachable_server(live):
+    src, _ = live
+    assert PrometheusSource(src.url, job="someone-else").status().message == "no data yet"
+    dead = PrometheusSource(f"http://127.0.0.1:{_free_port()}")
+    status = dead.status()
+    assert not status.ok and status.message.startswith("Prometheus unreachable at http://127.0.0.1:")
+
+
+def test_duration_and_run_helpers():
+    assert _duration_seconds("15s") == 15 and _duration_seconds("1m30s") == 90
+    assert _duration_seconds("500ms") == 0.5
+    with pytest.raises(ValueError):
+        _duration_seconds("fast")
+    assert _runs([0, 1, 2, 10, 11], 1.0) == [(0, 2), (10, 11)]
+
+
+def test_server_that_is_not_prometheus(tmp_path):
+    # an HTTP server answering HTML: the source says so in one line
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                             "127.0.0.1", "--directory", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: _up(port), 10, "http.server")
+        status = PrometheusSource(f"http://127.0.0.1:{port}").status()
+        assert not status.ok and "without JSON" in status.message
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def _up(port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+        return True
+    except httpx.HTTPError:
+        return False
+
+

@@ -1,0 +1,65 @@
+"""The store's schema: WAL, versioned, space given back; foreign or newer files left alone."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from monitor.store import SCHEMA_VERSION, RunStore, StoreError
+
+
+def pragma(path: Path, name: str):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(f"PRAGMA {name}").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_new_file_is_wal_versioned_and_incremental_vacuum(tmp_path: Path) -> None:
+    RunStore(tmp_path / "run.db").close()
+    assert pragma(tmp_path / "run.db", "journal_mode") == "wal"
+    assert pragma(tmp_path / "run.db", "user_version") == SCHEMA_VERSION
+    assert pragma(tmp_path / "run.db", "auto_vacuum") == 2  # incremental
+
+
+def test_reopening_keeps_the_data(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "run.db") as store:
+        store.set_meta("run_name", "a")
+    with RunStore(tmp_path / "run.db", create=False) as store:
+        assert store.meta() == {"run_name": "a"}
+
+
+def test_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "newer.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer than this verl-monitor"):
+        RunStore(path)
+    assert pragma(path, "journal_mode") == "delete"
+
+
+def test_other_programs_database_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE accounts (id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="not a verl-monitor run store"):
+        RunStore(path)
+    assert pragma(path, "journal_mode") == "delete"
+    conn = sqlite3.connect(path)
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master")]
+    conn.close()
+    assert names == ["accounts"]
+
+
+def test_garbage_file_is_refused(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="junk.db: not a verl-monitor run store"):
+        RunStore(junk)
+    assert junk.read_bytes() == b"this is not sqlite" * 100

@@ -1,0 +1,114 @@
+"""StoreWriter: a full disk or a locked file never raises, loses nothing within the bound,
+and the next flush after the problem clears writes everything kept."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from monitor.records import Event, Flag, StepRecord
+from monitor.store import RunStore, StoreWriter
+
+
+def rows(t0: int, n: int) -> list[dict]:
+    return [
+        {"ts": float(t0 + i), "node": "n0", "gpu": 0, "util": 90.0, "mem_used_bytes": 1.0,
+         "mem_total_bytes": 2.0, "power_w": 123.456789}
+        for i in range(n)
+    ]
+
+
+def test_flush_writes_everything_once(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "r.db")
+    w = StoreWriter(store)
+    w.put_gpu(rows(0, 10))
+    w.put_host([{"ts": 1.0, "node": "n0", "cpu_max_core_pct": 5.0, "cpu_avg_pct": 1.0}])
+    w.put_steps([StepRecord(step=1, end_time=3.0, total=3.0)])
+    w.put_events([Event(kind="resume", time=2.0, step=1)])
+    flag = Flag(kind="stalled", severity="warning", start=4.0, end=None, scope={"node": "n0"})
+    w.put_flags([flag])
+    w.put_flags([Flag(**{**flag.to_dict(), "end": 9.0})])  # newer version of the same flag
+    w.set_meta("backend", "sim")
+    assert w.buffered == 15
+    assert w.flush() is True and w.up and w.buffered == 0
+    assert w.flush() is True  # nothing left: nothing written twice
+    assert len(store.gpu_frame()) == 10 and len(store.host_frame()) == 1
+    assert store.flags()[0].end == 9.0 and store.meta() == {"backend": "sim"}
+    assert len(store.steps()) == 1 and len(store.events()) == 1
+    store.close()
+
+
+def test_full_disk_keeps_rows_until_space_returns(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "r.db")
+    w = StoreWriter(store)
+    w.put_gpu(rows(0, 100))
+    assert w.flush()
+    pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
+    store.set_page_limit(pages)  # the file cannot grow any more: a real SQLITE_FULL
+    w.put_gpu(rows(100, 5000))
+    w.put_steps([StepRecord(step=7, end_time=7.0, total=1.0)])
+    assert w.flush() is False  # no exception reaches the caller
+    assert w.up is False and w.write_errors == 1
+    assert "disk" in w.last_error and "full" in w.last_error
+    assert w.buffered == 5001
+    assert len(store.gpu_frame()) == 100  # the failed batch left nothing half-written
+    assert w.flush() is False and w.write_errors == 2
+    store.set_page_limit(None)  # space freed
+    assert w.flush() is True and w.up is True and w.last_error is None
+    df = store.gpu_frame()
+    assert len(df) == 5100 and df["ts"].is_unique
+    assert [s.step for s in store.steps()] == [7]
+    store.close()
+
+
+def test_locked_file_then_released(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "r.db", busy_timeout_s=0.05)
+    w = StoreWriter(store)
+    other = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        w.put_gpu(rows(0, 3))
+        assert w.flush() is False
+        assert w.up is False and "locked" in w.last_error and w.write_errors == 1
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert w.flush() is True and w.up is True
+    assert len(store.gpu_frame()) == 3
+    store.close()
+
+
+def test_bound_drops_oldest_samples_and_counts_them(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "r.db", busy_timeout_s=0.05)
+    w = StoreWriter(store, max_samples=1000)
+    store.set_page_limit(1)  # the file cannot grow: nothing new fits
+    w.put_gpu(rows(0, 800))
+    w.put_host([{"ts": 2000.0 + i, "node": "n0", "cpu_max_core_pct": 1.0, "cpu_avg_pct": 1.0}
+                for i in range(500)])
+    assert w.flush() is False
+    assert w.dropped_rows == 300
+    store.set_page_limit(None)
+    assert w.flush() is True
+    gpu = store.gpu_frame()
+    assert gpu["ts"].min() == 300.0 and len(gpu) == 500  # the 300 oldest went
+    assert len(store.host_frame()) == 500
+    store.close()
+
+
+def test_sample_without_timestamp_is_dropped_not_blocking(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "r.db")
+    w = StoreWriter(store)
+    w.put_gpu([{"node": "n0", "gpu": 0, "util": 1.0}] + rows(0, 2))
+    assert w.dropped_rows == 1 and "without a timestamp" in w.last_error
+    assert w.flush() is True and len(store.gpu_frame()) == 2
+    store.close()
+
+
+def test_flush_runs_retention_now_and_then(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "r.db", retention_s=60, downsample_s=15)
+    w = StoreWriter(store, compact_interval_s=0.0)
+    w.put_gpu(rows(0, 600))
+    assert w.flush()
+    df = store.gpu_frame()
+    assert len(df) < 600 and df["ts"].max() == 599.0
+    store.close()
