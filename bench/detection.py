@@ -28,7 +28,6 @@ import os
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,11 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=None,
-                    help="seeds per scenario and combination (default 2; 1 with --quick)")
+                    help="seeds per scenario and combination (default 1)")
     ap.add_argument("--quick", action="store_true",
                     help="four combinations (one per verl version, 1 and 2 nodes, both log "
                     "formats) instead of eighteen")
-    ap.add_argument("--steps", type=int, default=40, help="steps per simulated run")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="steps per simulated run (default 40; 30 with --quick)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                     help="worker processes")
     ap.add_argument("--scenario", action="append", default=None,
@@ -282,11 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write every flag and the scores here")
     ap.add_argument("--misses", action="store_true", help="list missed truths and false flags")
     args = ap.parse_args(argv)
-    seeds = args.seeds if args.seeds is not None else (1 if args.quick else 2)
-    if seeds < 1 or args.steps < 10 or args.jobs < 1:
-        print("detection.py: --seeds and --jobs must be >= 1, --steps >= 10", file=sys.stderr)
+    seeds = args.seeds if args.seeds is not None else 1
+    steps = args.steps if args.steps is not None else (30 if args.quick else 40)
+    if seeds < 1 or steps < 20 or args.jobs < 1:
+        print("detection.py: --seeds and --jobs must be >= 1, --steps >= 20", file=sys.stderr)
         return 2
-    cases = build_cases(seeds, args.quick, args.steps, not args.no_extras)
+    cases = build_cases(seeds, args.quick, steps, not args.no_extras)
     if args.scenario:
         cases = [c for c in cases if c.scenario in set(args.scenario)]
     t0 = time.perf_counter()

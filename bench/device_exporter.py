@@ -409,8 +409,12 @@ def activity_checks(table: dict[str, dict]) -> list[dict[str, Any]]:
 
 
 def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: float,
-                 out_dir: Path, label: str) -> dict[str, Any]:
-    """One exporter run beside the load cycle; returns its figures."""
+                 out_dir: Path, label: str, only_gpu: bool = False,
+                 extra_args: list[str] | None = None) -> dict[str, Any]:
+    """One exporter run beside the load cycle; returns its figures.
+
+    ``only_gpu`` turns every other collector off (to tell the GPU sampler's cost apart).
+    """
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     cmd = [sys.executable, "-m", "monitor", "exporter", "--listen-address",
@@ -420,6 +424,11 @@ def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: 
         cmd += ["--scenario", "healthy"]
     if dcgm:
         cmd.append("--dcgm-compat")
+    if only_gpu:
+        from exporters.registry import COLLECTOR_MODULES
+
+        cmd += [f"--no-collector.{c}" for c in COLLECTOR_MODULES if c != "gpu"]
+    cmd += list(extra_args or [])
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     log_path = out_dir / f"exporter_{label}.log"
     with open(log_path, "w") as log:
@@ -510,9 +519,14 @@ def run_direct(interval: float, schedule: str, settle: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- report
 
 
-def step_ratios(baseline: list[dict], runs: dict[str, dict]) -> dict[str, dict]:
-    """Load step time with the exporter over without it, per load kind."""
-    base = {p["phase"]: p["step_s_median"] for p in baseline if p.get("step_s_median")}
+def step_ratios(baselines: list[list[dict]], runs: dict[str, dict]) -> dict[str, dict]:
+    """Load step time with the exporter over without it (mean of the baselines), per kind."""
+    per: dict[str, list[float]] = {}
+    for baseline in baselines:
+        for p in baseline:
+            if p.get("step_s_median"):
+                per.setdefault(p["phase"], []).append(p["step_s_median"])
+    base = {k: statistics.fmean(v) for k, v in per.items()}
     out: dict[str, dict] = {}
     for label, run in runs.items():
         for p in run.get("phases", []):
@@ -617,7 +631,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--energy-interval", type=float, default=10.0,
                     help="energy read cadence in seconds for the cost figures (default 10)")
     ap.add_argument("--intervals", default="1,0.1",
-                    help="exporter intervals to run, comma separated (default 1,0.1)")
+                    help="exporter runs, comma separated: INTERVAL or INTERVAL:gpu (only the "
+                    "gpu collector on); the last run adds --dcgm-compat (default 1,0.1)")
+    ap.add_argument("--skip-cost", action="store_true",
+                    help="skip the in-process cost comparison")
+    ap.add_argument("--baseline-twice", action="store_true",
+                    help="measure the no-exporter baseline before and after the exporter runs")
+    ap.add_argument("--exporter-arg", action="append", default=[], metavar="ARG",
+                    help="extra argument for every exporter run (repeat), e.g. "
+                    "--exporter-arg=--detect-interval=3600")
+    ap.add_argument("--tag", default="",
+                    help="suffix of the result file names (device_exporter_<date>_<tag>)")
     ap.add_argument("--dry-run", action="store_true",
                     help="no GPU: sim backend, a sleeping load, no checks (tests the flow)")
     ap.add_argument("--direct", action="store_true",
@@ -630,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return run_worker(args.worker, args.dry_run)
     try:
-        intervals = [float(x) for x in args.intervals.split(",") if x.strip()]
+        intervals = [(float(x.split(":")[0]), x.strip().endswith(":gpu"))
+                     for x in args.intervals.split(",") if x.strip()]
     except ValueError:
         print(f"device_exporter: --intervals must be numbers, got {args.intervals!r}",
               file=sys.stderr)
@@ -642,8 +667,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(res["env"]), flush=True)
 
     # 1. cost, beside a matmul load (the nvitop figures in ANCHORS.md were taken that way)
-    if args.dry_run:
-        res["cost"] = {"error": "skipped (dry run: no NVML)"}
+    if args.dry_run or args.skip_cost:
+        res["cost"] = {"error": "skipped" + (" (dry run: no NVML)" if args.dry_run else "")}
     else:
         worker, _ = start_worker(f"matmul:{args.cost_iterations * 0.11 + 8:.0f}", False)
         try:
@@ -671,26 +696,32 @@ def main(argv: list[str] | None = None) -> int:
     worker, _ = start_worker(f"matmul:{b},copy:{b},tiny:{b}", args.dry_run)
     res["baseline"] = finish_worker(worker, timeout=600)
     print("baseline:", json.dumps(res["baseline"]), flush=True)
+    res["baselines"] = [res["baseline"]]
 
     # 3. exporter runs beside the load cycle
     p = args.phase_s
     schedule = ",".join(f"{ph}:{p}" for ph in LOAD_PHASES)
-    for i, interval in enumerate(intervals):
-        label = f"{interval:g}s"
+    for i, (interval, only_gpu) in enumerate(intervals):
+        label = f"{interval:g}s" + ("-gpu-only" if only_gpu else "")
         run = run_exporter(interval, schedule, args.dry_run, dcgm=i == len(intervals) - 1,
-                           settle=max(3.0, 2 * interval + 2), out_dir=out_dir, label=label)
+                           settle=max(3.0, 2 * interval + 2), out_dir=out_dir, label=label,
+                           only_gpu=only_gpu, extra_args=args.exporter_arg)
         res["runs"][label] = run
         print(f"run {label}:", json.dumps({k: v for k, v in run.items() if k != "phases"}),
               flush=True)
         partial.write_text(json.dumps(res, indent=2, default=str))
-    res["step_time"] = step_ratios(res["baseline"], res["runs"])
+    if args.baseline_twice:
+        worker, _ = start_worker(f"matmul:{b},copy:{b},tiny:{b}", args.dry_run)
+        res["baselines"].append(finish_worker(worker, timeout=600))
+        print("baseline again:", json.dumps(res["baselines"][-1]), flush=True)
+    res["step_time"] = step_ratios(res["baselines"], res["runs"])
     partial.unlink(missing_ok=True)
-    return _finish(res, out_dir, date)
+    return _finish(res, out_dir, date, args.tag)
 
 
-def _finish(res: dict[str, Any], out_dir: Path, date: str) -> int:
+def _finish(res: dict[str, Any], out_dir: Path, date: str, tag: str = "") -> int:
     """Write the JSON and text results; 1 if a check failed or a run broke."""
-    stem = f"device_exporter_{date}"
+    stem = f"device_exporter_{date}" + (f"_{tag}" if tag else "")
     (out_dir / f"{stem}.json").write_text(json.dumps(res, indent=2, default=str))
     text = render_text(res)
     (out_dir / f"{stem}.txt").write_text(text)

@@ -59,10 +59,18 @@ backend.close()
 
 
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its threads (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    """CPU seconds of a process's live threads, in nanoseconds resolution (schedstat).
+
+    /proc/PID/stat counts in clock ticks (10 ms): far too coarse for a process using 0.1% of
+    a core; each thread's /proc/PID/task/TID/schedstat gives its on-CPU time in ns.
+    """
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that just ended
+    return total / 1e9
 
 
 def start_exporter(args: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:
@@ -97,7 +105,9 @@ def scrape_latency(backend: str, gpus: int, scrapes: int) -> dict:
         for _ in range(10):
             urllib.request.urlopen(req, timeout=10).read()
         times = []
-        size = len(urllib.request.urlopen(url, timeout=10).read())
+        body = urllib.request.urlopen(url, timeout=10).read()
+        size = len(body)
+        gpus = gpus or len(re.findall(rb"^verlmon_gpu_up\{", body, re.M))
         for _ in range(scrapes):
             t0 = time.perf_counter()
             with urllib.request.urlopen(req, timeout=10) as resp:
@@ -152,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="JSON file (default bench/results/exporter_<date>.json)")
     args = p.parse_args(argv)
     counts = [int(g) for g in args.gpus.split(",") if g]
+    if args.backend == "nvml":
+        counts = [0]  # the node's real GPUs, however many
     results = {"backend": args.backend, "host_cpus": os.cpu_count(),
                "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "latency": [], "overhead": []}
@@ -172,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'ratio':>6}")
     for r in results["overhead"]:
         what = "all + detectors" if r["full"] else "gpu only"
-        print(f"{r['gpus']:>5} {r['interval_s']:>8g}s {what:>15} {r['exporter_cpu_pct']:>11.2f} "
+        gpus = r["gpus"] or "all"
+        print(f"{gpus:>5} {r['interval_s']:>8g}s {what:>15} {r['exporter_cpu_pct']:>11.2f} "
               f"{r['bare_loop_cpu_pct']:>12.2f} {r['ratio']:>6.2f}")
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / \
         f"exporter_{dt.date.today().isoformat()}.json"

@@ -7,7 +7,10 @@ repr values, a Ray prefix) in a temporary folder, then times:
 - parser:   ``parse_file`` on the same file (streamed reading, numbers converted, canonical
             phases, step records built, end times rebuilt).
 
-Prints lines/s and MB/s of both and the ratio parser/baseline (aim: >= 0.5). Usage:
+- floor:    read, split and ``float()`` every value, keeping nothing: the cost of the number
+            conversion the records require (no parser of this format can be faster).
+
+Prints lines/s and MB/s of each and the ratio parser/baseline (aim: >= 0.5). Usage:
 ``python bench/parse.py [--lines N] [--format console|numpy|jsonl] [--repeat R]``.
 """
 
@@ -37,23 +40,57 @@ PHASE_KEYS = (
     "timing_s/step",
 )
 OTHER_KEYS = tuple(
-    [f"actor/{k}" for k in ("entropy", "pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower",
-                            "kl_loss", "kl_coef", "grad_norm", "lr", "reward_kl_penalty")]
-    + ["perf/mfu/actor", "perf/mfu/actor_infer", "perf/max_memory_allocated_gb",
-       "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb", "training/global_step",
-       "training/epoch", "response/aborted_ratio", "perf/total_num_tokens", "perf/time_per_step",
-       "perf/throughput"]
-    + [f"critic/{g}/{s}" for g in ("score", "rewards", "advantages", "returns")
-       for s in ("mean", "max", "min")]
-    + [f"{g}/{s}" for g in ("response_length", "prompt_length", "response_length_non_aborted")
-       for s in ("mean", "max", "min", "clip_ratio")]
-    + [f"global_seqlen/{s}" for s in ("min", "max", "minmax_diff", "balanced_min",
-                                      "balanced_max", "mean")]
-    + [f"timing_per_token_ms/{p}" for p in ("gen", "ref", "values", "adv", "update_critic",
-                                             "update_actor")]
-    + [f"timing_s/agent_loop/{a}/{s}" for a in ("generate_sequences", "tool_calls",
-                                                "num_preempted", "compute_score")
-       for s in ("min", "max", "mean")]
+    [
+        f"actor/{k}"
+        for k in (
+            "entropy",
+            "pg_loss",
+            "pg_clipfrac",
+            "ppo_kl",
+            "pg_clipfrac_lower",
+            "kl_loss",
+            "kl_coef",
+            "grad_norm",
+            "lr",
+            "reward_kl_penalty",
+        )
+    ]
+    + [
+        "perf/mfu/actor",
+        "perf/mfu/actor_infer",
+        "perf/max_memory_allocated_gb",
+        "perf/max_memory_reserved_gb",
+        "perf/cpu_memory_used_gb",
+        "training/global_step",
+        "training/epoch",
+        "response/aborted_ratio",
+        "perf/total_num_tokens",
+        "perf/time_per_step",
+        "perf/throughput",
+    ]
+    + [
+        f"critic/{g}/{s}"
+        for g in ("score", "rewards", "advantages", "returns")
+        for s in ("mean", "max", "min")
+    ]
+    + [
+        f"{g}/{s}"
+        for g in ("response_length", "prompt_length", "response_length_non_aborted")
+        for s in ("mean", "max", "min", "clip_ratio")
+    ]
+    + [
+        f"global_seqlen/{s}"
+        for s in ("min", "max", "minmax_diff", "balanced_min", "balanced_max", "mean")
+    ]
+    + [
+        f"timing_per_token_ms/{p}"
+        for p in ("gen", "ref", "values", "adv", "update_critic", "update_actor")
+    ]
+    + [
+        f"timing_s/agent_loop/{a}/{s}"
+        for a in ("generate_sequences", "tool_calls", "num_preempted", "compute_score")
+        for s in ("min", "max", "mean")
+    ]
     + [f"num_turns/{s}" for s in ("min", "max", "mean")]
     + [f"training/rollout_probs_diff_{s}" for s in ("valid", "max", "mean", "std")]
 )
@@ -102,6 +139,17 @@ def baseline(path: Path) -> int:
     return fields
 
 
+def convert_floor(path: Path) -> int:
+    """Read, split, and float() every value, keeping nothing: what number conversion alone
+    costs (records must hold numbers, so no parser can go below this)."""
+    values = 0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            flat = line.rstrip("\n").replace(" - ", ":").split(":")
+            values += len(list(map(float, flat[3::2])))
+    return values
+
+
 def timed(fn, *args) -> tuple[float, object]:
     """CPU seconds of this process (not wall time: other work on a shared machine would
     otherwise leak into the figure), and the result."""
@@ -130,24 +178,39 @@ def main(argv: list[str] | None = None) -> int:
         size = build_log(path, args.lines, args.format)
         baseline(path)  # warm the page cache for both contenders
         # Interleaved runs, best of each: a shared machine's noise hits both alike.
-        base_s = best = float("inf")
+        base_s = best = floor_s = float("inf")
         parsed = None
         for _ in range(args.repeat):
             base_s = min(base_s, timed(baseline, path)[0])
+            if args.format != "jsonl":
+                floor_s = min(floor_s, timed(convert_floor, path)[0])
             seconds, parsed = timed(parse_file, path, 0.0)
             best = min(best, seconds)
         assert parsed is not None
         mb = size / 1e6
-        print(f"log: {args.lines} lines, {mb:.1f} MB ({size / args.lines:.0f} B/line), "
-              f"format {args.format}")
+        print(
+            f"log: {args.lines} lines, {mb:.1f} MB ({size / args.lines:.0f} B/line), "
+            f"format {args.format}"
+        )
         print("CPU time of this process, best of interleaved runs")
-        print(f"baseline (read+split+partition): {args.lines / base_s:,.0f} lines/s, "
-              f"{mb / base_s:.1f} MB/s, {base_s:.2f} s")
-        print(f"parser   (parse_file):           {args.lines / best:,.0f} lines/s, "
-              f"{mb / best:.1f} MB/s, {best:.2f} s")
+        print(
+            f"baseline (read+split+partition): {args.lines / base_s:,.0f} lines/s, "
+            f"{mb / base_s:.1f} MB/s, {base_s:.2f} s"
+        )
+        if args.format != "jsonl":
+            print(
+                f"floor    (split+float() values): {args.lines / floor_s:,.0f} lines/s, "
+                f"{mb / floor_s:.1f} MB/s, {floor_s:.2f} s (ratio {base_s / floor_s:.2f})"
+            )
+        print(
+            f"parser   (parse_file):           {args.lines / best:,.0f} lines/s, "
+            f"{mb / best:.1f} MB/s, {best:.2f} s"
+        )
         print(f"ratio parser/baseline: {base_s / best:.2f}  (aim >= 0.5)")
-        print(f"records: {len(parsed.steps)}, parse errors: {parsed.stats.parse_errors}, "
-              f"version guess: {parsed.version_guess}")
+        print(
+            f"records: {len(parsed.steps)}, parse errors: {parsed.stats.parse_errors}, "
+            f"version guess: {parsed.version_guess}"
+        )
         if len(parsed.steps) != args.lines or parsed.stats.parse_errors:
             print("error: the parser lost lines", file=sys.stderr)
             return 1

@@ -18,15 +18,16 @@ Every problem that stops the start is an :class:`ExporterError` with one line in
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
+from exporters.exposition import Exposition
 from exporters.landing import landing_page
 from exporters.registry import BaseCollector, CollectorSpec, ExporterContext, load_all
-from exporters.server import Exposition, MetricsServer, parse_listen_address
+from exporters.server import MetricsServer, parse_listen_address
 from exporters.webconfig import WebConfigError, load_web_config
 from exporters.window import RollingWindow
 
@@ -38,8 +39,11 @@ MIN_INTERVAL_S = 0.1
 DEFAULT_LISTEN = "0.0.0.0:9048"
 #: The detector loop never runs more often than this (seconds), whatever the interval.
 MIN_DETECT_INTERVAL_S = 1.0
+#: Seconds between Slack deliveries (queued messages; retries back off on their own).
+NOTIFY_INTERVAL_S = 5.0
 #: Default seconds between detector runs: ``run_all`` on a 30-minute window of 8 GPUs costs
-#: 0.2-0.4 s of CPU here, so every second would cost a third of a core.
+#: 0.2-0.4 s of CPU here, so every second would cost a third of a core. A new step in the log
+#: also triggers a run (at most one a second), so step-based flags do not wait for the tick.
 DEFAULT_DETECT_INTERVAL_S = 10.0
 
 
@@ -94,6 +98,7 @@ class Exporter:
         self.server: MetricsServer | None = None
         self.tracker: Any = None
         self.notifier: Any = None
+        self.wandb_sink: Any = None
         self.detect_config: Any = None
         self.detect_errors = 0
         self.detect_runs = 0
@@ -120,6 +125,12 @@ class Exporter:
 
     def _start(self) -> None:
         opts = self.options
+        try:  # bind first: a busy port fails before anything starts sampling
+            self.server = MetricsServer(self.address, self._render, self._landing, self.web)
+        except OSError as exc:
+            raise ExporterError(f"cannot listen on {self.address[0]}:{self.address[1]} "
+                                f"({exc.strerror or exc}); choose another --listen-address"
+                                ) from None
         self._open_store()
         self._load_detectors()
         self._start_sim()
@@ -144,16 +155,16 @@ class Exporter:
         self.exposition = Exposition(self.collectors, node=self.node, version=__version__,
                                      backend=str(backend), store=self.store)
         self._spawn("detector-loop", self._detect_loop)
+        if _opt(opts, "wandb"):
+            self._spawn("wandb-init", self._start_wandb)
+        if self.notifier is not None:
+            self.notifier.start(interval_s=NOTIFY_INTERVAL_S)  # its own thread: retries wait
         if self.store is not None:
             self._spawn("store-flusher", self._flush_loop)
-        try:
-            self.server = MetricsServer(self.address, self.exposition.render, self._landing,
-                                        self.web)
-        except OSError as exc:
-            raise ExporterError(f"cannot listen on {self.address[0]}:{self.address[1]} "
-                                f"({exc.strerror or exc}); choose another --listen-address"
-                                ) from None
         self.server.start()
+
+    def _render(self) -> bytes:
+        return self.exposition.render() if self.exposition is not None else b""
 
     def _build_collector(self, name: str) -> BaseCollector:
         try:
@@ -209,17 +220,32 @@ class Exporter:
         self.tracker = FlagTracker()
         hook = _opt(self.options, "slack_webhook_file")
         if hook:
-            if self.run_store is None:
-                raise ExporterError("--slack-webhook-file needs --store: the notifier keeps "
-                                    "its outbox in the run store")
-            if not Path(hook).is_file():
-                raise ExporterError(f"--slack-webhook-file {hook}: no such file")
-            from monitor.notify.slack import SlackNotifier
-
             try:
+                from monitor.notify.slack import SlackNotifier
+
+                # the outbox lives in the run store when there is one (survives restarts)
                 self.notifier = SlackNotifier(hook, self.run_store)
+            except ImportError as exc:
+                raise ExporterError(f"--slack-webhook-file needs the slack_sdk package "
+                                    f"(pip install slack-sdk): {exc}") from None
             except (ValueError, OSError) as exc:
-                raise ExporterError(f"--slack-webhook-file {hook}: {exc}") from None
+                raise ExporterError(f"--slack-webhook-file {exc}") from None
+
+    def _start_wandb(self) -> None:
+        """Open the wandb run off the main path: ``wandb.init`` may wait for its timeout
+        before falling back to offline, and metrics must be served meanwhile."""
+        target = _opt(self.options, "wandb")
+        try:
+            from monitor.integrations.wandb_sink import WandbSink
+
+            sink = WandbSink.from_target(target)
+        except Exception as exc:  # noqa: BLE001 - wandb never takes the exporter down
+            log.warning("--wandb %s: disabled (%s)", target, exc)
+            return
+        if self._stopped:
+            sink.close()
+            return
+        self.wandb_sink = sink
 
     def _start_sim(self) -> None:
         sim_log = _opt(self.options, "sim_log")
@@ -243,7 +269,7 @@ class Exporter:
         self.live_sim = LiveSim(run, sim_log, speed)
         self.live_sim.start()
         logs = list(_opt(self.options, "log", []) or [])
-        if str(sim_log) not in [str(p) for p in logs]:
+        if os.path.abspath(sim_log) not in [os.path.abspath(p) for p in logs]:
             logs.append(str(sim_log))
             self.options.log = logs
 
@@ -272,6 +298,12 @@ class Exporter:
                                   now=now)
             opened, closed = self.tracker.update(flags, now)
             self.detect_runs += 1
+        sink = self.wandb_sink
+        if sink is not None:
+            try:
+                sink.log_window(steps, gpu_df, opened, closed)
+            except Exception as exc:  # noqa: BLE001 - the sink counts and disables itself
+                log.warning("wandb: %s", exc)
         if self.store is not None:
             changed = list(self.tracker.active()) + list(closed)
             if changed:
@@ -284,12 +316,23 @@ class Exporter:
         return opened, closed
 
     def _detect_loop(self) -> None:
+        """Run the detectors every ``detect_interval`` seconds, and also soon after a new step
+        arrives (at most once a second): step-based flags follow the log without the cost of
+        running every detector at the sampling rate."""
         last_error = None
-        while not self._stop.wait(self.detect_interval):
+        last_run = time.monotonic()
+        seen_steps = self.window.steps_added
+        tick = min(1.0, self.detect_interval)
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            new_steps = self.window.steps_added != seen_steps
+            if now - last_run < self.detect_interval and not (
+                    new_steps and now - last_run >= MIN_DETECT_INTERVAL_S):
+                continue
+            seen_steps = self.window.steps_added
+            last_run = now
             try:
                 self.detect_once()
-                if self.notifier is not None:
-                    self.notifier.deliver()
                 last_error = None
             except Exception as exc:  # noqa: BLE001 - detectors never take the exporter down
                 self.detect_errors += 1
@@ -342,6 +385,16 @@ class Exporter:
                 collector.stop()
             except Exception as exc:  # noqa: BLE001 - keep stopping the rest
                 log.warning("collector %s did not stop cleanly: %s", collector.name, exc)
+        if self.notifier is not None:
+            try:
+                self.notifier.stop()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("Slack notifier did not stop cleanly: %s", exc)
+        if self.wandb_sink is not None:
+            try:
+                self.wandb_sink.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("wandb run did not close cleanly: %s", exc)
         if self.live_sim is not None:
             try:
                 self.live_sim.stop()

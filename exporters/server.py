@@ -1,209 +1,27 @@
-"""The exporter's HTTP side: the per-scrape exposition and the (optionally TLS) web server.
+"""The exporter's web server: ``/metrics`` (gzip when asked), ``/`` (landing page), 404
+elsewhere; over HTTPS and with basic auth when the web config (exporters/webconfig.py) says so.
 
-:class:`Exposition` wraps every enabled collector's ``collect()``: each is timed and isolated,
-so a collector that raises (or yields a family that cannot be written) is reported as
-``verlmon_collector_success{collector} 0`` with its error counted and logged once in words,
-and the rest of the scrape is served. It adds the identity and health series
-(``verlmon_build_info``, ``verlmon_node_info``, ``verlmon_store_up``, ...). Nothing from the
-command line, the environment or the web config reaches a label or a value.
-
-:class:`MetricsServer` serves ``/metrics`` (gzip when asked), ``/`` (landing page) and 404
-elsewhere, over HTTPS and with basic auth when the web config says so.
+The server thread sleeps until a client connects (no periodic polling); each request is served
+on its own thread. TLS handshakes run in the request's thread, under a timeout, so a silent
+client blocks nobody.
 """
 
 from __future__ import annotations
 
 import gzip
 import logging
-import math
+import selectors
 import socket
 import ssl
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import exposition
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-
-from exporters.registry import BaseCollector
+from exporters.exposition import CONTENT_TYPE
 from exporters.webconfig import WebConfig
-from monitor import metric_names as m
 
 log = logging.getLogger("verl_monitor.exporter")
-
-CONTENT_TYPE = getattr(exposition, "CONTENT_TYPE_PLAIN_0_0_4", exposition.CONTENT_TYPE_LATEST)
-
-
-_TYPE_NAMES = {"unknown": "untyped", "stateset": "gauge", "gaugehistogram": "histogram",
-               "info": "gauge"}
-_DEFERRED = ("_created", "_gsum", "_gcount")
-#: Rendered label sets: the same few hundred repeat on every scrape.
-_LABEL_CACHE: dict[tuple, str] = {}
-
-
-def _value(v: float) -> str:
-    v = float(v)
-    if v != v:
-        return "NaN"
-    if v in (math.inf, -math.inf):
-        return "+Inf" if v > 0 else "-Inf"
-    text = repr(v)
-    point = text.find(".")
-    if v > 0 and point > 6:  # large numbers in exponent form, as Go (and Prometheus) write them
-        digits = (text[:point] + text[point + 1:]).rstrip("0")
-        mantissa = f"{digits[0]}.{digits[1:]}" if len(digits) > 1 else digits
-        return f"{mantissa}e+{point - 1:02d}"
-    return text
-
-
-def _label_value(v: object) -> str:
-    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def format_families(families: Iterable[Metric]) -> bytes:
-    """Text format 0.0.4 for ``families``: the same bytes as prometheus_client's
-    ``generate_latest`` for plain gauge/counter/info families, several times faster.
-
-    Families with exemplars, timestamps or ``_created``-style samples go through
-    ``generate_latest`` unchanged. A non-numeric value raises (the caller isolates it).
-    """
-    out: list[str] = []
-    for fam in families:
-        samples = fam.samples
-        if any(s.timestamp is not None or s.exemplar is not None
-               or (s.name != fam.name and s.name.endswith(_DEFERRED)) for s in samples):
-            out.append(exposition.generate_latest(_Families([fam])).decode("utf-8"))
-            continue
-        typ = fam.type
-        name = fam.name + ("_total" if typ == "counter" else "_info" if typ == "info" else "")
-        doc = fam.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        out.append(f"# HELP {name} {doc}\n# TYPE {name} {_TYPE_NAMES.get(typ, typ)}\n")
-        for s in samples:
-            if s.labels:
-                key = tuple(s.labels.items())
-                inner = _LABEL_CACHE.get(key)
-                if inner is None:
-                    inner = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(key))
-                    if len(_LABEL_CACHE) > 50_000:  # bounded: label sets change rarely
-                        _LABEL_CACHE.clear()
-                    _LABEL_CACHE[key] = inner
-                out.append(f"{s.name}{{{inner}}} {_value(s.value)}\n")
-            else:
-                out.append(f"{s.name} {_value(s.value)}\n")
-    return "".join(out).encode("utf-8")
-
-
-class _Families:
-    """Adapter: a fixed list of families as something ``generate_latest`` can read."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> list[Metric]:
-        return self.families
-
-
-class Exposition:
-    """Builds the whole /metrics text from the collectors and the exporter's own health.
-
-    ``collectors`` maps names to started collectors; ``store`` is the store writer (or None);
-    ``backend`` is the GPU backend name for ``verlmon_node_info``.
-    """
-
-    def __init__(
-        self,
-        collectors: dict[str, BaseCollector],
-        node: str,
-        version: str,
-        backend: str = "none",
-        store: Any | None = None,
-    ) -> None:
-        self.collectors = collectors
-        self.node = node
-        self.version = version
-        self.backend = backend
-        self.store = store
-        self.scrape_errors: dict[str, int] = {name: 0 for name in collectors}
-        self._success: dict[str, bool] = {}
-        self._duration: dict[str, float] = {}
-        self._logged: dict[str, str] = {}
-        self._lock = threading.Lock()  # one scrape at a time: collectors need not be reentrant
-
-    def _run(self, name: str, collector: BaseCollector) -> bytes:
-        start = time.perf_counter()
-        try:
-            text = format_families(collector.collect())
-            ok = collector.healthy()
-        except Exception as exc:  # noqa: BLE001 - one broken collector never kills a scrape
-            text = b""
-            ok = False
-            self.scrape_errors[name] = self.scrape_errors.get(name, 0) + 1
-            message = f"{exc.__class__.__name__}: {exc}"
-            if self._logged.get(name) != message:
-                log.warning("collector %s: collect failed: %s", name, message)
-                self._logged[name] = message
-        self._duration[name] = time.perf_counter() - start
-        self._success[name] = ok
-        return text
-
-    def render(self) -> bytes:
-        """The full exposition text (Prometheus text format 0.0.4)."""
-        with self._lock:
-            parts = [self._run(name, c) for name, c in self.collectors.items()]
-            parts.append(format_families(self.health_families()))
-        return b"".join(parts)
-
-    def collect(self) -> Iterable[Metric]:
-        """Every family, for a ``CollectorRegistry`` (tests use ``get_sample_value``)."""
-        with self._lock:
-            for name, collector in self.collectors.items():
-                start = time.perf_counter()
-                try:
-                    families = list(collector.collect())
-                    ok = collector.healthy()
-                except Exception:  # noqa: BLE001
-                    families, ok = [], False
-                    self.scrape_errors[name] = self.scrape_errors.get(name, 0) + 1
-                self._duration[name] = time.perf_counter() - start
-                self._success[name] = ok
-                yield from families
-            yield from self.health_families()
-
-    def health_families(self) -> Iterable[Metric]:
-        """Identity and collection-health families (from the last collect of each collector)."""
-        build = GaugeMetricFamily(m.BUILD_INFO, "verl-monitor build; always 1.",
-                                  labels=["version"])
-        build.add_metric([self.version], 1)
-        yield build
-        node = GaugeMetricFamily(m.NODE_INFO, "This exporter's node name and GPU backend; "
-                                 "always 1.", labels=["node", "backend"])
-        node.add_metric([self.node, self.backend], 1)
-        yield node
-        success = GaugeMetricFamily(m.COLLECTOR_SUCCESS, "1 if the collector's last sampling "
-                                    "and collection worked, else 0.", labels=["collector"])
-        duration = GaugeMetricFamily(m.COLLECTOR_DURATION, "Seconds the collector's last "
-                                     "collection took in the scrape.", labels=["collector"])
-        errors = CounterMetricFamily(m.COLLECTOR_ERRORS.removesuffix("_total"),
-                                     "Collector failures (sampling or collection), each logged.",
-                                     labels=["collector"])
-        for name, collector in self.collectors.items():
-            if name in self._success:
-                success.add_metric([name], 1.0 if self._success[name] else 0.0)
-                duration.add_metric([name], self._duration[name])
-            errors.add_metric([name], self.scrape_errors.get(name, 0)
-                              + int(getattr(collector, "errors", 0) or 0))
-        yield success
-        yield duration
-        yield errors
-        if self.store is not None:
-            yield GaugeMetricFamily(m.STORE_UP, "1 while the run store accepts writes.",
-                                    value=1.0 if getattr(self.store, "up", False) else 0.0)
-            yield CounterMetricFamily(m.STORE_WRITE_ERRORS.removesuffix("_total"),
-                                      "Failed run-store writes (disk full, database locked).",
-                                      value=float(getattr(self.store, "write_errors", 0) or 0))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -312,6 +130,8 @@ class MetricsServer:
     ) -> None:
         self.web = web or WebConfig()
         self._server = _Server(address, render, landing, self.web)
+        self._server.timeout = 0.5  # handle_request() never blocks longer than this
+        self._wake_r, self._wake_w = socket.socketpair()
         self._thread: threading.Thread | None = None
 
     @property
@@ -337,17 +157,28 @@ class MetricsServer:
 
     def start(self) -> None:
         """Start serving in a daemon thread."""
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
-            name="metrics-server", daemon=True,
-        )
+        self._thread = threading.Thread(target=self._serve, name="metrics-server", daemon=True)
         self._thread.start()
 
+    def _serve(self) -> None:
+        # Sleeps until a client connects or stop() writes to the wake socket: no periodic
+        # polling (serve_forever wakes every poll_interval, which costs CPU on an idle node).
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._server.socket, selectors.EVENT_READ, "accept")
+            sel.register(self._wake_r, selectors.EVENT_READ, "stop")
+            while True:
+                for key, _ in sel.select():
+                    if key.data == "stop":
+                        return
+                    self._server.handle_request()  # accepts, then a thread serves it
+
     def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
+        """Stop serving and close the sockets."""
+        self._wake_w.send(b"x")
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        self._server.server_close()
+        self._wake_r.close()
+        self._wake_w.close()
 
 

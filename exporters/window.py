@@ -66,22 +66,26 @@ class RollingWindow:
         self._steps: deque[tuple[float, StepRecord]] = deque(maxlen=max_steps)
         self._events: deque[tuple[float, Event]] = deque(maxlen=max_events)
         self._version = 0
+        #: step records added so far (the detector loop runs soon after a new step)
+        self.steps_added = 0
 
     # --- writers (collector threads)
 
     def add_gpu(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append GPU sample rows (dicts with GPU_COLUMNS keys; extra keys are kept)."""
-        copies = [dict(r) for r in rows]
+        """Append GPU sample rows (dicts with GPU_COLUMNS keys; extra keys are kept).
+
+        The row objects are kept as they are (no copy): do not change them afterwards."""
         with self._lock:
-            self._gpu.extend(copies)
+            self._gpu.extend(rows)
             self._prune_rows(self._gpu)
             self._version += 1
 
     def add_host(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append host sample rows (dicts with HOST_COLUMNS keys; extra keys are kept)."""
-        copies = [dict(r) for r in rows]
+        """Append host sample rows (dicts with HOST_COLUMNS keys; extra keys are kept).
+
+        The row objects are kept as they are (no copy): do not change them afterwards."""
         with self._lock:
-            self._host.extend(copies)
+            self._host.extend(rows)
             self._prune_rows(self._host)
             self._version += 1
 
@@ -91,6 +95,7 @@ class RollingWindow:
         with self._lock:
             for s in steps:
                 self._steps.append((now, s))
+                self.steps_added += 1
             self._prune_records(self._steps)
             self._version += 1
 

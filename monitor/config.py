@@ -1,4 +1,4 @@
-"""Detector configuration: every threshold lives in ``defaults.yaml``; a user YAML overrides any subset.
+"""Detector configuration: every threshold lives in ``defaults.yaml``; a user YAML overrides.
 
 ``load_config(path)`` reads the defaults and overlays the user's file section by section.
 A key that is not in the defaults, or a value of the wrong type, is a ``ConfigError`` with a

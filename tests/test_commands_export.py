@@ -133,3 +133,18 @@ def test_not_a_store_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     conn.close()
     assert tables == ["t"]
+
+
+def test_events_file_brings_back_ooms_and_their_flag(tmp_path: Path, capsys) -> None:
+    log = FIXTURES / "verl_0.7.1_update_weights_oom.log"
+    store, _ = make_store(tmp_path, log)
+    out = tmp_path / "out"
+    assert main(["export", str(store), "--out", str(out)]) == 0
+    capsys.readouterr()
+    original = analyze_json(capsys, str(log))
+    again = analyze_json(capsys, str(out / "train.jsonl"), "--events", str(out / "events.json"))
+    assert again["summary"]["events"]["counts"] == original["summary"]["events"]["counts"]
+    assert "oom" in {f["kind"] for f in again["flags"]}
+    (tmp_path / "bad.json").write_text('{"kind": "oom"}')
+    assert main(["analyze", str(out / "train.jsonl"), "--events", str(tmp_path / "bad.json")]) == 2
+    assert "expected a JSON list of events" in capsys.readouterr().err

@@ -3,11 +3,14 @@ live detection, clean stop; and every startup problem as one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import bcrypt
@@ -65,7 +68,8 @@ def running(tmp_path):
 def test_everything_flows_to_metrics_and_store(running):
     exporter, tmp_path = running
     assert exporter.startup_line().startswith(f"verl-monitor exporter: serving {exporter.url}")
-    assert "collectors: gpu, host, verl_log, nccl, flags" in exporter.startup_line()
+    listed = exporter.startup_line().split("collectors: ", 1)[1].split(";")[0].split(", ")
+    assert {"gpu", "host", "verl_log", "nccl", "flags"} <= set(listed)
     first = wait_for(lambda: value(scrape(exporter), "verlmon_training_step"))
     later = wait_for(lambda: (v := value(scrape(exporter), "verlmon_training_step")) and
                      v > first and v)
@@ -109,6 +113,21 @@ def test_detector_loop_raises_flags_into_metrics_and_store(tmp_path):
     assert "oom" in kinds
 
 
+def test_new_steps_trigger_the_detectors(tmp_path):
+    # the tick is parked at 600 s: any run here comes from steps arriving in the log
+    exporter = Exporter(parse_options([
+        "--listen-address", "127.0.0.1:0", "--gpu-backend", "sim", "--sim-gpus", "1",
+        "--scenario", "healthy", "--sim-log", str(tmp_path / "train.log"), "--sim-speed", "60",
+        "--interval", "0.2", "--detect-interval", "600"]))
+    exporter.start()
+    try:
+        wait_for(lambda: exporter.detect_runs >= 2)
+        assert exporter.window.steps_added >= 2
+        assert exporter.detect_errors == 0
+    finally:
+        exporter.stop()
+
+
 def test_no_secret_reaches_a_metric(tmp_path, monkeypatch):
     monkeypatch.setenv("VERLMON_TEST_TOKEN", "env-token-4711")
     password = "pw-never-exported-93"
@@ -130,6 +149,47 @@ def test_no_secret_reaches_a_metric(tmp_path, monkeypatch):
     assert all(v not in text for k, v in os.environ.items() if len(v) > 12 and k != "PATH")
 
 
+class _Capture(BaseHTTPRequestHandler):
+    bodies: list = []
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers.get("Content-Length", 0))
+        _Capture.bodies.append(json.loads(self.rfile.read(length)))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        return
+
+
+def test_flags_reach_slack_and_the_url_stays_secret(tmp_path):
+    hook_server = HTTPServer(("127.0.0.1", 0), _Capture)
+    threading.Thread(target=hook_server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{hook_server.server_address[1]}/services/T000/B000/secretpath"
+    hook = tmp_path / "hook"
+    hook.write_text(url + "\n")
+    _Capture.bodies = []
+    exporter = Exporter(parse_options([
+        "--listen-address", "127.0.0.1:0", "--gpu-backend", "sim", "--sim-gpus", "1",
+        "--store", str(tmp_path / "run.db"), "--slack-webhook-file", str(hook),
+        "--detect-interval", "600"]))
+    exporter.start()
+    try:
+        exporter.window.add_events([Event("oom", time.time(), 7, "CUDA out of memory")])
+        exporter.detect_once()
+        assert exporter.notifier.deliver() == 1
+        text = scrape(exporter)
+    finally:
+        exporter.stop()
+        hook_server.shutdown()
+        hook_server.server_close()
+    assert len(_Capture.bodies) == 1
+    assert "oom" in json.dumps(_Capture.bodies[0]).lower()
+    assert "secretpath" not in text and str(hook) not in text
+
+
 def _busy_port() -> socket.socket:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -149,7 +209,7 @@ def _busy_port() -> socket.socket:
         (["--store", "{tmp}/no/such/dir/run.db"], "--store"),
         (["--store", "{tmp}/garbage.db"], "not a verl-monitor run store"),
         (["--config", "{tmp}/absent.yaml"], "absent.yaml"),
-        (["--slack-webhook-file", "{tmp}/hook"], "needs --store"),
+        (["--slack-webhook-file", "{tmp}/hook"], "hook: no such file"),
         (["--listen-address", "127.0.0.1:{busy}"], "cannot listen on 127.0.0.1:"),
     ],
 )

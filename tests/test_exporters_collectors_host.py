@@ -90,6 +90,11 @@ def test_trainer_found_by_command_line(trainer):
     pids = {p.pid for p in trainer_candidates(exclude={os.getpid()})}
     assert trainer.pid in pids
     assert os.getpid() not in pids
+    # with a memo of non-matching processes, the trainer is still found on every scan
+    checked: set[int] = set()
+    for _ in range(2):
+        assert trainer.pid in {p.pid for p in trainer_candidates({os.getpid()}, checked)}
+    assert trainer.pid not in checked and len(checked) > 0
 
 
 def test_no_trainer_means_absent_series():
@@ -98,3 +103,28 @@ def test_no_trainer_means_absent_series():
     col.sample_once()
     assert reg.get_sample_value("verlmon_training_process_cpu_ratio") is None
     assert reg.get_sample_value("verlmon_training_process_resident_bytes") is None
+
+
+def test_simulated_gpus_bring_the_scenarios_host_signature():
+    """With the sim GPU backend the host CPU series are the scenario's, not this machine's:
+    during io_starvation the dataloader core is pegged, in Prometheus and in the window."""
+    from exporters.gpu.sim import SimBackend
+    from monitor.sim.engine import SimRun
+
+    run = SimRun("io_starvation", steps=30, gpus_per_node=2, seed=1)
+    problem = next(t for t in run.truth if t["kind"] == "io_starvation")
+    mid = (problem["start"] + (problem["end"] or run.end_time)) / 2
+    backend = SimBackend(run=run, clock=lambda: run.start_time)
+    backend._t0 = run.start_time - (mid - run.start_time)  # clock sits mid-problem
+    window = RollingWindow()
+    ctx = ExporterContext(node="node0", interval=1.0, window=window, options=Namespace())
+    ctx.extra["gpu_backend"] = backend
+    col = HostCollector(ctx)
+    reg = CollectorRegistry()
+    reg.register(col)
+    assert col.sample_once() and col.sample_once()
+    expected = run.host_sample_at(mid, "node0")["cpu_max_core_pct"] / 100.0
+    assert expected > 0.9  # the scenario pegs a core
+    assert reg.get_sample_value("verlmon_host_cpu_max_core_ratio") == pytest.approx(expected)
+    _, _, host_df, _ = window.frames()
+    assert host_df["cpu_max_core_pct"].iloc[-1] == pytest.approx(expected * 100.0)

@@ -35,7 +35,9 @@ def test_readings_are_ratios_for_every_gpu():
         for v in (r.util, r.sm_active, r.tensor_active, r.dram_active, r.sm_occupancy):
             assert v is not None and 0.0 <= v <= 1.0
         assert r.mem_total_bytes and r.mem_used_bytes <= r.mem_total_bytes
-        assert r.pcie_tx_bps is None  # not simulated: left out, never NaN
+        # the simulator models PCIe and NVLink traffic too, so Grafana panels have data
+        assert r.pcie_tx_bps is not None and r.pcie_tx_bps >= 0
+        assert r.nvlink_rx_bps is not None and r.nvlink_rx_bps >= 0
 
 
 def test_devices_have_stable_uuid_and_simulated_name():

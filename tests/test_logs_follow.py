@@ -142,3 +142,21 @@ def test_iter_lines_streams_and_counts(tmp_path: Path) -> None:
     lines = list(iter_lines(path, stats=stats, max_line_bytes=4096, chunk_bytes=1000))
     assert lines == ["a", "\ufffdb", "last"]
     assert stats.bad_utf8_lines == 1
+
+
+def test_truncated_and_regrown_between_polls_is_noticed(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    first = b"".join(b'{"step": %d, "data": {"timing_s/step": 1.0}}\n' % i for i in range(1, 4))
+    path.write_bytes(first)
+    follower = LogFollower(path)
+    assert len(follower.poll()) == 3
+    # verl's file logger reopened the file with "w" on resume and wrote more than before
+    second = b"".join(b'{"step": %d, "data": {"timing_s/step": 2.0}}\n' % i for i in range(2, 7))
+    path.write_bytes(second)
+    lines = follower.poll()
+    assert [line[:11] for line in lines] == [f'{{"step": {i},' for i in range(2, 7)]
+    (event,) = follower.drain_events()
+    assert event.data["reason"] == "rewritten"
+    append(path, b"tail\n")
+    assert follower.poll() == ["tail"]
+    assert follower.drain_events() == []

@@ -181,3 +181,14 @@ def test_guess_version(
 def test_guess_version_trusts_newer_evidence_when_hints_contradict() -> None:
     # 3-decimal numbers but a 0.8 key: the key cannot lie about being new.
     assert guess_version(["actor/perf/max_memory_allocated_gb"], [], number_format="3dec") == "0.8+"
+
+
+def test_old_prefix_is_found_even_without_step_or_gen_timers() -> None:
+    assert canonical_phases({"timing/update_actor": 3.0, "actor/pg_loss": 0.1}) == {
+        "update_actor": 3.0
+    }
+
+
+def test_negative_timers_are_not_phases() -> None:
+    phases = canonical_phases({"timing_s/gen": -5.0, "timing_s/ref": 2.0, "timing_s/step": -1.0})
+    assert phases == {"ref": 2.0}

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from monitor import metric_names
-from monitor.detect.advice import INVENTED_KEYS, REAL_KEYS
+from monitor.detect.advice import ADVICE, INVENTED_KEYS, REAL_KEYS
 from monitor.records import FLAG_KINDS, SEVERITIES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,6 +112,19 @@ def test_every_flag_kind_has_an_alert() -> None:
         assert "severity" not in rule.get("labels", {})
 
 
+def test_flag_alert_advice_agrees_with_the_detectors_advice() -> None:
+    """Slack (through Prometheus) and the exporter's own flag advice point at the same levers."""
+    by_name = {r["alert"]: r for r in alert_rules()}
+    for kind in FLAG_KINDS:
+        description = by_name[f"Verl{camel(kind)}"]["annotations"]["description"]
+        assert "Advice:" in description, kind
+        ours = {k.rstrip(".") for k in KEY_RE.findall(description)}
+        theirs = {k.rstrip(".") for k in KEY_RE.findall(" ".join(ADVICE.get(kind, [])))}
+        assert ours, f"{kind}: the alert's advice names no verl key"
+        if theirs:
+            assert ours & theirs, f"{kind}: {sorted(ours)} shares no key with {sorted(theirs)}"
+
+
 def test_every_alert_is_documented_and_labelled() -> None:
     anchors = runbook_anchors()
     for rule in alert_rules():
@@ -168,3 +181,16 @@ def test_scrape_config_gives_every_target_a_node_label() -> None:
     for target_file in (PROM / "targets").glob("*.json"):
         for group in yaml.safe_load(target_file.read_text()):
             assert group["labels"]["node"] and group["targets"]
+
+
+def test_every_alert_has_unit_tests_for_firing_and_quiet() -> None:
+    """Each alert name appears in the promtool tests both with expected alerts and with none."""
+    fires: set[str] = set()
+    quiet: set[str] = set()
+    for path in TEST_FILES:
+        for case in yaml.safe_load(path.read_text())["tests"]:
+            for check in case.get("alert_rule_test", []):
+                (fires if check.get("exp_alerts") else quiet).add(check["alertname"])
+    names = {r["alert"] for r in alert_rules()}
+    assert names - fires == set(), "alerts never shown firing"
+    assert names - quiet == set(), "alerts never shown quiet or resolved"

@@ -58,12 +58,16 @@ def test_old_samples_become_bucket_means_with_memory_peaks(tmp_path: Path) -> No
 
 def test_size_cap_drops_oldest_downsampled_first(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "r.db", retention_s=3600, downsample_s=15)
-    fill(store, 6 * 3600, gpus=8)
+    fill(store, 3 * 3600, gpus=4)
     store.add_steps([StepRecord(step=i, end_time=float(i * 60), total=60.0) for i in range(300)])
-    store.compact()  # downsample the first 5 hours
+    store.compact()  # downsample the first 2 hours
     full = store.file_bytes()
-    newest = store.gpu_frame(start=6 * 3600 - 10.0)
-    store.max_bytes = int(store.data_bytes() * 0.85)
+    newest = store.gpu_frame(start=3 * 3600 - 10.0)
+    counts = store.counts()
+    total_rows = counts["gpu_samples"] + counts["host_samples"] + counts["nccl_samples"]
+    bucket_rows = 2 * 240 * (4 + 1 + 1)  # 2 h of 15 s buckets: 4 GPUs, host, NCCL
+    # a cap that takes about a third of the downsampled rows' share of the file
+    store.max_bytes = int(store.data_bytes() * (1 - bucket_rows / total_rows / 3))
     result = store.compact()
     assert result["dropped"] > 0
     assert store.data_bytes() <= store.max_bytes
@@ -71,8 +75,8 @@ def test_size_cap_drops_oldest_downsampled_first(tmp_path: Path) -> None:
     df = store.gpu_frame()
     # raw samples (the last hour) are untouched; the earliest buckets are gone
     assert df["ts"].min() > 0.0
-    assert len(store.gpu_frame(start=6 * 3600 - 10.0)) == len(newest)
-    assert len(store.gpu_frame(start=5 * 3600.0)) == 3600 * 8
+    assert len(store.gpu_frame(start=3 * 3600 - 10.0)) == len(newest)
+    assert len(store.gpu_frame(start=2 * 3600.0)) == 3600 * 4
     assert len(store.steps()) == 300
     store.close()
 

@@ -6,11 +6,14 @@ import math
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
 from monitor.records import Event, Flag, StepRecord
@@ -269,3 +272,31 @@ def test_resampled_read_for_charts(store: RunStore) -> None:
     assert list(window["gpu"]) == [0, 1, 0, 1]
     with pytest.raises(ValueError):
         store.gpu_frame(resample_s=-1.0)
+
+
+_value = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=False, width=64))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.fixed_dictionaries({
+    "ts": st.floats(min_value=0, max_value=2e9, allow_nan=False),
+    "node": st.text(min_size=1, max_size=8),
+    "gpu": st.integers(min_value=0, max_value=15),
+    "util": _value, "sm_active": _value, "mem_used_bytes": _value,
+    "mem_total_bytes": _value, "power_w": _value,
+}), max_size=30))
+def test_gpu_rows_round_trip_exactly(rows: list[dict]) -> None:
+    with tempfile.TemporaryDirectory() as tmp, RunStore(Path(tmp) / "r.db") as store:
+        store.add_gpu_samples(rows)
+        df = store.gpu_frame()
+    expected = sorted(rows, key=lambda r: r["ts"])  # stable: equal ts keep insertion order
+    assert len(df) == len(expected)
+    for got, want in zip(df.to_dict("records"), expected, strict=True):
+        assert got["ts"] == want["ts"] and got["node"] == want["node"]
+        assert got["gpu"] == want["gpu"]
+        for col in ("util", "sm_active", "mem_used_bytes", "mem_total_bytes", "power_w"):
+            w = want[col]
+            if w is None or math.isnan(w):
+                assert math.isnan(got[col])  # missing stays missing, never 0
+            else:
+                assert got[col] == w

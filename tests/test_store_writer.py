@@ -4,6 +4,7 @@ and the next flush after the problem clears writes everything kept."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 from monitor.records import Event, Flag, StepRecord
@@ -111,4 +112,25 @@ def test_flush_runs_retention_now_and_then(tmp_path: Path) -> None:
     assert w.flush()
     df = store.gpu_frame()
     assert len(df) < 600 and df["ts"].max() == 599.0
+    store.close()
+
+
+def test_puts_during_flushes_are_written_exactly_once(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "r.db")
+    w = StoreWriter(store)
+    done = threading.Event()
+
+    def produce() -> None:
+        for i in range(200):
+            w.put_gpu(rows(i * 10, 10))
+        done.set()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    while not done.is_set():
+        assert w.flush()
+    producer.join(timeout=30)
+    assert w.flush()
+    df = store.gpu_frame()
+    assert len(df) == 2000 and df["ts"].is_unique and w.buffered == 0
     store.close()

@@ -99,6 +99,7 @@ class GpuCollector(SampledCollector):
             backend = make_backend(name, ctx.options, live_sim=ctx.extra.get("live_sim"))
         self.backend: GpuBackend = backend
         ctx.extra.setdefault("gpu_backend_name", backend.name)
+        ctx.extra.setdefault("gpu_backend", backend)
         self.dcgm_compat = bool(getattr(ctx.options, "dcgm_compat", False))
         self._identities: dict[int, GpuIdentity] = {d.index: d for d in backend.devices()}
         self._lock = threading.Lock()

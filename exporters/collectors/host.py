@@ -28,6 +28,8 @@ TRAINER_MARKERS: tuple[str, ...] = ("main_ppo", "verl.trainer", "TaskRunner", "m
 _OWN_MARKERS: tuple[str, ...] = ("verl-monitor", "verl_monitor", "monitor.cli", "pytest")
 #: Seconds between searches for the trainer while none is found.
 RESCAN_S = 10.0
+#: Seconds after which processes found not to be the trainer are looked at again.
+FORGET_S = 300.0
 
 
 @dataclass
@@ -51,26 +53,36 @@ class HostSnapshot:
     extra: dict = field(default_factory=dict)
 
 
-def trainer_candidates(exclude: Iterable[int] = ()) -> Iterator[psutil.Process]:
+def trainer_candidates(
+    exclude: Iterable[int] = (), checked: set[int] | None = None
+) -> Iterator[psutil.Process]:
     """Processes whose command line names verl's trainer (TRAINER_MARKERS), skipping
-    ``exclude`` and the monitor's own processes."""
+    ``exclude`` and the monitor's own processes.
+
+    With ``checked``, processes that did not match are added to it and not read again on the
+    next call (a command line rarely changes; reading every one costs ~0.2 ms a process).
+    """
     skip = set(exclude)
-    for proc in psutil.process_iter(["pid", "cmdline", "name"]):
+    for pid in psutil.pids():
+        if pid in skip or (checked is not None and pid in checked):
+            continue
         try:
-            if proc.info["pid"] in skip:
-                continue
-            cmd = " ".join(proc.info.get("cmdline") or []) or (proc.info.get("name") or "")
-        except (psutil.Error, TypeError):
+            proc = psutil.Process(pid)
+            cmd = " ".join(proc.cmdline()) or proc.name()
+        except psutil.Error:
             continue
-        if any(own in cmd for own in _OWN_MARKERS):
-            continue
-        if any(marker in cmd for marker in TRAINER_MARKERS):
+        if any(marker in cmd for marker in TRAINER_MARKERS) and \
+                not any(own in cmd for own in _OWN_MARKERS):
             yield proc
+        elif checked is not None:
+            checked.add(pid)
 
 
-def find_trainer(exclude: Iterable[int] = ()) -> psutil.Process | None:
+def find_trainer(
+    exclude: Iterable[int] = (), checked: set[int] | None = None
+) -> psutil.Process | None:
     """The verl trainer process on this host (the oldest candidate), or None."""
-    found = list(trainer_candidates(exclude))
+    found = list(trainer_candidates(exclude, checked))
     if not found:
         return None
 
@@ -112,6 +124,8 @@ class HostCollector(SampledCollector):
         self._proc_cpu: dict[int, float] = {}
         self._proc_cpu_ts: float | None = None
         self._own = {os.getpid()}
+        self._checked: set[int] = set()  # pids whose command line did not match
+        self._forget_at = 0.0
 
     # --- sampling
 
@@ -153,6 +167,7 @@ class HostCollector(SampledCollector):
         snap.mem_used = float(mem.total - mem.available)
 
         self._sample_trainer(snap, now)
+        self._apply_simulated_host(snap)
         self.snapshot = snap
         if snap.cpu_avg is not None:
             row = {
@@ -166,6 +181,30 @@ class HostCollector(SampledCollector):
             self.ctx.window.add_host([row])
             if self.ctx.store is not None:
                 self.ctx.store.put_host([row])
+
+    def _apply_simulated_host(self, snap: HostSnapshot) -> None:
+        """With the simulated GPU backend, report the scenario's host CPU, iowait and disk
+        reads instead of this machine's, so GPU and host signatures belong to the same run."""
+        backend = self.ctx.extra.get("gpu_backend")
+        host_sample = getattr(backend, "host_sample", None)
+        if host_sample is None:
+            return
+        try:
+            row = host_sample()
+        except Exception as exc:  # noqa: BLE001 - a sim problem must not stop host sampling
+            self.last_error = f"simulated host sample failed: {exc}"
+            return
+
+        def ratio(key: str) -> float | None:
+            value = row.get(key)
+            return None if value is None or value != value else float(value) / 100.0
+
+        snap.cpu_max_core = ratio("cpu_max_core_pct")
+        snap.cpu_avg = ratio("cpu_avg_pct")
+        snap.iowait = ratio("iowait_pct")
+        bps = row.get("disk_read_bps")
+        snap.disk_read_bps = None if bps is None or bps != bps else float(bps)
+        snap.extra["simulated"] = True
 
     def _sample_trainer(self, snap: HostSnapshot, now: float) -> None:
         proc = self._trainer_process(now)
@@ -218,7 +257,10 @@ class HostCollector(SampledCollector):
         if now < self._next_scan:
             return None
         self._next_scan = now + RESCAN_S
-        self._trainer = find_trainer(exclude=self._own)
+        if now >= self._forget_at:  # processes renamed after start (Ray workers) get re-read
+            self._checked.clear()
+            self._forget_at = now + FORGET_S
+        self._trainer = find_trainer(exclude=self._own, checked=self._checked)
         return self._trainer
 
     # --- exposition

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -69,7 +68,8 @@ class NcclCollector(SampledCollector):
         self.records = 0
         self._files: dict[str, _FileState] = {}
         self._totals: dict[tuple[str, str], _Totals] = {}
-        self._recent: deque[tuple[float, float, tuple]] = deque()  # (ts, exec_s, process)
+        # per whole second of dump time: [execution seconds, processes (ranks) seen]
+        self._seconds: dict[int, list] = {}
         self.snapshot = NcclSnapshot()
 
     def sample(self) -> None:
@@ -131,19 +131,18 @@ class NcclCollector(SampledCollector):
                 if rec.busbw_bytes_per_s is not None:
                     tot.busbw = rec.busbw_bytes_per_s
             ts = rec.ts if rec.ts is not None else now
-            self._recent.append((ts, rec.exec_seconds, rec.process))
+            bucket = self._seconds.setdefault(int(ts), [0.0, set()])
+            bucket[0] += rec.exec_seconds
+            bucket[1].add(rec.process)
         self.records += len(new)
         cutoff = now - self.window_s
-        if len(self._recent) > 1 and new:
-            # dumps from several processes interleave: keep the deque roughly time-ordered
-            self._recent = deque(sorted(self._recent, key=lambda r: r[0]))
-        while self._recent and self._recent[0][0] < cutoff:
-            self._recent.popleft()
+        for second in [s for s in self._seconds if s < cutoff]:
+            del self._seconds[second]
         share = None
-        if self._recent:
-            in_window = [r for r in self._recent if r[0] <= now + 1.0]
-            ranks = len({r[2] for r in in_window}) or 1
-            busy = sum(r[1] for r in in_window)
+        recent = [b for s, b in self._seconds.items() if s <= now + 1.0]
+        if recent:
+            ranks = len(set().union(*(b[1] for b in recent))) or 1
+            busy = sum(b[0] for b in recent)
             share = min(1.0, busy / self.window_s / ranks)
         elif self._totals:
             share = 0.0

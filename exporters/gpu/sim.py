@@ -20,7 +20,7 @@ SIM_GPU_NAME = "NVIDIA H200 (simulated)"
 
 _RATIOS = ("util", "sm_active", "sm_occupancy", "tensor_active", "dram_active")
 _PLAIN = ("mem_used_bytes", "mem_total_bytes", "power_w", "temperature_c", "sm_clock_hz",
-          "energy_j")
+          "energy_j", "pcie_tx_bps", "pcie_rx_bps", "nvlink_tx_bps", "nvlink_rx_bps")
 
 
 def _num(value: Any) -> float | None:
@@ -137,6 +137,15 @@ class SimBackend:
         now = self._clock()
         rows = sorted(self._rows(self._sim_time()), key=lambda r: int(r["gpu"]))
         return [row_to_reading(r, now) for r in rows]
+
+    def host_sample(self) -> dict[str, Any]:
+        """The simulated host row (interchange host columns) of this node, now.
+
+        The host collector reports this instead of the real machine's CPU when the GPUs are
+        simulated, so a scenario's host-side signature (a pegged dataloader core, iowait)
+        reaches the detectors and Prometheus together with its GPU signature.
+        """
+        return dict(self.run.host_sample_at(self._sim_time(), self.node))
 
     def close(self) -> None:
         """Nothing to release."""

@@ -7,10 +7,12 @@ last); ``attribute`` joins GPU samples to those intervals, vectorised with ``mer
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pandas as pd
 
-from monitor.records import PHASES, StepRecord
+from monitor.records import PHASES, Event, StepRecord
 
 #: Layout order: verl's phases, with the derived ``rollout_wait`` right after generation and
 #: ``comm`` (the update's collectives) right after ``update_actor``; ``other`` last.
@@ -23,7 +25,9 @@ LAYOUT_ORDER: tuple[str, ...] = (
 )
 
 #: Before verl 0.7.1 the weight sync runs as generation starts (inside ``timing_s/gen``).
-RESHARD_FIRST_ORDER: tuple[str, ...] = ("reshard",) + tuple(p for p in LAYOUT_ORDER if p != "reshard")
+RESHARD_FIRST_ORDER: tuple[str, ...] = ("reshard",) + tuple(
+    p for p in LAYOUT_ORDER if p != "reshard"
+)
 
 #: Timers of a weight sync that runs on its own after the update (0.7.1+, async trainers).
 _AFTER_UPDATE_TIMERS: tuple[str, ...] = (
@@ -64,22 +68,34 @@ ATTRIB_COLUMNS = [
 ]
 
 
-def phase_timeline(steps: list[StepRecord]) -> pd.DataFrame:
+def phase_timeline(steps: list[StepRecord], events: list[Event] | None = None) -> pd.DataFrame:
     """Each step's phases as intervals (step, phase, start, end), in verl's order.
 
     The phases are laid end to end so that the last ends at the step's ``end_time``; the
     weight sync (``reshard``) goes first when the release runs it as generation starts
-    (before 0.7.1), after ``update_actor`` otherwise. In logs that name only a few phases
+    (before 0.7.1), after ``update_actor`` from 0.7.1 (``timing_s/update_weights``) or where a
+    timestamped ``reshard`` event (``events``) puts it in the second half of the step. In logs that name only a few phases
     (the breakdown format: no reward/old_log_prob/ref), ``other`` goes right after generation,
     where that unlogged work runs; otherwise it goes last. When the
     step's total exceeds the sum of its phases and the log gave no ``other``, the remainder is
     added as ``other``. Steps without an end time are skipped.
     """
     rows: list[tuple[int, str, float, float]] = []
+    switch_times = sorted(
+        e.time for e in (events or []) if e.kind == "reshard" and e.time is not None
+        and not e.data.get("time_rebuilt")
+    )
     for rec in steps:
         if rec.end_time is None:
             continue
-        order = LAYOUT_ORDER if reshard_after_update(rec) else RESHARD_FIRST_ORDER
+        after = reshard_after_update(rec)
+        if not after and rec.total and switch_times and "reshard" in rec.phases:
+            # a logged switch (HybridEngine lines with timestamps) in the step's second half
+            start = rec.end_time - rec.total
+            i = bisect.bisect_left(switch_times, start)
+            if i < len(switch_times) and switch_times[i] <= rec.end_time + 1e-6:
+                after = switch_times[i] > start + rec.total / 2
+        order = LAYOUT_ORDER if after else RESHARD_FIRST_ORDER
         if not any(name in rec.phases for name in _SCORING_PHASES):
             # a breakdown-style log (gen, critic_score, loss_comp, comm): the unlogged time is
             # mostly reward/log-prob/ref work right after generation, so lay `other` out there
@@ -104,7 +120,7 @@ def phase_timeline(steps: list[StepRecord]) -> pd.DataFrame:
 
 
 def label_samples(samples: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
-    """Add ``step`` and ``phase`` to each sample (by ``ts``); samples outside every phase get NaN/None."""
+    """Add ``step`` and ``phase`` to each sample (by ``ts``); outside every phase: NaN/None."""
     out = samples.copy()
     if len(out) == 0:
         out["step"] = pd.Series(dtype="float")
@@ -161,7 +177,8 @@ def phase_summary(attrib: pd.DataFrame) -> pd.DataFrame:
 
     Columns: phase, node, gpu, util_mean, sm_mean, util_p10, sm_p10, steps, samples.
     """
-    cols = ["phase", "node", "gpu", "util_mean", "sm_mean", "util_p10", "sm_p10", "steps", "samples"]
+    cols = ["phase", "node", "gpu", "util_mean", "sm_mean", "util_p10", "sm_p10", "steps",
+            "samples"]
     if attrib is None or len(attrib) == 0:
         return pd.DataFrame(columns=cols)
     df = attrib.copy()

@@ -1,4 +1,5 @@
-"""``verl-monitor analyze LOG [--gpu GPU.csv] [--host HOST.csv] [--log-end T] [--config F] [--json]``
+"""``verl-monitor analyze LOG [--gpu GPU.csv] [--host HOST.csv] [--events EVENTS.json]
+[--log-end T] [--config F] [--json]``
 
 Reads a finished (or running) verl log, console or file-logger JSONL, plus optional GPU/host
 telemetry recordings, and prints where the step time goes, how busy the GPUs were per phase,
@@ -25,6 +26,7 @@ from monitor.frames import (
     read_gpu_frame,
     read_host_frame,
 )
+from monitor.records import Event
 
 PROG = "verl-monitor analyze"
 
@@ -75,12 +77,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "format); enables per-phase GPU attribution and GPU detectors")
     p.add_argument("--host", metavar="HOST.csv", help="host samples (CSV or Parquet); enables "
                    "the IO/CPU starvation detector")
+    p.add_argument("--events", metavar="EVENTS.json", help="events written by `verl-monitor "
+                   "export` (events.json), added to those found in LOG: OOMs and resumes a "
+                   "train.jsonl cannot carry")
     p.add_argument("--log-end", metavar="TIME", type=_log_end, default=None,
                    help="when the log's last step ended (unix seconds or ISO 8601, naive = UTC); "
                    "used to rebuild step times of logs without timestamps (default: the file's "
                    "modification time)")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="YAML file overriding detector thresholds (default: built-in thresholds)")
+    p.add_argument("--wandb", metavar="PROJECT[/RUN_ID]", default=None,
+                   help="also log the per-step phase times, per-phase GPU activity and the flags "
+                   "to this wandb run (resumed by id, or created in PROJECT); offline files when "
+                   "there is no network or API key")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (steps, events, summary, flags) instead of text")
     p.set_defaults(func=run)
@@ -100,6 +109,63 @@ def _data_end(steps: list, gpu: pd.DataFrame, host: pd.DataFrame) -> float | Non
     return max(candidates) if candidates else None
 
 
+class EventsFileError(ValueError):
+    """An events.json that cannot be used; one line naming the file."""
+
+
+def read_events(path: str) -> list[Event]:
+    """Events from a JSON list of ``Event.to_dict()`` objects (``export``'s events.json)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except OSError as exc:
+        raise EventsFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except ValueError as exc:
+        raise EventsFileError(f"{path}: not JSON ({exc})") from exc
+    if not isinstance(raw, list):
+        raise EventsFileError(f"{path}: expected a JSON list of events")
+    out = []
+    for n, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("kind"), str):
+            raise EventsFileError(f"{path}: item {n} is not an event (needs a 'kind')")
+        t = item.get("time")
+        out.append(Event(kind=item["kind"], time=float(t) if isinstance(t, (int, float)) else None,
+                         step=item.get("step") if isinstance(item.get("step"), int) else None,
+                         message=str(item.get("message") or ""),
+                         data=item.get("data") if isinstance(item.get("data"), dict) else {}))
+    return out
+
+
+def merge_events(a: list[Event], b: list[Event]) -> list[Event]:
+    """Both lists, identical events once, in time order (events without a time last)."""
+    seen, out = set(), []
+    for e in [*a, *b]:
+        key = (e.kind, e.time, e.step, e.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(e)
+    return sorted(out, key=lambda e: (e.time is None, e.time or 0.0))
+
+
+def attribute_rows(steps: list, gpu: pd.DataFrame) -> pd.DataFrame:
+    """Per step, phase and GPU activity, for the wandb sink."""
+    from monitor.analysis.attribution import attribute
+
+    return attribute(steps, gpu)
+
+
+def log_to_wandb(target: str, steps: list, flags: list, attribution: Any) -> None:
+    """Send the analysis to wandb; any failure is one line on stderr, never fatal."""
+    try:
+        from monitor.integrations.wandb_sink import WandbSink
+
+        with WandbSink.from_target(target) as sink:
+            sink.log_analysis(steps, flags, attribution)
+    except Exception as exc:  # noqa: BLE001 - the report must still print
+        print(f"{PROG}: --wandb {target}: not logged ({exc})", file=sys.stderr)
+
+
 def build_document(args: argparse.Namespace) -> dict[str, Any]:
     """Parse and analyze; returns the ``--json`` document. Raises the readers' errors."""
     from monitor.logs.parse import parse_file
@@ -111,6 +177,8 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     config = load_config(args.config)
     parsed = parse_file(args.log, log_end=args.log_end)
     steps, events = parsed.steps, parsed.events
+    if getattr(args, "events", None):
+        events = merge_events(events, read_events(args.events))
 
     from monitor.detect import run_all
 
@@ -120,6 +188,8 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
         from monitor.analysis.attribution import attribute, phase_summary
 
         attribution = phase_summary(attribute(steps, gpu)).to_dict("records")
+    if getattr(args, "wandb", None):
+        log_to_wandb(args.wandb, steps, flags, attribute_rows(steps, gpu) if args.gpu else None)
     stats = parsed.stats
     return json_safe(
         {
@@ -159,12 +229,12 @@ def run(args: argparse.Namespace) -> int:
     from monitor.config import ConfigError
     from monitor.logs.parse import LogReadError
 
-    for path in (args.log, args.gpu, args.host):
+    for path in (args.log, args.gpu, args.host, getattr(args, "events", None)):
         if path and not os.path.exists(path):
             return _fail(f"{path}: no such file")
     try:
         doc = build_document(args)
-    except (FrameError, LogReadError, ConfigError) as exc:
+    except (FrameError, LogReadError, ConfigError, EventsFileError) as exc:
         return _fail(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__)
     if args.json:
         text = json.dumps(doc, allow_nan=False) + "\n"

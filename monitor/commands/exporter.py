@@ -84,12 +84,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="detector thresholds (YAML) overriding the defaults")
     p.add_argument("--detect-interval", type=float, metavar="SECONDS",
                    help="seconds between detector runs on the window (default 10, at least 1; "
-                   "a run costs a few hundred ms of CPU on a full window)")
+                   "a run costs a few hundred ms of CPU on a full window). A new step in the "
+                   "log also triggers a run, at most one a second")
     p.add_argument("--window", type=float, default=1800.0, metavar="SECONDS",
                    help="how much recent history the detectors see (default 1800)")
     p.add_argument("--slack-webhook-file", metavar="FILE",
                    help="file holding a Slack incoming-webhook URL: flags opened and resolved "
-                   "are posted there (needs --store)")
+                   "are posted there (with --store, messages not yet delivered survive a "
+                   "restart in the store's outbox)")
+    p.add_argument("--wandb", metavar="PROJECT[/RUN_ID]",
+                   help="also log the monitor's derived series (per-phase GPU activity, comm "
+                   "share, flags) to this wandb run, resumed by id or created in PROJECT, and "
+                   "raise run.alert for warning and critical flags; without network or API key "
+                   "it falls back to offline files and never blocks the exporter")
     p.add_argument("-v", "--verbose", action="store_true", help="log more (debug level)")
     group = p.add_argument_group("collectors", "turn each collector on or off")
     for name, help_text, default in _collector_specs():

@@ -1,8 +1,11 @@
 """Detectors: turn steps, GPU/host frames and log events into flags.
 
 ``run_all`` prepares the shared tables once (step table, GPU activity labelled by phase,
-analysis windows) and runs every detector in ``DETECTORS``; each is a pure function of that
-context returning ``Flag``s with persistence, hysteresis, evidence and advice.
+analysis windows: each step, or fixed windows where no step covers the GPU data) and runs
+every detector in ``DETECTORS``; each is a pure function of that context returning ``Flag``s
+with persistence, hysteresis, evidence and advice. Last, a symptom flag is dropped while a flag
+naming its cause overlaps it in time (``suppress`` in defaults.yaml: slower steps are not
+reported as a throughput regression when a straggler GPU explains them).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from monitor.detect.phases import detect_comm_heavy, detect_phase_imbalance, det
 from monitor.detect.rollout import detect_rollout_long_tail, detect_rollout_wait
 from monitor.detect.steps import detect_step_time_spikes, detect_throughput_regression
 from monitor.detect.window import latest_time
-from monitor.frames import empty_gpu_frame, empty_host_frame
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, empty_gpu_frame, empty_host_frame
 from monitor.records import Event, Flag, StepRecord
 
 log = logging.getLogger(__name__)
@@ -64,8 +67,8 @@ def make_context(
     now: float | None = None,
 ) -> Context | None:
     """The shared detector context, or None when there is nothing to look at."""
-    gpu = empty_gpu_frame() if gpu is None else gpu
-    host = empty_host_frame() if host is None else host
+    gpu = empty_gpu_frame() if gpu is None else _with_columns(gpu, GPU_COLUMNS)
+    host = empty_host_frame() if host is None else _with_columns(host, HOST_COLUMNS)
     steps = list(steps or [])
     events = list(events or [])
     if now is None:
@@ -73,6 +76,17 @@ def make_context(
     if now is None:
         return None
     return Context(steps, gpu, host, events, config or load_config(), float(now))
+
+
+def _with_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The frame with every canonical column present (missing ones NaN), nodes as strings."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing or ("node" in df.columns and df["node"].dtype != object):
+        df = df.copy()
+        for c in missing:
+            df[c] = "" if c == "node" else float("nan")
+        df["node"] = df["node"].astype(str)
+    return df
 
 
 def _suppress(flags: list[Flag], rules: dict[str, list[str]]) -> list[Flag]:

@@ -50,7 +50,7 @@ class Context:
     @cached_property
     def timeline(self) -> pd.DataFrame:
         """Phase intervals of every step."""
-        return phase_timeline(self.steps)
+        return phase_timeline(self.steps, self.events)
 
     @cached_property
     def act(self) -> pd.DataFrame:
@@ -128,8 +128,10 @@ class Context:
         return float(max(1e-3, (win["end"] - win["start"]).median()))
 
 
-def severity_for(value: float, warning: float, critical: float, higher_is_worse: bool = True) -> str:
-    """``critical`` past the critical threshold, else ``warning`` past the warning one, else info."""
+def severity_for(
+    value: float, warning: float, critical: float, higher_is_worse: bool = True
+) -> str:
+    """``critical`` past the critical threshold, else ``warning`` past the warning one."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "info"
     if higher_is_worse:
@@ -196,7 +198,7 @@ def pct(x: float) -> str:
 def step_episodes(
     ctx: Context, cond: list[object], open_after: int, close_after: int
 ) -> list[tuple[Episode, float, float | None, list[int]]]:
-    """Episodes over a per-step condition (aligned with ``ctx.sf``): (episode, start, end, steps)."""
+    """Episodes of a per-step condition (aligned with ``ctx.sf``): (episode, start, end, steps)."""
     sf = ctx.sf
     ends = sf["end"].to_numpy(float)
     stepnos = sf["step"].to_numpy()

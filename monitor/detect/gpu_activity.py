@@ -15,16 +15,17 @@ from monitor.records import TRAINING_PHASES, Flag
 
 
 def _wide(ctx: Context, value: str = "act") -> pd.DataFrame:
-    """Samples pivoted to one column per (node, gpu), one row per time bin."""
+    """Samples as one column per (node, gpu), one row per time bin (plus ``ts`` and ``win``)."""
     df = ctx.act_windowed
     if len(df) == 0:
         return pd.DataFrame()
     bin_s = max(ctx.sample_interval, 1e-3)
-    tbin = np.floor((df["ts"].to_numpy(float) - df["ts"].min()) / bin_s).astype(int)
+    tbin = np.floor((df["ts"].to_numpy(float) - df["ts"].min()) / bin_s).astype(np.int64)
     key = df["node"].astype(str) + "/" + df["gpu"].astype(str)
     tmp = pd.DataFrame({"tbin": tbin, "key": key.to_numpy(), "v": df[value].to_numpy(float)})
-    wide = tmp.pivot_table(index="tbin", columns="key", values="v", aggfunc="mean")
-    meta = df.assign(tbin=tbin).groupby("tbin").agg(ts=("ts", "max"), win=("win", "max"))
+    wide = tmp.groupby(["tbin", "key"], sort=True)["v"].mean().unstack("key")
+    meta = pd.DataFrame({"tbin": tbin, "ts": df["ts"].to_numpy(float),
+                         "win": df["win"].to_numpy()}).groupby("tbin").max()
     return wide.join(meta)
 
 
@@ -68,18 +69,21 @@ def detect_gpu_imbalance(ctx: Context) -> list[Flag]:
     flags: list[Flag] = []
 
     def windowed(own: np.ndarray, peer: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
-        busy = (peer >= busy_min) & np.isfinite(own) & np.isfinite(peer)
-        frame = pd.DataFrame({"win": winidx, "busy": busy, "own": np.where(busy, own, np.nan),
-                              "peer": np.where(busy, peer, np.nan)})
-        frame = frame[frame["win"] >= 0]
-        g = frame.groupby("win")
-        agg = pd.DataFrame({"own": g["own"].mean(), "peer": g["peer"].mean(),
-                            "busy": g["busy"].mean(), "n": g["busy"].size()})
-        agg = agg.reindex(range(nwin))
-        known = agg["busy"] >= min_busy_frac
-        bad = (agg["own"] <= agg["peer"] * ratio) & (agg["peer"] - agg["own"] >= gap)
+        ok = winidx >= 0
+        w = winidx[ok]
+        busy = ((peer >= busy_min) & np.isfinite(own) & np.isfinite(peer))[ok]
+        n = np.bincount(w, minlength=nwin).astype(float)
+        nb = np.bincount(w, weights=busy.astype(float), minlength=nwin)
+        own_s = np.bincount(w, weights=np.where(busy, own[ok], 0.0), minlength=nwin)
+        peer_s = np.bincount(w, weights=np.where(busy, peer[ok], 0.0), minlength=nwin)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            own_m = own_s / nb
+            peer_m = peer_s / nb
+            frac = nb / n
+        known = frac >= min_busy_frac
+        bad = (own_m <= peer_m * ratio) & (peer_m - own_m >= gap)
         cond = [bool(b) if k else None for b, k in zip(bad, known, strict=True)]
-        return cond, agg["own"].to_numpy(float), agg["peer"].to_numpy(float)
+        return cond, own_m, peer_m
 
     starts = ctx.windows["start"].to_numpy(float)
     ends = ctx.windows["end"].to_numpy(float)
@@ -104,7 +108,7 @@ def detect_gpu_imbalance(ctx: Context) -> list[Flag]:
                 flags.append(make_flag(
                     "gpu_imbalance", sev, start, end, {"node": n, "steps": rng},
                     f"Node {n} averaged {pct(own_m)} {source} vs a median of {pct(peer_m)} on "
-                    f"the other nodes, {steps_text(rng) or 'for ' + str(int(end or ctx.now) - int(start)) + ' s'}.",
+                    f"the other nodes, {steps_text(rng) or _for_seconds(start, end, ctx.now)}.",
                 ))
     # per GPU, against the median of every other GPU
     per_gpu: list[tuple[str, int, object, float, float]] = []
@@ -144,17 +148,26 @@ def detect_gpu_imbalance(ctx: Context) -> list[Flag]:
                                float(cfg["critical_ratio"]), higher_is_worse=False)
             sev = "warning" if sev == "info" else sev
             phase = _phase_words(ctx, onset, last)
-            label = "GPU " + ",".join(str(g) for g in gpus) if len(gpus) <= 8 else f"{len(gpus)} GPUs"
+            label = _gpu_label(gpus)
             where = f" on node {node}" if len(nodes) > 1 else ""
             during = f" (mostly during {phase})" if phase else ""
             scope = {"node": node, "gpus": gpus[:16], "steps": rng}
             flags.append(make_flag(
-                "gpu_imbalance", sev, float(ends[opened]), None if still_open else float(ends[last]),
+                "gpu_imbalance", sev, float(ends[opened]),
+                None if still_open else float(ends[last]),
                 scope,
                 f"{label}{where} averaged {pct(own_m)} {source}{during} vs a peer median of "
                 f"{pct(peer_m)}, {steps_text(rng) or 'since ' + _clock(starts[onset])}.",
             ))
     return flags
+
+
+def _gpu_label(gpus: list[int]) -> str:
+    return "GPU " + ",".join(map(str, gpus)) if len(gpus) <= 8 else f"{len(gpus)} GPUs"
+
+
+def _for_seconds(start: float, end: float | None, now: float) -> str:
+    return f"for {int((end if end is not None else now) - start)} s"
 
 
 def _clock(ts: float) -> str:
@@ -188,7 +201,8 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
         g = sub.groupby("win")["act"]
         mean = g.mean().reindex(range(nwin))
         count = g.size().reindex(range(nwin)).fillna(0)
-        cond = [None if c < min_samples else bool(m < threshold) for m, c in zip(mean, count, strict=True)]
+        cond = [None if c < min_samples else bool(m < threshold)
+                for m, c in zip(mean, count, strict=True)]
         for ep in episodes(cond, open_n, close_n):
             start, end = episode_times(ep, starts, ends)
             m = float(mean.iloc[ep.onset:ep.last + 1].mean())
@@ -199,7 +213,7 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
             flags.append(make_flag(
                 "low_utilization", sev, start, end, {"node": node, "steps": rng},
                 f"{who} averaged {pct(m)} {source} during {phases}, "
-                f"{steps_text(rng) or 'for ' + str(int((end or ctx.now) - starts[ep.onset])) + ' s'}"
+                f"{steps_text(rng) or _for_seconds(starts[ep.onset], end, ctx.now)}"
                 f" (healthy is {pct(threshold)} or more).",
             ))
     return flags
@@ -262,7 +276,7 @@ def detect_util_overstates_sm(ctx: Context) -> list[Flag]:
             rng = _range_steps(ctx, onset, last)
             sev = severity_for(sm, sm_max, float(cfg["critical_sm_below"]), higher_is_worse=False)
             sev = "warning" if sev == "info" else sev
-            label = "GPU " + ",".join(map(str, gpus)) if len(gpus) <= 8 else f"{len(gpus)} GPUs"
+            label = _gpu_label(gpus)
             where = f" during {', '.join(phases[:3])}" if phases != ["(unlabelled)"] else ""
             scope_phase = phases[0] if len(phases) == 1 and phases[0] != "(unlabelled)" else None
             flags.append(make_flag(

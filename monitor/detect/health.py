@@ -7,7 +7,7 @@ import pandas as pd
 
 from monitor.detect.base import Context, episode_times, make_flag, steps_text
 from monitor.detect.persistence import episodes
-from monitor.records import Flag
+from monitor.records import TRAINING_PHASES, Flag
 
 GIB = 1024**3
 
@@ -36,6 +36,11 @@ def detect_memory_pressure(ctx: Context) -> list[Flag]:
     capacity = float(cfg.get("capacity_bytes") or 0.0)
     if len(df) and df["mem_total_bytes"].notna().any():
         sub = df[(df["win"] >= 0) & df["mem_total_bytes"].gt(0)]
+        if bool(cfg["training_phases_only"]) and sub["phase"].notna().any():
+            # the rollout engine preallocates its KV cache by design
+            # (actor_rollout_ref.rollout.gpu_memory_utilization): pressure is judged where the
+            # trainer works; samples outside any step (after the log stops) still count
+            sub = sub[sub["phase"].isin(TRAINING_PHASES) | sub["step"].isna()]
         sub = sub.assign(frac=sub["mem_used_bytes"] / sub["mem_total_bytes"])
         q = float(cfg["quantile"])
         per = sub.groupby(["win", "node", "gpu"])["frac"].quantile(q)
@@ -69,7 +74,8 @@ def detect_memory_pressure(ctx: Context) -> list[Flag]:
             parts.append(f"{who} used up to {float(frac_gpu.iloc[sl].max()) * 100:.0f}% of "
                          "capacity")
         if frac_step.iloc[sl].notna().any() and float(frac_step.iloc[sl].max()) >= lim:
-            parts.append(f"verl's reserved peak reached {float(frac_step.iloc[sl].max()) * 100:.0f}%"
+            peak_res = float(frac_step.iloc[sl].max()) * 100
+            parts.append(f"verl's reserved peak reached {peak_res:.0f}%"
                          f" of {capacity / GIB:.0f} GiB")
         sev = "critical" if peak >= float(cfg["critical_fraction"]) else "warning"
         flags.append(make_flag(
@@ -116,23 +122,18 @@ def _xid_counts(col: pd.Series) -> tuple[pd.Series, list[list[int]]]:
     A plain number is read as the last XID code reported (0 or NaN: none): each change to a
     new non-zero code counts as one more error.
     """
-    counts: list[float] = []
-    codes: list[list[int]] = []
-    total = 0.0
-    last_code = None
-    for v in col:
-        if isinstance(v, dict):
-            n = float(sum(float(x) for x in v.values()))
-            counts.append(n)
-            codes.append(sorted(int(k) for k, x in v.items() if x))
-            continue
-        code = pd.to_numeric(pd.Series([v]), errors="coerce").iloc[0]
-        if pd.notna(code) and code > 0 and code != last_code:
-            total += 1
-        last_code = code if pd.notna(code) and code > 0 else None
-        counts.append(total)
-        codes.append([int(code)] if pd.notna(code) and code > 0 else [])
-    return pd.Series(counts, index=col.index, dtype=float), codes
+    values = col.tolist()
+    if any(isinstance(v, dict) for v in values):
+        counts = [float(sum(float(x) for x in v.values())) if isinstance(v, dict) else np.nan
+                  for v in values]
+        codes = [sorted(int(k) for k, x in v.items() if x) if isinstance(v, dict) else []
+                 for v in values]
+        return pd.Series(counts, index=col.index, dtype=float).ffill().fillna(0.0), codes
+    code = pd.to_numeric(col, errors="coerce")
+    active = code.where(code > 0)
+    new = active.notna() & (active != active.shift(1))
+    codes = [[int(c)] if pd.notna(c) else [] for c in active]
+    return new.astype(float).cumsum(), codes
 
 
 def _throttled(value: object) -> str | None:
@@ -164,7 +165,7 @@ def detect_gpu_fault(ctx: Context) -> list[Flag]:
     open_n = max(1, int(np.ceil(float(cfg["open_after_s"]) / interval)))
     close_n = max(1, int(np.ceil(float(cfg["close_after_s"]) / interval)))
     last_ts = float(gpu["ts"].max())
-    live_ts = set(gpu.loc[gpu["util"].notna(), "ts"].tolist())
+    live_ts = np.unique(gpu.loc[gpu["util"].notna(), "ts"].to_numpy(float))
     for (node, idx), sub in gpu.groupby(["node", "gpu"], sort=True):
         ts = sub["ts"].to_numpy(float)
         scope = {"node": str(node), "gpus": [int(idx)]}
@@ -185,11 +186,13 @@ def detect_gpu_fault(ctx: Context) -> list[Flag]:
                 ))
         if "up" in sub.columns:
             up = pd.to_numeric(sub["up"].map(_as_up), errors="coerce")
-        else:
+        elif sub["util"].isna().any():
             # without an `up` column: no reading from this GPU while others at that time have one
-            up = pd.Series(np.where(sub["util"].notna() | ~sub["ts"].isin(live_ts), 1.0, 0.0),
-                           index=sub.index)
-        if (up < 0.5).any():
+            alive = sub["util"].notna().to_numpy() | ~np.isin(sub["ts"].to_numpy(float), live_ts)
+            up = pd.Series(np.where(alive, 1.0, 0.0), index=sub.index)
+        else:
+            up = None
+        if up is not None and (up < 0.5).any():
             cond = [None if pd.isna(u) else bool(u < 0.5) for u in up]
             for ep in episodes(cond, open_n, close_n):
                 end = None if ep.closed is None else float(ts[ep.last])
@@ -238,7 +241,7 @@ def _clock(ts: float) -> str:
 
 
 def detect_stalled(ctx: Context) -> list[Flag]:
-    """No new step for several median step times (and minutes), or all GPUs idle with a silent log."""
+    """No new step for several median step times (and minutes), or idle GPUs and a silent log."""
     cfg = ctx.cfg("stalled")
     sf = ctx.sf
     flags: list[Flag] = []

@@ -18,7 +18,8 @@ def _host_windows(ctx: Context) -> pd.DataFrame:
     if host is None or len(host) == 0 or nwin == 0:
         return pd.DataFrame(np.nan, index=range(nwin), columns=cols)
     win = W.assign_windows(pd.to_numeric(host["ts"], errors="coerce"), ctx.windows)
-    h = pd.DataFrame({"win": win, "cpu_max": pd.to_numeric(host["cpu_max_core_pct"], errors="coerce"),
+    cpu = pd.to_numeric(host["cpu_max_core_pct"], errors="coerce")
+    h = pd.DataFrame({"win": win, "cpu_max": cpu,
                       "iowait": pd.to_numeric(host.get("iowait_pct"), errors="coerce")
                       if "iowait_pct" in host.columns else np.nan})
     h = h[h["win"] >= 0]
@@ -26,7 +27,7 @@ def _host_windows(ctx: Context) -> pd.DataFrame:
 
 
 def detect_io_starvation(ctx: Context) -> list[Flag]:
-    """Deep GPU troughs while a host core is pegged or iowait is high; or unexplained step time grows."""
+    """Deep GPU troughs while a host core is pegged or iowait high; or unexplained time grows."""
     cfg = ctx.cfg("io_starvation")
     flags: list[Flag] = []
     # (a) GPUs swing with deep troughs while the host is the bottleneck
@@ -71,7 +72,8 @@ def detect_io_starvation(ctx: Context) -> list[Flag]:
                 host_txt += f" and iowait {io:.0f}%"
             flags.append(make_flag(
                 "io_starvation", "warning", start, end, {"steps": rng},
-                f"GPU activity swung between {lo.iloc[sl].mean():.0f}% and {hi.iloc[sl].mean():.0f}%"
+                f"GPU activity swung between {lo.iloc[sl].mean():.0f}% and "
+                f"{hi.iloc[sl].mean():.0f}%"
                 f" while {host_txt}" + (f", {steps_text(rng)}" if rng else "")
                 + ": the GPUs wait for data.",
             ))
@@ -104,14 +106,15 @@ def detect_io_starvation(ctx: Context) -> list[Flag]:
 
 
 def _merge(flags: list[Flag]) -> list[Flag]:
-    """One io_starvation flag per overlapping stretch: the GPU/host evidence and the step evidence."""
+    """One io_starvation flag per overlapping stretch, with both kinds of evidence."""
     flags = sorted(flags, key=lambda f: f.start)
     out: list[Flag] = []
     for f in flags:
         if out and (out[-1].end is None or f.start <= out[-1].end):
             prev = out[-1]
             prev.end = None if (prev.end is None or f.end is None) else max(prev.end, f.end)
-            prev.evidence = prev.evidence + " " + f.evidence
+            more = f.evidence[:1].lower() + f.evidence[1:]
+            prev.evidence = prev.evidence.rstrip(".") + "; also " + more
             if f.severity == "critical":
                 prev.severity = "critical"
             continue

@@ -65,10 +65,11 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
                    else "warning")
             text = (f"{name} took {now_share * 100:.0f}% of the step, {steps_text(rng)}, vs "
                     f"{before * 100:.0f}% in the steps before.")
-            same = [f for f in flags if f.scope.get("phase") == name
+            group = ("values", "reward") if name in ("values", "reward") else (name,)
+            same = [f for f in flags if f.scope.get("phase") in group
                     and (f.end is None or f.end >= start) and (end is None or end >= f.start)]
             if same:  # the ratio rule already flagged this phase: add the share to its evidence
-                same[0].evidence += " " + text[:1].upper() + text[1:]
+                same[0].evidence = same[0].evidence.rstrip(".") + "; " + text
                 continue
             flags.append(make_flag(
                 "phase_imbalance", sev, start, end, {"phase": name, "steps": rng}, text))

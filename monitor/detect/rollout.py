@@ -90,7 +90,8 @@ def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
         sl = slice(ep.onset, ep.last + 1)
         parts = []
         if agent_ratio.iloc[sl].notna().any():
-            parts.append(f"the slowest agent-loop generation took {agent_ratio.iloc[sl].mean():.1f}x"
+            parts.append("the slowest agent-loop generation took "
+                         f"{agent_ratio.iloc[sl].mean():.1f}x"
                          " the mean")
         if tail.iloc[sl].notna().any():
             parts.append(f"for {tail.iloc[sl].mean() * 100:.0f}% of gen only a minority of GPUs "
@@ -99,7 +100,8 @@ def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
             parts.append(f"the longest response was {resp_ratio.iloc[sl].mean():.1f}x the mean "
                          "length")
         worst_tail = float(tail.iloc[sl].mean()) if tail.iloc[sl].notna().any() else 0.0
-        worst_agent = float(agent_ratio.iloc[sl].mean()) if agent_ratio.iloc[sl].notna().any() else 0
+        known = agent_ratio.iloc[sl].notna().any()
+        worst_agent = float(agent_ratio.iloc[sl].mean()) if known else 0.0
         sev = "critical" if (worst_tail >= float(cfg["critical_tail_share"])
                              or worst_agent >= float(cfg["critical_agent_ratio"])) else "warning"
         flags.append(make_flag(

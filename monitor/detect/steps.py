@@ -102,23 +102,29 @@ def detect_step_time_spikes(ctx: Context) -> list[Flag]:
     return flags
 
 
-def throughput(ctx: Context) -> pd.Series:
-    """Tokens/s per step (aligned with ``ctx.sf``): perf/throughput, else tokens / step time."""
+def throughput(ctx: Context) -> tuple[pd.Series, str]:
+    """Throughput per step (aligned with ``ctx.sf``) and its unit.
+
+    perf/throughput (tokens/s per GPU), else perf/total_num_tokens / step time, else (logs
+    without token counts, such as the breakdown format) steps per hour.
+    """
     sf = ctx.sf
     tp = sf["throughput"].astype(float) if "throughput" in sf.columns else None
     if tp is not None and tp.notna().sum() >= 2:
-        return tp
+        return tp, "tokens/s"
+    total = W.core_total(sf)
     tok = W.step_metrics(ctx.steps, "perf/total_num_tokens")
     tok = tok.reindex(sf["step"].to_numpy()).reset_index(drop=True)
-    total = W.core_total(sf)
-    return tok / total.where(total > 0)
+    if tok.notna().sum() >= 2:
+        return tok / total.where(total > 0), "tokens/s"
+    return 3600.0 / total.where(total > 0), "steps/h"
 
 
 def detect_throughput_regression(ctx: Context) -> list[Flag]:
     """Tokens/s down by the configured share against the run's own baseline."""
     cfg = ctx.cfg("throughput_regression")
     sf = ctx.sf
-    tp = throughput(ctx)
+    tp, unit = throughput(ctx)
     if tp.notna().sum() < int(cfg["warmup_steps"]) + int(cfg["baseline_steps"]) + 1:
         return []
     skip = int(cfg["warmup_steps"])
@@ -145,7 +151,8 @@ def detect_throughput_regression(ctx: Context) -> list[Flag]:
         b_lo, b_hi = int(sf["step"].iloc[base_vals.index[0]]), int(sf["step"].iloc[first_after])
         flags.append(make_flag(
             "throughput_regression", sev, start, end, {"steps": rng},
-            f"Throughput fell to {cur:,.0f} tokens/s, {d * 100:.0f}% below the run's baseline of "
-            f"{baseline:,.0f} (steps {b_lo}-{b_hi}), {steps_text(rng)}.",
+            f"Throughput fell to {cur:,.0f} {unit}, {d * 100:.0f}% below the run's baseline of "
+            f"{baseline:,.0f} (steps {b_lo}-{b_hi}), {steps_text(rng)}"
+            + (" (the log gives no token counts)." if unit == "steps/h" else "."),
         ))
     return flags

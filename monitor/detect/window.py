@@ -175,7 +175,9 @@ def frozen_baseline(
     return pd.Series(meds, index=values.index), pd.Series(mads, index=values.index)
 
 
-def latest_time(steps: list[StepRecord], gpu: pd.DataFrame, host: pd.DataFrame, events: list) -> float | None:
+def latest_time(
+    steps: list[StepRecord], gpu: pd.DataFrame, host: pd.DataFrame, events: list
+) -> float | None:
     """The latest timestamp in any input (the default ``now``)."""
     cands: list[float] = []
     cands += [s.end_time for s in steps if s.end_time is not None]

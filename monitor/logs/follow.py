@@ -17,6 +17,8 @@ from monitor.records import Event
 
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 16 * 2**20
+#: Bytes at the start of a followed file remembered to notice it was rewritten from scratch.
+HEAD_BYTES = 64
 
 
 class _Splitter:
@@ -132,7 +134,9 @@ def iter_lines(
             except UnicodeDecodeError:
                 lines = [_decode(raw, stats) for raw in head.split(b"\n")]
             if len(head) > max_line_bytes:
-                kept = [line for line in lines if len(line.encode("utf-8", "replace")) <= max_line_bytes]
+                kept = [
+                    line for line in lines if len(line.encode("utf-8", "replace")) <= max_line_bytes
+                ]
                 if stats is not None and hasattr(stats, "oversize_lines"):
                     stats.oversize_lines += len(lines) - len(kept)
                 lines = kept
@@ -147,9 +151,10 @@ class LogFollower:
 
     ``poll()`` returns the complete lines written since the last poll (a partial last line is
     held until its newline arrives). It follows rename-rotation (finishing the old file first),
-    starts over when the file shrinks (copy-truncate, verl's file logger truncating on resume)
-    or is deleted and re-created, emitting a ``"truncated"`` event (``drain_events``), and waits
-    quietly while the file is missing. Counters: ``lines``, ``bytes_read``, ``rotations``,
+    starts over when the file shrinks (copy-truncate, verl's file logger truncating on resume),
+    when its first 64 bytes change (truncated and regrown past our position between two polls)
+    or when it is deleted and re-created, emitting a ``"truncated"`` event (``drain_events``),
+    and waits quietly while the file is missing. Counters: ``lines``, ``bytes_read``, ``rotations``,
     ``truncations``, ``oversize_lines`` (lines above ``max_line_bytes``, dropped) and
     ``bad_utf8_lines`` (lines whose invalid UTF-8 was replaced).
     """
@@ -179,6 +184,7 @@ class LogFollower:
         self._pos = 0
         self._first_open = True
         self._events: list[Event] = []
+        self._head = b""  # the file's first bytes, to notice a truncate-and-regrow between polls
 
     @property
     def oversize_lines(self) -> int:
@@ -212,6 +218,8 @@ class LogFollower:
             size = self._pos
         if size < self._pos:
             self._start_over("shrunk", f"{self.path} shrank from {self._pos} to {size} bytes")
+        elif self._head and self._head_changed():
+            self._start_over("rewritten", f"{self.path} was truncated and written again")
         if not self._read(out):
             return out  # poll budget used up: continue next time
         try:
@@ -254,6 +262,7 @@ class LogFollower:
         self._fh = fh
         self._ident = (st.st_dev, st.st_ino)
         self._pos = 0
+        self._head = b""
         self._splitter.reset()
         if self._first_open and self.start_at_end and st.st_size > 0:
             fh.seek(st.st_size - 1)
@@ -264,8 +273,24 @@ class LogFollower:
         self._first_open = False
         return True
 
+    def _head_changed(self) -> bool:
+        try:
+            return os.pread(self._fh.fileno(), len(self._head), 0) != self._head
+        except OSError:
+            return False
+
     def _read(self, out: list[str]) -> bool:
         """Read up to the poll budget; True when the end of the file was reached."""
+        try:
+            return self._read_chunks(out)
+        finally:
+            if not self._head and self._pos >= HEAD_BYTES:
+                try:
+                    self._head = os.pread(self._fh.fileno(), HEAD_BYTES, 0)
+                except OSError:
+                    self._head = b""
+
+    def _read_chunks(self, out: list[str]) -> bool:
         budget = self.max_poll_bytes
         while budget > 0:
             try:
@@ -289,10 +314,13 @@ class LogFollower:
         self.truncations += 1
         self._fh.seek(0)
         self._pos = 0
+        self._head = b""
         self._splitter.reset()
         self._event(reason, message)
 
     def _event(self, reason: str, message: str) -> None:
         self._events.append(
-            Event("truncated", time.time(), None, message, {"path": str(self.path), "reason": reason})
+            Event(
+                "truncated", time.time(), None, message, {"path": str(self.path), "reason": reason}
+            )
         )

@@ -113,11 +113,11 @@ def _known_timers(metrics: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
             if value is None:
                 continue
         if type(value) is float:
-            if value - value == 0.0:  # finite
+            if value >= 0.0 and value - value == 0.0:  # finite, not negative
                 found[name] = value
             continue
         num = _number(value)
-        if num is not None:
+        if num is not None and num >= 0.0:
             found[name] = num
     if not found and not old_prefix and any(key.startswith("timing/") for key in metrics):
         old = {key: value for key, value in metrics.items() if key.startswith("timing/")}
@@ -146,6 +146,7 @@ def canonical_phases(
     agent_loop/slowest/generate_sequences``) when positive is the reshard, taken out of ``gen``.
     Logs before 0.4.1 (``version_hint`` starting with ``"<="``, or old keys) get no reshard.
 
+    Timers that are negative, NaN or infinite are ignored (they stay in the raw metrics).
     ``other`` is ``timing_s/step`` minus the known phases, clamped at 0, only when the step time is
     known. Since 0.6 the step time excludes ``testing`` and ``save_checkpoint``, so they are not
     subtracted then; for older logs (``timing_s/reshard``, old key names) they are.

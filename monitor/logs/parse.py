@@ -38,9 +38,7 @@ _FORMAT_VOTES = 5
 _GIB = float(2**30)
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_RAY_PREFIX_RE = re.compile(
-    r"\((?:([A-Za-z_][\w.:-]*) )?pid=(\d+)(?:, ip=([0-9A-Fa-f.:]+))?\) ?"
-)
+_RAY_PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.:-]*) )?pid=(\d+)(?:, ip=([0-9A-Fa-f.:]+))?\) ?")
 _REPEATED_RE = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 _STEP_ANYWHERE_RE = re.compile(r"(?<![\w/.-])step:")
 _TQDM_RE = re.compile(
@@ -64,9 +62,7 @@ _MEMORY_RE = re.compile(
     r"(?:,\s*device memory used/total \(GB\):\s*(?P<u>[-\d.eE+naif]+)/(?P<t>[-\d.eE+naif]+))?"
 )
 _MEMORY_HEAD_RE = re.compile(r"(?:.*[\s:\]])?(\S+) (Before|After) (.+)$")
-_PPRINT_PAIR_RE = re.compile(
-    r"['\"]([^'\"]+)['\"]\s*:\s*((?:np\.\w+\()?[-+\w.]+\)?)"
-)
+_PPRINT_PAIR_RE = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:np\.\w+\()?[-+\w.]+\)?)")
 _VALIDATION_START = ("Initial validation metrics:", "Final validation metrics:")
 _BREAKDOWN_NAMES = {
     "total": None,
@@ -90,8 +86,9 @@ class LogReadError(OSError):
 
 @dataclass
 class ParseStats:
-    """Counters of one parser. ``bad_utf8_lines`` and ``oversize_lines`` (dropped, longer than
-    the reader's limit) are counted by the reader (``iter_lines``, or a follower's owner).
+    """Counters of one parser. ``bad_utf8_lines``: lines holding U+FFFD, the mark the reader
+    (``iter_lines``, ``LogFollower``) leaves where it replaced invalid UTF-8. ``oversize_lines``:
+    lines ``parse_file``'s reader dropped for being longer than its limit.
     ``noise_lines`` are ordinary lines that are neither records nor events. ``error_samples`` holds the last unparseable lines, each cut to
     200 characters and prefixed with the reason (``"bad value for 'actor/lr': ..."``)."""
 
@@ -173,6 +170,7 @@ class LogParser:
         self._last_step: int | None = None
         self._resume_since_step = False
         self._last_oom: str | None = None
+        self._last_keys: list[str] = []
 
     # --- public -------------------------------------------------------------------------------
 
@@ -222,6 +220,9 @@ class LogParser:
     def _feed(self, line: str, arrival: float | None, out: list[Item]) -> None:
         if line.endswith("\n"):
             line = line[:-1]
+        if "\ufffd" in line:
+            # the reader replaced invalid UTF-8 (free to test on ASCII/latin-1 text)
+            self.stats.bad_utf8_lines += 1
         if "\r" in line:
             # tqdm redraws with carriage returns: the last drawing is the current one.
             parts = [p for p in line.split("\r") if p.strip()]
@@ -260,7 +261,12 @@ class LogParser:
         if first == "{":
             self._json_line(stripped, arrival, line, out)
             return
+        before = len(out)
         if self._other_line(stripped, text, ts, when, repeated, line, out):
+            if repeated > 1:
+                for item in out[before:]:
+                    if isinstance(item, Event):
+                        item.data["repeated"] = repeated
             return
         match = _STEP_ANYWHERE_RE.search(text)
         if match is not None and " - " in text[match.end() :]:
@@ -307,9 +313,7 @@ class LogParser:
             match = _SET_STEP_RE.search(stripped)
             if match is not None:
                 step = int(match.group(1))
-                out.append(
-                    Event("resume", when, step, stripped, {"reason": "setting_global_step"})
-                )
+                out.append(Event("resume", when, step, stripped, {"reason": "setting_global_step"}))
                 self._resume_since_step = True
                 return True
         if "Load from checkpoint folder" in stripped:
@@ -327,6 +331,9 @@ class LogParser:
         self, body: str, ts: float | None, arrival: float | None, line: str, out: list[Item]
     ) -> None:
         body = body.rstrip()
+        numpy_values = "np." in body
+        if numpy_values:
+            body = _unwrap_numpy(body)  # np.float64(0.5) -> 0.5
         # Fast path: "N - k1:v1 - k2:v2" -> "N:k1:v1:k2:v2" -> one split, all in C.
         flat = body.replace(" - ", ":").split(":")
         step_text = flat[0].strip()
@@ -338,12 +345,13 @@ class LogParser:
                 self.stats.add_error("bad step number", line)
                 return
             step = int(num)
-        metrics = _fast_fields(flat)
-        numpy_values = False
-        if metrics is None and "np." in body:
-            numpy_values = True
-            body = _unwrap_numpy(body)
-            metrics = _fast_fields(body.replace(" - ", ":").split(":"))
+        keys = flat[1::2]
+        same_keys = keys == self._last_keys
+        if same_keys:
+            keys = self._last_keys  # share the key strings between records (memory)
+        else:
+            self._last_keys = keys
+        metrics = _fast_fields(flat, keys)
         bad: str | None = None
         if metrics is None:
             metrics, bad = _careful_fields(body.split(" - ")[1:])
@@ -357,7 +365,9 @@ class LogParser:
             end_time, source = ts, "line"
         else:
             end_time, source = arrival, "arrival"
-        self._emit_metrics(step, metrics, end_time, source, "console", out)
+        self._emit_metrics(
+            step, metrics, end_time, source, "console", out, known_keys=same_keys and not bad
+        )
 
     def _vote_format(self, body: str, numpy_values: bool) -> None:
         if numpy_values:
@@ -381,14 +391,18 @@ class LogParser:
         time_source: str,
         source: str,
         out: list[Item],
+        *,
+        known_keys: bool = False,
     ) -> None:
-        """A validation event for validation-only metrics, else a step record."""
+        """A validation event for validation-only metrics, else a step record.
+        ``known_keys``: the keys are those of the previous step line (already recorded)."""
         if metrics and _validation_only(metrics):
             out.append(
                 Event("validation", end_time, step, "", {"metrics": metrics, "origin": "step"})
             )
             return
-        self._keys.update(metrics)
+        if not known_keys:
+            self._keys.update(metrics)
         if self._last_step is not None and step < self._last_step and not self._resume_since_step:
             out.append(
                 Event(
@@ -593,6 +607,8 @@ class LogParser:
             value = float(number)
             metrics[name] = value
             seconds = value * _UNIT_SECONDS.get(unit, 1e-3)
+            if not (0.0 <= seconds < math.inf):
+                continue
             if name == "total":
                 total = seconds
                 continue
@@ -727,29 +743,31 @@ class LogParser:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _fast_fields(flat: list[str]) -> dict[str, Any] | None:
-    """``{key: float}`` from ``[step, k1, v1, k2, v2, ...]``; None when any value is not a
-    plain float (bools, numpy reprs, damage): the careful path then decides."""
+def _fast_fields(flat: list[str], keys: list[str]) -> dict[str, Any] | None:
+    """``{key: float}`` from ``[step, k1, v1, k2, v2, ...]`` (``keys`` is ``flat[1::2]``);
+    None when any value is not a plain float (bools, numpy reprs, damage): the careful path
+    then decides."""
     if len(flat) % 2 == 0:
         return None
     try:
-        return dict(zip(flat[1::2], map(float, flat[2::2]), strict=False))
+        return dict(zip(keys, map(float, flat[2::2]), strict=True))
     except ValueError:
         return None
 
 
 def _unwrap_numpy(body: str) -> str:
     """``np.float64(0.5)`` -> ``0.5`` and friends across a whole step line body."""
-    body = (
-        body.replace("np.float64(", "")
-        .replace("np.float32(", "")
-        .replace("np.float16(", "")
-        .replace("np.int64(", "")
-        .replace("np.int32(", "")
-        .replace("np.True_", "True")
-        .replace("np.False_", "False")
-        .replace(") - ", " - ")
-    )
+    body = body.replace("np.float64(", "")
+    if "np." in body:
+        body = (
+            body.replace("np.float32(", "")
+            .replace("np.float16(", "")
+            .replace("np.int64(", "")
+            .replace("np.int32(", "")
+            .replace("np.True_", "True")
+            .replace("np.False_", "False")
+        )
+    body = body.replace(") - ", " - ")
     return body[:-1] if body.endswith(")") else body
 
 
@@ -776,7 +794,9 @@ def _careful_fields(parts: list[str]) -> tuple[dict[str, Any], str | None]:
 
 def _validation_only(metrics: dict[str, Any]) -> bool:
     for key in metrics:
-        if not (key.startswith("val-core/") or key.startswith("val-aux/") or key.startswith("val/")):
+        if not (
+            key.startswith("val-core/") or key.startswith("val-aux/") or key.startswith("val/")
+        ):
             return False
     return True
 
@@ -917,19 +937,29 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt)
 
 
+@dataclass
+class _ReaderCounts:
+    """What ``iter_lines`` counts; bad UTF-8 is counted by the parser itself (U+FFFD)."""
+
+    bad_utf8_lines: int = 0
+    oversize_lines: int = 0
+
+
 def _iter_with_format(path: Path, parser: LogParser) -> Iterator[Item | str]:
     """Like ``iter_items`` but first yields the first non-blank line (a str) for detection."""
     seen = False
     try:
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory", str(path))
-        for line in iter_lines(path, stats=parser.stats):
+        counts = _ReaderCounts()
+        for line in iter_lines(path, stats=counts):
             if not seen and line.strip():
                 seen = True
                 yield line
             yield from parser.feed(line)
     except OSError as exc:
         raise _open_error(path, exc) from exc
+    parser.stats.oversize_lines += counts.oversize_lines
     yield from parser.flush()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from monitor.downsample import bucket_seconds, downsample
+from monitor.downsample import MAX_ENVELOPE, MIN_ENVELOPE, bucket_seconds, downsample
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
 from monitor.records import Flag, StepRecord
 from monitor.sources.base import (
@@ -23,6 +23,13 @@ from monitor.sources.base import (
     SourceStatus,
     node_summary_from_gpu,
 )
+
+#: Buckets per cached chunk of a long window (see ``StoreSource._sql_buckets``).
+CHUNK_BUCKETS = 100
+#: A chunk that ended this long before the newest sample is complete (late samples included).
+SEAL_MARGIN_S = 30.0
+#: Chunks kept in memory per source (each is a few hundred rows).
+MAX_CHUNKS = 2048
 
 _GPU_VALUES = [c for c in GPU_COLUMNS if c not in ("ts", "node", "gpu")]
 _HOST_VALUES = [c for c in HOST_COLUMNS if c not in ("ts", "node")]
@@ -38,6 +45,7 @@ class StoreSource:
         self.label = f"store {self.path}"
         self._store = None
         self._lock = threading.Lock()
+        self._chunks: dict[tuple, pd.DataFrame] = {}
 
     def _open(self):
         from monitor.store.runstore import RunStore, StoreError
@@ -100,7 +108,15 @@ class StoreSource:
     def gpu_frame(
         self, start: float, end: float, max_points: int = 1000, node: str | None = None
     ) -> pd.DataFrame:
-        """GPU samples in the window, about ``max_points`` per GPU."""
+        """GPU samples in the window, about ``max_points`` per GPU (bucketed inside SQLite
+        when the window is long, so six hours of 1 s samples never cross into Python)."""
+        width = bucket_seconds(start, end, max_points)
+        if width > 1:
+            out = self._sql_buckets("gpu_samples", ["node", "gpu"], _GPU_VALUES, start, end,
+                                    width, node)
+            if out is not None:
+                out["gpu"] = out["gpu"].astype("Int64")
+                return out
         raw = self._call("gpu_frame", start, end, node)
         return downsample(raw, ["node", "gpu"], _GPU_VALUES, max_points, start, end)
 
@@ -108,8 +124,82 @@ class StoreSource:
         self, start: float, end: float, max_points: int = 1000, node: str | None = None
     ) -> pd.DataFrame:
         """Host samples in the window, about ``max_points`` per node."""
+        width = bucket_seconds(start, end, max_points)
+        if width > 1:
+            out = self._sql_buckets("host_samples", ["node"], _HOST_VALUES, start, end, width,
+                                    node)
+            if out is not None:
+                return out
         raw = self._call("host_frame", start, end, node)
         return downsample(raw, ["node"], _HOST_VALUES, max_points, start, end)
+
+    def _sql_buckets(self, table: str, keys: list[str], values: list[str], start: float,
+                     end: float, width: int, node: str | None) -> pd.DataFrame | None:
+        """Mean and envelope per time bucket computed by SQLite (the same columns and bucket
+        alignment as :func:`monitor.downsample.downsample`); None if the schema differs.
+
+        The window is cut into aligned chunks of :data:`CHUNK_BUCKETS` buckets; a chunk that
+        ended well before the newest sample never changes again and is kept in memory, so a
+        live refresh of a six-hour window only aggregates its last chunk.
+        """
+        self._open()  # raises "store missing" / "store unreadable" first
+        chunk = width * CHUNK_BUCKETS
+        try:
+            conn = sqlite3.connect(self.path, timeout=5.0)
+        except sqlite3.Error:
+            return None
+        try:
+            newest = conn.execute(f"SELECT max(ts) FROM {table}").fetchone()[0]
+            if newest is None:
+                return None
+            sealed_before = float(newest) - SEAL_MARGIN_S
+            parts = []
+            c0 = int(start // chunk) * chunk
+            while c0 <= end:
+                ck = (table, node, width, c0)
+                part = self._chunks.get(ck)
+                if part is None:
+                    part = self._aggregate(conn, table, keys, values, c0, c0 + chunk, width,
+                                           node)
+                    if c0 + chunk < sealed_before:
+                        self._remember(ck, part)
+                parts.append(part)
+                c0 += chunk
+        except sqlite3.OperationalError:
+            return None
+        finally:
+            conn.close()
+        df = pd.concat([p for p in parts if not p.empty] or parts[:1], ignore_index=True)
+        lo = int(start // width) * width
+        df = df[(df["ts"] >= lo) & (df["ts"] <= end)]
+        return df.sort_values([*keys, "ts"], kind="stable").reset_index(drop=True)
+
+    @staticmethod
+    def _aggregate(conn: sqlite3.Connection, table: str, keys: list[str], values: list[str],
+                   lo: float, hi: float, width: int, node: str | None) -> pd.DataFrame:
+        cols = [f"avg({v}) AS {v}" for v in values]
+        cols += [f"min({v}) AS {v}_min" for v in values if v in MIN_ENVELOPE]
+        cols += [f"max({v}) AS {v}_max" for v in values if v in MAX_ENVELOPE]
+        key_sql = ", ".join(keys)
+        sql = (f"SELECT {key_sql}, CAST(ts / ? AS INTEGER) * ? AS ts, {', '.join(cols)} "
+               f"FROM {table} WHERE ts >= ? AND ts < ?")
+        params: list = [width, width, float(lo), float(hi)]
+        if node is not None:
+            sql += " AND node = ?"
+            params.append(str(node))
+        sql += f" GROUP BY {key_sql}, CAST(ts / ? AS INTEGER)"
+        params.append(width)
+        cur = conn.execute(sql, params)
+        df = pd.DataFrame.from_records(cur.fetchall(), columns=[d[0] for d in cur.description])
+        df["ts"] = df["ts"].astype(float)
+        df["node"] = df["node"].astype(str)
+        return df
+
+    def _remember(self, key: tuple, part: pd.DataFrame) -> None:
+        with self._lock:
+            self._chunks[key] = part
+            while len(self._chunks) > MAX_CHUNKS:
+                self._chunks.pop(next(iter(self._chunks)))
 
     def steps(self, start: float | None = None, end: float | None = None) -> list[StepRecord]:
         """Steps that ended in the window, in step order."""
@@ -152,8 +242,9 @@ class StoreSource:
 
     def node_summary(self, start: float, end: float) -> pd.DataFrame:
         """One row per node, aggregated from the GPU and host samples of the window."""
-        gpu = self.gpu_frame(start, end, max_points=300)
-        host = self.host_frame(start, end, max_points=300)
+        # the same buckets the GPU page uses, so their cached chunks serve both
+        gpu = self.gpu_frame(start, end, max_points=1000)
+        host = self.host_frame(start, end, max_points=1000)
         if "mem_used_bytes_max" in gpu.columns:
             gpu = gpu.assign(mem_used_bytes=gpu["mem_used_bytes_max"])
         return node_summary_from_gpu(gpu, host)

@@ -1,0 +1,314 @@
+"""Dashboard figures: how long each page takes to finish rendering in Chromium, and how much
+server time one live refresh costs, at two sizes:
+
+- **store**: 8 GPUs x 6 hours of 1 s samples (172,800 GPU rows) in a run store built from the
+  simulator (``dashboards.sample_store.build_store``), window "6 h";
+- **prometheus**: 128 nodes x 8 GPUs x 1 hour at 15 s (the simulator's ``gpu_imbalance`` run,
+  node22 straggling), written as OpenMetrics text and loaded into a real Prometheus with a
+  TSDB backfill (``promtool tsdb create-blocks-from openmetrics``, far lighter on 2 cores than
+  128 live exporters), window "1 h".
+
+Page time: from ``page.goto`` until the app is idle and every Plotly chart on the page has
+drawn (cold: first visit after the server started; warm: second visit, caches filled).
+Refresh: server time of one rerun of the page (AppTest, the whole script, an upper bound for
+its live fragment) after the query caches are cleared, as when the window has moved on.
+
+Usage: ``python bench/dashboard.py [--skip-store] [--skip-prometheus] [--json PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PAGES = {"": "Overview", "gpus": "GPUs", "steps": "Steps & phases",
+         "communication": "Communication", "flags": "Flags", "nodes": "Nodes"}
+VIEWS = {"": None, "gpus": "gpus", "steps": "steps", "communication": "communication",
+         "flags": "flags", "nodes": "nodes"}
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+_DRAWN_JS = """() => {
+  const app = document.querySelector("[data-testid='stApp']");
+  if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return -1;
+  if (document.querySelector("[data-testid='stException']")) return -2;
+  const plots = [...document.querySelectorAll("[data-testid='stPlotlyChart']")];
+  if (plots.length === 0 || plots.some(p => !p.querySelector('.main-svg'))) return -1;
+  return plots.length;
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {timeout:.0f} s")
+
+
+# ----------------------------------------------------------------------------- data
+def build_store(path: Path) -> dict:
+    """8 GPUs x 6 h at 1 s, with an IO-starvation stretch and a reshard spike."""
+    from dashboards.sample_store import build_store as build
+
+    script = "healthy:240,io_starvation:60,healthy:200,reshard_spike:20,healthy:200"
+    return build(path, scenario=script, step_seconds=30.0, detect=True)
+
+
+def build_prometheus(workdir: Path, nodes: int = 128) -> tuple[subprocess.Popen, str, dict]:
+    """Backfill 128 nodes x 8 GPUs x 1 h at 15 s into a fresh TSDB and start Prometheus."""
+    from monitor import metric_names as m
+    from monitor.sim.engine import SimRun
+
+    end = time.time() - 30
+    run = SimRun("gpu_imbalance", steps=120, nodes=nodes, gpus_per_node=8, step_seconds=30.0,
+                 start_time=end - 3600, seed=3)
+    gpu = run.gpu_frame(15.0)
+    host = run.host_frame(15.0)
+    text = workdir / "data.om"
+    t0 = time.perf_counter()
+    with text.open("w") as fh:
+        def family(name: str, kind: str = "gauge") -> None:
+            fh.write(f"# TYPE {name} {kind}\n")
+
+        def lab(node: str, **extra: object) -> str:
+            parts = ['job="verlmon"', f'instance="{node}:9048"', f'node="{node}"']
+            parts += [f'{k}="{v}"' for k, v in extra.items()]
+            return "{" + ",".join(parts) + "}"
+
+        grid = sorted(gpu["ts"].unique())
+        family(m.BUILD_INFO)
+        for node in run.node_names:
+            label = lab(node, version="bench")
+            fh.writelines(f"{m.BUILD_INFO}{label} 1 {t:.3f}\n" for t in grid)
+        for col, metric, scale in (("util", m.GPU_UTIL, 0.01), ("sm_active", m.GPU_SM_ACTIVE, 0.01),
+                                   ("mem_used_bytes", m.GPU_MEM_USED, 1.0),
+                                   ("mem_total_bytes", m.GPU_MEM_TOTAL, 1.0)):
+            family(metric)
+            for (node, idx), part in gpu.groupby(["node", "gpu"], sort=True):
+                label = lab(node, gpu=int(idx))
+                fh.writelines(f"{metric}{label} {v * scale:.6g} {t:.3f}\n"
+                              for t, v in zip(part["ts"], part[col], strict=True))
+        for col, metric in (("cpu_max_core_pct", m.HOST_CPU_MAX_CORE),
+                            ("cpu_avg_pct", m.HOST_CPU_AVG), ("iowait_pct", m.HOST_IOWAIT)):
+            family(metric)
+            for node, part in host.groupby("node", sort=True):
+                fh.writelines(f"{metric}{lab(node)} {v / 100:.6g} {t:.3f}\n"
+                              for t, v in zip(part["ts"], part[col], strict=True))
+        steps = [(s.end, s) for s in run.steps]
+        driver = run.node_names[0]
+
+        def step_at(t: float):
+            done = [s for e, s in steps if e <= t]
+            return done[-1] if done else None
+
+        series = {m.TRAIN_STEP: [], m.STEP_DURATION: [], m.LAST_STEP_TS: []}
+        phases: dict[str, list] = {}
+        for t in grid:
+            s = step_at(t)
+            if s is None:
+                continue
+            series[m.TRAIN_STEP].append((t, s.step))
+            series[m.STEP_DURATION].append((t, s.total))
+            series[m.LAST_STEP_TS].append((t, s.end))
+            for ph, sec in s.durations().items():
+                phases.setdefault(ph, []).append((t, sec))
+        for metric, pts in series.items():
+            family(metric)
+            fh.writelines(f"{metric}{lab(driver)} {v:.6f} {t:.3f}\n" for t, v in pts)
+        family(m.PHASE_DURATION)
+        for ph, pts in sorted(phases.items()):
+            fh.writelines(f"{m.PHASE_DURATION}{lab(driver, phase=ph)} {v:.6f} {t:.3f}\n"
+                          for t, v in pts)
+        family(m.FLAG_ACTIVE)
+        for truth in run.truth:
+            node = truth["scope"].get("node", driver)
+            label = lab(node, kind=truth["kind"], severity="warning", scope=f"node={node}")
+            fh.writelines(f"{m.FLAG_ACTIVE}{label} 1 {t:.3f}\n"
+                          for t in grid if truth["start"] + 120 <= t <= truth["end"])
+        fh.write("# EOF\n")
+    write_s = time.perf_counter() - t0
+    tsdb = workdir / "tsdb"
+    t0 = time.perf_counter()
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(text), str(tsdb)],
+                   check=True, capture_output=True)
+    backfill_s = time.perf_counter() - t0
+    text.unlink()
+    cfg = workdir / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 15s\nscrape_configs:\n  - job_name: verlmon\n"
+                   "    scrape_interval: 15s\n    static_configs:\n      - targets: []\n")
+    port = free_port()
+    proc = subprocess.Popen(["prometheus", f"--config.file={cfg}",
+                             f"--storage.tsdb.path={tsdb}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/-/ready")
+    info = {"gpu_series": nodes * 8, "gpu_samples": len(gpu), "write_s": round(write_s, 1),
+            "backfill_s": round(backfill_s, 1)}
+    return proc, url, info
+
+
+# ----------------------------------------------------------------------------- timing
+def start_app(env_name: str, value: str) -> tuple[subprocess.Popen, str]:
+    from monitor.commands.dashboard import source_env, streamlit_command
+
+    port = free_port()
+    env = source_env(**({"store": value} if env_name == "store" else {"prometheus": value}))
+    proc = subprocess.Popen(streamlit_command(port, "127.0.0.1"), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/_stcore/health")
+    return proc, url
+
+
+def page_times(url: str, window: str) -> dict[str, tuple[float, float, int]]:
+    """(cold, warm, charts) per page, seconds from goto to every chart drawn."""
+    from playwright.sync_api import sync_playwright
+
+    out: dict[str, list] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for _visit in range(2):
+            for path in PAGES:
+                query = f"?window={window.replace(' ', '+')}&refresh=off"
+                t0 = time.perf_counter()
+                page.goto(f"{url}/{path}{query}", wait_until="commit")
+                last, seen_at, stable_since = -1, None, None
+                deadline = t0 + 120
+                while time.perf_counter() < deadline:
+                    n = page.evaluate(_DRAWN_JS)
+                    now = time.perf_counter()
+                    if n == -2:
+                        raise RuntimeError(f"exception rendered on page /{path}")
+                    if n > 0 and n == last:
+                        if now - stable_since >= 0.4:
+                            break
+                    elif n > 0:
+                        seen_at, stable_since = now, now
+                    last = n
+                    time.sleep(0.05)
+                else:
+                    raise RuntimeError(f"page /{path} did not finish rendering in 120 s")
+                out.setdefault(path, []).append((seen_at - t0, last))
+        browser.close()
+    return {p: (v[0][0], v[1][0], v[1][1]) for p, v in out.items()}
+
+
+def refresh_times(env_name: str, value: str, window: str) -> dict[str, float]:
+    """Median server seconds of a page rerun with the query caches cleared (AppTest)."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    for name in ("VERLMON_STORE", "VERLMON_PROMETHEUS", "VERLMON_JOB"):
+        os.environ.pop(name, None)
+    os.environ["VERLMON_STORE" if env_name == "store" else "VERLMON_PROMETHEUS"] = value
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    out = {}
+    at = AppTest.from_file(str(REPO / "dashboards" / "app.py"), default_timeout=120)
+    at.query_params["window"] = window
+    at.run()
+    for path, view in VIEWS.items():
+        if view:
+            at.switch_page(f"views/{view}.py")
+        at.run()  # warm the source's own chunk cache, like a running server
+        runs = []
+        for _ in range(3):
+            st.cache_data.clear()
+            t0 = time.perf_counter()
+            at.run()
+            runs.append(time.perf_counter() - t0)
+            if at.exception:
+                raise RuntimeError(f"/{path}: {at.exception[0].value}")
+        out[path] = statistics.median(runs)
+    return out
+
+
+def bench(kind: str, value: str, window: str) -> dict:
+    proc, url = start_app(kind, value)
+    try:
+        pages = page_times(url, window)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    refresh = refresh_times(kind, value, window)
+    return {PAGES[p]: {"cold_s": round(c, 2), "warm_s": round(w, 2), "charts": n,
+                       "refresh_server_s": round(refresh[p], 3)}
+            for p, (c, w, n) in pages.items()}
+
+
+def print_table(title: str, rows: dict) -> None:
+    print(f"\n{title}")
+    print(f"{'page':<16}{'cold s':>8}{'warm s':>8}{'charts':>8}{'refresh s':>11}")
+    for page, r in rows.items():
+        print(f"{page:<16}{r['cold_s']:>8.2f}{r['warm_s']:>8.2f}{r['charts']:>8}"
+              f"{r['refresh_server_s']:>11.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-store", action="store_true", help="skip the 8 GPU x 6 h store")
+    parser.add_argument("--skip-prometheus", action="store_true",
+                        help="skip the 128 node x 8 GPU Prometheus backfill")
+    parser.add_argument("--nodes", type=int, default=128, help="nodes in the Prometheus case")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    results: dict = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
+    with tempfile.TemporaryDirectory(prefix="verlmon-bench-") as tmp:
+        tmp = Path(tmp)
+        if not args.skip_store:
+            t0 = time.perf_counter()
+            info = build_store(tmp / "six.db")
+            info["build_s"] = round(time.perf_counter() - t0, 1)
+            rows = bench("store", str(tmp / "six.db"), "6 h")
+            results["store_8gpu_6h_1s"] = {"data": info, "pages": rows}
+            print_table(f"run store, 8 GPUs x 6 h at 1 s ({info['gpu_samples']:,} GPU rows; "
+                        f"window 6 h)", rows)
+        if not args.skip_prometheus:
+            if shutil.which("prometheus") is None or shutil.which("promtool") is None:
+                print("prometheus/promtool not installed: skipping the Prometheus case")
+            else:
+                workdir = tmp / "prom"
+                workdir.mkdir()
+                prom, url, info = build_prometheus(workdir, args.nodes)
+                try:
+                    rows = bench("prometheus", url, "1 h")
+                finally:
+                    prom.terminate()
+                    prom.wait(20)
+                results[f"prometheus_{args.nodes}x8_1h_15s"] = {"data": info, "pages": rows}
+                print_table(f"Prometheus (TSDB backfill), {args.nodes} nodes x 8 GPUs x 1 h at "
+                            f"15 s ({info['gpu_samples']:,} GPU samples; window 1 h)", rows)
+    print(f"\nmachine: {results['cpus']} CPUs, load average {results['load_avg_1m']} "
+          "(shared; figures are wall-clock)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

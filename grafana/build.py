@@ -1,0 +1,592 @@
+"""Generate verl-monitor's Grafana dashboards as code (grafana-foundation-sdk==0.0.21).
+
+Four dashboards, each written as plain dashboard JSON (what Grafana's file provisioning reads)
+to ``grafana/dashboards/<uid>.json``:
+
+- **Run overview** (``verlmon-overview``): step, step time, throughput, open flags, phase
+  seconds stacked, seconds since the last step.
+- **GPUs** (``verlmon-gpus``): NVML utilization, SM/tensor/DRAM activity (GPM), memory, power,
+  temperature, NVLink and PCIe throughput (GPM), SM clock, active clock-event (throttle)
+  reasons, XID errors.
+- **Phases and communication** (``verlmon-phases``): phase seconds and shares of the step,
+  weight sync (reshard), rollout wait, communication share, NCCL operations, bytes and bus
+  bandwidth per collective.
+- **Cluster (nodes)** (``verlmon-cluster``): per-node SM activity against the job's median,
+  heat maps by node and by GPU, exporter up, GPUs down, collectors failing, host CPU.
+
+Every dashboard has the variables ``datasource`` -> ``job`` -> ``node`` -> ``gpu`` (chained
+``label_values`` queries; ``job``, ``node`` and ``gpu`` multi-select with ``allValue ".+"``),
+every panel a unit and the ``$datasource`` data source, every rate ``[$__rate_interval]``.
+Panels read the raw exported metrics (docs/metrics.md), so they work without recording rules.
+``job`` is the Prometheus scrape job (one per verl training job) and ``node`` the target label
+that prometheus/prometheus.yml gives every exporter.
+
+Usage::
+
+    python grafana/build.py                 # (re)write grafana/dashboards/*.json
+    python grafana/build.py --out DIR       # write them elsewhere
+    python grafana/build.py --check         # exit 1 if the committed JSON is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import (
+    dashboard,
+    prometheus,
+    stat,
+    statushistory,
+    table,
+    timeseries,
+)
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DataSourceRef,
+    DataTransformerConfig,
+    FieldColorModeId,
+    VariableRefresh,
+    VariableSort,
+)
+
+#: Where the committed dashboards live.
+DASHBOARD_DIR = Path(__file__).resolve().parent / "dashboards"
+
+#: Every panel and query reads the data source picked in the ``datasource`` variable.
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+#: Label selectors used by the panels: job+node, and job+node+gpu.
+SEL = 'job=~"$job", node=~"$node"'
+SEL_GPU = 'job=~"$job", node=~"$node", gpu=~"$gpu"'
+
+TAGS = ["verl-monitor", "generated"]
+
+# Grafana unit ids (the SDK's grafana_foundation_sdk.models.units has the full list).
+SECONDS = "s"
+RATIO = "percentunit"
+BYTES = "bytes"
+BYTES_PER_S = "Bps"
+WATTS = "watt"
+CELSIUS = "celsius"
+HERTZ = "hertz"
+COUNT = "short"
+NONE = "none"
+OPS = "ops"
+TOKENS_PER_S = "suffix: tok/s"
+STEPS_PER_MIN = "suffix: steps/min"
+UP_DOWN = "bool_yes_no"
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+def _query_var(name: str, label: str, query: str) -> dashboard.QueryVariable:
+    """A multi-select ``label_values`` variable with an "All" of ``.+``."""
+    return (
+        dashboard.QueryVariable(name)
+        .label(label)
+        .query(query)
+        .datasource(DS)
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.NATURAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".+")
+    )
+
+
+def variables() -> list[dashboard.DatasourceVariable | dashboard.QueryVariable]:
+    """The variable chain shared by every dashboard: datasource -> job -> node -> gpu."""
+    return [
+        dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        _query_var("job", "Job", "label_values(verlmon_node_info, job)"),
+        _query_var("node", "Node", 'label_values(verlmon_node_info{job=~"$job"}, node)'),
+        _query_var(
+            "gpu", "GPU", 'label_values(verlmon_gpu_info{job=~"$job", node=~"$node"}, gpu)'
+        ),
+    ]
+
+
+def q(expr: str, legend: str = "", instant: bool = False) -> prometheus.Dataquery:
+    """A Prometheus query on ``$datasource``; ``instant`` ones come back as a table."""
+    query = prometheus.Dataquery().expr(expr).legend_format(legend or "__auto").datasource(DS)
+    if instant:
+        query = query.instant().format("table")
+    return query
+
+
+def _legend() -> cb.VizLegendOptions:
+    return (
+        cb.VizLegendOptions()
+        .display_mode(common.LegendDisplayMode.TABLE)
+        .placement(common.LegendPlacement.BOTTOM)
+        .show_legend(True)
+        .calcs(["mean", "lastNotNull", "max"])
+    )
+
+
+def ts(
+    title: str,
+    unit: str,
+    *targets: prometheus.Dataquery,
+    description: str = "",
+    stacked: bool = False,
+    span: int = 12,
+    height: int = 8,
+    max_value: float | None = None,
+) -> timeseries.Panel:
+    """A time-series panel with a table legend; ``stacked`` stacks the series (filled)."""
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .min(0)
+        .line_width(1)
+        .fill_opacity(30 if stacked else 8)
+        .show_points(common.VisibilityMode.NEVER)
+        .legend(_legend())
+        .tooltip(cb.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI))
+        .height(height)
+        .span(span)
+    )
+    if stacked:
+        panel = panel.stacking(cb.StackingConfig().mode(common.StackingMode.NORMAL))
+    if max_value is not None:
+        panel = panel.max(max_value)
+    for i, target in enumerate(targets):
+        panel = panel.with_target(target.ref_id(chr(ord("A") + i)))
+    return panel
+
+
+def big(
+    title: str, unit: str, target: prometheus.Dataquery, description: str = "", span: int = 4
+) -> stat.Panel:
+    """A stat panel showing the last value, with a sparkline."""
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .height(4)
+        .span(span)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .color_mode(common.BigValueColorMode.VALUE)
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .with_target(target.ref_id("A"))
+    )
+
+
+def heat(title: str, unit: str, target: prometheus.Dataquery, description: str = "",
+         height: int = 8) -> statushistory.Panel:
+    """A heat map with one row per series (a status-history panel coloured by value)."""
+    return (
+        statushistory.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .min(0)
+        .max(1)
+        .color_scheme(dashboard.FieldColor().mode(FieldColorModeId.CONTINUOUS_RD_YL_GR))
+        .show_value(common.VisibilityMode.NEVER)
+        .legend(cb.VizLegendOptions().show_legend(False))
+        .height(height)
+        .span(24)
+        .with_target(target.ref_id("A"))
+    )
+
+
+def flag_table(title: str, target: prometheus.Dataquery, description: str = "") -> table.Panel:
+    """A table of the open detector flags (one row per kind, severity and scope)."""
+    return (
+        table.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(NONE)
+        .height(8)
+        .span(24)
+        .with_target(target.ref_id("A"))
+        .with_transformation(_organize_flags())
+    )
+
+
+def _organize_flags() -> DataTransformerConfig:
+    """Put job, node, severity, kind and scope first; hide time, value and instance."""
+    return DataTransformerConfig(
+        id_val="organize",
+        options={
+            "excludeByName": {"Time": True, "Value": True, "__name__": True, "instance": True},
+            "indexByName": {"job": 0, "node": 1, "severity": 2, "kind": 3, "scope": 4},
+            "renameByName": {},
+        },
+    )
+
+
+def _dashboard(uid: str, title: str, description: str) -> dashboard.Dashboard:
+    board = (
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(TAGS)
+        .refresh("30s")
+        .time("now-3h", "now")
+        .timezone("browser")
+        .editable()
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .link(
+            dashboard.DashboardLink("verl-monitor")
+            .type("dashboards")
+            .tags(["verl-monitor"])
+            .as_dropdown(True)
+            .include_vars(True)
+            .keep_time(True)
+        )
+    )
+    for var in variables():
+        board = board.with_variable(var)
+    return board
+
+
+# ------------------------------------------------------------------------------ the dashboards
+
+
+def overview() -> dashboard.Dashboard:
+    """Run overview: is the job stepping, how fast, what is flagged."""
+    return (
+        _dashboard(
+            "verlmon-overview",
+            "verl-monitor / Run overview",
+            "Is the verl job stepping, how fast, and which detector flags are open.",
+        )
+        .with_row(dashboard.Row("Now"))
+        .with_panel(big("Step", NONE, q(f"max by (job) (verlmon_training_step{{{SEL}}})",
+                                        "{{job}}"),
+                        "Last training step seen in the trainer's log."))
+        .with_panel(big("Last step time", SECONDS,
+                        q(f"max by (job) (verlmon_step_duration_seconds{{{SEL}}})", "{{job}}"),
+                        "The last step's total seconds (timing_s/step)."))
+        .with_panel(big("Last throughput per GPU", TOKENS_PER_S,
+                        q(f"max by (job) (verlmon_throughput_tokens_per_second{{{SEL}}})",
+                          "{{job}}"),
+                        "perf/throughput as verl reports it: tokens per second per GPU."))
+        .with_panel(big("Open flags", COUNT,
+                        q(f"count(verlmon_flag_active{{{SEL}}} == 1) or vector(0)", "open"),
+                        "Detector flags open now, all kinds and severities."))
+        .with_panel(big("Critical flags", COUNT,
+                        q(f'count(verlmon_flag_active{{{SEL}, severity="critical"}} == 1) '
+                          "or vector(0)", "critical"),
+                        "Open flags of severity critical."))
+        .with_panel(big("Since last step", SECONDS,
+                        q(f"max by (job) (verlmon_seconds_since_last_step{{{SEL}}})", "{{job}}"),
+                        "Seconds since the last step ended: grows without bound when the "
+                        "run is stalled."))
+        .with_row(dashboard.Row("Steps"))
+        .with_panel(ts("Step time", SECONDS,
+                       q(f"max by (job) (verlmon_step_duration_seconds{{{SEL}}})", "{{job}}"),
+                       description="Seconds per training step."))
+        .with_panel(ts("Throughput per GPU", TOKENS_PER_S,
+                       q(f"max by (job) (verlmon_throughput_tokens_per_second{{{SEL}}})",
+                         "{{job}}"),
+                       description="perf/throughput: tokens per second per GPU."))
+        .with_panel(ts("Phase seconds (stacked)", SECONDS,
+                       q(f"max by (job, phase) (verlmon_phase_duration_seconds{{{SEL}}})",
+                         "{{phase}}"),
+                       description="The last step's seconds per canonical phase, stacked: "
+                                   "the stack's height is the step time.",
+                       stacked=True))
+        .with_panel(ts("Steps per minute", STEPS_PER_MIN,
+                       q(f"sum by (job) (rate(verlmon_training_steps_total{{{SEL}}}"
+                         "[$__rate_interval])) * 60", "{{job}}"),
+                       description="Step records parsed per minute."))
+        .with_panel(ts("Seconds since last step", SECONDS,
+                       q(f"max by (job) (verlmon_seconds_since_last_step{{{SEL}}})", "{{job}}"),
+                       description="A saw-tooth while the run steps; a ramp when it stalls."))
+        .with_panel(ts("Open flags by kind", COUNT,
+                       q(f"sum by (job, kind, severity) (verlmon_flag_active{{{SEL}}})",
+                         "{{kind}} ({{severity}})"),
+                       description="Detector flags open over time.", stacked=True))
+        .with_row(dashboard.Row("Flags"))
+        .with_panel(flag_table(
+            "Open flags by scope",
+            q(f"max by (job, node, severity, kind, scope) (verlmon_flag_active{{{SEL}}}) == 1",
+              instant=True),
+            "Every open flag with its scope; the evidence and advice are in the app and Slack.",
+        ))
+    )
+
+
+def gpus() -> dashboard.Dashboard:
+    """GPUs: activity, memory, power, temperature, clocks, throttling and XID per GPU."""
+    legend = "{{node}} gpu{{gpu}}"
+    return (
+        _dashboard(
+            "verlmon-gpus",
+            "verl-monitor / GPUs",
+            "Per-GPU activity (NVML and GPM), memory, power, temperature, clocks, throttling "
+            "and XID errors.",
+        )
+        .with_row(dashboard.Row("Activity"))
+        .with_panel(ts("NVML utilization", RATIO,
+                       q(f"verlmon_gpu_utilization_ratio{{{SEL_GPU}}}", legend),
+                       description="Share of time a kernel was running: overstates how busy "
+                                   "the SMs are (compare SM active).", max_value=1))
+        .with_panel(ts("SM active (GPM)", RATIO,
+                       q(f"verlmon_gpu_sm_active_ratio{{{SEL_GPU}}}", legend),
+                       description="Share of SMs busy: the honest activity signal.",
+                       max_value=1))
+        .with_panel(ts("Tensor pipes active (GPM)", RATIO,
+                       q(f"verlmon_gpu_tensor_active_ratio{{{SEL_GPU}}}", legend),
+                       description="Any tensor-core pipe active.", max_value=1))
+        .with_panel(ts("DRAM bandwidth active (GPM)", RATIO,
+                       q(f"verlmon_gpu_dram_active_ratio{{{SEL_GPU}}}", legend),
+                       description="Share of peak memory bandwidth in use.", max_value=1))
+        .with_row(dashboard.Row("Memory, power, heat"))
+        .with_panel(ts("Memory used", BYTES,
+                       q(f"verlmon_gpu_memory_used_bytes{{{SEL_GPU}}}", legend),
+                       description="Framebuffer memory in use."))
+        .with_panel(ts("Memory used share", RATIO,
+                       q(f"verlmon_gpu_memory_used_bytes{{{SEL_GPU}}} / "
+                         f"(verlmon_gpu_memory_total_bytes{{{SEL_GPU}}} > 0)", legend),
+                       description="Used / total framebuffer memory; near 1 means OOM risk.",
+                       max_value=1))
+        .with_panel(ts("Power", WATTS, q(f"verlmon_gpu_power_watts{{{SEL_GPU}}}", legend),
+                       description="Power draw."))
+        .with_panel(ts("Temperature", CELSIUS,
+                       q(f"verlmon_gpu_temperature_celsius{{{SEL_GPU}}}", legend),
+                       description="GPU core temperature."))
+        .with_row(dashboard.Row("Interconnect"))
+        .with_panel(ts("NVLink throughput (GPM)", BYTES_PER_S,
+                       q(f"verlmon_gpu_nvlink_transmit_bytes_per_second{{{SEL_GPU}}}",
+                         "{{node}} gpu{{gpu}} tx"),
+                       q(f"verlmon_gpu_nvlink_receive_bytes_per_second{{{SEL_GPU}}}",
+                         "{{node}} gpu{{gpu}} rx"),
+                       description="Bytes per second over all NVLinks: collectives and weight "
+                                   "sync inside a node."))
+        .with_panel(ts("PCIe throughput (GPM)", BYTES_PER_S,
+                       q(f"verlmon_gpu_pcie_transmit_bytes_per_second{{{SEL_GPU}}}",
+                         "{{node}} gpu{{gpu}} tx"),
+                       q(f"verlmon_gpu_pcie_receive_bytes_per_second{{{SEL_GPU}}}",
+                         "{{node}} gpu{{gpu}} rx"),
+                       description="Bytes per second over PCIe: host transfers, offload, "
+                                   "data loading."))
+        .with_row(dashboard.Row("Clocks, throttling, errors"))
+        .with_panel(ts("SM clock", HERTZ, q(f"verlmon_gpu_sm_clock_hertz{{{SEL_GPU}}}", legend),
+                       description="SM clock; drops with throttling."))
+        .with_panel(ts("Clock-event reasons active", COUNT,
+                       q(f"max by (node, gpu, reason) "
+                         f"(verlmon_gpu_clock_event_active{{{SEL_GPU}}}) > 0",
+                         "{{node}} gpu{{gpu}} {{reason}}"),
+                       description="Throttle reasons active now (1 while active); idle and "
+                                   "application-clock reasons are normal, thermal and power "
+                                   "slowdowns are not.", max_value=1))
+        .with_panel(ts("XID errors", COUNT,
+                       q(f"sum by (node, gpu, xid) "
+                         f"(increase(verlmon_gpu_xid_errors_total{{{SEL_GPU}}}"
+                         "[$__rate_interval]))", "{{node}} gpu{{gpu}} xid {{xid}}"),
+                       description="XID events from the driver (48/63/64/94/95: memory errors; "
+                                   "79: fell off the bus)."))
+        .with_panel(big("XID errors in range", COUNT,
+                        q(f"sum(increase(verlmon_gpu_xid_errors_total{{{SEL_GPU}}}[$__range])) "
+                          "or vector(0)", "xid"),
+                        "XID events in the dashboard's time range, every GPU shown.", span=12))
+    )
+
+
+def phases() -> dashboard.Dashboard:
+    """Phases and communication: where the step's time goes."""
+    share = (f"verlmon_phase_duration_seconds{{{SEL}}} / ignoring (phase) group_left () "
+             f"(verlmon_step_duration_seconds{{{SEL}}} > 0)")
+    return (
+        _dashboard(
+            "verlmon-phases",
+            "verl-monitor / Phases and communication",
+            "Where each step's time goes: phase seconds and shares, weight sync, rollout "
+            "wait, and NCCL collectives.",
+        )
+        .with_row(dashboard.Row("Phases"))
+        .with_panel(ts("Phase seconds", SECONDS,
+                       q(f"max by (job, phase) (verlmon_phase_duration_seconds{{{SEL}}})",
+                         "{{phase}}"),
+                       description="The last step's seconds per canonical phase."))
+        .with_panel(ts("Phase share of the step", RATIO,
+                       q(f"max by (job, phase) ({share})", "{{phase}}"),
+                       description="Phase seconds / step seconds, stacked (sums to about 1).",
+                       stacked=True, max_value=1))
+        .with_panel(ts("Weight sync (reshard)", SECONDS,
+                       q(f'max by (job) (verlmon_phase_duration_seconds{{{SEL}, '
+                         'phase="reshard"})', "reshard {{job}}"),
+                       description="Trainer -> rollout weight sync per step; spikes point at "
+                                   "resharding or memory pressure."))
+        .with_panel(ts("Rollout wait", SECONDS,
+                       q(f'max by (job) (verlmon_phase_duration_seconds{{{SEL}, '
+                         'phase="rollout_wait"})', "rollout_wait {{job}}"),
+                       description="Trainer waiting for rollouts (logged by async/fork "
+                                   "trainers and the breakdown format)."))
+        .with_row(dashboard.Row("Communication"))
+        .with_panel(ts("Communication share", RATIO,
+                       q(f"max by (job) (verlmon_comm_share_ratio{{{SEL}}})", "log {{job}}"),
+                       q(f"max by (job, node) (verlmon_nccl_comm_share_ratio{{{SEL}}})",
+                         "NCCL {{node}}"),
+                       description="comm / step from the log's comm timer, and NCCL "
+                                   "execution seconds per rank / wall seconds (Inspector).",
+                       max_value=1))
+        .with_panel(ts("NCCL operations by collective", OPS,
+                       q(f"sum by (job, coll) (rate(verlmon_nccl_operations_total{{{SEL}}}"
+                         "[$__rate_interval]))", "{{coll}}"),
+                       description="Collectives per second (NCCL Inspector)."))
+        .with_panel(ts("NCCL bytes by collective", BYTES_PER_S,
+                       q(f"sum by (job, coll) (rate(verlmon_nccl_bytes_total{{{SEL}}}"
+                         "[$__rate_interval]))", "{{coll}}"),
+                       description="Message bytes per second per collective type."))
+        .with_panel(ts("NCCL bus bandwidth", BYTES_PER_S,
+                       q(f"max by (job, node, coll, comm) "
+                         f"(verlmon_nccl_bus_bandwidth_bytes_per_second{{{SEL}}})",
+                         "{{node}} {{coll}} {{comm}}"),
+                       description="Latest bus bandwidth per collective and communicator; "
+                                   "compare with the link's peak."))
+    )
+
+
+def cluster() -> dashboard.Dashboard:
+    """Cluster (nodes): which node lags, and is every exporter and GPU up."""
+    node_sm = f"avg by (job, node) (verlmon_gpu_sm_active_ratio{{{SEL}}})"
+    job_median = 'quantile by (job) (0.5, verlmon_gpu_sm_active_ratio{job=~"$job"})'
+    return (
+        _dashboard(
+            "verlmon-cluster",
+            "verl-monitor / Cluster (nodes)",
+            "Per-node SM activity against the job's median, heat maps, and exporter and GPU "
+            "health.",
+        )
+        .with_row(dashboard.Row("Activity by node"))
+        .with_panel(ts("SM active per node vs job median", RATIO,
+                       q(node_sm, "{{node}}"),
+                       q(job_median, "median {{job}}"),
+                       description="Mean SM activity of each node's GPUs, and the median over "
+                                   "every GPU of the job: a straggler sits below it.",
+                       max_value=1))
+        .with_panel(ts("Node SM activity / job median", RATIO,
+                       q(f"{node_sm} / on (job) group_left () ({job_median} > 0)", "{{node}}"),
+                       description="1 = as busy as the job's median GPU; a lagging node stays "
+                                   "well below 1."))
+        .with_panel(heat("SM active heat map by node", RATIO, q(node_sm, "{{node}}"),
+                         "One row per node, coloured by mean SM activity."))
+        .with_panel(heat("SM active heat map by GPU", RATIO,
+                         q(f"verlmon_gpu_sm_active_ratio{{{SEL_GPU}}}", "{{node}} gpu{{gpu}}"),
+                         "One row per GPU, coloured by SM activity.", height=10))
+        .with_row(dashboard.Row("Health"))
+        .with_panel(ts("Exporter up", UP_DOWN,
+                       q(f"up{{{SEL}}}", "{{node}} {{instance}}"),
+                       description="1 while Prometheus scrapes the node's exporter.",
+                       span=8, max_value=1))
+        .with_panel(ts("GPUs down", COUNT,
+                       q(f"sum by (job, node) (1 - verlmon_gpu_up{{{SEL}}})", "{{node}}"),
+                       description="GPUs whose NVML calls fail, per node.", span=8))
+        .with_panel(ts("Collectors failing", COUNT,
+                       q(f"count by (job, node) (verlmon_collector_success{{{SEL}}} == 0) "
+                         f"or sum by (job, node) (verlmon_collector_success{{{SEL}}} * 0)",
+                         "{{node}}"),
+                       description="Collectors whose last run failed, per node (the reason is "
+                                   "in the exporter's log).", span=8))
+        .with_panel(ts("Host CPU busiest core", RATIO,
+                       q(f"max by (job, node) (verlmon_host_cpu_max_core_ratio{{{SEL}}})",
+                         "{{node}}"),
+                       description="A busiest core near 1 with idle GPUs: a CPU-bound data "
+                                   "loader or reward function.", max_value=1))
+        .with_panel(ts("Host CPU iowait", RATIO,
+                       q(f"max by (job, node) (verlmon_host_cpu_iowait_ratio{{{SEL}}})",
+                         "{{node}}"),
+                       description="Share of CPU time waiting for IO: IO starvation.",
+                       max_value=1))
+    )
+
+
+@dataclass(frozen=True)
+class Board:
+    """One generated dashboard: its uid (also the file name) and its builder."""
+
+    uid: str
+    build: Callable[[], dashboard.Dashboard]
+
+
+BOARDS: tuple[Board, ...] = (
+    Board("verlmon-overview", overview),
+    Board("verlmon-gpus", gpus),
+    Board("verlmon-phases", phases),
+    Board("verlmon-cluster", cluster),
+)
+
+
+def render(board: Board) -> str:
+    """The dashboard's JSON text: sorted keys, two-space indent, a final newline."""
+    return JSONEncoder(sort_keys=True, indent=2).encode(board.build().build()) + "\n"
+
+
+def write_all(out_dir: Path) -> list[Path]:
+    """Write every dashboard to ``out_dir/<uid>.json``; returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for board in BOARDS:
+        path = out_dir / f"{board.uid}.json"
+        path.write_text(render(board), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def stale_files(out_dir: Path) -> list[str]:
+    """Names of the dashboards in ``out_dir`` that differ from (or lack) the generated JSON."""
+    stale = []
+    for board in BOARDS:
+        path = out_dir / f"{board.uid}.json"
+        try:
+            current = path.read_text(encoding="utf-8")
+        except OSError:
+            current = None
+        if current != render(board):
+            stale.append(path.name)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: write the dashboards, or ``--check`` that the committed ones are current."""
+    parser = argparse.ArgumentParser(
+        prog="python grafana/build.py",
+        description="Generate verl-monitor's Grafana dashboards (plain JSON for provisioning).",
+    )
+    parser.add_argument("--out", type=Path, default=DASHBOARD_DIR,
+                        help=f"folder to write <uid>.json into (default {DASHBOARD_DIR})")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a dashboard in --out is missing or out "
+                             "of date")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_files(args.out)
+        if stale:
+            print(f"out of date in {args.out}: {', '.join(stale)} "
+                  "(run: python grafana/build.py)", file=sys.stderr)
+            return 1
+        print(f"{len(BOARDS)} dashboards in {args.out} are up to date")
+        return 0
+    try:
+        paths = write_all(args.out)
+    except OSError as exc:
+        print(f"cannot write dashboards to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

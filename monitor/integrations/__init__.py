@@ -1,0 +1,1 @@
+"""Integrations with other tools (optional dependencies, imported only when used)."""

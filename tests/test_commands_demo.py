@@ -1,0 +1,58 @@
+"""``verl-monitor demo``: simulated run + exporter + dashboard, printed URLs, clean Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+
+CLI = [sys.executable, "-m", "monitor"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_demo_serves_dashboard_and_metrics_then_stops_on_ctrl_c(tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen([*CLI, "demo", "--speed", "20", "--port", str(port), "--dir",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert lines[0].strip() == f"verl-monitor demo: dashboard http://127.0.0.1:{port}"
+        metrics_url = lines[1].split("exporter metrics ", 1)[1].strip()
+        assert "Ctrl-C" in lines[3]
+        health = urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5)
+        assert health.read() == b"ok"
+        body = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+        assert "verlmon_gpu_utilization_ratio" in body
+        assert (tmp_path / "train.log").exists() and (tmp_path / "run.db").exists()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        for url in (f"http://127.0.0.1:{port}/_stcore/health", metrics_url):
+            try:
+                urllib.request.urlopen(url, timeout=2)
+            except OSError:
+                continue
+            raise AssertionError(f"{url} still answers after Ctrl-C")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_bad_speed_and_bad_dir_are_exit_2(tmp_path):
+    res = subprocess.run([*CLI, "demo", "--speed", "0"], capture_output=True, text=True,
+                         timeout=30)
+    assert res.returncode == 2 and "--speed" in res.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = subprocess.run([*CLI, "demo", "--dir", str(blocker / "sub")], capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 2 and "cannot use --dir" in res.stderr
+    assert res.stderr.count("\n") == 1

@@ -1,0 +1,182 @@
+"""gpu_imbalance, low_utilization and util_overstates_sm on small hand-made frames."""
+
+import numpy as np
+import pandas as pd
+
+from monitor.config import load_config
+from monitor.detect import make_context
+from monitor.detect.gpu_activity import (
+    detect_gpu_imbalance,
+    detect_low_utilization,
+    detect_util_overstates_sm,
+)
+from monitor.frames import empty_gpu_frame, empty_host_frame
+from monitor.records import TRAINING_PHASES
+from tests.detect_builders import make_gpu, make_host, make_steps
+
+
+def _ctx(steps, gpu, events=(), now=None, config=None):
+    return make_context(steps, gpu, make_host(gpu) if len(gpu) else empty_host_frame(),
+                        list(events), config or load_config(), now)
+
+
+def _slow_gpu(gpu_index, from_step, factor=0.35, node=None):
+    def edit(df):
+        sel = (df["gpu"] == gpu_index) & (df["step"] >= from_step) & (df["util"] > 20)
+        if node is not None:
+            sel &= df["node"] == node
+        df.loc[sel, "sm_active"] *= factor
+        df.loc[sel, "util"] *= 0.8
+    return edit
+
+
+def test_lagging_gpu_is_named_with_numbers_and_steps():
+    steps = make_steps(30)
+    gpu = make_gpu(steps, edit=_slow_gpu(3, 15))
+    flags = detect_gpu_imbalance(_ctx(steps, gpu))
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.scope["gpus"] == [3] and f.scope["node"] == "n0"
+    assert f.scope["steps"][0] == 15
+    assert "GPU 3" in f.evidence and "SM activity" in f.evidence and "peer median" in f.evidence
+    # opens after the persistence window, not at the first slow sample
+    assert f.start > steps[14].end_time - 1
+    assert f.end is None  # still lagging at the end of the data
+    assert any("trainer.balance_batch" in a for a in f.advice)
+
+
+def test_imbalance_closes_when_the_gpu_recovers():
+    steps = make_steps(40)
+
+    def edit(df):
+        sel = (df["gpu"] == 5) & df["step"].between(10, 20) & (df["util"] > 20)
+        df.loc[sel, "sm_active"] *= 0.3
+
+    flags = detect_gpu_imbalance(_ctx(steps, make_gpu(steps, edit=edit)))
+    assert len(flags) == 1 and flags[0].end is not None
+    assert flags[0].end <= steps[21].end_time
+    assert flags[0].severity in ("warning", "critical")
+
+
+def test_healthy_gpus_and_single_gpu_give_no_imbalance():
+    steps = make_steps(30)
+    assert detect_gpu_imbalance(_ctx(steps, make_gpu(steps))) == []
+    one = make_gpu(steps, n_gpus=1, edit=_slow_gpu(0, 10))
+    assert detect_gpu_imbalance(_ctx(steps, one)) == []
+
+
+def test_without_sm_activity_utilization_is_compared():
+    steps = make_steps(30)
+
+    def edit(df):
+        sel = (df["gpu"] == 2) & (df["step"] >= 12) & (df["util"] > 20)
+        df.loc[sel, "util"] *= 0.3
+
+    flags = detect_gpu_imbalance(_ctx(steps, make_gpu(steps, edit=edit, sm=False)))
+    assert len(flags) == 1 and flags[0].scope["gpus"] == [2]
+    assert "utilization" in flags[0].evidence and "SM activity" not in flags[0].evidence
+
+
+def test_a_whole_slow_node_is_flagged_as_the_node():
+    steps = make_steps(30)
+    gpu = make_gpu(steps, n_gpus=4, nodes=("n0", "n1", "n2"), edit=_slow_gpu_node("n1", 12))
+    flags = detect_gpu_imbalance(_ctx(steps, gpu))
+    assert len(flags) == 1
+    assert flags[0].scope["node"] == "n1" and "gpus" not in flags[0].scope
+    assert "Node n1" in flags[0].evidence
+
+
+def _slow_gpu_node(node, from_step):
+    def edit(df):
+        sel = (df["node"] == node) & (df["step"] >= from_step) & (df["util"] > 20)
+        df.loc[sel, "sm_active"] *= 0.35
+    return edit
+
+
+def test_low_utilization_in_training_phases_for_minutes():
+    steps = make_steps(30)
+
+    def edit(df):
+        sel = df["phase"].isin(TRAINING_PHASES) & (df["step"] >= 10)
+        df.loc[sel, "sm_active"] = 45.0
+        df.loc[sel, "util"] = 62.0
+
+    flags = detect_low_utilization(_ctx(steps, make_gpu(steps, edit=edit)))
+    assert len(flags) == 1
+    f = flags[0]
+    assert "45%" in f.evidence and "training phases" in f.evidence
+    assert f.start >= steps[12].end_time  # "for minutes": 120 s = four 30 s steps from step 10
+    assert f.severity == "warning"
+
+
+def test_low_activity_in_gen_only_is_not_low_utilization():
+    steps = make_steps(30)
+
+    def edit(df):
+        df.loc[df["phase"] == "gen", "sm_active"] = 30.0
+
+    assert detect_low_utilization(_ctx(steps, make_gpu(steps, edit=edit))) == []
+
+
+def test_very_low_activity_is_critical():
+    steps = make_steps(20)
+
+    def edit(df):
+        sel = df["phase"].isin(TRAINING_PHASES)
+        df.loc[sel, "sm_active"] = 20.0
+
+    flags = detect_low_utilization(_ctx(steps, make_gpu(steps, edit=edit)))
+    assert flags and flags[0].severity == "critical"
+
+
+def test_util_overstates_sm_names_the_phase():
+    steps = make_steps(30)
+
+    def edit(df):
+        sel = (df["phase"] == "update_actor") & (df["step"] >= 10)
+        df.loc[sel, "util"] = 92.0
+        df.loc[sel, "sm_active"] = 10.0
+
+    flags = detect_util_overstates_sm(_ctx(steps, make_gpu(steps, edit=edit)))
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.scope["phase"] == "update_actor" and f.scope["gpus"] == list(range(8))
+    assert "92% utilization" in f.evidence and "10% SM activity" in f.evidence
+    assert f.severity == "critical"
+
+
+def test_util_overstates_sm_needs_sm_activity():
+    steps = make_steps(20)
+
+    def edit(df):
+        df.loc[df["phase"] == "update_actor", "sm_active"] = 10.0
+
+    assert detect_util_overstates_sm(_ctx(steps, make_gpu(steps, edit=edit, sm=False))) == []
+    # healthy generation (util 93, SM 60) is not a tiny-kernel workload
+    assert detect_util_overstates_sm(_ctx(steps, make_gpu(steps))) == []
+
+
+def test_empty_inputs_and_no_steps():
+    assert make_context([], empty_gpu_frame(), empty_host_frame(), [], load_config()) is None
+    steps = make_steps(10)
+    ctx = _ctx(steps, empty_gpu_frame())
+    for fn in (detect_gpu_imbalance, detect_low_utilization, detect_util_overstates_sm):
+        assert fn(ctx) == []
+
+
+def test_gpu_data_without_any_log_uses_fixed_windows():
+    steps = make_steps(20)
+    gpu = make_gpu(steps, edit=_slow_gpu(6, 1, factor=0.2))
+    flags = detect_gpu_imbalance(_ctx([], gpu))
+    assert len(flags) == 1 and flags[0].scope["gpus"] == [6]
+    assert "steps" not in flags[0].scope
+
+
+def test_missing_phases_do_not_break_detection():
+    steps = make_steps(30, shares={"gen": 0.6, "update_actor": 0.4})
+    for s in steps[::3]:
+        s.phases = {}
+    gpu = make_gpu(steps, edit=_slow_gpu(1, 10))
+    flags = detect_gpu_imbalance(_ctx(steps, gpu))
+    assert [f.scope["gpus"] for f in flags] == [[1]]
+    assert isinstance(pd.DataFrame, type) and np.isfinite(flags[0].start)

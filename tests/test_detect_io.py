@@ -1,0 +1,69 @@
+"""io_starvation: GPU troughs with a pegged host, and unexplained step time that grows."""
+
+from monitor.config import load_config
+from monitor.detect import make_context
+from monitor.detect.io import detect_io_starvation
+from monitor.frames import empty_gpu_frame, empty_host_frame
+from monitor.records import TRAINING_PHASES
+from tests.detect_builders import make_gpu, make_host, make_steps
+
+
+def _ctx(steps, gpu, host):
+    return make_context(steps, gpu, host, [], load_config())
+
+
+def _troughs(from_step):
+    def edit(df):
+        busy = df["phase"].isin(TRAINING_PHASES + ("gen",)) & (df["step"] >= from_step)
+        trough = (df["ts"] % 3.0) < 1.0
+        df.loc[busy & trough, ["util", "sm_active"]] = [3.0, 1.0]
+    return edit
+
+
+def _pegged(after):
+    def edit(h):
+        h.loc[h["ts"] >= after, "cpu_max_core_pct"] = 99.5
+        h.loc[h["ts"] >= after, "iowait_pct"] = 30.0
+    return edit
+
+
+def test_troughs_while_a_core_is_pegged():
+    steps = make_steps(30)
+    gpu = make_gpu(steps, edit=_troughs(12))
+    host = make_host(gpu, edit=_pegged(steps[10].end_time))
+    flags = detect_io_starvation(_ctx(steps, gpu, host))
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.scope["steps"][0] == 12
+    assert "busiest CPU core averaged 100%" in f.evidence and "iowait 30%" in f.evidence
+    assert any("data.dataloader_num_workers" in a for a in f.advice)
+
+
+def test_troughs_with_an_idle_host_or_a_busy_host_alone_are_not_starvation():
+    steps = make_steps(30)
+    gpu = make_gpu(steps, edit=_troughs(12))
+    assert detect_io_starvation(_ctx(steps, gpu, make_host(gpu))) == []
+    healthy = make_gpu(steps)
+    assert detect_io_starvation(_ctx(steps, healthy, make_host(
+        healthy, edit=_pegged(steps[10].end_time)))) == []
+    # no host samples at all: only the step-time rule can speak
+    assert detect_io_starvation(_ctx(steps, gpu, empty_host_frame())) == []
+
+
+def test_a_growing_share_of_unexplained_step_time():
+    def edit(i, ph):
+        if i >= 15:
+            ph["other"] = 1.5 + 0.9 * (i - 14)
+
+    steps = make_steps(35, edit=edit)
+    flags = detect_io_starvation(_ctx(steps, empty_gpu_frame(), empty_host_frame()))
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.scope["phase"] == "other"
+    assert "went to no logged phase" in f.evidence
+    assert f.severity == "critical"  # it ends above 30% of the step
+
+
+def test_a_constant_other_share_is_the_runs_normal():
+    steps = make_steps(30, shares={"gen": 0.5, "update_actor": 0.25, "other": 0.25})
+    assert detect_io_starvation(_ctx(steps, empty_gpu_frame(), empty_host_frame())) == []

@@ -1,0 +1,102 @@
+"""step_time_spikes and throughput_regression on hand-made steps."""
+
+from monitor.config import load_config
+from monitor.detect import make_context
+from monitor.detect.steps import detect_step_time_spikes, detect_throughput_regression, period_of
+from monitor.frames import empty_gpu_frame, empty_host_frame
+from tests.detect_builders import make_steps
+
+
+def _ctx(steps):
+    return make_context(steps, empty_gpu_frame(), empty_host_frame(), [], load_config())
+
+
+def _jitter(i):
+    return 1.0 + 0.01 * ((i * 7) % 5 - 2)
+
+
+def test_periodic_spikes_are_flagged_with_their_period():
+    def edit(i, ph):
+        ph["gen"] *= _jitter(i)
+        if i >= 10 and i % 5 == 0:
+            ph["update_actor"] *= 2.6
+
+    steps = make_steps(40, edit=edit)
+    flags = detect_step_time_spikes(_ctx(steps))
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.scope["period_steps"] == 5
+    assert "periodic, every 5 steps" in f.evidence
+    assert f.scope["steps"][0] == 10
+    # opens once the second spike (step 15) is confirmed by a normal step 16
+    assert f.start == steps[15].end_time
+    assert any("trainer.save_freq" in a for a in f.advice)
+
+
+def test_a_lasting_change_of_level_is_not_a_spike():
+    def edit(i, ph):
+        ph["gen"] *= _jitter(i) * (1.6 if i >= 15 else 1.0)
+
+    assert detect_step_time_spikes(_ctx(make_steps(40, edit=edit))) == []
+
+
+def test_one_outlier_is_not_a_pattern_and_checkpoint_steps_are_expected():
+    def edit(i, ph):
+        ph["gen"] *= _jitter(i)
+        if i == 20:
+            ph["update_actor"] *= 3
+        if i % 10 == 0:
+            ph["save_checkpoint"] = 40.0  # periodic by design: left out of the step time
+
+    assert detect_step_time_spikes(_ctx(make_steps(40, edit=edit))) == []
+
+
+def test_irregular_spikes_say_so():
+    def edit(i, ph):
+        ph["gen"] *= _jitter(i)
+        if i in (12, 19, 21 + 2, 31):
+            ph["update_actor"] *= 3
+
+    flags = detect_step_time_spikes(_ctx(make_steps(40, edit=edit)))
+    assert len(flags) == 1 and "irregular" in flags[0].evidence
+    assert flags[0].severity == "warning"
+
+
+def test_period_of():
+    assert period_of([5, 10, 15, 20]) == 5
+    assert period_of([3, 4, 9, 20]) is None
+    assert period_of([5, 10]) is None
+
+
+def test_throughput_drop_against_the_runs_baseline():
+    steps = make_steps(40, throughput=lambda i: 1000.0 * _jitter(i) * (0.7 if i >= 20 else 1.0))
+    flags = detect_throughput_regression(_ctx(steps))
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.scope["steps"][0] == 20 and f.end is None
+    assert "30% below" in f.evidence and "tokens/s" in f.evidence
+    assert f.start == steps[21].end_time  # three steps of persistence
+    assert f.severity == "warning"
+
+
+def test_small_drops_and_recoveries():
+    steps = make_steps(40, throughput=lambda i: 1000.0 * (0.9 if i >= 20 else 1.0))
+    assert detect_throughput_regression(_ctx(steps)) == []
+    steps = make_steps(40, throughput=lambda i: 1000.0 * (0.5 if 20 <= i < 26 else 1.0))
+    flags = detect_throughput_regression(_ctx(steps))
+    assert len(flags) == 1 and flags[0].end is not None and flags[0].severity == "critical"
+
+
+def test_without_token_counts_the_step_rate_is_used():
+    def edit(i, ph):
+        ph["gen"] *= 2.0 if i >= 20 else 1.0
+
+    steps = make_steps(40, edit=edit, throughput=lambda i: None)
+    flags = detect_throughput_regression(_ctx(steps))
+    assert len(flags) == 1 and "steps/h" in flags[0].evidence
+    assert "no token counts" in flags[0].evidence
+
+
+def test_too_few_steps_for_a_baseline():
+    assert detect_throughput_regression(_ctx(make_steps(8))) == []
+    assert detect_step_time_spikes(_ctx(make_steps(3))) == []

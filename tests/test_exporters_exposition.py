@@ -1,0 +1,128 @@
+"""Exposition: per-collector isolation, health series, and the fast text formatter."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from argparse import Namespace
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import exposition as pe
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+)
+
+from exporters.collectors.nccl import NcclCollector
+from exporters.exposition import Exposition, _Families, format_families
+from exporters.registry import BaseCollector, ExporterContext
+from exporters.sampling import SampledCollector
+from exporters.window import RollingWindow
+
+FIXTURE = Path(__file__).parent / "fixtures" / "nccl_inspector" / "gpu-node-01-pid4242.log"
+
+
+class Exploding(BaseCollector):
+    name = "exploding"
+
+    def collect(self):
+        yield GaugeMetricFamily("verlmon_test_partial", "written before the failure", value=1)
+        raise RuntimeError("sensor fell off")
+
+
+class FailingSampler(SampledCollector):
+    name = "failing"
+
+    def sample(self):
+        raise OSError("device busy")
+
+
+class Fine(BaseCollector):
+    name = "fine"
+
+    def collect(self):
+        yield GaugeMetricFamily("verlmon_test_fine", "a healthy collector", value=42)
+
+
+def exposition(tmp_path, store=None) -> Exposition:
+    shutil.copy(FIXTURE, tmp_path / FIXTURE.name)
+    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow(),
+                          options=Namespace(nccl_dir=str(tmp_path)))
+    nccl = NcclCollector(ctx)
+    nccl.sample_once()
+    failing = FailingSampler(ctx)
+    failing.sample_once()
+    return Exposition({"nccl": nccl, "exploding": Exploding(ctx), "failing": failing,
+                       "fine": Fine(ctx)}, node="n0", version="9.9", backend="sim", store=store)
+
+
+def one_scrape(collector) -> dict:
+    """Every sample of one collect() call, keyed by (name, sorted label items)."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in collector.collect() for s in fam.samples}
+
+
+def promtool(text: bytes) -> subprocess.CompletedProcess:
+    return subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                          timeout=60)
+
+
+def test_a_raising_collector_is_reported_and_the_rest_served(tmp_path):
+    exp = exposition(tmp_path)
+    text = exp.render()
+    assert b"verlmon_test_fine 42.0" in text
+    assert b"verlmon_nccl_operations_total" in text
+    assert b"verlmon_test_partial" not in text  # a half-built collector is dropped whole
+    values = one_scrape(exp)
+
+    def get(name, labels=None):
+        return values.get((name, tuple(sorted((labels or {}).items()))))
+
+    assert get("verlmon_collector_success", {"collector": "exploding"}) == 0
+    assert get("verlmon_collector_success", {"collector": "failing"}) == 0
+    assert get("verlmon_collector_success", {"collector": "fine"}) == 1
+    assert get("verlmon_collector_success", {"collector": "nccl"}) == 1
+    assert get("verlmon_collector_errors_total", {"collector": "exploding"}) == 2  # 2 scrapes
+    assert get("verlmon_collector_errors_total", {"collector": "failing"}) == 1
+    assert get("verlmon_collector_duration_seconds", {"collector": "nccl"}) >= 0
+    assert get("verlmon_build_info", {"version": "9.9"}) == 1
+    assert get("verlmon_node_info", {"node": "n0", "backend": "sim"}) == 1
+    assert get("verlmon_store_up") is None  # no store, no store series
+    result = promtool(text)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_store_health_series(tmp_path):
+    class Store:
+        up = False
+        write_errors = 3
+
+    reg = CollectorRegistry()
+    reg.register(exposition(tmp_path, store=Store()))
+    assert reg.get_sample_value("verlmon_store_up") == 0
+    assert reg.get_sample_value("verlmon_store_write_errors_total") == 3
+
+
+def test_fast_formatter_matches_prometheus_client():
+    gauge = GaugeMetricFamily("verlmon_x", 'help with \\ and\nnewline', labels=["a", "b"])
+    gauge.add_metric(['q"uote', "back\\slash\nnl"], 0.5)
+    gauge.add_metric(["z", "y"], float("nan"))
+    gauge.add_metric(["inf", "y"], float("inf"))
+    gauge.add_metric(["neg", "y"], float("-inf"))
+    families = [
+        gauge,
+        GaugeMetricFamily("verlmon_big", "large values", value=1.50754820096e11),
+        GaugeMetricFamily("verlmon_mid", "six digits", value=123456.0),
+        GaugeMetricFamily("verlmon_seven", "seven digits", value=1234567.0),
+        GaugeMetricFamily("verlmon_round", "a round large number", value=1e7),
+        GaugeMetricFamily("verlmon_small", "tiny", value=1.5e-9),
+        GaugeMetricFamily("verlmon_negative", "negative", value=-12345678.5),
+        GaugeMetricFamily("verlmon_int", "an int", value=3),
+        CounterMetricFamily("verlmon_c", "a counter", labels=["k"]),
+        InfoMetricFamily("verlmon_i", "info", value={"version": "1"}),
+        GaugeMetricFamily("verlmon_empty", "no samples", labels=["k"]),
+    ]
+    families[8].add_metric(["v"], 7)
+    assert format_families(families) == pe.generate_latest(_Families(families))

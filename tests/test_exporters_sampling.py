@@ -1,0 +1,67 @@
+"""Background sampling: a thread per collector, errors counted and logged once, clean stop."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from exporters.registry import ExporterContext
+from exporters.sampling import SampledCollector
+from exporters.window import RollingWindow
+
+
+class Flaky(SampledCollector):
+    name = "flaky"
+
+    def __init__(self, ctx, fail_first: int) -> None:
+        super().__init__(ctx)
+        self.calls = 0
+        self.fail_first = fail_first
+        self.closed = False
+
+    def sample(self) -> None:
+        self.calls += 1
+        if self.calls <= self.fail_first:
+            raise OSError("sensor busy")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def ctx(interval: float = 0.1) -> ExporterContext:
+    return ExporterContext(node="n0", interval=interval, window=RollingWindow())
+
+
+def wait_for(check, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.02)
+
+
+def test_samples_repeatedly_in_the_background_and_stops():
+    col = Flaky(ctx(), fail_first=0)
+    col.start()
+    assert col.calls >= 1  # the first sample happens in start(): metrics from the first scrape
+    wait_for(lambda: col.calls >= 4)
+    col.stop()
+    calls = col.calls
+    assert col.closed
+    time.sleep(0.3)
+    assert col.calls == calls  # really stopped
+    assert col.healthy() and col.errors == 0 and col.samples == calls
+
+
+def test_errors_are_counted_logged_once_and_recovery_clears_them(caplog):
+    col = Flaky(ctx(), fail_first=3)
+    with caplog.at_level(logging.INFO, logger="verl_monitor.exporter"):
+        for _ in range(3):
+            assert not col.sample_once()
+        assert not col.healthy()
+        assert col.last_error == "OSError: sensor busy"
+        assert col.errors == 3
+        assert col.sample_once()
+    assert col.healthy() and col.last_error is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "flaky" in warnings[0].getMessage()
+    assert any("works again" in r.getMessage() for r in caplog.records)
