@@ -160,7 +160,7 @@ def persistence_seconds(kind: str, step_s: float) -> float:
     if "open_after_steps" in sec:
         windows = float(sec["open_after_steps"])
     elif "open_after_s" in sec:
-        windows = max(1.0, math.ceil(float(sec["open_after_s"]) / step_s - 1e-9))
+        windows = max(1.0, math.floor(float(sec["open_after_s"]) / step_s + 0.5))
     if kind == "stalled":
         return max(float(sec["median_multiple"]) * step_s, float(sec["min_seconds"]))
     if kind == "oom":
@@ -289,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cases = build_cases(seeds, args.quick, steps, not args.no_extras)
     if args.scenario:
+        unknown = sorted(set(args.scenario) - set(scenario_names()))
+        if unknown:
+            print(f"detection.py: unknown scenario(s) {', '.join(unknown)}; valid: "
+                  f"{', '.join(scenario_names())}", file=sys.stderr)
+            return 2
         cases = [c for c in cases if c.scenario in set(args.scenario)]
     t0 = time.perf_counter()
     if args.jobs > 1:

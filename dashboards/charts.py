@@ -117,18 +117,20 @@ def phase_stacked_bars(steps: pd.DataFrame, last: int = 60) -> go.Figure:
 
 
 def gpu_heatmap(gpu: pd.DataFrame, column: str, title: str, scale: float = 1.0,
-                zmax: float | None = 100.0, colorscale: str = "Viridis") -> go.Figure:
-    """GPU x time heat map of one column (rows ``node/gpu``)."""
+                zmax: float | None = 100.0, colorscale: str = "Viridis",
+                highlight: set[str] | None = None) -> go.Figure:
+    """GPU x time heat map of one column (rows ``node/gpu``); rows in ``highlight`` are
+    marked "LOW" in red beside their label."""
     if gpu.empty or column not in gpu.columns or gpu[column].isna().all():
         return empty_figure(title)
     df = gpu.assign(row=gpu["node"].astype(str) + "/" + gpu["gpu"].astype(str))
-    grid = df.pivot_table(index="row", columns="ts", values=column, aggfunc="mean")
+    grid = df.groupby(["row", "ts"], sort=False)[column].mean().unstack("ts")
     grid = grid.reindex(sorted(grid.index, key=_natural_key))
     fig = go.Figure(
         go.Heatmap(
             z=grid.to_numpy() * scale,
-            x=to_time(grid.columns.to_numpy()),
-            y=list(grid.index),
+            x=to_time(grid.columns.to_numpy()).to_numpy(),
+            y=np.asarray(grid.index, dtype=object),
             zmin=0,
             zmax=zmax,
             colorscale=colorscale,
@@ -137,6 +139,10 @@ def gpu_heatmap(gpu: pd.DataFrame, column: str, title: str, scale: float = 1.0,
         )
     )
     fig.update_yaxes(title="node/gpu", autorange="reversed", type="category")
+    for row in sorted(highlight or ()):
+        if row in grid.index:
+            fig.add_annotation(x=0, xref="paper", y=row, yref="y", text="LOW", showarrow=False,
+                               xanchor="right", xshift=-48, font={"color": "#D62728", "size": 10})
     height = 120 + 18 * min(len(grid.index), 40)
     return _layout(fig, title, height=max(height, 240), key=f"heat_{column}")
 
@@ -145,10 +151,10 @@ def node_heatmap(frame: pd.DataFrame, title: str = "Mean GPU utilization by node
     """Node x time heat map of the per-node mean utilization (``ts, node, util``)."""
     if frame.empty:
         return empty_figure(title)
-    grid = frame.pivot_table(index="node", columns="ts", values="util", aggfunc="mean")
+    grid = frame.groupby(["node", "ts"], sort=False)["util"].mean().unstack("ts")
     grid = grid.reindex(sorted(grid.index, key=_natural_key))
-    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=to_time(grid.columns.to_numpy()),
-                               y=list(grid.index), zmin=0, zmax=100, colorscale="Viridis",
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=to_time(grid.columns.to_numpy()).to_numpy(),
+                               y=np.asarray(grid.index, dtype=object), zmin=0, zmax=100, colorscale="Viridis",
                                colorbar={"thickness": 10},
                                hovertemplate="%{y}<br>%{x}<br>%{z:.1f}%<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
@@ -176,12 +182,12 @@ def phase_attribution_bars(summary: pd.DataFrame, phases: list[str] | None = Non
     return _layout(fig, title, key="attrib")
 
 
-def step_timeline(timeline: pd.DataFrame, gpu: pd.DataFrame) -> go.Figure:
+def step_timeline(timeline: pd.DataFrame, fleet: pd.DataFrame) -> go.Figure:
     """Phases of the last steps laid out in time (one bar per phase), GPU activity overlaid.
 
     ``timeline`` is ``phase_timeline`` output (step, phase, start, end), drawn as coloured
-    bands; ``gpu`` a GPU frame over the same window: the mean and the lowest GPU utilization
-    are drawn over the bands.
+    bands; ``fleet`` (``ts, util_mean, util_min``) over the same window: the mean and the
+    lowest GPU utilization are drawn over the bands.
     """
     title = "Steps laid out in time, with GPU activity"
     if timeline.empty:
@@ -204,12 +210,11 @@ def step_timeline(timeline: pd.DataFrame, gpu: pd.DataFrame) -> go.Figure:
                 "%{customdata[1]:.1f} s<extra></extra>",
             )
         )
-    if gpu is not None and not gpu.empty:
-        mean = gpu.groupby("ts")["util"].mean()
-        low = gpu.groupby("ts")["util"].min()
-        fig.add_trace(go.Scatter(x=to_time(mean.index), y=mean.to_numpy(), name="GPU util mean",
-                                 line={"color": "#111", "width": 2}))
-        fig.add_trace(go.Scatter(x=to_time(low.index), y=low.to_numpy(), name="GPU util lowest",
+    if fleet is not None and not fleet.empty:
+        fig.add_trace(go.Scatter(x=to_time(fleet["ts"]), y=fleet["util_mean"],
+                                 name="GPU util mean", line={"color": "#111", "width": 2}))
+        fig.add_trace(go.Scatter(x=to_time(fleet["ts"]), y=fleet["util_min"],
+                                 name="GPU util lowest",
                                  line={"color": "#B00020", "width": 1.5, "dash": "dot"}))
     fig.update_layout(barmode="overlay", bargap=0)
     fig.update_xaxes(type="date")
@@ -287,8 +292,12 @@ def node_skew(nccl: pd.DataFrame) -> go.Figure:
 
 
 def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
-                  steps: pd.DataFrame) -> go.Figure:
-    """The chart that shows why a flag fired, zoomed to its window (frames already cut)."""
+                  steps: pd.DataFrame, fleet: pd.DataFrame | None = None) -> go.Figure:
+    """The chart that shows why a flag fired, zoomed to its window (frames already cut).
+
+    ``gpu`` holds the flag's node's GPUs (or is empty on a large cluster when the flag names no
+    node; ``fleet`` then stands in with the mean and lowest utilization across GPUs).
+    """
     kind = flag.kind
     title = f"{kind}: evidence"
     gpus = set(flag.scope.get("gpus") or [])
@@ -297,17 +306,18 @@ def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
         for col, name in (("iowait_pct", "iowait %"), ("cpu_max_core_pct", "busiest core %")):
             if col in host.columns and host[col].notna().any():
                 fig.add_trace(go.Scatter(x=to_time(host["ts"]), y=host[col], name=name))
-        if gpu is not None and not gpu.empty:
-            mean = gpu.groupby("ts")["util"].mean()
-            fig.add_trace(go.Scatter(x=to_time(mean.index), y=mean.to_numpy(),
+        if fleet is not None and not fleet.empty:
+            fig.add_trace(go.Scatter(x=to_time(fleet["ts"]), y=fleet["util_mean"],
                                      name="GPU util mean %", line={"dash": "dot"}))
     elif kind in ("reshard_spike",) and "reshard" in steps.columns:
-        return reshard_vs_median(steps).update_layout(title=title, uirevision=f"flag_{kind}")
+        return _shade_steps(reshard_vs_median(steps), flag, steps, title)
     elif kind in ("step_time_spikes", "throughput_regression", "phase_imbalance", "rollout_wait",
                   "rollout_long_tail") and not steps.empty:
         if kind == "throughput_regression":
-            return throughput_trend(steps).update_layout(title=title)
-        return step_time_trend(steps).update_layout(title=title)
+            return _shade_steps(throughput_trend(steps), flag, steps, title)
+        if kind in ("phase_imbalance", "rollout_wait"):
+            return _shade_steps(phase_stacked_bars(steps), flag, steps, title)
+        return _shade_steps(step_time_trend(steps), flag, steps, title)
     elif kind == "comm_heavy" and not steps.empty and "comm" in steps.columns:
         return comm_share(steps, pd.DataFrame()).update_layout(title=title)
     elif kind in ("memory_pressure", "oom") and gpu is not None and not gpu.empty:
@@ -332,10 +342,33 @@ def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
                 fig.add_trace(go.Scatter(x=to_time(part["ts"]), y=part["sm_active"],
                                          name=f"{node}/{idx} SM active", line={"dash": "dot"}))
         fig.update_yaxes(title="util %", range=[0, 105])
+    elif fleet is not None and not fleet.empty:
+        for col, name in (("util_mean", "GPU util mean %"), ("util_min", "lowest GPU util %")):
+            fig.add_trace(go.Scatter(x=to_time(fleet["ts"]), y=fleet[col], name=name))
+        fig.update_yaxes(title="util %", range=[0, 105])
     if not fig.data:
         return empty_figure(title, "no samples in the flag's window")
     _shade(fig, flag)
     return _layout(fig, title, height=280, key=f"flag_{kind}")
+
+
+def _shade_steps(fig: go.Figure, flag: Flag, steps: pd.DataFrame, title: str) -> go.Figure:
+    """Shade the steps a flag covers on a per-step chart (its scope's steps, else the steps
+    that ended while it was open)."""
+    span = flag.scope.get("steps")
+    if span and len(span) >= 2:
+        lo, hi = float(span[0]), float(span[-1])
+    elif "end_time" in steps.columns and not steps.empty:
+        end = flag.end if flag.end is not None else float("inf")
+        inside = steps[(steps["end_time"] >= flag.start) & (steps["end_time"] <= end)]
+        if inside.empty:
+            return fig.update_layout(title=title)
+        lo, hi = float(inside["step"].min()), float(inside["step"].max())
+    else:
+        return fig.update_layout(title=title)
+    fig.add_vrect(x0=lo - 0.5, x1=hi + 0.5, line_width=0, opacity=0.12,
+                  fillcolor=SEVERITY_COLORS.get(flag.severity, "#888"))
+    return fig.update_layout(title=title, uirevision=f"flag_{flag.kind}")
 
 
 def _shade(fig: go.Figure, flag: Flag) -> None:

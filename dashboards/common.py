@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import streamlit as st
@@ -186,13 +186,35 @@ def load_host(key: str, start: float, end: float, max_points: int = MAX_POINTS,
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
 def load_steps(key: str, start: float | None, end: float | None) -> list[StepRecord]:
-    """Steps that ended in the window."""
-    return get_source().steps(start, end)
+    """Steps that ended in the window, without their raw metrics dict (the pages read only
+    phases, totals and throughput; this keeps the cached value small to copy)."""
+    return [replace(s, metrics={}) for s in get_source().steps(start, end)]
 
 
 def steps_frame(steps: list[StepRecord]) -> pd.DataFrame:
     """Steps as a flat frame (see ``steps_to_frame``)."""
     return steps_to_frame(steps)
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+def load_steps_frame(key: str, start: float | None, end: float | None) -> pd.DataFrame:
+    """Steps of the window as a flat frame (cached)."""
+    return steps_to_frame(load_steps(key, start, end))
+
+
+@st.cache_data(ttl=120, show_spinner=False, max_entries=32)
+def load_attribution(key: str, start: float, end: float, last_step_end: float,
+                     node: str | None = None, n_steps: int = 20) -> pd.DataFrame:
+    """Per phase and GPU utilization over the last ``n_steps`` steps (``phase_summary``);
+    recomputed only when a new step has arrived (``last_step_end`` is part of the key)."""
+    from monitor.analysis.attribution import attribute, phase_summary
+
+    recent = load_steps(key, start, end)[-n_steps:]
+    if not recent or recent[0].end_time is None:
+        return pd.DataFrame()
+    a_start = min(s.end_time - (s.total or 0) for s in recent if s.end_time) - 1
+    fine = load_gpu(key, max(a_start, start), end, MAX_POINTS, node)
+    return phase_summary(attribute(recent, fine))
 
 
 @st.cache_data(ttl=5, show_spinner=False, max_entries=64)
@@ -218,6 +240,13 @@ def load_node_summary(key: str, start: float, end: float) -> pd.DataFrame:
 def load_node_frame(key: str, start: float, end: float, max_points: int = 300) -> pd.DataFrame:
     """Per-node mean utilization over time."""
     return get_source().node_frame(start, end, max_points)
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+def load_fleet(key: str, start: float, end: float, max_points: int = MAX_POINTS,
+               node: str | None = None) -> pd.DataFrame:
+    """Mean and lowest GPU utilization across GPUs (or one node's) over time."""
+    return get_source().fleet_frame(start, end, max_points, node)
 
 
 @st.cache_data(ttl=10, show_spinner=False, max_entries=8)
@@ -249,11 +278,13 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def flag_title(flag: Flag) -> str:
-    """"[WARNING] io_starvation - node=n0 - 10:02:03 -> open"."""
+def flag_title(flag: Flag, severity: bool = True) -> str:
+    """"[WARNING] io_starvation - node=n0 - 10:02:03 -> open" (without the severity prefix
+    when ``severity`` is False)."""
     scope = flag.scope_label
     span = f"{fmt_time(flag.start)} -> {fmt_time(flag.end)}"
-    return f"[{flag.severity.upper()}] {flag.kind}" + (f" - {scope}" if scope else "") + f" - {span}"
+    head = f"[{flag.severity.upper()}] {flag.kind}" if severity else flag.kind
+    return head + (f" - {scope}" if scope else "") + f" - {span} UTC"
 
 
 def settings() -> Settings:
@@ -263,6 +294,24 @@ def settings() -> Settings:
     window = window if window in WINDOWS else "1 h"
     refresh = refresh if refresh in REFRESHES else "5 s"
     return Settings(WINDOWS[window], REFRESHES[refresh], window, refresh)
+
+
+def live_panel(settings: Settings):
+    """Decorator: run the page's data panels as a fragment that reruns every refresh interval,
+    and end them with the server time that rerun took (what a live refresh costs)."""
+
+    def deco(fn):
+        @st.fragment(run_every=settings.refresh_s)
+        def panel() -> None:
+            t0 = time.perf_counter()
+            fn()
+            st.caption(f"Refreshed in {time.perf_counter() - t0:.3f} s of server time.",
+                       help="Time this page's data panels took to query and draw on the server.")
+
+        panel.__name__ = panel.__qualname__ = f"live_{fn.__module__}"
+        return panel
+
+    return deco
 
 
 def source_error(exc: Exception) -> None:

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pandas as pd
+from detect_builders import make_gpu, make_steps
 
 from monitor.analysis.attribution import attribute, phase_summary, phase_timeline
 from monitor.records import StepRecord
-from tests.detect_builders import make_gpu, make_steps
 
 
 def test_phases_end_at_the_step_end_in_verl_order_with_other_last():

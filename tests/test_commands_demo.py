@@ -56,3 +56,20 @@ def test_bad_speed_and_bad_dir_are_exit_2(tmp_path):
                          text=True, timeout=30)
     assert res.returncode == 2 and "cannot use --dir" in res.stderr
     assert res.stderr.count("\n") == 1
+
+
+def test_demo_with_prometheus_points_the_dashboard_there(tmp_path):
+    port, prom_port = _free_port(), _free_port()
+    prom = f"http://127.0.0.1:{prom_port}"
+    proc = subprocess.Popen([*CLI, "demo", "--speed", "20", "--port", str(port), "--dir",
+                             str(tmp_path), "--prometheus", prom], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert f"dashboard source {prom}" in lines[2]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)

@@ -158,3 +158,16 @@ def test_window_selection_comes_from_the_url(monkeypatch, store):
     at = _app(monkeypatch, window="15 min", VERLMON_STORE=store)
     assert at.selectbox(key="window").value == "15 min"
     assert "(15 min)" in at.caption[-1].value or any("15 min" in c.value for c in at.caption)
+
+
+def test_gpus_page_warns_about_a_straggling_gpu(monkeypatch, tmp_path):
+    path = tmp_path / "imbalance.db"
+    build_store(path, scenario="gpu_imbalance", steps=30, step_seconds=12.0, end_time=END,
+                detect=False, nccl=False)
+    at = _app(monkeypatch, "gpus", VERLMON_STORE=path)
+    warning = " ".join(w.value for w in at.warning)
+    table = _table(at, "vs_peers")
+    lagging = table[table["status"] == "below peers"]
+    assert len(lagging) >= 1
+    for row in lagging.itertuples():
+        assert f"{row.node}/GPU {row.gpu}" in warning

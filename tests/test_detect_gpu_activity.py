@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+from detect_builders import make_gpu, make_host, make_steps
 
 from monitor.config import load_config
 from monitor.detect import make_context
@@ -12,7 +13,6 @@ from monitor.detect.gpu_activity import (
 )
 from monitor.frames import empty_gpu_frame, empty_host_frame
 from monitor.records import TRAINING_PHASES
-from tests.detect_builders import make_gpu, make_host, make_steps
 
 
 def _ctx(steps, gpu, events=(), now=None, config=None):

@@ -1,6 +1,7 @@
 """memory_pressure, oom, gpu_fault and stalled on hand-made frames and events."""
 
 import numpy as np
+from detect_builders import CAPACITY, make_gpu, make_steps
 
 from monitor.config import load_config
 from monitor.detect import make_context
@@ -12,7 +13,6 @@ from monitor.detect.health import (
 )
 from monitor.frames import empty_gpu_frame, empty_host_frame
 from monitor.records import TRAINING_PHASES, Event
-from tests.detect_builders import CAPACITY, make_gpu, make_steps
 
 
 def _ctx(steps, gpu=None, events=(), now=None):

@@ -1,11 +1,12 @@
 """io_starvation: GPU troughs with a pegged host, and unexplained step time that grows."""
 
+from detect_builders import make_gpu, make_host, make_steps
+
 from monitor.config import load_config
 from monitor.detect import make_context
 from monitor.detect.io import detect_io_starvation
 from monitor.frames import empty_gpu_frame, empty_host_frame
 from monitor.records import TRAINING_PHASES
-from tests.detect_builders import make_gpu, make_host, make_steps
 
 
 def _ctx(steps, gpu, host):

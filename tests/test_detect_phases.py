@@ -1,11 +1,12 @@
 """phase_imbalance, comm_heavy and reshard_spike on hand-made steps and frames."""
 
+from detect_builders import make_gpu, make_steps
+
 from monitor.config import load_config
 from monitor.detect import make_context
 from monitor.detect.phases import detect_comm_heavy, detect_phase_imbalance, detect_reshard_spike
 from monitor.frames import empty_gpu_frame, empty_host_frame
 from monitor.records import Event
-from tests.detect_builders import make_gpu, make_steps
 
 SHARES = {"gen": 0.45, "reward": 0.02, "old_log_prob": 0.08, "ref": 0.07, "values": 0.05,
           "update_critic": 0.06, "update_actor": 0.22, "reshard": 0.03, "other": 0.02}

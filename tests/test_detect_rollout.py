@@ -1,10 +1,11 @@
 """rollout_long_tail and rollout_wait on hand-made steps and frames."""
 
+from detect_builders import make_gpu, make_steps
+
 from monitor.config import load_config
 from monitor.detect import make_context
 from monitor.detect.rollout import detect_rollout_long_tail, detect_rollout_wait
 from monitor.frames import empty_gpu_frame, empty_host_frame
-from tests.detect_builders import make_gpu, make_steps
 
 SLOWEST = "timing_s/agent_loop/slowest/generate_sequences"
 MEAN = "timing_s/agent_loop/generate_sequences/mean"

@@ -1,6 +1,7 @@
 """run_all end to end: a simulated run written to disk, parsed, read back and judged."""
 
 import pytest
+from detect_builders import make_gpu, make_host, make_steps
 
 from monitor.config import load_config
 from monitor.detect import DETECTORS, run_all
@@ -8,7 +9,6 @@ from monitor.frames import empty_gpu_frame, empty_host_frame, read_gpu_frame, re
 from monitor.logs.parse import parse_file
 from monitor.records import FLAG_KINDS, SEVERITIES
 from monitor.sim.engine import SimRun
-from tests.detect_builders import make_gpu, make_host, make_steps
 
 
 def _through_files(tmp_path, scenario, **kw):
@@ -113,3 +113,20 @@ def test_frames_missing_optional_columns_still_work():
     flags = run_all(steps, gpu, host, [])
     assert [(f.kind, f.scope.get("gpus")) for f in flags] == [("gpu_imbalance", [2])]
     assert "utilization" in flags[0].evidence
+
+
+@pytest.mark.parametrize("kind", FLAG_KINDS)
+def test_each_detector_copes_with_partial_inputs(kind):
+    from monitor.detect import make_context
+
+    steps = make_steps(3)
+    gpu = make_gpu(steps, n_gpus=1, sm=False)
+    detector = DETECTORS[kind]
+    cases = [
+        (steps, empty_gpu_frame(), empty_host_frame()),   # log only
+        ([], gpu, make_host(gpu)),                         # telemetry only
+        (steps[:1], gpu.iloc[:1], empty_host_frame()),    # one step, one sample
+    ]
+    for s, g, h in cases:
+        ctx = make_context(s, g, h, [], load_config())
+        assert detector(ctx) == []

@@ -1,10 +1,11 @@
 """step_time_spikes and throughput_regression on hand-made steps."""
 
+from detect_builders import make_steps
+
 from monitor.config import load_config
 from monitor.detect import make_context
 from monitor.detect.steps import detect_step_time_spikes, detect_throughput_regression, period_of
 from monitor.frames import empty_gpu_frame, empty_host_frame
-from tests.detect_builders import make_steps
 
 
 def _ctx(steps):

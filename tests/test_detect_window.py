@@ -2,10 +2,10 @@
 
 import numpy as np
 import pandas as pd
+from detect_builders import make_gpu, make_steps
 
 from monitor.detect import window as W
 from monitor.records import Event, StepRecord
-from tests.detect_builders import make_gpu, make_steps
 
 
 def test_step_frame_sorts_dedups_and_fills_totals():

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -445,13 +448,27 @@ def test_missing_file_is_one_line_error_naming_it(tmp_path: Path) -> None:
         parse_file(tmp_path)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
 def test_unreadable_file_is_a_log_read_error(tmp_path: Path) -> None:
+    """A file the user may not read is one clear line. Root reads anything, so as root (CI)
+    the check runs in a child process without the DAC-override capabilities (setpriv)."""
     path = tmp_path / "secret.log"
     path.write_text("step:1 - a:1\n")
     path.chmod(0)
-    with pytest.raises(LogReadError, match="permission denied"):
-        parse_file(path)
+    if os.geteuid() != 0:
+        with pytest.raises(LogReadError, match="permission denied"):
+            parse_file(path)
+        return
+    code = ("import sys\nfrom monitor.logs.parse import LogReadError, parse_file\n"
+            "try:\n    parse_file(sys.argv[1])\nexcept LogReadError as exc:\n"
+            "    print(exc)\n")
+    repo = str(Path(__file__).resolve().parent.parent)
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is needed to test permissions as root"
+    done = subprocess.run([setpriv, "--bounding-set", "-dac_override,-dac_read_search",
+                           sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, timeout=60, cwd=repo, env={**os.environ, "PYTHONPATH": repo})
+    assert "permission denied" in done.stdout, done.stdout + done.stderr
+    assert str(path) in done.stdout and done.stdout.count("\n") == 1
 
 
 def test_format_is_detected_from_content_not_extension(tmp_path: Path) -> None:

@@ -116,3 +116,26 @@ def test_locked_or_broken_table_becomes_a_source_error(tmp_path):
         conn.execute("DROP TABLE gpu_samples")
     with pytest.raises(SourceError, match="broken.db"):
         StoreSource(path).gpu_frame(0, 10)
+
+
+def test_long_window_sees_samples_appended_after_the_first_query(tmp_path):
+    """Sealed chunks are cached; the chunk still being written is always read afresh."""
+    path = tmp_path / "growing.db"
+    writer = RunStore(path)
+    t0 = 1_700_000_000.0
+    writer.add_gpu_samples([{"ts": t0 + i, "node": "n0", "gpu": 0, "util": 80.0,
+                             "mem_used_bytes": 1.0, "mem_total_bytes": 2.0}
+                            for i in range(3 * 3600)])
+    src = StoreSource(path)
+    end = t0 + 3 * 3600 + 600
+    first = src.gpu_frame(t0, end, max_points=1000)
+    assert first["util"].max() == 80.0
+    writer.add_gpu_samples([{"ts": t0 + 3 * 3600 + i, "node": "n0", "gpu": 0, "util": 5.0,
+                             "mem_used_bytes": 1.0, "mem_total_bytes": 2.0} for i in range(300)])
+    second = src.gpu_frame(t0, end, max_points=1000)
+    assert second["ts"].max() > first["ts"].max()
+    assert second["util_min"].min() == 5.0
+    # the old part is unchanged and equals what a fresh reader computes
+    fresh = StoreSource(path).gpu_frame(t0, end, max_points=1000)
+    assert second.equals(fresh)
+    writer.close()

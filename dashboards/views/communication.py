@@ -11,7 +11,7 @@ settings = common.settings()
 st.title("Communication")
 
 
-@st.fragment(run_every=settings.refresh_s)
+@common.live_panel(settings)
 def live() -> None:
     """NCCL and comm panels; reruns on the live refresh."""
     win = common.current_window(settings)
@@ -20,7 +20,7 @@ def live() -> None:
     start, end = win
     key = common.key()
     try:
-        steps = common.steps_frame(common.load_steps(key, start, end))
+        steps = common.load_steps_frame(key, start, end)
         nccl = common.load_nccl(key, start, end)
     except SourceError as exc:
         common.source_error(exc)

@@ -12,7 +12,7 @@ from monitor.sources import SourceError
 #: Evidence charts drawn at most (keeps the page light in the browser).
 MAX_CHARTS = 8
 #: Seconds shown around a flag's window.
-PAD_S = 120.0
+PAD_S = 300.0
 
 settings = common.settings()
 st.title("Flags")
@@ -38,7 +38,7 @@ def history_table(flags: list) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@st.fragment(run_every=settings.refresh_s)
+@common.live_panel(settings)
 def live() -> None:
     """Flag cards and history; reruns on the live refresh."""
     win = common.current_window(settings)
@@ -59,21 +59,25 @@ def live() -> None:
     for i, flag in enumerate(flags):
         with st.container(border=True, key=f"flag_card_{i}"):
             color = {"critical": "red", "warning": "orange"}.get(flag.severity, "blue")
-            st.markdown(f":{color}-badge[{flag.severity.upper()}] **{common.flag_title(flag)}**")
+            st.markdown(f":{color}-badge[{flag.severity.upper()}] "
+                        f"**{common.flag_title(flag, severity=False)}**")
             st.markdown(f"**Evidence:** {flag.evidence}" if flag.evidence else "_no evidence_")
             if flag.advice:
                 st.markdown("**Advice:**\n" + "\n".join(f"- {a}" for a in flag.advice))
             if i < MAX_CHARTS:
                 lo = flag.start - PAD_S
                 hi = (flag.end if flag.end is not None else win[1]) + PAD_S
+                node = flag.scope.get("node")
                 try:
-                    gpu = common.load_gpu(key, lo, hi, 400)
-                    host = common.load_host(key, lo, hi, 400)
-                    steps = common.steps_frame(common.load_steps(key, lo - 600, hi))
+                    many = node is None and len(common.load_nodes(key)) > 1
+                    gpu = pd.DataFrame() if many else common.load_gpu(key, lo, hi, 400, node)
+                    host = common.load_host(key, lo, hi, 400, node)
+                    fleet = common.load_fleet(key, lo, hi, 400, node)
+                    steps = common.load_steps_frame(key, flag.start - 4 * PAD_S, hi)
                 except SourceError as exc:
                     common.source_error(exc)
                     return
-                st.plotly_chart(charts.flag_evidence(flag, gpu, host, steps),
+                st.plotly_chart(charts.flag_evidence(flag, gpu, host, steps, fleet),
                                 key=f"flag_chart_{flag.kind}_{int(flag.start)}")
     st.subheader("History")
     st.dataframe(history_table(flags), hide_index=True, key="flag_history")

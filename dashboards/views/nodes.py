@@ -11,7 +11,7 @@ settings = common.settings()
 st.title("Nodes")
 
 
-@st.fragment(run_every=settings.refresh_s)
+@common.live_panel(settings)
 def live() -> None:
     """Node table, node heat map and one node's GPUs; reruns on the live refresh."""
     win = common.current_window(settings)

@@ -13,7 +13,7 @@ settings = common.settings()
 st.title("Overview")
 
 
-@st.fragment(run_every=settings.refresh_s)
+@common.live_panel(settings)
 def live() -> None:
     """The data panels; only this reruns on the live refresh."""
     win = common.current_window(settings)
@@ -22,13 +22,12 @@ def live() -> None:
     start, end = win
     key = common.key()
     try:
-        steps = common.load_steps(key, start, end)
+        df = common.load_steps_frame(key, start, end)
         flags = common.load_flags(key, True)
-        gpu = common.load_gpu(key, max(start, end - 300), end, 300)
+        fleet = common.load_fleet(key, max(start, end - 300), end, 300)
     except SourceError as exc:
         common.source_error(exc)
         return
-    df = common.steps_frame(steps)
     c1, c2, c3, c4, c5 = st.columns(5)
     if df.empty:
         c1.metric("Current step", "-")
@@ -46,7 +45,7 @@ def live() -> None:
             c2.metric("Step time", "-")
         tp = df["throughput"].dropna()
         c3.metric("Throughput (tok/s/GPU)", f"{tp.iloc[-1]:,.0f}" if len(tp) else "-")
-    util = float(np.nanmean(gpu["util"])) if not gpu.empty else float("nan")
+    util = float(np.nanmean(fleet["util_mean"])) if not fleet.empty else float("nan")
     c4.metric("GPU util (last 5 min)", "-" if np.isnan(util) else f"{util:.0f}%")
     by_sev = {s: sum(1 for f in flags if f.severity == s) for s in SEVERITIES}
     c5.metric("Active flags", f"{len(flags)}",

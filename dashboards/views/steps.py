@@ -16,7 +16,7 @@ last_n = st.slider("Steps to lay out", min_value=2, max_value=50, value=8, key="
                    bind="query-params", help="How many of the latest steps the timeline shows.")
 
 
-@st.fragment(run_every=settings.refresh_s)
+@common.live_panel(settings)
 def live() -> None:
     """Timeline, reshard chart and phase table; reruns on the live refresh."""
     win = common.current_window(settings)
@@ -36,11 +36,11 @@ def live() -> None:
     timeline = phase_timeline(recent)
     if not timeline.empty:
         t0, t1 = float(timeline["start"].min()), float(timeline["end"].max())
-        gpu = common.load_gpu(key, t0, t1, common.MAX_POINTS)
+        fleet = common.load_fleet(key, t0, t1, common.MAX_POINTS)
     else:
-        gpu = pd.DataFrame()
-    st.plotly_chart(charts.step_timeline(timeline, gpu), key="steps_timeline")
-    df = common.steps_frame(steps)
+        fleet = pd.DataFrame()
+    st.plotly_chart(charts.step_timeline(timeline, fleet), key="steps_timeline")
+    df = common.load_steps_frame(key, start, end)
     st.plotly_chart(charts.reshard_vs_median(df), key="steps_reshard")
     st.subheader("Phase statistics over the window")
     stats = phase_table(steps)

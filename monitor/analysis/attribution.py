@@ -74,9 +74,9 @@ def phase_timeline(steps: list[StepRecord], events: list[Event] | None = None) -
     The phases are laid end to end so that the last ends at the step's ``end_time``; the
     weight sync (``reshard``) goes first when the release runs it as generation starts
     (before 0.7.1), after ``update_actor`` from 0.7.1 (``timing_s/update_weights``) or where a
-    timestamped ``reshard`` event (``events``) puts it in the second half of the step. In logs that name only a few phases
-    (the breakdown format: no reward/old_log_prob/ref), ``other`` goes right after generation,
-    where that unlogged work runs; otherwise it goes last. When the
+    timestamped ``reshard`` event (``events``) puts it in the second half of the step. In logs
+    that name only a few phases (the breakdown format: no reward/old_log_prob/ref), ``other``
+    goes right after generation, where that unlogged work runs; otherwise it goes last. When the
     step's total exceeds the sum of its phases and the log gave no ``other``, the remainder is
     added as ``other``. Steps without an end time are skipped.
     """
@@ -143,8 +143,13 @@ def label_samples(samples: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame
     return merged.reset_index(drop=True)
 
 
-def attribute(steps: list[StepRecord], gpu: pd.DataFrame) -> pd.DataFrame:
-    """Per step, phase and GPU: mean and 10th percentile of util and SM activity, sample count."""
+def attribute(
+    steps: list[StepRecord], gpu: pd.DataFrame, events: list[Event] | None = None
+) -> pd.DataFrame:
+    """Per step, phase and GPU: mean and 10th percentile of util and SM activity, sample count.
+
+    ``events`` (optional) place a timestamped weight sync, as in ``phase_timeline``.
+    """
     if gpu is None or len(gpu) == 0:
         return pd.DataFrame(columns=ATTRIB_COLUMNS)
     cols = ["ts", "node", "gpu", "util", "sm_active"]
@@ -152,7 +157,7 @@ def attribute(steps: list[StepRecord], gpu: pd.DataFrame) -> pd.DataFrame:
     if "sm_active" not in samples.columns:
         samples["sm_active"] = np.nan
     samples["node"] = samples["node"].astype(str)
-    labelled = label_samples(samples, phase_timeline(steps))
+    labelled = label_samples(samples, phase_timeline(steps, events))
     labelled = labelled[labelled["phase"].notna()]
     if len(labelled) == 0:
         return pd.DataFrame(columns=ATTRIB_COLUMNS)

@@ -115,9 +115,12 @@ class Context:
         return df
 
     def windows_for(self, seconds: float) -> int:
-        """How many analysis windows make up ``seconds`` (at least 1)."""
+        """How many analysis windows make up ``seconds`` (nearest whole number, at least 1).
+
+        Steps of 29.9 s and a 30 s persistence make one window, not two.
+        """
         length = self.windows_length
-        return max(1, int(math.ceil(seconds / length - 1e-9)))
+        return max(1, int(math.floor(seconds / length + 0.5)))
 
     @cached_property
     def windows_length(self) -> float:

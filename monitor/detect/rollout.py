@@ -36,7 +36,7 @@ def gen_tail_share(ctx: Context) -> pd.Series:
     if len(gen) == 0:
         return out
     busy_level = float(cfg["gpu_busy_level"])
-    bin_s = max(float(gen.groupby(["node", "gpu"])["ts"].diff().median() or 1.0), 1e-3)
+    bin_s = max(ctx.sample_interval, 1e-3)
     tbin = np.floor((gen["ts"].to_numpy(float) - gen["ts"].min()) / bin_s).astype(int)
     tmp = pd.DataFrame({"step": gen["step"].to_numpy(), "tbin": tbin,
                         "busy": (gen["act"] >= busy_level).to_numpy()})

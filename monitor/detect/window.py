@@ -6,6 +6,8 @@ per GPU, so every GPU detector works whether GPM is available or not.
 
 from __future__ import annotations
 
+import math
+import statistics
 import warnings
 
 import numpy as np
@@ -162,16 +164,16 @@ def frozen_baseline(
     hist: list[float] = []
     meds = np.full(len(values), np.nan)
     mads = np.full(len(values), np.nan)
-    for i, v in enumerate(values.to_numpy(dtype=float)):
+    for i, v in enumerate(values.to_numpy(dtype=float).tolist()):
         recent = hist[-window:]
         if len(recent) >= min_periods:
-            arr = np.asarray(recent)
-            meds[i] = float(np.median(arr))
-            mads[i] = float(np.median(np.abs(arr - meds[i])))
-        if np.isnan(v):
+            med = statistics.median(recent)
+            meds[i] = med
+            mads[i] = statistics.median([abs(x - med) for x in recent])
+        if math.isnan(v):
             continue
-        if np.isnan(meds[i]) or not is_outlier(v, meds[i], mads[i]):
-            hist.append(float(v))
+        if math.isnan(meds[i]) or not is_outlier(v, float(meds[i]), float(mads[i])):
+            hist.append(v)
     return pd.Series(meds, index=values.index), pd.Series(mads, index=values.index)
 
 

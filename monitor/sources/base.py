@@ -46,6 +46,21 @@ NODE_SUMMARY_COLUMNS: tuple[str, ...] = (
 )
 
 
+#: Activity across GPUs per time bucket (mean and lowest utilization, mean SM activity).
+FLEET_COLUMNS: tuple[str, ...] = ("ts", "util_mean", "util_min", "sm_active_mean")
+
+
+def fleet_from_gpu(gpu: pd.DataFrame) -> pd.DataFrame:
+    """:data:`FLEET_COLUMNS` from a GPU frame (lowest uses ``util_min`` when present)."""
+    if gpu is None or gpu.empty:
+        return pd.DataFrame(columns=list(FLEET_COLUMNS))
+    low = "util_min" if "util_min" in gpu.columns else "util"
+    g = gpu.groupby("ts")
+    out = pd.DataFrame({"util_mean": g["util"].mean(), "util_min": g[low].min(),
+                        "sm_active_mean": g["sm_active"].mean()}).reset_index()
+    return out[list(FLEET_COLUMNS)]
+
+
 class SourceError(RuntimeError):
     """The source cannot answer; the message is one line a person reads."""
 
@@ -115,6 +130,13 @@ class MetricSource(Protocol):
 
     def node_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
         """Mean GPU utilization per node over time: columns ``ts, node, util``."""
+        ...
+
+    def fleet_frame(
+        self, start: float, end: float, max_points: int = 1000, node: str | None = None
+    ) -> pd.DataFrame:
+        """GPU activity across all GPUs (or one node's) over time: :data:`FLEET_COLUMNS`.
+        Cheap at any scale: the source aggregates before anything crosses to Python."""
         ...
 
 

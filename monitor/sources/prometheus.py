@@ -25,6 +25,7 @@ from monitor.downsample import bucket_seconds
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
 from monitor.records import Flag, StepRecord
 from monitor.sources.base import (
+    FLEET_COLUMNS,
     NCCL_COLUMNS,
     SourceError,
     SourceStatus,
@@ -133,42 +134,48 @@ class PrometheusSource:
     def _series_frame(
         self, results: list[dict], column: str, scale: float = 1.0, keys: Iterable[str] = ()
     ) -> pd.DataFrame:
+        """Flatten a query result into rows ``ts, node, *keys, column`` (one pass, no per-series
+        frames: 1,024 GPU series must not cost 1,024 DataFrames)."""
         keys = list(keys)
-        frames = []
+        ts: list = []
+        vals: list = []
+        nodes: list[str] = []
+        extra: dict[str, list] = {k: [] for k in keys}
         for series in results:
             labels = series.get("metric", {})
             values = series.get("values") or ([series["value"]] if "value" in series else [])
             if not values:
                 continue
-            arr = np.asarray(values, dtype=object)
-            df = pd.DataFrame(
-                {
-                    "ts": arr[:, 0].astype(float),
-                    column: pd.to_numeric(arr[:, 1], errors="coerce") * scale,
-                }
-            )
-            df["node"] = _node_of(labels)
+            n = len(values)
+            for t, v in values:
+                ts.append(t)
+                vals.append(v)
+            nodes.extend([_node_of(labels)] * n)
             for key in keys:
-                df[key] = labels.get(key)
-            frames.append(df)
-        if not frames:
-            return pd.DataFrame(columns=["ts", "node", *keys, column])
-        return pd.concat(frames, ignore_index=True)
+                extra[key].extend([labels.get(key)] * n)
+        df = pd.DataFrame({"ts": np.asarray(ts, dtype=float), "node": nodes, **extra,
+                           column: pd.to_numeric(pd.Series(vals, dtype=object), errors="coerce")
+                           .to_numpy(dtype=float) * scale})
+        return df[["ts", "node", *keys, column]]
 
     def _range_many(
         self, queries: dict[str, tuple[str, float]], start: float, end: float, step: int,
         keys: Iterable[str],
     ) -> pd.DataFrame:
+        """Run range queries concurrently and join their columns on (ts, node, *keys)."""
         keys = list(keys)
         futures = {
             col: self._pool.submit(self.query_range, q, start, end, step)
             for col, (q, _scale) in queries.items()
         }
-        merged: pd.DataFrame | None = None
+        index = ["ts", "node", *keys]
+        parts = []
         for col, fut in futures.items():
             df = self._series_frame(fut.result(), col, queries[col][1], keys)
-            merged = df if merged is None else merged.merge(df, on=["ts", "node", *keys], how="outer")
-        return merged if merged is not None else pd.DataFrame()
+            parts.append(df.drop_duplicates(index).set_index(index)[col])
+        if not parts:
+            return pd.DataFrame()
+        return pd.concat(parts, axis=1).reset_index()
 
     # ----------------------------------------------------------------- MetricSource
     def status(self) -> SourceStatus:
@@ -408,6 +415,27 @@ class PrometheusSource:
         q = f"avg by (node, instance) ({self._windowed('avg', m.GPU_UTIL + self._sel(), step)})"
         df = self._series_frame(self.query_range(q, start, end, step), "util", 100.0)
         return df[["ts", "node", "util"]].sort_values(["node", "ts"]).reset_index(drop=True)
+
+    def fleet_frame(
+        self, start: float, end: float, max_points: int = 1000, node: str | None = None
+    ) -> pd.DataFrame:
+        """Mean and lowest utilization across GPUs, aggregated by Prometheus."""
+        step = self._step(start, end, max_points)
+        start = math.floor(start / step) * step
+        sel = self._sel(_node_matcher(node))
+        queries = {
+            "util_mean": (f"avg({self._windowed('avg', m.GPU_UTIL + sel, step)})", 100.0),
+            "util_min": (f"min({self._windowed('min', m.GPU_UTIL + sel, step)})", 100.0),
+            "sm_active_mean": (f"avg({self._windowed('avg', m.GPU_SM_ACTIVE + sel, step)})",
+                               100.0),
+        }
+        df = self._range_many(queries, start, end, step, keys=[])
+        if df.empty:
+            return pd.DataFrame(columns=list(FLEET_COLUMNS))
+        for col in FLEET_COLUMNS:
+            if col not in df.columns:
+                df[col] = np.nan
+        return df[list(FLEET_COLUMNS)].sort_values("ts").reset_index(drop=True)
 
 
 def _node_of(labels: dict) -> str:

@@ -21,6 +21,7 @@ from monitor.sources.base import (
     NCCL_COLUMNS,
     SourceError,
     SourceStatus,
+    fleet_from_gpu,
     node_summary_from_gpu,
 )
 
@@ -256,6 +257,12 @@ class StoreSource:
             return pd.DataFrame(columns=["ts", "node", "util"])
         out = gpu.groupby(["node", "ts"], observed=True)["util"].mean().reset_index()
         return out[["ts", "node", "util"]]
+
+    def fleet_frame(
+        self, start: float, end: float, max_points: int = 1000, node: str | None = None
+    ) -> pd.DataFrame:
+        """Mean and lowest utilization across GPUs over time."""
+        return fleet_from_gpu(self.gpu_frame(start, end, max_points, node))
 
 
 def _sample_period(df: pd.DataFrame) -> float:

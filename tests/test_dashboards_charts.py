@@ -1,0 +1,135 @@
+"""Chart builders: what each figure shows a person (spikes marked, phases ordered, scope
+highlighted, empty data explained)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dashboards import charts
+from monitor.records import Flag, StepRecord
+from monitor.sources.base import steps_to_frame
+
+
+def _steps(n: int = 30, spike_at: int | None = None, reshard_spike_at: int | None = None):
+    out = []
+    for i in range(1, n + 1):
+        reshard = 9.0 if i == reshard_spike_at else 0.5
+        total = 24.0 if i == spike_at else 12.0
+        out.append(StepRecord(step=i, end_time=1000.0 + 12 * i, total=total, throughput=3000.0,
+                              phases={"gen": 6.0, "update_actor": 3.0, "reshard": reshard,
+                                      "old_log_prob": 1.0}))
+    return out
+
+
+def _names(fig) -> list[str]:
+    return [t.name for t in fig.data]
+
+
+def _annotation(fig) -> str:
+    return " ".join(a.text for a in fig.layout.annotations)
+
+
+def test_step_time_spike_is_marked():
+    fig = charts.step_time_trend(steps_to_frame(_steps(spike_at=17)))
+    spike = next(t for t in fig.data if t.name.startswith("spike"))
+    assert list(spike.x) == [17]
+
+
+def test_steady_steps_have_no_spike_marker():
+    fig = charts.step_time_trend(steps_to_frame(_steps()))
+    assert not any(n.startswith("spike") for n in _names(fig))
+
+
+def test_reshard_spike_against_rolling_median():
+    fig = charts.reshard_vs_median(steps_to_frame(_steps(reshard_spike_at=20)))
+    spike = next(t for t in fig.data if t.name.startswith("spike"))
+    assert list(spike.x) == [20] and list(spike.y) == [9.0]
+
+
+def test_reshard_chart_explains_missing_timing():
+    steps = [StepRecord(step=1, end_time=1.0, total=10.0, phases={"gen": 9.0})]
+    fig = charts.reshard_vs_median(steps_to_frame(steps))
+    assert "no reshard timing" in _annotation(fig)
+
+
+def test_phase_bars_follow_verls_order_and_keep_the_last_steps():
+    fig = charts.phase_stacked_bars(steps_to_frame(_steps(n=100)), last=40)
+    assert _names(fig) == ["gen", "old_log_prob", "update_actor", "reshard"]
+    assert list(fig.data[0].x) == list(range(61, 101))
+    assert fig.layout.barmode == "stack"
+
+
+def test_gpu_heatmap_rows_in_natural_order_with_one_column_per_bucket():
+    rows = [{"ts": float(t), "node": "n0", "gpu": g, "util": 50.0 + g}
+            for t in range(5) for g in (10, 2, 0)]
+    fig = charts.gpu_heatmap(pd.DataFrame(rows), "util", "util")
+    heat = fig.data[0]
+    assert list(heat.y) == ["n0/0", "n0/2", "n0/10"]
+    assert np.asarray(heat.z).shape == (3, 5)
+    assert np.asarray(heat.z)[2, 0] == 60.0
+
+
+def test_node_heatmap_scales_to_128_nodes():
+    frame = pd.DataFrame([{"ts": float(t), "node": f"node{i}", "util": 80.0}
+                          for t in range(0, 3600, 15) for i in range(128)])
+    fig = charts.node_heatmap(frame)
+    assert len(fig.data[0].y) == 128 and list(fig.data[0].y[:3]) == ["node0", "node1", "node2"]
+    assert np.asarray(fig.data[0].z).shape == (128, 240)
+
+
+def test_empty_frames_say_why():
+    empty = pd.DataFrame(columns=["ts", "node", "gpu", "util"])
+    assert "no data in this window" in _annotation(charts.gpu_heatmap(empty, "util", "u"))
+    assert "no steps yet" in _annotation(charts.step_time_trend(steps_to_frame([])))
+    assert "NCCL Inspector" in _annotation(charts.nccl_by_op(pd.DataFrame(), "exec_share", "t"))
+
+
+def test_step_timeline_draws_phase_bands_with_their_durations_and_the_gpu_overlay():
+    from monitor.analysis.attribution import phase_timeline
+
+    steps = _steps(n=2)
+    fleet = pd.DataFrame({"ts": [1000.0, 1010.0], "util_mean": [90.0, 40.0],
+                          "util_min": [80.0, 5.0]})
+    fig = charts.step_timeline(phase_timeline(steps), fleet)
+    gen = next(t for t in fig.data if t.name == "gen")
+    assert list(gen.x) == [6000.0, 6000.0]  # milliseconds on a date axis
+    assert {"GPU util mean", "GPU util lowest"} <= set(_names(fig))
+
+
+def test_imbalance_evidence_highlights_the_lagging_gpu_and_shades_the_window():
+    gpu = pd.DataFrame([{"ts": float(t), "node": "n0", "gpu": g, "util": 30.0 if g == 3 else 90.0,
+                         "sm_active": 50.0} for t in range(100, 200, 5) for g in range(4)])
+    flag = Flag("gpu_imbalance", "warning", 120.0, 180.0, scope={"node": "n0", "gpus": [3]})
+    fig = charts.flag_evidence(flag, gpu, pd.DataFrame(), pd.DataFrame())
+    lagging = next(t for t in fig.data if t.name == "n0/3 *")
+    assert lagging.line.width == 3
+    assert [s.type for s in fig.layout.shapes] == ["rect"]
+
+
+def test_io_starvation_evidence_shows_iowait_and_gpu_activity():
+    host = pd.DataFrame({"ts": [100.0, 110.0], "node": "n0", "iowait_pct": [2.0, 35.0],
+                         "cpu_max_core_pct": [50.0, 100.0]})
+    fleet = pd.DataFrame({"ts": [100.0, 110.0], "util_mean": [90.0, 30.0],
+                          "util_min": [80.0, 0.0], "sm_active_mean": [60.0, 10.0]})
+    flag = Flag("io_starvation", "warning", 105.0, None, scope={"node": "n0"})
+    fig = charts.flag_evidence(flag, pd.DataFrame(), host, pd.DataFrame(), fleet)
+    assert {"iowait %", "busiest core %", "GPU util mean %"} == set(_names(fig))
+
+
+def test_gpu_heatmap_marks_the_rows_found_low():
+    rows = [{"ts": float(t), "node": "n0", "gpu": g, "util": 20.0 if g == 1 else 90.0}
+            for t in range(5) for g in range(3)]
+    fig = charts.gpu_heatmap(pd.DataFrame(rows), "util", "util", highlight={"n0/1"})
+    marks = [a for a in fig.layout.annotations if a.text == "LOW"]
+    assert [a.y for a in marks] == ["n0/1"]
+
+
+def test_step_based_evidence_shades_the_flags_steps():
+    steps = steps_to_frame(_steps(reshard_spike_at=21))
+    flag = Flag("reshard_spike", "critical", 0.0, 1.0, scope={"phase": "reshard",
+                                                              "steps": [20, 24]})
+    fig = charts.flag_evidence(flag, pd.DataFrame(), pd.DataFrame(), steps)
+    (rect,) = fig.layout.shapes
+    assert (rect.x0, rect.x1) == (19.5, 24.5)
+    assert fig.layout.title.text == "reshard_spike: evidence"
