@@ -42,9 +42,11 @@ MIN_DETECT_INTERVAL_S = 1.0
 #: Seconds between Slack deliveries (queued messages; retries back off on their own).
 NOTIFY_INTERVAL_S = 5.0
 #: Default seconds between detector runs: ``run_all`` on a 30-minute window of 8 GPUs costs
-#: 0.2-0.4 s of CPU here, so every second would cost a third of a core. A new step in the log
-#: also triggers a run (at most one a second), so step-based flags do not wait for the tick.
-DEFAULT_DETECT_INTERVAL_S = 10.0
+#: about 0.4 s of CPU here (bench/exporter.py), so running it every second would cost 40% of a
+#: core and every 30 s costs ~1.3%. The detectors' persistence windows are 30 s to minutes, so
+#: the cadence adds little latency, and a new step in the log also triggers a run (at most one
+#: a second), so step-based flags do not wait for the tick.
+DEFAULT_DETECT_INTERVAL_S = 30.0
 
 
 class ExporterError(RuntimeError):

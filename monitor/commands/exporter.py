@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE",
                    help="detector thresholds (YAML) overriding the defaults")
     p.add_argument("--detect-interval", type=float, metavar="SECONDS",
-                   help="seconds between detector runs on the window (default 10, at least 1; "
+                   help="seconds between detector runs on the window (default 30, at least 1; "
                    "a run costs a few hundred ms of CPU on a full window). A new step in the "
                    "log also triggers a run, at most one a second")
     p.add_argument("--window", type=float, default=1800.0, metavar="SECONDS",

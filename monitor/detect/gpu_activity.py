@@ -212,7 +212,7 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
             who = f"Node {node} GPUs" if node is not None else "The GPUs"
             flags.append(make_flag(
                 "low_utilization", sev, start, end, {"node": node, "steps": rng},
-                f"{who} averaged {pct(m)} {source} during {phases}, "
+                f"{who} averaged {int(m)}% {source} during {phases}, "
                 f"{steps_text(rng) or _for_seconds(starts[ep.onset], end, ctx.now)}"
                 f" (healthy is {pct(threshold)} or more).",
             ))
