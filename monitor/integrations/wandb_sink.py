@@ -218,6 +218,10 @@ class WandbSink:
         self.entity = entity
         self.init_timeout = float(init_timeout)
         self.finish_timeout = float(finish_timeout)
+        # WANDB_DIR is read here, for each sink: wandb itself caches its settings once per
+        # process, so a later change of WANDB_DIR would otherwise be ignored.
+        if wandb_dir is None:
+            wandb_dir = os.environ.get("WANDB_DIR") or None
         self.wandb_dir = None if wandb_dir is None else os.fspath(wandb_dir)
         self.requested_mode = (mode or os.environ.get("WANDB_MODE") or "online").lower()
         self.mode: str | None = None
