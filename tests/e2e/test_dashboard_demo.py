@@ -28,6 +28,11 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
+#: Demo speed (simulated seconds per wall second). 10 plays the scenario in about a minute;
+#: `VERLMON_DEMO_SPEED=1 VERLMON_UPDATE_SCREENSHOTS=1` remakes the README's demo-1x shots.
+SPEED = float(os.environ.get("VERLMON_DEMO_SPEED", "10"))
+#: How long to wait for a flag: two minutes at 10x, scaled up for slower demos.
+FLAG_WAIT_MS = int(120_000 * max(1.0, 10.0 / SPEED))
 SCREENSHOTS = REPO / "docs" / "screenshots"
 PAGES = {  # url path -> title shown on the page
     "": "Overview",
@@ -71,7 +76,7 @@ def demo(tmp_path_factory):
     prom = start_prometheus(tmp / "prom", scrape_targets=[f"127.0.0.1:{exporter_port}"],
                             job="verlmon", node="demo-node", rule_files=())
     proc = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "demo", "--speed", "10", "--port", str(port),
+        [sys.executable, "-m", "monitor", "demo", "--speed", f"{SPEED:g}", "--port", str(port),
          "--exporter-port", str(exporter_port), "--dir", str(tmp / "run")],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     prom_app = None
@@ -116,7 +121,7 @@ def test_scenario_flags_arrive_live_with_advice(page: Page, demo):
     # no reload: the live fragment brings each flag in as the detectors raise it
     for kind in DEMO_FLAGS:
         expect(page.get_by_text(re.compile(rf"^{kind} - ")).first).to_be_visible(
-            timeout=120_000)
+            timeout=FLAG_WAIT_MS)
     expect(page.get_by_text("Advice:").first).to_be_visible()
     expect(page.get_by_text("data.dataloader_num_workers").first).to_be_visible()
     expect(page.get_by_test_id("stException")).to_have_count(0)
@@ -155,7 +160,7 @@ def test_same_app_reads_prometheus_scraping_the_demo_exporter(page: Page, demo):
     # any of the scenario's flags read from verlmon_flag_active will do (at 10x some are
     # too short to pass their persistence window)
     any_flag = re.compile(r"^(io_starvation|reshard_spike|rollout_long_tail|gpu_imbalance) - ")
-    expect(page.get_by_text(any_flag).first).to_be_visible(timeout=120_000)
+    expect(page.get_by_text(any_flag).first).to_be_visible(timeout=FLAG_WAIT_MS)
     expect(page.get_by_text("Advice:").first).to_be_visible()
     expect(page.get_by_test_id("stException")).to_have_count(0)
     _shoot(page, "prometheus-flags")
@@ -166,11 +171,16 @@ def test_same_app_reads_prometheus_scraping_the_demo_exporter(page: Page, demo):
 
 
 def test_copy_main_screenshots_for_the_readme(demo):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    """The main pages' screenshots, named for the README. They go to test-artifacts/readme/;
+    with VERLMON_UPDATE_SCREENSHOTS=1 they replace docs/screenshots/ (a plain test run must not
+    rewrite tracked files)."""
+    update = os.environ.get("VERLMON_UPDATE_SCREENSHOTS") == "1"
+    target = SCREENSHOTS if update else ARTIFACTS.parent / "readme"
+    target.mkdir(parents=True, exist_ok=True)
     copied = []
     for name in ("overview", "gpus", "steps", "flags", "nodes", "communication"):
         src = ARTIFACTS / f"{name}.png"
         if src.exists():
-            shutil.copyfile(src, SCREENSHOTS / f"dashboard-{name}.png")
+            shutil.copyfile(src, target / f"demo-{SPEED:g}x-{name}.png")
             copied.append(name)
     assert {"overview", "flags", "steps", "gpus"} <= set(copied)
