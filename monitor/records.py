@@ -60,7 +60,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "resume",  # "Setting global step to N", or a step number going backwards
     "checkpoint_load",
     "validation",  # step-0 validation line or Initial/Final validation block
-    "progress",  # tqdm heartbeat: data has current, total, rate_s_per_it, eta_s
+    "progress",  # tqdm heartbeat: data has current, total, percent, elapsed_s, eta_s, s_per_it
     "reshard",  # [HybridEngine] switch or [ParameterSynchronizer] sync: data has seconds
     "truncated",  # the followed file was truncated or replaced
     "memory",  # DEBUG memory lines
