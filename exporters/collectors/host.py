@@ -134,7 +134,9 @@ class HostCollector(SampledCollector):
         now = time.time()
         snap = HostSnapshot(ts=now)
         cores = psutil.cpu_times(percpu=True)
-        total = psutil.cpu_times(percpu=False)
+        # the machine total is the sum of the same per-core reading (not a second call, which
+        # would see other clock ticks), so the busiest core is never below the average
+        total = type(cores[0])._make(map(sum, zip(*cores, strict=True))) if cores else None
         if self._prev_cores is not None and len(self._prev_cores) == len(cores):
             per_core = [_cpu_busy(p, c) for p, c in zip(self._prev_cores, cores, strict=True)]
             busy = [b[0] for b in per_core if b is not None]
