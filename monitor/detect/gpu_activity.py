@@ -47,6 +47,18 @@ def _phase_words(ctx: Context, onset: int, last: int) -> str:
     return str(sub["phase"].value_counts().index[0])
 
 
+def _group_overlapping(items: list, episode_of, close_n: int) -> list[list]:
+    """Items (one per GPU episode) grouped so that episodes starting within ``close_n`` bins of
+    the group's latest end become one flag; groups in onset order."""
+    groups: list[list] = []
+    for it in sorted(items, key=lambda it: episode_of(it).onset):
+        if groups and episode_of(it).onset <= max(episode_of(x).last for x in groups[-1]) + close_n:
+            groups[-1].append(it)
+        else:
+            groups.append([it])
+    return groups
+
+
 def detect_gpu_imbalance(ctx: Context) -> list[Flag]:
     """A GPU (or a whole node) stays well below its peers' median activity while they are busy."""
     cfg = ctx.cfg("gpu_imbalance")
@@ -128,14 +140,7 @@ def detect_gpu_imbalance(ctx: Context) -> list[Flag]:
             continue  # the whole node is already flagged
         by_node.setdefault(node, []).append((g, ep, own_m, peer_m))
     for node, items in by_node.items():
-        items.sort(key=lambda it: it[1].onset)
-        groups: list[list] = []
-        for it in items:
-            if groups and it[1].onset <= max(x[1].last for x in groups[-1]) + close_n:
-                groups[-1].append(it)
-            else:
-                groups.append([it])
-        for grp in groups:
+        for grp in _group_overlapping(items, lambda it: it[1], close_n):
             onset = min(x[1].onset for x in grp)
             opened = min(x[1].opened for x in grp)
             last = max(x[1].last for x in grp)
@@ -255,14 +260,8 @@ def detect_util_overstates_sm(ctx: Context) -> list[Flag]:
             per.append((str(node), int(gpu), ep, u, sm, phases))
     flags = []
     for node in sorted({p[0] for p in per}):
-        items = sorted([p for p in per if p[0] == node], key=lambda p: p[2].onset)
-        groups: list[list] = []
-        for it in items:
-            if groups and it[2].onset <= max(x[2].last for x in groups[-1]) + close_n:
-                groups[-1].append(it)
-            else:
-                groups.append([it])
-        for grp in groups:
+        items = [p for p in per if p[0] == node]
+        for grp in _group_overlapping(items, lambda it: it[2], close_n):
             onset = min(x[2].onset for x in grp)
             opened = min(x[2].opened for x in grp)
             last = max(x[2].last for x in grp)
