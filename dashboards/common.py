@@ -298,13 +298,23 @@ def settings() -> Settings:
 
 def live_panel(settings: Settings):
     """Decorator: run the page's data panels as a fragment that reruns every refresh interval,
-    and end them with the server time that rerun took (what a live refresh costs)."""
+    and end them with the server time that rerun took (what a live refresh costs).
+
+    The page function is called as ``fn(start, end, key)``: the window to show and the source's
+    cache key. When the source cannot answer it is not called (``current_window`` renders the
+    status); a source failure while it runs stops it with the failure shown under what it drew.
+    """
 
     def deco(fn):
         @st.fragment(run_every=settings.refresh_s)
         def panel() -> None:
             t0 = time.perf_counter()
-            fn()
+            win = current_window(settings)
+            if win is not None:
+                try:
+                    fn(win[0], win[1], key())
+                except SourceError as exc:
+                    source_error(exc)
             st.caption(f"Refreshed in {time.perf_counter() - t0:.3f} s of server time.",
                        help="Time this page's data panels took to query and draw on the server.")
 

@@ -5,26 +5,16 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboards import charts, common
-from monitor.sources import SourceError
 
 settings = common.settings()
 st.title("Communication")
 
 
 @common.live_panel(settings)
-def live() -> None:
+def live(start: float, end: float, key: str) -> None:
     """NCCL and comm panels; reruns on the live refresh."""
-    win = common.current_window(settings)
-    if win is None:
-        return
-    start, end = win
-    key = common.key()
-    try:
-        steps = common.load_steps_frame(key, start, end)
-        nccl = common.load_nccl(key, start, end)
-    except SourceError as exc:
-        common.source_error(exc)
-        return
+    steps = common.load_steps_frame(key, start, end)
+    nccl = common.load_nccl(key, start, end)
     if not nccl.empty:
         share = nccl.groupby("ts")["exec_share"].sum()
         c1, c2, c3 = st.columns(3)

@@ -7,7 +7,6 @@ import streamlit as st
 
 from dashboards import charts, common
 from monitor.records import FLAG_KINDS, SEVERITIES
-from monitor.sources import SourceError
 
 #: Evidence charts drawn at most (keeps the page light in the browser).
 MAX_CHARTS = 8
@@ -39,17 +38,9 @@ def history_table(flags: list) -> pd.DataFrame:
 
 
 @common.live_panel(settings)
-def live() -> None:
+def live(start: float, end: float, key: str) -> None:
     """Flag cards and history; reruns on the live refresh."""
-    win = common.current_window(settings)
-    if win is None:
-        return
-    key = common.key()
-    try:
-        flags = common.load_flags(key, active_only)
-    except SourceError as exc:
-        common.source_error(exc)
-        return
+    flags = common.load_flags(key, active_only)
     flags = [f for f in flags if f.severity in severities and (not kinds or f.kind in kinds)]
     if not flags:
         st.success("No flags match: the detectors found nothing to report here.", icon=":material/check_circle:")
@@ -66,17 +57,13 @@ def live() -> None:
                 st.markdown("**Advice:**\n" + "\n".join(f"- {a}" for a in flag.advice))
             if i < MAX_CHARTS:
                 lo = flag.start - PAD_S
-                hi = (flag.end if flag.end is not None else win[1]) + PAD_S
+                hi = (flag.end if flag.end is not None else end) + PAD_S
                 node = flag.scope.get("node")
-                try:
-                    many = node is None and len(common.load_nodes(key)) > 1
-                    gpu = pd.DataFrame() if many else common.load_gpu(key, lo, hi, 400, node)
-                    host = common.load_host(key, lo, hi, 400, node)
-                    fleet = common.load_fleet(key, lo, hi, 400, node)
-                    steps = common.load_steps_frame(key, flag.start - 4 * PAD_S, hi)
-                except SourceError as exc:
-                    common.source_error(exc)
-                    return
+                many = node is None and len(common.load_nodes(key)) > 1
+                gpu = pd.DataFrame() if many else common.load_gpu(key, lo, hi, 400, node)
+                host = common.load_host(key, lo, hi, 400, node)
+                fleet = common.load_fleet(key, lo, hi, 400, node)
+                steps = common.load_steps_frame(key, flag.start - 4 * PAD_S, hi)
                 st.plotly_chart(charts.flag_evidence(flag, gpu, host, steps, fleet),
                                 key=f"flag_chart_{flag.kind}_{int(flag.start)}")
     st.subheader("History")

@@ -50,19 +50,10 @@ def gpu_table(gpu: pd.DataFrame, end: float) -> pd.DataFrame:
 
 
 @common.live_panel(settings)
-def live() -> None:
+def live(start: float, end: float, key: str) -> None:
     """Heat maps and attribution; reruns on the live refresh."""
-    win = common.current_window(settings)
-    if win is None:
-        return
-    start, end = win
-    key = common.key()
-    try:
-        gpu = common.load_gpu(key, start, end, common.MAX_POINTS, node_choice)
-        steps = common.load_steps(key, start, end)
-    except SourceError as exc:
-        common.source_error(exc)
-        return
+    gpu = common.load_gpu(key, start, end, common.MAX_POINTS, node_choice)
+    steps = common.load_steps(key, start, end)
     if gpu.empty:
         st.info("No GPU samples in this window yet.")
         return

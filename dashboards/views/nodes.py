@@ -5,26 +5,16 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboards import charts, common
-from monitor.sources import SourceError
 
 settings = common.settings()
 st.title("Nodes")
 
 
 @common.live_panel(settings)
-def live() -> None:
+def live(start: float, end: float, key: str) -> None:
     """Node table, node heat map and one node's GPUs; reruns on the live refresh."""
-    win = common.current_window(settings)
-    if win is None:
-        return
-    start, end = win
-    key = common.key()
-    try:
-        summary = common.load_node_summary(key, start, end)
-        frame = common.load_node_frame(key, start, end)
-    except SourceError as exc:
-        common.source_error(exc)
-        return
+    summary = common.load_node_summary(key, start, end)
+    frame = common.load_node_frame(key, start, end)
     if summary.empty:
         st.info("No GPU samples in this window yet.")
         return
@@ -58,11 +48,7 @@ def live() -> None:
     default = list(outliers["node"])[:1] or nodes[:1]
     drill = st.selectbox("Drill down to node", nodes, index=nodes.index(default[0]), key="drill",
                          bind="query-params", help="Show this node's GPUs one by one.")
-    try:
-        gpu = common.load_gpu(key, start, end, 500, drill)
-    except SourceError as exc:
-        common.source_error(exc)
-        return
+    gpu = common.load_gpu(key, start, end, 500, drill)
     st.plotly_chart(charts.gpu_heatmap(gpu, "util", f"{drill}: utilization % per GPU"),
                     key="node_drill_heat")
 

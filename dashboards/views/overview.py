@@ -7,27 +7,17 @@ import streamlit as st
 
 from dashboards import charts, common
 from monitor.records import SEVERITIES
-from monitor.sources import SourceError
 
 settings = common.settings()
 st.title("Overview")
 
 
 @common.live_panel(settings)
-def live() -> None:
+def live(start: float, end: float, key: str) -> None:
     """The data panels; only this reruns on the live refresh."""
-    win = common.current_window(settings)
-    if win is None:
-        return
-    start, end = win
-    key = common.key()
-    try:
-        df = common.load_steps_frame(key, start, end)
-        flags = common.load_flags(key, True)
-        fleet = common.load_fleet(key, max(start, end - 300), end, 300)
-    except SourceError as exc:
-        common.source_error(exc)
-        return
+    df = common.load_steps_frame(key, start, end)
+    flags = common.load_flags(key, True)
+    fleet = common.load_fleet(key, max(start, end - 300), end, 300)
     c1, c2, c3, c4, c5 = st.columns(5)
     if df.empty:
         c1.metric("Current step", "-")

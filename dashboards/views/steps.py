@@ -8,7 +8,6 @@ import streamlit as st
 from dashboards import charts, common
 from monitor.analysis.attribution import phase_timeline
 from monitor.analysis.summary import phase_table
-from monitor.sources import SourceError
 
 settings = common.settings()
 st.title("Steps & phases")
@@ -17,18 +16,9 @@ last_n = st.slider("Steps to lay out", min_value=2, max_value=50, value=8, key="
 
 
 @common.live_panel(settings)
-def live() -> None:
+def live(start: float, end: float, key: str) -> None:
     """Timeline, reshard chart and phase table; reruns on the live refresh."""
-    win = common.current_window(settings)
-    if win is None:
-        return
-    start, end = win
-    key = common.key()
-    try:
-        steps = common.load_steps(key, start, end)
-    except SourceError as exc:
-        common.source_error(exc)
-        return
+    steps = common.load_steps(key, start, end)
     if not steps:
         st.info("No steps in this window yet.")
         return
