@@ -88,6 +88,11 @@ def test_status_time_range_and_nodes(live):
     assert status.ok and "1 exporter" in status.message
     lo, hi = src.time_range()
     assert hi - lo < 600 and abs(hi - time.time()) < 30
+    # the range starts at the first scrape, not at the next minute boundary: a dashboard
+    # opened on a young run must see its first steps
+    raw = src.query("up[10m]")
+    first_scrape = min(float(t) for series in raw for t, v in series["values"] if v == "1")
+    assert lo == pytest.approx(first_scrape, abs=1.0)
     assert src.nodes() == ["node0"]
     assert src.scrape_interval() == 1.0
 

@@ -189,16 +189,25 @@ class PrometheusSource:
         return SourceStatus(True, f"{self.label}: {int(float(found[0]['value'][1]))} exporter(s)")
 
     def time_range(self) -> tuple[float, float] | None:
-        """First and last scrape of any exporter within the last day (1-minute precision)."""
+        """First and last scrape of any exporter within the last day.
+
+        The day is searched at 1-minute resolution, which finds the first scrape at or before
+        the first minute boundary after it; a second query at 1-second resolution over the
+        minute before that finds the scrape itself (else a run's first minute, or all of a
+        run shorter than a minute, would fall outside the range)."""
         now = time.time()
         sel = self._sel()
-        last = self.query(f"max(timestamp({m.BUILD_INFO}{sel}))", at=now)
-        first = self.query(f"min(min_over_time(timestamp({m.BUILD_INFO}{sel})[1d:1m]))", at=now)
+        stamp = f"timestamp({m.BUILD_INFO}{sel})"
+        last = self.query(f"max({stamp})", at=now)
+        first = self.query(f"min(min_over_time({stamp}[1d:1m]))", at=now)
         if not last:
-            last = self.query(f"max(max_over_time(timestamp({m.BUILD_INFO}{sel})[1d:1m]))", at=now)
+            last = self.query(f"max(max_over_time({stamp}[1d:1m]))", at=now)
         if not last or not first:
             return None
         lo, hi = float(first[0]["value"][1]), float(last[0]["value"][1])
+        finer = self.query(f"min(min_over_time({stamp}[61s:1s]))", at=lo)
+        if finer:
+            lo = min(lo, float(finer[0]["value"][1]))
         return (min(lo, hi), hi)
 
     def nodes(self) -> list[str]:

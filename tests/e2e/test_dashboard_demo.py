@@ -19,6 +19,8 @@ import pytest
 from playwright.sync_api import Page, expect
 from procs import free_port, start_process, start_prometheus, wait_until
 
+from monitor.sources.prometheus import PrometheusSource
+
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists(),
@@ -89,7 +91,8 @@ def demo(tmp_path_factory):
             [sys.executable, "-m", "monitor", "dashboard", "--prometheus", prom.url, "--port",
              str(app_port)], tmp / "prom-app", "dashboard", app_port,
             f"http://127.0.0.1:{app_port}/_stcore/health", timeout=60)
-        yield {"url": f"http://127.0.0.1:{port}", "prom_url": prom_app.url, "proc": proc}
+        yield {"url": f"http://127.0.0.1:{port}", "prom_url": prom_app.url, "proc": proc,
+               "prometheus": prom.url}
     finally:
         for p in (prom_app, prom):
             if p is not None:
@@ -138,20 +141,26 @@ def test_every_page_renders_without_exception(page: Page, demo):
     # the overview's headline numbers are there
     _open(page, demo["url"], "")
     expect(page.get_by_test_id("stMetric").filter(has_text="Current step")).to_contain_text(
-        re.compile(r"\d+"))
+        re.compile(r"\d+"), timeout=30_000)
 
 
 def test_window_selection_is_shared_through_the_url(page: Page, demo):
     _open(page, demo["url"], "gpus", query="?window=15+min")
     window = page.get_by_role("combobox", name="Window")
-    expect(window).to_match_aria_snapshot('- combobox "Window": 15 min')
+    # generous timeouts: on a loaded 2-core machine the page can rerun for several seconds
+    expect(window).to_match_aria_snapshot('- combobox "Window": 15 min', timeout=30_000)
     window.click()
     page.get_by_role("option", name="6 h").click()
-    expect(page).to_have_url(re.compile(r"window=6\+h"))
+    expect(page).to_have_url(re.compile(r"window=6\+h"), timeout=30_000)
 
 
 def test_same_app_reads_prometheus_scraping_the_demo_exporter(page: Page, demo):
     wait_until(lambda: demo["proc"].poll() is None, 5, what="demo running")
+    # first the source API, so that a failure says whether Prometheus or the page is at fault
+    src = PrometheusSource(demo["prometheus"])
+    lo, hi = wait_until(src.time_range, 30, what="the exporter's series in Prometheus")
+    wait_until(lambda: src.steps(lo, hi), 30,
+               what=f"steps in Prometheus between {lo:.0f} and {hi:.0f}")
     _open(page, demo["prom_url"], "")
     expect(page.get_by_test_id("stSidebar")).to_contain_text("Prometheus")
     expect(page.get_by_test_id("stMetric").filter(has_text="Current step")).to_contain_text(
