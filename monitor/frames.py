@@ -51,18 +51,27 @@ def empty_host_frame() -> pd.DataFrame:
     return _normalise(pd.DataFrame(columns=list(HOST_COLUMNS)), HOST_COLUMNS)
 
 
+def cast_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The canonical dtypes, in place: ``node`` str, ``gpu`` nullable Int64, every other
+    column of ``columns`` float64 (the values must already be numbers or NaN)."""
+    df["node"] = df["node"].astype(str)
+    for col in columns:
+        if col not in ("node", "gpu"):
+            df[col] = df[col].astype("float64")
+    if "gpu" in columns:
+        df["gpu"] = df["gpu"].astype("Int64")
+    return df
+
+
 def _normalise(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     for col in columns:
         if col not in df.columns:
             df[col] = float("nan")
     df = df[list(columns)].copy()
-    df["node"] = df["node"].astype(str)
     for col in columns:
-        if col == "node":
-            continue
-        df[col] = pd.to_numeric(df[col], errors="coerce")
-    if "gpu" in df.columns:
-        df["gpu"] = df["gpu"].astype("Int64")
+        if col != "node":
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    cast_columns(df, columns)
     return df.sort_values("ts", kind="stable").reset_index(drop=True)
 
 

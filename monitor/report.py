@@ -8,10 +8,11 @@ helper, reusable elsewhere.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
+
+from monitor.numbers import finite_float as _num
 
 _GIB = float(2**30)
 
@@ -34,16 +35,6 @@ def table(
         if n == 0:
             lines.append(" " * indent + "  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-def _num(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def secs(value: Any) -> str:

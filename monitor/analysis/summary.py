@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from monitor.numbers import finite_float as _finite
 from monitor.records import ALL_PHASES, Event, StepRecord
 
 PHASE_TABLE_COLUMNS: tuple[str, ...] = ("steps", "mean", "p50", "p95", "max", "sum", "share")
@@ -41,16 +42,6 @@ _LONG_TAIL_SOURCES: tuple[tuple[str, tuple[str, ...], str], ...] = (
 LISTED_EVENTS: tuple[str, ...] = ("oom", "traceback", "resume", "checkpoint_load", "truncated")
 MAX_LISTED = 20
 MESSAGE_CHARS = 200
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def json_safe(value: Any) -> Any:

@@ -59,6 +59,7 @@ from urllib.parse import urlparse
 import pandas as pd
 
 from monitor.analysis.attribution import attribute, phase_summary
+from monitor.numbers import finite_float as _num
 from monitor.records import Flag, StepRecord
 
 log = logging.getLogger("verl_monitor.wandb")
@@ -100,14 +101,6 @@ def parse_wandb_target(text: str) -> tuple[str | None, str, str | None]:
     if len(parts) == 2:
         return None, parts[0], parts[1]
     return parts[0], parts[1], parts[2]
-
-
-def _num(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def _rows(attribution_rows: Any) -> list[Mapping[str, Any]]:

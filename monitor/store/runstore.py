@@ -33,7 +33,13 @@ from typing import Any
 
 import pandas as pd
 
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, empty_gpu_frame, empty_host_frame
+from monitor.frames import (
+    GPU_COLUMNS,
+    HOST_COLUMNS,
+    cast_columns,
+    empty_gpu_frame,
+    empty_host_frame,
+)
 from monitor.records import Event, Flag, StepRecord
 from monitor.store.schema import NCCL_COLUMNS, SchemaError, check, migrate
 
@@ -321,12 +327,7 @@ class RunStore:
         df = self._read_frame("gpu_samples", GPU_COLUMNS, start, end, node, resample_s)
         if df.empty:
             return empty_gpu_frame()
-        df["node"] = df["node"].astype(str)
-        df["gpu"] = df["gpu"].astype("Int64")
-        for col in GPU_COLUMNS:
-            if col not in ("node", "gpu"):
-                df[col] = df[col].astype("float64")
-        return df
+        return cast_columns(df, GPU_COLUMNS)
 
     def host_frame(
         self,
@@ -340,11 +341,7 @@ class RunStore:
         df = self._read_frame("host_samples", HOST_COLUMNS, start, end, node, resample_s)
         if df.empty:
             return empty_host_frame()
-        df["node"] = df["node"].astype(str)
-        for col in HOST_COLUMNS:
-            if col != "node":
-                df[col] = df[col].astype("float64")
-        return df
+        return cast_columns(df, HOST_COLUMNS)
 
     def nccl_frame(
         self,

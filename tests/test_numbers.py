@@ -1,0 +1,22 @@
+"""finite_float: what the report, the summary and the wandb sink accept as a number."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.numbers import finite_float
+
+
+@pytest.mark.parametrize("value, expected", [
+    (1, 1.0), (2.5, 2.5), ("3.25", 3.25), (np.float32(0.5), 0.5), (np.int64(7), 7.0),
+])
+def test_numbers_and_numeric_text_become_floats(value, expected):
+    assert finite_float(value) == expected
+
+
+@pytest.mark.parametrize("value", [
+    None, True, False, np.nan, float("inf"), -float("inf"), "nan", "abc", [], {},
+])
+def test_missing_flags_and_non_finite_values_are_none(value):
+    assert finite_float(value) is None
