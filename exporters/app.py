@@ -297,7 +297,7 @@ class Exporter:
             now = self.now()
             steps, gpu_df, host_df, events = self.window.frames()
             flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
-                                  now=now)
+                                  now=now, reference_steps=self.window.first_steps())
             opened, closed = self.tracker.update(flags, now)
             self.detect_runs += 1
         sink = self.wandb_sink

@@ -47,7 +47,9 @@ class RollingWindow:
     ``max_age_s``: samples older than this (by their ``ts``) and steps and events added longer
     ago than this are dropped (records age by arrival, so a log replayed from its start still
     fills the window). ``max_rows`` bounds GPU and host
-    rows each; ``max_steps`` and ``max_events`` bound the records.
+    rows each; ``max_steps`` and ``max_events`` bound the records. The run's first
+    ``first_steps`` step records are also kept for good (``first_steps()``): the baseline a
+    throughput drop is measured against, after they have aged out.
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class RollingWindow:
         max_events: int = 1000,
         max_rows: int = 200_000,
         clock=time.time,
+        first_steps: int = 32,
     ) -> None:
         self.max_age_s = float(max_age_s)
         self._clock = clock
@@ -64,6 +67,8 @@ class RollingWindow:
         self._gpu: deque[dict] = deque(maxlen=max_rows)
         self._host: deque[dict] = deque(maxlen=max_rows)
         self._steps: deque[tuple[float, StepRecord]] = deque(maxlen=max_steps)
+        self._first_steps: list[StepRecord] = []
+        self._first_steps_max = int(first_steps)
         self._events: deque[tuple[float, Event]] = deque(maxlen=max_events)
         self._version = 0
         #: step records added so far (the detector loop runs soon after a new step)
@@ -96,6 +101,8 @@ class RollingWindow:
             for s in steps:
                 self._steps.append((now, s))
                 self.steps_added += 1
+                if len(self._first_steps) < self._first_steps_max:
+                    self._first_steps.append(s)
             self._prune_records(self._steps)
             self._version += 1
 
@@ -127,6 +134,11 @@ class RollingWindow:
             steps = [s for _, s in self._steps]
             events = [e for _, e in self._events]
         return steps, _frame(gpu, GPU_COLUMNS), _frame(host, HOST_COLUMNS), events
+
+    def first_steps(self) -> list[StepRecord]:
+        """The run's first step records (up to ``first_steps``), kept after they age out."""
+        with self._lock:
+            return list(self._first_steps)
 
     def sizes(self) -> dict[str, int]:
         """How much the window holds now, per kind."""

@@ -101,3 +101,26 @@ def test_without_token_counts_the_step_rate_is_used():
 def test_too_few_steps_for_a_baseline():
     assert detect_throughput_regression(_ctx(make_steps(8))) == []
     assert detect_step_time_spikes(_ctx(make_steps(3))) == []
+
+
+def test_a_drop_older_than_the_live_window_is_still_measured_against_the_runs_start():
+    # the run lost 35% at step 20 and stayed there; a 30-minute live window holds steps 60-100
+    steps = make_steps(100, throughput=lambda i: 1000.0 * _jitter(i) * (0.65 if i >= 20 else 1.0))
+    window = steps[59:]
+    # without the run's start the window is its own (degraded) baseline: nothing to see
+    assert detect_throughput_regression(_ctx(window)) == []
+    ctx = make_context(window, empty_gpu_frame(), empty_host_frame(), [], load_config(),
+                       reference_steps=steps[:32])
+    flags = detect_throughput_regression(ctx)
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.end is None and "35% below" in f.evidence
+    assert "steps 3-12" in f.evidence  # the baseline named is the run's start
+    assert f.scope["steps"][1] == 100
+
+
+def test_reference_steps_change_nothing_while_the_window_holds_the_runs_start():
+    steps = make_steps(40, throughput=lambda i: 1000.0 * _jitter(i) * (0.7 if i >= 20 else 1.0))
+    ctx = make_context(steps, empty_gpu_frame(), empty_host_frame(), [], load_config(),
+                       reference_steps=steps[:32])
+    assert detect_throughput_regression(ctx) == detect_throughput_regression(_ctx(steps))

@@ -227,3 +227,24 @@ def test_startup_problems_are_one_line(tmp_path, argv, message):
         assert "\n" not in str(info.value)
     finally:
         busy.close()
+
+
+def test_a_throughput_drop_stays_flagged_after_the_runs_start_leaves_the_window(tmp_path):
+    from detect_builders import make_steps
+
+    # a 1-second window: the run's first steps age out before the degraded ones arrive
+    exporter = Exporter(parse_options([
+        "--listen-address", "127.0.0.1:0", "--gpu-backend", "sim", "--sim-gpus", "1",
+        "--window", "1", "--detect-interval", "600", "--no-collector.host"]))
+    steps = make_steps(70, throughput=lambda i: 1000.0 if i <= 32 else 600.0)
+    exporter.start()
+    try:
+        exporter.window.add_steps(steps[:32])
+        time.sleep(1.5)
+        exporter.window.add_steps(steps[32:])
+        assert [s.step for s in exporter.window.frames()[0]][0] == 33
+        opened, _ = exporter.detect_once()
+    finally:
+        exporter.stop()
+    (flag,) = [f for f in opened if f.kind == "throughput_regression"]
+    assert "40% below" in flag.evidence and flag.severity == "critical"

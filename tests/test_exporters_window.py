@@ -70,3 +70,14 @@ def test_concurrent_writers_lose_nothing():
     assert len(gpu) == 2000
     assert gpu["ts"].is_monotonic_increasing
     assert w.sizes()["gpu"] == 2000
+
+
+def test_the_runs_first_steps_are_kept_after_they_age_out():
+    clock = Clock(10_000.0)
+    w = RollingWindow(max_age_s=60, max_steps=5, first_steps=3, clock=clock)
+    w.add_steps([StepRecord(step=i, end_time=float(i)) for i in range(1, 8)])
+    assert [s.step for s in w.frames()[0]] == [3, 4, 5, 6, 7]
+    clock.t += 120
+    assert w.frames()[0] == []
+    # the baseline for throughput_regression: the first three steps, not the latest
+    assert [s.step for s in w.first_steps()] == [1, 2, 3]

@@ -65,8 +65,11 @@ def make_context(
     events: list[Event],
     config: Config | None = None,
     now: float | None = None,
+    reference_steps: list[StepRecord] | None = None,
 ) -> Context | None:
-    """The shared detector context, or None when there is nothing to look at."""
+    """The shared detector context, or None when there is nothing to look at.
+
+    ``reference_steps``: the run's first steps when ``steps`` is only a recent window of it."""
     gpu = empty_gpu_frame() if gpu is None else _with_columns(gpu, GPU_COLUMNS)
     host = empty_host_frame() if host is None else _with_columns(host, HOST_COLUMNS)
     steps = list(steps or [])
@@ -75,7 +78,8 @@ def make_context(
         now = latest_time(steps, gpu, host, events)
     if now is None:
         return None
-    return Context(steps, gpu, host, events, config or load_config(), float(now))
+    return Context(steps, gpu, host, events, config or load_config(), float(now),
+                   reference_steps=list(reference_steps or []))
 
 
 def _with_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -111,13 +115,16 @@ def run_all(
     events: list[Event],
     config: Config | None = None,
     now: float | None = None,
+    reference_steps: list[StepRecord] | None = None,
 ) -> list[Flag]:
     """Run every detector and return their flags, sorted by start time.
 
     ``now`` defaults to the latest timestamp in any input. A detector that fails is logged and
-    skipped so the others still report.
+    skipped so the others still report. ``reference_steps``: the run's first steps, from a live
+    caller whose ``steps`` are a rolling window (a throughput drop older than the window is
+    still measured against the run's start, not against itself).
     """
-    ctx = make_context(steps, gpu, host, events, config, now)
+    ctx = make_context(steps, gpu, host, events, config, now, reference_steps)
     if ctx is None:
         return []
     flags: list[Flag] = []

@@ -29,6 +29,9 @@ class Context:
     config: Config
     now: float
     cache: dict[str, Any] = field(default_factory=dict)
+    #: The run's first steps, kept by a live caller after they have left its rolling window
+    #: (the run's own baseline for throughput_regression); empty when ``steps`` is the whole run.
+    reference_steps: list[StepRecord] = field(default_factory=list)
 
     def cfg(self, section: str) -> dict[str, Any]:
         """One detector's settings."""

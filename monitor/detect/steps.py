@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -120,8 +121,23 @@ def throughput(ctx: Context) -> tuple[pd.Series, str]:
     return 3600.0 / total.where(total > 0), "steps/h"
 
 
+def with_run_start(ctx: Context) -> Context:
+    """``ctx`` with the run's first steps (``reference_steps``) put back in front of its steps
+    when they have left the window; ``ctx`` itself when there are none or they are still in."""
+    ref = ctx.reference_steps
+    if not ref or not ctx.steps:
+        return ctx
+    ref_keys = {(s.step, s.end_time) for s in ref}
+    if (ctx.steps[0].step, ctx.steps[0].end_time) in ref_keys:
+        return ctx  # the window still starts with the run's start
+    later = [s for s in ctx.steps if (s.step, s.end_time) not in ref_keys]
+    return replace(ctx, steps=list(ref) + later, cache={})
+
+
 def detect_throughput_regression(ctx: Context) -> list[Flag]:
-    """Tokens/s down by the configured share against the run's own baseline."""
+    """Tokens/s down by the configured share against the run's own baseline (its first steps,
+    from ``ctx.reference_steps`` when a live window no longer holds them)."""
+    ctx = with_run_start(ctx)
     cfg = ctx.cfg("throughput_regression")
     sf = ctx.sf
     tp, unit = throughput(ctx)
