@@ -93,6 +93,11 @@ def test_status_time_range_and_nodes(live):
     raw = src.query("up[10m]")
     first_scrape = min(float(t) for series in raw for t, v in series["values"] if v == "1")
     assert lo == pytest.approx(first_scrape, abs=1.0)
+    # the first scrape is remembered (the day-long lookup is the dearest query of a refresh);
+    # the end keeps moving with the scrapes
+    time.sleep(2.5)
+    lo2, hi2 = src.time_range()
+    assert lo2 == lo and hi2 > hi
     assert src.nodes() == ["node0"]
     assert src.scrape_interval() == 1.0
 

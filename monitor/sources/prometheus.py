@@ -36,6 +36,8 @@ from monitor.sources.base import (
 #: Prometheus refuses range queries returning more than this many points per series.
 MAX_POINTS_PER_SERIES = 11_000
 DEFAULT_SCRAPE_INTERVAL = 15.0
+#: How long the first scrape found by ``time_range`` is reused before it is looked up again.
+FIRST_SCRAPE_TTL_S = 300.0
 
 #: GPU frame column -> (metric, scale to the interchange unit).
 _GPU_QUERIES: dict[str, tuple[str, float]] = {
@@ -70,6 +72,7 @@ class PrometheusSource:
         self._client = httpx.Client(base_url=self.url, timeout=timeout)
         self._scrape_interval: float | None = None
         self._pool = ThreadPoolExecutor(max_workers=6)
+        self._first_scrape: tuple[float, float] | None = None  # (time, when it was looked up)
 
     # ----------------------------------------------------------------- HTTP plumbing
     def close(self) -> None:
@@ -199,16 +202,32 @@ class PrometheusSource:
         sel = self._sel()
         stamp = f"timestamp({m.BUILD_INFO}{sel})"
         last = self.query(f"max({stamp})", at=now)
-        first = self.query(f"min(min_over_time({stamp}[1d:1m]))", at=now)
         if not last:
             last = self.query(f"max(max_over_time({stamp}[1d:1m]))", at=now)
-        if not last or not first:
+        if not last:
             return None
-        lo, hi = float(first[0]["value"][1]), float(last[0]["value"][1])
+        hi = float(last[0]["value"][1])
+        lo = self._first_scrape_time(stamp, now)
+        if lo is None:
+            return None
+        return (min(lo, hi), hi)
+
+    def _first_scrape_time(self, stamp: str, now: float) -> float | None:
+        """The first scrape within the last day; looked up again after FIRST_SCRAPE_TTL_S only
+        (the day-long subquery is the dearest query a page refresh makes, and its answer moves
+        only when retention drops old samples)."""
+        cached = self._first_scrape
+        if cached is not None and time.monotonic() - cached[1] < FIRST_SCRAPE_TTL_S:
+            return cached[0]
+        first = self.query(f"min(min_over_time({stamp}[1d:1m]))", at=now)
+        if not first:
+            return None
+        lo = float(first[0]["value"][1])
         finer = self.query(f"min(min_over_time({stamp}[61s:1s]))", at=lo)
         if finer:
             lo = min(lo, float(finer[0]["value"][1]))
-        return (min(lo, hi), hi)
+        self._first_scrape = (lo, time.monotonic())
+        return lo
 
     def nodes(self) -> list[str]:
         """Nodes with any GPU series in the last day."""
