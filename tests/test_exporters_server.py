@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gzip
 import ssl
-import subprocess
 
 import bcrypt
 import httpx
 import pytest
 from prometheus_client.core import GaugeMetricFamily
+from tls_cert import make_cert
 
 from exporters.exposition import Exposition
 from exporters.registry import BaseCollector, ExporterContext
@@ -62,18 +62,6 @@ def test_gzip_body_is_valid(plain_server):
                                  headers={"Accept-Encoding": "gzip"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert b"verlmon_build_info" in gzip.decompress(resp.read())
-
-
-def make_cert(directory):
-    """A self-signed certificate for 127.0.0.1 made by the openssl CLI."""
-    crt, key = directory / "server.crt", directory / "server.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )
-    return crt, key
 
 
 def test_tls_and_basic_auth(tmp_path):

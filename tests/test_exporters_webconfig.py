@@ -4,24 +4,12 @@ from __future__ import annotations
 
 import base64
 import ssl
-import subprocess
 
 import bcrypt
 import pytest
+from tls_cert import make_cert
 
 from exporters.webconfig import WebConfigError, load_web_config
-
-
-def make_cert(directory):
-    """A self-signed certificate for localhost/127.0.0.1 made by the openssl CLI."""
-    crt, key = directory / "server.crt", directory / "server.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )
-    return crt, key
 
 
 def basic(user: str, password: str) -> str:
