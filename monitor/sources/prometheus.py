@@ -134,6 +134,12 @@ class PrometheusSource:
     def _step(self, start: float, end: float, max_points: int) -> int:
         return bucket_seconds(start, end, max_points, floor_s=self.scrape_interval())
 
+    def _grid(self, start: float, end: float, max_points: int) -> tuple[float, int]:
+        """(start, step) of a range query: the step for ``max_points`` and the start moved back
+        onto a multiple of it, so successive refreshes ask for the same bucket edges."""
+        step = self._step(start, end, max_points)
+        return math.floor(start / step) * step, step
+
     def _series_frame(
         self, results: list[dict], column: str, scale: float = 1.0, keys: Iterable[str] = ()
     ) -> pd.DataFrame:
@@ -239,8 +245,7 @@ class PrometheusSource:
     ) -> pd.DataFrame:
         """GPU samples per (node, gpu), averaged per step; ``util_min``/``mem_used_bytes_max``
         keep dips and spikes."""
-        step = self._step(start, end, max_points)
-        start = math.floor(start / step) * step
+        start, step = self._grid(start, end, max_points)
         sel = self._sel(_node_matcher(node))
         queries = {col: (self._windowed("avg", met + sel, step), sc)
                    for col, (met, sc) in _GPU_QUERIES.items()}
@@ -260,8 +265,7 @@ class PrometheusSource:
         self, start: float, end: float, max_points: int = 1000, node: str | None = None
     ) -> pd.DataFrame:
         """Host samples per node; disk reads as a rate over the step."""
-        step = self._step(start, end, max_points)
-        start = math.floor(start / step) * step
+        start, step = self._grid(start, end, max_points)
         sel = self._sel(_node_matcher(node))
         queries = {col: (self._windowed("avg", met + sel, step), sc)
                    for col, (met, sc) in _HOST_QUERIES.items()}
@@ -390,8 +394,7 @@ class PrometheusSource:
 
     def nccl_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
         """NCCL seconds per wall second, bytes per second and bus bandwidth, per collective."""
-        step = self._step(start, end, max_points)
-        start = math.floor(start / step) * step
+        start, step = self._grid(start, end, max_points)
         window = max(step, int(4 * self.scrape_interval()))
         sel = self._sel()
         queries = {
@@ -438,8 +441,7 @@ class PrometheusSource:
 
     def node_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
         """Mean GPU utilization per node over time, aggregated by Prometheus."""
-        step = self._step(start, end, max_points)
-        start = math.floor(start / step) * step
+        start, step = self._grid(start, end, max_points)
         q = f"avg by (node, instance) ({self._windowed('avg', m.GPU_UTIL + self._sel(), step)})"
         df = self._series_frame(self.query_range(q, start, end, step), "util", 100.0)
         return df[["ts", "node", "util"]].sort_values(["node", "ts"]).reset_index(drop=True)
@@ -448,8 +450,7 @@ class PrometheusSource:
         self, start: float, end: float, max_points: int = 1000, node: str | None = None
     ) -> pd.DataFrame:
         """Mean and lowest utilization across GPUs, aggregated by Prometheus."""
-        step = self._step(start, end, max_points)
-        start = math.floor(start / step) * step
+        start, step = self._grid(start, end, max_points)
         sel = self._sel(_node_matcher(node))
         queries = {
             "util_mean": (f"avg({self._windowed('avg', m.GPU_UTIL + sel, step)})", 100.0),
