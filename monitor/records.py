@@ -87,6 +87,11 @@ class StepRecord:
     metrics: dict[str, Any] = field(default_factory=dict)
     time_source: str = "arrival"
     source: str = "console"  # console | jsonl | breakdown
+    #: Seconds before this step's timer started that no verl timer covers: the wall time from
+    #: the previous step line to this one, less ``total`` (and, since 0.6, ``testing`` and
+    #: ``save_checkpoint``). verl fetches the next batch before ``timing_s/step`` starts, so a
+    #: data stall shows only here. None where the log has neither timestamps nor arrival times.
+    data_wait: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form used by ``analyze --json`` and the store."""
