@@ -1,8 +1,9 @@
 """The ``verl-monitor`` command line: one subcommand per module in ``monitor/commands/``.
 
 Each command module exposes ``register(subparsers)``, which adds its parser and sets
-``func`` to a callable taking the parsed namespace and returning the exit status. A module
-that fails to import (a missing optional dependency) is reported only when its command is used.
+``func`` to a callable taking the parsed namespace and returning the exit status. Command
+modules import only the core install at the top; a command that needs an extra checks for it
+when it runs (``monitor.extras``) and names the extra to install.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import importlib
 import sys
 
 #: Subcommands, in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = ("demo", "analyze", "simulate", "exporter", "export", "dashboard")
+COMMANDS: tuple[str, ...] = ("demo", "analyze", "simulate", "exporter", "run", "export", "dashboard")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,28 +28,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"verl-monitor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"monitor.commands.{name}")
-        except ImportError as exc:
-            broken = sub.add_parser(name, help=f"(unavailable: {exc})")
-            broken.set_defaults(func=_unavailable(name, exc))
-            continue
-        module.register(sub)
+        importlib.import_module(f"monitor.commands.{name}").register(sub)
     return parser
 
 
-def _unavailable(name: str, exc: Exception):
-    def run(_args: argparse.Namespace) -> int:
-        print(f"verl-monitor {name}: unavailable ({exc})", file=sys.stderr)
-        return 2
-
-    return run
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` (the top-level parser when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``verl-monitor`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # an unknown option after a subcommand is that subcommand's usage error, not the
+        # top-level one ("verl-monitor analyze --bogus" prints analyze's usage)
+        _subparser(parser, getattr(args, "command", None) or "").error(
+            "unrecognized arguments: " + " ".join(extra))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -47,3 +47,57 @@ def test_module_entry_point_reports_the_version():
     out = subprocess.run([sys.executable, "-m", "monitor", "--version"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == f"verl-monitor {__version__}"
+
+
+def test_unknown_option_of_a_subcommand_prints_that_subcommands_usage(capsys):
+    for argv in (["analyze", "--bogus"], ["analyze", "train.log", "--bogus"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: verl-monitor analyze"), err
+        assert "verl-monitor analyze: error:" in err
+    assert "unrecognized arguments: --bogus" in err
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_exporter_with_a_log_in_a_missing_folder_warns_once_and_exports_failure(tmp_path):
+    import re
+    import time
+    import urllib.request
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "exporter", "--gpu-backend", "sim", "--scenario",
+         "healthy", "--sim-gpus", "1", "--interval", "0.2", "--listen-address",
+         f"127.0.0.1:{port}", "--log", "/nonexistent/dir/train.log",
+         "--no-collector.host", "--no-collector.nccl"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        body, deadline = "", time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                              timeout=2).read().decode()
+                if 'collector="verl_log"' in body:
+                    time.sleep(1.0)  # several sampling rounds: still one warning
+                    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                                  timeout=2).read().decode()
+                    break
+            except OSError:
+                pass
+            time.sleep(0.3)
+        assert re.search(r'verlmon_collector_success\{collector="verl_log"\} 0', body), body[:500]
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    warnings = [ln for ln in err.splitlines() if "/nonexistent/dir" in ln]
+    assert len(warnings) == 1, err
+    assert "does not exist" in warnings[0]

@@ -168,3 +168,30 @@ def test_log_without_steps_is_not_an_error(tmp_path: Path, capsys) -> None:
     assert code == 0 and "no training steps found in this log" in out
     code, out, _ = run_cli(capsys, str(log), "--json")
     assert code == 0 and json.loads(out)["steps"] == []
+
+
+@pytest.mark.parametrize("kind", ["elf", "random", "store"])
+def test_a_file_that_is_not_a_log_is_one_line_exit_2(tmp_path: Path, capsys, kind: str) -> None:
+    import os
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "input"
+    if kind == "elf":
+        shutil.copy("/usr/bin/ls", path)
+    elif kind == "random":
+        path.write_bytes(os.urandom(200_000))
+    else:
+        from monitor.store.runstore import RunStore
+
+        RunStore(path).close()
+        assert sqlite3.connect(path).execute("select 1").fetchone() == (1,)
+    before = path.read_bytes()
+    code, out, err = run_cli(capsys, str(path))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("verl-monitor analyze: ")
+    if kind == "store":
+        assert "verl-monitor export" in err
+    else:
+        assert "not a verl log" in err
+    assert path.read_bytes() == before  # nothing lost

@@ -80,3 +80,17 @@ def test_wait_starts_before_the_store_exists(tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(20) == 0
+
+
+def test_busy_port_is_named_before_serving_and_exits_non_zero(tmp_path):
+    store = tmp_path / "run.db"
+    RunStore(store).close()
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        res = _cli("--store", str(store), "--port", str(port))
+    assert res.returncode != 0
+    assert "serving" not in res.stdout
+    assert f"port {port}" in res.stderr and "already in use" in res.stderr
+    assert res.stderr.count("\n") == 1

@@ -73,3 +73,37 @@ def test_demo_with_prometheus_points_the_dashboard_there(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+def test_busy_dashboard_port_is_named_and_exits_non_zero(tmp_path):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        res = subprocess.run([*CLI, "demo", "--port", str(port), "--dir", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0
+    assert f"port {port}" in res.stderr and "already in use" in res.stderr
+    assert "dashboard http" not in res.stdout
+
+
+def test_demo_removes_its_temp_dir_when_it_stops(tmp_path):
+    import os
+
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    port = _free_port()
+    proc = subprocess.Popen([*CLI, "demo", "--speed", "20", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+    try:
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert "Ctrl-C" in lines[3], lines
+        made = [p for p in tmp_path.iterdir() if p.name.startswith("verl-monitor-")]
+        assert len(made) == 1 and (made[0] / "run.db").exists()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        assert not made[0].exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)

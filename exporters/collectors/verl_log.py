@@ -74,6 +74,7 @@ class VerlLogCollector(SampledCollector):
         now = time.time()
         new_steps: list[StepRecord] = []
         new_events: list[Event] = []
+        missing: list[str] = []  # logs whose folder is absent: a mistyped --log, never appears
         for fol in self.logs:
             lines = fol.follower.poll()  # bounded per poll by the follower
             new_events.extend(fol.follower.drain_events())  # truncation / replacement
@@ -84,7 +85,10 @@ class VerlLogCollector(SampledCollector):
             if not lines:
                 # quiet file: end held multi-line blocks and JSONL objects awaiting a merge
                 items.extend(fol.parser.flush(now))
-                if not fol.lines and not fol.waiting_logged and not os.path.exists(fol.path):
+                folder = os.path.dirname(os.path.abspath(fol.path))
+                if not fol.lines and not os.path.isdir(folder):
+                    missing.append(f"{fol.path} (folder {folder} does not exist)")
+                elif not fol.lines and not fol.waiting_logged and not os.path.exists(fol.path):
                     log.info("verl_log: waiting for %s to appear", fol.path)
                     fol.waiting_logged = True
             for item in items:
@@ -113,6 +117,9 @@ class VerlLogCollector(SampledCollector):
             parse_errors={f.path: f.parser.stats.parse_errors for f in self.logs},
             events=dict(self._events),
         )
+        if missing:
+            raise FileNotFoundError("cannot follow --log " + "; ".join(missing)
+                                    + ": check the path")
 
     def close(self) -> None:
         """Close the followed files."""

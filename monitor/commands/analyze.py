@@ -100,6 +100,36 @@ def _fail(message: str) -> int:
     return 2
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Bytes of LOG read to tell a text log from a binary file.
+_SNIFF_BYTES = 65536
+
+
+def log_file_problem(path: str) -> str | None:
+    """None when ``path`` looks like a text log, else the one-line reason: a run store (SQLite,
+    which ``verl-monitor export`` turns into files ``analyze`` reads), or a binary file."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except IsADirectoryError:
+        return f"{path}: is a directory, not a log file"
+    except OSError as exc:
+        return f"{path}: cannot read ({exc.strerror or exc})"
+    if head.startswith(_SQLITE_MAGIC):
+        return (f"{path}: is a SQLite database (a run store?), not a verl log; run "
+                f"`verl-monitor export {path} --out DIR`, then `verl-monitor analyze "
+                f"DIR/train.jsonl --gpu DIR/gpu.csv --host DIR/host.csv --events DIR/events.json`")
+    if b"\x00" in head:
+        return f"{path}: is a binary file, not a verl log (console output or file-logger JSONL)"
+    text = head.decode("utf-8", errors="replace")
+    if len(head) == _SNIFF_BYTES:  # a character cut at the end of the sample is not an error
+        text = text[:-1]
+    bad = text.count("\ufffd")
+    if bad and bad > 0.01 * len(text):
+        return f"{path}: is not text (UTF-8), not a verl log (console output or file-logger JSONL)"
+    return None
+
+
 def _data_end(steps: list, gpu: pd.DataFrame, host: pd.DataFrame) -> float | None:
     """The newest time in the inputs: 'now' for detectors looking at a finished recording."""
     candidates = [s.end_time for s in steps if s.end_time is not None]
@@ -227,11 +257,18 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Run ``analyze``; 0 on success, 2 when an input cannot be read."""
     from monitor.config import ConfigError
+    from monitor.extras import explain_missing
     from monitor.logs.parse import LogReadError
 
+    missing = getattr(args, "wandb", None) and explain_missing("wandb", "--wandb")
+    if missing:
+        return _fail(missing)
     for path in (args.log, args.gpu, args.host, getattr(args, "events", None)):
         if path and not os.path.exists(path):
             return _fail(f"{path}: no such file")
+    problem = log_file_problem(args.log)
+    if problem:
+        return _fail(problem)
     try:
         doc = build_document(args)
     except (FrameError, LogReadError, ConfigError, EventsFileError) as exc:

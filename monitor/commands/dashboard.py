@@ -122,6 +122,30 @@ def check_store(path: str) -> str | None:
     return None
 
 
+def port_problem(address: str, port: int) -> str | None:
+    """None when ``address:port`` can be bound now, else the one-line reason (another program
+    already listens there, or the address is not this machine's)."""
+    import errno
+    import socket
+
+    host = "0.0.0.0" if address in ("", "::") else address
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"cannot bind {address}:{port}: {exc.strerror or exc}"
+    family, _type, _proto, _name, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(sockaddr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (f"port {port} on {address} is already in use by another program "
+                        f"(choose another with --port, or stop what serves {display_url(address, port)})")
+            return f"cannot bind {address}:{port}: {exc.strerror or exc}"
+    return None
+
+
 def interrupt_on_signal(signum: int, _frame: Any) -> None:
     """SIGTERM handler: stop like Ctrl-C (children are then terminated in ``finally``)."""
     raise KeyboardInterrupt
@@ -155,6 +179,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the app until Ctrl-C; 0 on a clean stop, 2 on bad input, 1 if it fails."""
+    from monitor.extras import explain_missing
+
+    missing = explain_missing("dashboard", "the dashboard")
+    if missing:
+        print(f"verl-monitor dashboard: {missing}", file=sys.stderr)
+        return 2
     if args.store and not (args.wait and not Path(args.store).exists()):
         problem = check_store(args.store)
         if problem:
@@ -163,6 +193,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         print(f"verl-monitor dashboard: bad --port {args.port}", file=sys.stderr)
         return 2
+    busy = port_problem(args.address, args.port)
+    if busy:
+        print(f"verl-monitor dashboard: {busy}", file=sys.stderr)
+        return 2
     proc = start_dashboard(args.port, args.address, args.store, args.prometheus, args.job)
     url = display_url(args.address, args.port)
     previous = signal.signal(signal.SIGTERM, interrupt_on_signal)
@@ -170,7 +204,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not wait_healthy(f"http://127.0.0.1:{args.port}" if args.address in
                             ("0.0.0.0", "::") else url, proc):
-            print(f"verl-monitor dashboard: the app did not start on {url} (port in use?)",
+            why = port_problem(args.address, args.port) or (
+                f"Streamlit exited with status {proc.poll()}" if proc.poll() is not None
+                else "no answer from /_stcore/health within 60 s")
+            print(f"verl-monitor dashboard: the app did not start on {url}: {why}",
                   file=sys.stderr)
             return 1
         source = args.prometheus or str(Path(args.store).resolve())

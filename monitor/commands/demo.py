@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from monitor.commands.dashboard import (
     DEFAULT_PORT,
     display_url,
     interrupt_on_signal,
+    port_problem,
     start_dashboard,
     stop_process,
     wait_healthy,
@@ -117,7 +119,8 @@ def register(subparsers: Any) -> None:
                         help="simulated seconds per wall second (default 1: ten minutes; "
                         "10 plays the whole scenario in about a minute)")
     parser.add_argument("--dir", metavar="DIR",
-                        help="where the log and the run store go (default: a new temp dir)")
+                        help="where the log and the run store go (default: a new temp dir, "
+                        "removed when the demo stops)")
     parser.add_argument("--scenario", default="demo",
                         help="scenario or script to simulate (default demo)")
     parser.add_argument("--node", default="demo-node", help="node name (default demo-node)")
@@ -126,8 +129,21 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo until Ctrl-C (0), a child failing (1) or bad input (2)."""
+    from monitor.extras import explain_missing
+
+    missing = explain_missing("dashboard", "the demo")
+    if missing:
+        print(f"verl-monitor demo: {missing}", file=sys.stderr)
+        return 2
     if args.speed <= 0:
         print("verl-monitor demo: --speed must be > 0", file=sys.stderr)
+        return 2
+    if not 0 < args.port < 65536:
+        print(f"verl-monitor demo: bad --port {args.port}", file=sys.stderr)
+        return 2
+    busy = port_problem(args.address, args.port)
+    if busy:
+        print(f"verl-monitor demo: dashboard {busy}", file=sys.stderr)
         return 2
     try:
         workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="verl-monitor-"))
@@ -153,7 +169,10 @@ def run(args: argparse.Namespace) -> int:
         url = display_url(args.address, args.port)
         if not wait_healthy(url if args.address not in ("0.0.0.0", "::") else
                             f"http://127.0.0.1:{args.port}", dashboard):
-            print(f"verl-monitor demo: the dashboard did not start on {url} (port in use?)",
+            why = port_problem(args.address, args.port) or (
+                f"Streamlit exited with status {dashboard.poll()}"
+                if dashboard.poll() is not None else "no answer within 60 s")
+            print(f"verl-monitor demo: the dashboard did not start on {url}: {why}",
                   file=sys.stderr)
             return 1
         source = args.prometheus or workdir / "run.db"
@@ -177,3 +196,5 @@ def run(args: argparse.Namespace) -> int:
         stop_process(exporter)
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+        if not args.dir:  # our own temp dir: nothing of it is the user's
+            shutil.rmtree(workdir, ignore_errors=True)
