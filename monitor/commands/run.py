@@ -1,0 +1,388 @@
+"""``verl-monitor run [options] -- <the verl command>``: monitor one verl job on this node.
+
+What it does, in order:
+
+1. writes Prometheus file_sd targets for the job's nodes (``--targets-file``), when asked;
+2. starts ``verl-monitor exporter`` as a child process (its own process group, so a Ctrl-C in
+   the terminal does not stop it before the job), following the log this command writes;
+   ``--no-exporter`` leaves that to an exporter the platform already runs on this node;
+3. starts the command with the NCCL Inspector environment when ``--nccl-plugin`` is given,
+   passes its stdout and stderr through to the terminal unchanged and appends every line to
+   the log (``--log``), which the exporter follows;
+4. forwards SIGINT/SIGTERM/SIGHUP to the command first: the exporter keeps running while the
+   job shuts down, so the job's last lines (a traceback, the final step) are still read;
+5. when the command exits, stops the exporter (SIGTERM, then SIGKILL) and exits with the
+   command's exit status (128 + N when a signal N ended it, as a shell reports it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+#: Default port of the exporter started here (the exporter's own default).
+DEFAULT_PORT = 9048
+#: Seconds the exporter gets to stop after SIGTERM before it is killed.
+EXPORTER_STOP_S = 15.0
+#: Seconds to wait for the exporter's startup line before the job starts anyway.
+EXPORTER_READY_S = 30.0
+#: NCCL Inspector dump cadence when none is given: every 5 s (in microseconds).
+DEFAULT_NCCL_DUMP_US = 5_000_000
+
+_SERVING = re.compile(r"serving (https?://\S+)/metrics")
+
+
+class RunError(RuntimeError):
+    """Bad input for ``verl-monitor run``; the message is one line saying what to change."""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``run`` subcommand."""
+    p = subparsers.add_parser(
+        "run",
+        help="run a verl command with an exporter on this node, its output captured to a log",
+        description="Start the node exporter, run the verl command with its output passed "
+        "through and captured to a log the exporter follows, and return the command's exit "
+        "status. Example: verl-monitor run --log /tmp/verl.log -- python3 -m "
+        "verl.trainer.main_ppo ...",
+        usage="verl-monitor run [options] -- COMMAND [ARG ...]",
+    )
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``run`` options (shared with the tests)."""
+    p.add_argument("--log", metavar="PATH",
+                   help="file the command's output is appended to and the exporter follows "
+                   "(default: verl-monitor-<node>-<time>.log in the current directory)")
+    p.add_argument("--node", metavar="NAME",
+                   help="this node's name for the exporter and the targets (default: hostname)")
+    p.add_argument("--listen-address", default=f"0.0.0.0:{DEFAULT_PORT}", metavar="HOST:PORT",
+                   help=f"where the exporter serves /metrics (default 0.0.0.0:{DEFAULT_PORT}; "
+                   "port 0 picks a free one)")
+    p.add_argument("--no-exporter", action="store_true",
+                   help="only capture the log: an exporter started by the platform (srun, Ray, "
+                   "a DaemonSet) on this node already follows --log")
+    p.add_argument("--exporter-args", default="", metavar="'ARGS'",
+                   help="more options for the exporter, one shell-quoted string (e.g. "
+                   "\"--store run.db --interval 0.5\")")
+    p.add_argument("--nccl-plugin", metavar="PATH",
+                   help="NCCL Inspector plugin (libnccl-profiler-inspector.so): sets "
+                   "NCCL_PROFILER_PLUGIN and the NCCL_INSPECTOR_* variables for the command "
+                   "and points the exporter at the dump directory")
+    p.add_argument("--nccl-dir", metavar="DIR",
+                   help="NCCL Inspector dump directory (default: <log>.nccl next to the log)")
+    p.add_argument("--nccl-dump-interval-us", type=int, default=DEFAULT_NCCL_DUMP_US,
+                   metavar="US", help="NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS "
+                   f"(default {DEFAULT_NCCL_DUMP_US})")
+    p.add_argument("--targets-file", metavar="PATH",
+                   help="write Prometheus file_sd targets (JSON) for the job's nodes here")
+    p.add_argument("--nodes", metavar="LIST",
+                   help="the job's nodes for --targets-file: comma- or space-separated host "
+                   "names (HOST or HOST:PORT); default: this node only")
+    p.add_argument("--job", metavar="NAME",
+                   help="`job` label written into the targets (default: Prometheus's scrape "
+                   "job name is kept)")
+    p.add_argument("--linger", type=float, default=2.0, metavar="SECONDS",
+                   help="keep the exporter this long after the command exits, so it reads the "
+                   "last lines and Prometheus scrapes the final state (default 2)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the command to run, after `--`")
+
+
+def parse_options(argv: list[str]) -> argparse.Namespace:
+    """Parse ``run`` arguments (without the subcommand word)."""
+    parser = argparse.ArgumentParser(prog="verl-monitor run")
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------- pure helpers
+
+
+def nccl_environment(plugin: str, dump_dir: str, interval_us: int) -> dict[str, str]:
+    """The environment that turns NCCL Inspector on for a job and dumps into ``dump_dir``."""
+    return {
+        "NCCL_PROFILER_PLUGIN": plugin,
+        "NCCL_INSPECTOR_ENABLE": "1",
+        "NCCL_INSPECTOR_DUMP_DIR": dump_dir,
+        "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS": str(int(interval_us)),
+        "NCCL_INSPECTOR_DUMP_VERBOSE": "1",
+    }
+
+
+def parse_nodes(text: str | None) -> list[str]:
+    """Host names from a comma/space/newline-separated list (``scontrol show hostnames``
+    output works as is); order kept, duplicates dropped."""
+    out: list[str] = []
+    for item in re.split(r"[\s,]+", text or ""):
+        if item and item not in out:
+            out.append(item)
+    return out
+
+
+def file_sd_targets(nodes: list[str], port: int, job: str | None = None) -> list[dict]:
+    """Prometheus file_sd entries, one per node: ``HOST:PORT`` with a ``node`` label (a node
+    given as ``HOST:PORT`` keeps its port; its ``node`` label is the host part)."""
+    groups = []
+    for item in nodes:
+        host, _, own_port = item.rpartition(":") if ":" in item else (item, "", "")
+        if not host:
+            raise RunError(f"node {item!r} has no host name")
+        if own_port and not own_port.isdigit():
+            raise RunError(f"node {item!r}: the port after ':' must be a number")
+        labels = {"node": host}
+        if job:
+            labels["job"] = job
+        groups.append({"targets": [f"{host}:{own_port or port}"], "labels": labels})
+    return groups
+
+
+def write_targets(path: str | Path, groups: list[dict]) -> Path:
+    """Write file_sd ``groups`` atomically (Prometheus never reads a half-written file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(groups, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: 128 + N for a child ended by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _port_of(listen: str) -> int:
+    _, _, port = listen.rpartition(":")
+    if not port.isdigit():
+        raise RunError(f"--listen-address {listen!r}: expected HOST:PORT")
+    return int(port)
+
+
+# ---------------------------------------------------------------------------- the log tee
+
+
+class Tee:
+    """Copies a child's stdout and stderr to ours as they come (chunks, so progress bars keep
+    working) and appends complete lines to one log file (lines of the two streams never mix)."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def follow(self, src: IO[bytes], dst: IO[bytes]) -> None:
+        """Copy ``src`` to ``dst`` and the log in a background thread until EOF."""
+        t = threading.Thread(target=self._pump, args=(src, dst), daemon=True,
+                             name="verl-monitor-run-tee")
+        t.start()
+        self._threads.append(t)
+
+    def _pump(self, src: IO[bytes], dst: IO[bytes]) -> None:
+        pending = b""
+        fd = src.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            try:
+                dst.write(chunk)
+                dst.flush()
+            except (OSError, ValueError):
+                pass  # our terminal went away: keep writing the log
+            pending += chunk
+            cut = pending.rfind(b"\n")
+            if cut >= 0:
+                self._write(pending[:cut + 1])
+                pending = pending[cut + 1:]
+        if pending:
+            self._write(pending + b"\n")
+        src.close()
+
+    def _write(self, data: bytes) -> None:
+        with self._lock:
+            self._log.write(data)
+            self._log.flush()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Wait for both streams to end, then close the log."""
+        for t in self._threads:
+            t.join(timeout)
+        with self._lock:
+            self._log.close()
+
+
+# ---------------------------------------------------------------------------- the exporter
+
+
+def exporter_argv(args: argparse.Namespace, log_path: Path, node: str,
+                  nccl_dir: str | None) -> list[str]:
+    """The command line of the exporter child this run starts."""
+    argv = [sys.executable, "-m", "monitor", "exporter",
+            "--listen-address", args.listen_address, "--node", node,
+            "--log", str(log_path)]
+    if nccl_dir:
+        argv += ["--nccl-dir", nccl_dir]
+    try:
+        argv += shlex.split(args.exporter_args or "")
+    except ValueError as exc:
+        raise RunError(f"--exporter-args: {exc}") from None
+    return argv
+
+
+def start_exporter(argv: list[str], log_path: Path) -> tuple[subprocess.Popen, str | None]:
+    """Start the exporter in its own process group, its output in ``<log>.exporter.log``;
+    return the process and its /metrics URL once it prints its startup line (None when it did
+    not within EXPORTER_READY_S). Raises RunError when it exits at once (bad options)."""
+    out_path = log_path.with_name(log_path.name + ".exporter.log")
+    with open(out_path, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + EXPORTER_READY_S
+    while time.monotonic() < deadline:
+        text = out_path.read_text(errors="replace")
+        found = _SERVING.search(text)
+        if found:
+            return proc, found.group(1) + "/metrics"
+        if proc.poll() is not None:
+            last = [ln for ln in text.strip().splitlines() if ln.strip()]
+            raise RunError(f"the exporter exited with status {proc.returncode}: "
+                           f"{last[-1] if last else 'no output'} (see {out_path})")
+        time.sleep(0.1)
+    return proc, None
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = EXPORTER_STOP_S) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``; idempotent."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command under the monitor; its exit status, or 2 on bad input."""
+    try:
+        return _run(args)
+    except RunError as exc:
+        print(f"verl-monitor run: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = list(args.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise RunError("no command given: put it after `--`, e.g. verl-monitor run -- "
+                       "python3 -m verl.trainer.main_ppo ...")
+    if shutil.which(command[0]) is None:
+        raise RunError(f"cannot start {command[0]}: no such program (not on PATH)")
+    node = args.node or socket.gethostname()
+    port = _port_of(args.listen_address)
+    log_path = Path(args.log or f"verl-monitor-{node}-{time.strftime('%Y%m%d-%H%M%S')}.log")
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.touch()
+    except OSError as exc:
+        raise RunError(f"--log {log_path}: cannot write ({exc.strerror or exc})") from None
+    log_path = log_path.resolve()
+
+    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+    nccl_dir = args.nccl_dir
+    if args.nccl_plugin:
+        if not Path(args.nccl_plugin).is_file():
+            raise RunError(f"--nccl-plugin {args.nccl_plugin}: no such file")
+        nccl_dir = nccl_dir or str(log_path.with_name(log_path.name + ".nccl"))
+        Path(nccl_dir).mkdir(parents=True, exist_ok=True)
+        env.update(nccl_environment(args.nccl_plugin, nccl_dir, args.nccl_dump_interval_us))
+
+    if args.targets_file:
+        nodes = parse_nodes(args.nodes) or [node]
+        path = write_targets(args.targets_file, file_sd_targets(nodes, port or DEFAULT_PORT,
+                                                                args.job))
+        print(f"verl-monitor run: {len(nodes)} scrape target(s) written to {path}",
+              file=sys.stderr)
+
+    exporter = None
+    if not args.no_exporter:
+        exporter, url = start_exporter(exporter_argv(args, log_path, node, nccl_dir), log_path)
+        where = url or "(not ready yet)"
+        print(f"verl-monitor run: exporter {where}, following {log_path}", file=sys.stderr)
+
+    tee = Tee(log_path)
+    job = None
+    received: list[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        if job is not None and job.poll() is None:
+            # a third Ctrl-C means "now": the job's process group gets SIGKILL
+            sig = signal.SIGKILL if received.count(signal.SIGINT) >= 3 else signum
+            try:
+                os.killpg(job.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {}
+    try:
+        for sig in handled:
+            previous[sig] = signal.signal(sig, forward)
+        try:
+            # its own process group: a Ctrl-C comes to us and we pass it on, so the job always
+            # gets it before the exporter is stopped
+            job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env=env, process_group=0)
+        except OSError as exc:
+            raise RunError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
+        tee.follow(job.stdout, sys.stdout.buffer)
+        tee.follow(job.stderr, sys.stderr.buffer)
+        if received:  # a signal that came while it was starting
+            forward(received[-1], None)
+        while True:
+            try:
+                returncode = job.wait()
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
+                continue
+        tee.close()
+        status = exit_status(returncode)
+        print(f"verl-monitor run: command exited with status {status}; log {log_path}",
+              file=sys.stderr)
+        return status
+    finally:
+        if job is not None and job.poll() is None:
+            stop_process(job)
+        if exporter is not None:
+            if exporter.poll() is None and job is not None and args.linger > 0:
+                time.sleep(args.linger)
+            stop_process(exporter)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,199 @@
+"""``verl-monitor run -- CMD``: a real exporter child, a real job child, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from monitor.commands.run import (
+    RunError,
+    exit_status,
+    file_sd_targets,
+    nccl_environment,
+    parse_nodes,
+)
+
+#: The exporter child without GPUs (none on a CI machine) and with a fast detector loop.
+EXPORTER_ARGS = "--exporter-args=--no-collector.gpu --interval 0.2"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_cli(args: list[str], cwd: Path, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "monitor", "run", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+VERL_LINE = ("(TaskRunner pid=11) step:{step} - timing_s/gen:10.0 - timing_s/update_actor:5.0 - "
+             "timing_s/step:20.0 - perf/throughput:1234.5 - training/global_step:{step}")
+
+
+def test_output_passes_through_is_logged_followed_and_exit_code_returned(tmp_path):
+    port = free_port()
+    job = script(tmp_path, f"""
+        import sys, time, urllib.request
+        for step in (1, 2, 3):
+            print({VERL_LINE!r}.format(step=step), flush=True)
+        print("a warning on stderr", file=sys.stderr, flush=True)
+        # the exporter on this node follows what we print: wait until it has read step 3
+        for _ in range(300):
+            try:
+                text = urllib.request.urlopen("http://127.0.0.1:{port}/metrics").read().decode()
+            except OSError:
+                text = ""
+            if "verlmon_training_step 3" in text:
+                print("exporter saw step 3", flush=True)
+                break
+            time.sleep(0.1)
+        sys.exit(7)
+    """)
+    log = tmp_path / "logs" / "train.log"
+    proc = run_cli(["--log", str(log), "--listen-address", f"127.0.0.1:{port}", EXPORTER_ARGS,
+                    "--linger", "0", "--", sys.executable, job], tmp_path)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 7, err.decode()
+    assert "step:3" in out.decode() and "exporter saw step 3" in out.decode(), err.decode()
+    assert "a warning on stderr" in err.decode()
+    text = log.read_text()
+    assert "step:1 " in text and "step:3 " in text and "a warning on stderr" in text
+    assert "exporter saw step 3" in text
+    assert not port_open(port), "the exporter still runs after the command exited"
+
+
+def test_ctrl_c_reaches_the_job_while_the_exporter_still_runs(tmp_path):
+    port = free_port()
+    job = script(tmp_path, f"""
+        import signal, sys, time, urllib.request
+        def on_int(signum, frame):
+            # the exporter must still be up when the job gets the interrupt
+            up = urllib.request.urlopen("http://127.0.0.1:{port}/metrics").status == 200
+            print(f"job got SIGINT, exporter up={{up}}", flush=True)
+            sys.exit(42)
+        signal.signal(signal.SIGINT, on_int)
+        print("job ready", flush=True)
+        while True:
+            time.sleep(0.1)
+    """)
+    proc = run_cli(["--log", str(tmp_path / "t.log"), "--listen-address", f"127.0.0.1:{port}",
+                    EXPORTER_ARGS, "--linger", "0", "--", sys.executable, job], tmp_path)
+    deadline = time.monotonic() + 60
+    log = tmp_path / "t.log"
+    while time.monotonic() < deadline and not (log.exists() and "job ready" in log.read_text()):
+        time.sleep(0.1)
+    assert port_open(port)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert "job got SIGINT, exporter up=True" in out.decode(), err.decode()
+    assert proc.returncode == 42
+    assert not port_open(port)
+
+
+def test_job_killed_by_a_signal_reports_128_plus_n(tmp_path):
+    proc = run_cli(["--no-exporter", "--log", str(tmp_path / "t.log"), "--",
+                    sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
+                   tmp_path)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+
+
+def test_nccl_inspector_environment_reaches_the_job_and_the_exporter(tmp_path):
+    plugin = tmp_path / "libnccl-profiler-inspector.so"
+    plugin.write_bytes(b"\x7fELF")
+    port = free_port()
+    job = script(tmp_path, """
+        import json, os
+        print(json.dumps({k: v for k, v in os.environ.items() if k.startswith("NCCL_")}))
+    """)
+    log = tmp_path / "t.log"
+    proc = run_cli(["--log", str(log), "--listen-address", f"127.0.0.1:{port}", EXPORTER_ARGS,
+                    "--linger", "0", "--nccl-plugin", str(plugin),
+                    "--nccl-dump-interval-us", "1000000", "--", sys.executable, job], tmp_path)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err.decode()
+    env = json.loads(out.decode().strip().splitlines()[-1])
+    dump_dir = str(log.with_name("t.log.nccl"))
+    assert env == {"NCCL_PROFILER_PLUGIN": str(plugin), "NCCL_INSPECTOR_ENABLE": "1",
+                   "NCCL_INSPECTOR_DUMP_DIR": dump_dir,
+                   "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS": "1000000",
+                   "NCCL_INSPECTOR_DUMP_VERBOSE": "1"}
+    assert Path(dump_dir).is_dir()
+    # the exporter was told to follow the same directory
+    assert f"--nccl-dir', '{dump_dir}'" in str(_exporter_argv_for(log, plugin, dump_dir))
+
+
+def _exporter_argv_for(log: Path, plugin: Path, dump_dir: str) -> list[str]:
+    from monitor.commands.run import exporter_argv, parse_options
+
+    args = parse_options(["--nccl-plugin", str(plugin), "--", "true"])
+    return exporter_argv(args, log, "n0", dump_dir)
+
+
+def test_no_nccl_variables_without_a_plugin(tmp_path):
+    proc = run_cli(["--no-exporter", "--log", str(tmp_path / "t.log"), "--", sys.executable,
+                    "-c", "import os; print(sorted(k for k in os.environ if 'INSPECTOR' in k))"],
+                   tmp_path, env={k: v for k, v in os.environ.items() if "NCCL" not in k})
+    out, _ = proc.communicate(timeout=60)
+    assert out.decode().strip() == "[]"
+
+
+def test_targets_file_lists_every_node_of_the_job(tmp_path):
+    targets = tmp_path / "sd" / "job.json"
+    nodes = "gpu-001\ngpu-002\ngpu-003"  # as `scontrol show hostnames` prints them
+    proc = run_cli(["--no-exporter", "--log", str(tmp_path / "t.log"), "--targets-file",
+                    str(targets), "--nodes", nodes, "--job", "grpo", "--", "true"], tmp_path)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    groups = json.loads(targets.read_text())
+    assert [g["targets"] for g in groups] == [["gpu-001:9048"], ["gpu-002:9048"], ["gpu-003:9048"]]
+    assert [g["labels"] for g in groups] == [{"node": f"gpu-00{i}", "job": "grpo"}
+                                             for i in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], "no command given"),
+    (["--", "/nonexistent/verl-trainer"], "cannot start /nonexistent/verl-trainer"),
+    (["--nccl-plugin", "/nonexistent.so", "--", "true"], "--nccl-plugin /nonexistent.so"),
+    (["--exporter-args=--interval", "--", "true"], "the exporter exited with status 2"),
+])
+def test_bad_input_is_one_line_and_status_2(tmp_path, args, words):
+    proc = run_cli(["--log", str(tmp_path / "t.log"), "--listen-address", "127.0.0.1:0", *args],
+                   tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    lines = [ln for ln in err.decode().splitlines() if ln.startswith("verl-monitor run:")]
+    assert len(lines) == 1 and words in lines[0], err.decode()
+
+
+def test_pure_helpers():
+    assert parse_nodes("a, b\nc a") == ["a", "b", "c"]
+    assert file_sd_targets(["h1", "h2:9100"], 9048) == [
+        {"targets": ["h1:9048"], "labels": {"node": "h1"}},
+        {"targets": ["h2:9100"], "labels": {"node": "h2"}}]
+    with pytest.raises(RunError):
+        file_sd_targets(["h1:x"], 9048)
+    assert exit_status(-15) == 143 and exit_status(3) == 3
+    assert nccl_environment("/p.so", "/d", 5)["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] == "5"
