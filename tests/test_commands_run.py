@@ -160,17 +160,23 @@ def test_no_nccl_variables_without_a_plugin(tmp_path):
     assert out.decode().strip() == "[]"
 
 
-def test_targets_file_lists_every_node_of_the_job(tmp_path):
+def test_targets_file_lists_every_node_while_the_job_runs_and_goes_with_it(tmp_path):
     targets = tmp_path / "sd" / "job.json"
     nodes = "gpu-001\ngpu-002\ngpu-003"  # as `scontrol show hostnames` prints them
     proc = run_cli(["--no-exporter", "--log", str(tmp_path / "t.log"), "--targets-file",
-                    str(targets), "--nodes", nodes, "--job", "grpo", "--", "true"], tmp_path)
-    proc.communicate(timeout=60)
-    assert proc.returncode == 0
-    groups = json.loads(targets.read_text())
+                    str(targets), "--nodes", nodes, "--job", "grpo", "--", "cat", str(targets)],
+                   tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    groups = json.loads(out)  # what Prometheus read while the job ran
     assert [g["targets"] for g in groups] == [["gpu-001:9048"], ["gpu-002:9048"], ["gpu-003:9048"]]
     assert [g["labels"] for g in groups] == [{"node": f"gpu-00{i}", "job": "grpo"}
                                              for i in (1, 2, 3)]
+    assert not targets.exists(), "a finished job's nodes would stay scraped (ExporterDown)"
+    proc = run_cli(["--no-exporter", "--log", str(tmp_path / "t.log"), "--targets-file",
+                    str(targets), "--keep-targets", "--", "true"], tmp_path)
+    proc.communicate(timeout=60)
+    assert len(json.loads(targets.read_text())) == 1
 
 
 @pytest.mark.parametrize("args, words", [

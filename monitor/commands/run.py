@@ -93,6 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", metavar="LIST",
                    help="the job's nodes for --targets-file: comma- or space-separated host "
                    "names (HOST or HOST:PORT); default: this node only")
+    p.add_argument("--keep-targets", action="store_true",
+                   help="leave --targets-file in place when the command exits (by default it "
+                   "is removed, so Prometheus stops scraping the job's nodes)")
     p.add_argument("--job", metavar="NAME",
                    help="`job` label written into the targets (default: Prometheus's scrape "
                    "job name is kept)")
@@ -323,21 +326,11 @@ def _run(args: argparse.Namespace) -> int:
         Path(nccl_dir).mkdir(parents=True, exist_ok=True)
         env.update(nccl_environment(args.nccl_plugin, nccl_dir, args.nccl_dump_interval_us))
 
-    if args.targets_file:
-        nodes = parse_nodes(args.nodes) or [node]
-        path = write_targets(args.targets_file, file_sd_targets(nodes, port or DEFAULT_PORT,
-                                                                args.job))
-        print(f"verl-monitor run: {len(nodes)} scrape target(s) written to {path}",
-              file=sys.stderr)
-
-    exporter = None
-    if not args.no_exporter:
-        exporter, url = start_exporter(exporter_argv(args, log_path, node, nccl_dir), log_path)
-        where = url or "(not ready yet)"
-        print(f"verl-monitor run: exporter {where}, following {log_path}", file=sys.stderr)
-
-    tee = Tee(log_path)
-    job = None
+    nodes = parse_nodes(args.nodes) or [node]
+    groups = file_sd_targets(nodes, port or DEFAULT_PORT, args.job)  # bad --nodes fails here
+    targets_path: Path | None = None
+    exporter: subprocess.Popen | None = None
+    job: subprocess.Popen | None = None
     received: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
@@ -350,28 +343,33 @@ def _run(args: argparse.Namespace) -> int:
             except ProcessLookupError:
                 pass
 
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {}
     try:
-        for sig in handled:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             previous[sig] = signal.signal(sig, forward)
+        if args.targets_file:
+            targets_path = write_targets(args.targets_file, groups)
+            print(f"verl-monitor run: {len(groups)} scrape target(s) written to {targets_path}",
+                  file=sys.stderr)
+        if not args.no_exporter:
+            exporter, url = start_exporter(exporter_argv(args, log_path, node, nccl_dir),
+                                           log_path)
+            print(f"verl-monitor run: exporter {url or '(not ready yet)'}, following {log_path}",
+                  file=sys.stderr)
+        if received:  # interrupted before the job started: do not start it
+            return 128 + received[-1]
+        tee = Tee(log_path)
         try:
             # its own process group: a Ctrl-C comes to us and we pass it on, so the job always
             # gets it before the exporter is stopped
             job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    env=env, process_group=0)
         except OSError as exc:
+            tee.close()
             raise RunError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
         tee.follow(job.stdout, sys.stdout.buffer)
         tee.follow(job.stderr, sys.stderr.buffer)
-        if received:  # a signal that came while it was starting
-            forward(received[-1], None)
-        while True:
-            try:
-                returncode = job.wait()
-                break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-                continue
+        returncode = job.wait()
         tee.close()
         status = exit_status(returncode)
         print(f"verl-monitor run: command exited with status {status}; log {log_path}",
@@ -384,5 +382,7 @@ def _run(args: argparse.Namespace) -> int:
             if exporter.poll() is None and job is not None and args.linger > 0:
                 time.sleep(args.linger)
             stop_process(exporter)
+        if targets_path is not None and not args.keep_targets:
+            targets_path.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
