@@ -97,3 +97,57 @@ def test_a_timestamped_switch_late_in_the_step_puts_reshard_after_the_update():
     early = Event("reshard", 82.0, 1, data={"seconds": 2.0})
     assert phase_timeline([rec], [late])["phase"].tolist() == ["gen", "update_actor", "reshard"]
     assert phase_timeline([rec], [early])["phase"].tolist() == ["reshard", "gen", "update_actor"]
+
+
+def _truth_run(offset: float = 0.5):
+    """gen 10 s at 95%, reward 3 s at 12%, adv 0.4 s at 8%, ref 10 s at 90% (the simulator's
+    shape); 1 s samples starting ``offset`` into the step, each the mean over [ts, ts + 1)."""
+    levels = [("gen", 10.0, 95.0), ("reward", 3.0, 12.0), ("adv", 0.4, 8.0), ("ref", 10.0, 90.0)]
+    total = sum(d for _, d, _ in levels)
+    steps, rows, t0 = [], [], 1000.0
+    for n in range(3):
+        start = t0 + n * total
+        steps.append(StepRecord(step=n + 1, end_time=start + total, total=total,
+                                phases={p: d for p, d, _ in levels}))
+    level = {p: u for p, _, u in levels}
+    tl = phase_timeline(steps)  # verl's order: gen, ref, reward, adv
+    edges = [(r.start, r.end, level[r.phase]) for r in tl.itertuples()]
+    t = float(tl["end"].max())
+
+    def mean_util(a: float, b: float) -> float:
+        acc = sum(max(0.0, min(b, hi) - max(a, lo)) * u for lo, hi, u in edges)
+        return acc / (b - a)
+
+    ts = np.arange(t0 + offset, t - 1.0, 1.0)
+    for x in ts:
+        rows.append({"ts": x, "node": "n0", "gpu": 0, "util": mean_util(x, x + 1.0),
+                     "sm_active": np.nan})
+    return steps, pd.DataFrame(rows)
+
+
+def test_sub_interval_phase_is_withheld_and_neighbours_are_not_misassigned():
+    steps, gpu = _truth_run()
+    att = attribute(steps, gpu)
+    assert {"seconds", "full_samples"} <= set(att.columns)
+    assert list(att.columns[:9]) == ["step", "phase", "node", "gpu", "util_mean", "util_p10",
+                                     "sm_mean", "sm_p10", "samples"]  # older callers' columns
+    summ = phase_summary(att).set_index("phase")
+    # the 0.4 s phase has no sample wholly inside it: no figure, and the reason
+    assert summ.loc["adv", "full_samples"] == 0
+    assert np.isnan(summ.loc["adv", "util_mean"]) and "fewer than" in summ.loc["adv", "withheld"]
+    # the phases around it carry their own level (by the sample instant, a sample starting
+    # 0.5 s before a phase's end was counted whole in it although half of it is the next one)
+    assert abs(summ.loc["reward", "util_mean"] - 12.0) < 0.5
+    assert abs(summ.loc["ref", "util_mean"] - 90.0) < 0.5
+    assert abs(summ.loc["gen", "util_mean"] - 95.0) < 0.5
+    assert summ.loc["reward", "withheld"] == "" and summ.loc["reward", "full_samples"] >= 3
+    assert (summ["samples"] >= summ["full_samples"]).all()
+
+
+def test_a_phase_gets_the_sample_time_it_overlaps():
+    steps, gpu = _truth_run(offset=0.0)
+    att = attribute(steps, gpu)
+    step2 = att[att["step"] == 2].set_index("phase")
+    assert abs(step2.loc["adv", "seconds"] - 0.4) < 1e-6
+    assert abs(step2.loc["gen", "seconds"] - 10.0) < 1e-6
+    assert phase_summary(att, min_samples=0).loc[lambda d: d["phase"] == "adv", "withheld"].iloc[0] == ""

@@ -143,62 +143,193 @@ def label_samples(samples: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame
     return merged.reset_index(drop=True)
 
 
+#: Columns ``attribute`` adds after :data:`ATTRIB_COLUMNS` (kept last for older callers):
+#: ``seconds`` of sample time inside the phase, ``full_samples`` wholly inside it.
+ATTRIB_EXTRA_COLUMNS = ["seconds", "full_samples"]
+
+#: Share of a sample's interval that must lie in a phase for the sample to enter the phase's
+#: percentiles (its mean weighs every sample by that share).
+_P10_MIN_SHARE = 0.5
+
+
+def sample_period(ts: pd.Series | np.ndarray) -> float:
+    """The typical spacing of sample times (median gap between distinct times; 1 s if unknown).
+
+    A sample at ``ts`` stands for the interval ``[ts, ts + period)``: a bucket of the run store
+    or of :func:`monitor.downsample.downsample` starts at its ``ts``, and a raw sample at the
+    sampling interval covers the interval up to the next one.
+    """
+    uniq = np.unique(np.asarray(ts, dtype=float))
+    uniq = uniq[np.isfinite(uniq)]
+    if len(uniq) < 2:
+        return 1.0
+    gap = float(np.median(np.diff(uniq)))
+    return gap if gap > 0 else 1.0
+
+
+def overlap_samples(samples: pd.DataFrame, timeline: pd.DataFrame,
+                    sample_s: float | None = None) -> pd.DataFrame:
+    """One row per (sample, phase) pair whose intervals overlap: the sample's columns plus
+    ``step``, ``phase``, ``overlap_s`` (seconds of the sample interval inside the phase) and
+    ``share`` (that over the sample interval, 0..1). A sample covers ``[ts, ts + sample_s)``
+    (``sample_s`` defaults to :func:`sample_period`), so a phase shorter than the sampling
+    interval gets a partial share of its neighbours' samples, never a whole one."""
+    cols = [*samples.columns, "step", "phase", "overlap_s", "share"]
+    if len(samples) == 0 or len(timeline) == 0:
+        return pd.DataFrame(columns=cols)
+    width = float(sample_s) if sample_s and sample_s > 0 else sample_period(samples["ts"])
+    tl = timeline.sort_values("start", kind="stable").reset_index(drop=True)
+    pstart = tl["start"].to_numpy(dtype=float)
+    pend = tl["end"].to_numpy(dtype=float)
+    reach = np.maximum.accumulate(pend)  # phases sorted by start; ends made monotonic
+    a = samples["ts"].to_numpy(dtype=float)
+    b = a + width
+    first = np.searchsorted(reach, a, side="right")
+    last = np.searchsorted(pstart, b, side="left") - 1
+    count = np.clip(last - first + 1, 0, None)
+    if count.sum() == 0:
+        return pd.DataFrame(columns=cols)
+    rows = np.repeat(np.arange(len(a)), count)
+    offset = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    phase_idx = np.repeat(first, count) + offset
+    lo = np.maximum(a[rows], pstart[phase_idx])
+    hi = np.minimum(b[rows], pend[phase_idx])
+    overlap = hi - lo
+    keep = overlap > 1e-9
+    rows, phase_idx, overlap = rows[keep], phase_idx[keep], overlap[keep]
+    out = samples.iloc[rows].reset_index(drop=True)
+    out["step"] = tl["step"].to_numpy()[phase_idx]
+    out["phase"] = tl["phase"].to_numpy()[phase_idx]
+    out["overlap_s"] = overlap
+    out["share"] = np.minimum(overlap / width, 1.0)
+    return out
+
+
 def attribute(
-    steps: list[StepRecord], gpu: pd.DataFrame, events: list[Event] | None = None
+    steps: list[StepRecord], gpu: pd.DataFrame, events: list[Event] | None = None,
+    sample_s: float | None = None,
 ) -> pd.DataFrame:
     """Per step, phase and GPU: mean and 10th percentile of util and SM activity, sample count.
 
+    Each sample stands for the interval ``[ts, ts + sample_s)`` (``sample_s`` defaults to the
+    frame's :func:`sample_period`) and counts toward a phase by the share of that interval that
+    lies inside the phase, not by its instant: the means and percentiles use the samples wholly
+    inside the phase (where there are none, the samples touching it weighed by that share). Columns: :data:`ATTRIB_COLUMNS`
+    (``samples`` counts every sample touching the phase) then ``seconds`` (sample time inside
+    the phase) and ``full_samples`` (samples wholly inside it: how far to trust the figure).
     ``events`` (optional) place a timestamped weight sync, as in ``phase_timeline``.
     """
+    columns = ATTRIB_COLUMNS + ATTRIB_EXTRA_COLUMNS
     if gpu is None or len(gpu) == 0:
-        return pd.DataFrame(columns=ATTRIB_COLUMNS)
+        return pd.DataFrame(columns=columns)
     cols = ["ts", "node", "gpu", "util", "sm_active"]
     samples = gpu[[c for c in cols if c in gpu.columns]].copy()
     if "sm_active" not in samples.columns:
         samples["sm_active"] = np.nan
     samples["node"] = samples["node"].astype(str)
-    labelled = label_samples(samples, phase_timeline(steps, events))
-    labelled = labelled[labelled["phase"].notna()]
-    if len(labelled) == 0:
-        return pd.DataFrame(columns=ATTRIB_COLUMNS)
-    labelled = labelled.assign(step=labelled["step"].astype(int), gpu=labelled["gpu"].astype(int))
-    grouped = labelled.groupby(["step", "phase", "node", "gpu"], sort=False)
+    samples["ts"] = samples["ts"].astype(float)
+    pairs = overlap_samples(samples, phase_timeline(steps, events), sample_s)
+    if len(pairs) == 0:
+        return pd.DataFrame(columns=columns)
+    pairs = pairs.assign(step=pairs["step"].astype(int), gpu=pairs["gpu"].astype(int))
+    w = pairs["share"].astype(float)
+    for c in ("util", "sm_active"):
+        val = pairs[c].astype(float)
+        pairs[c + "_w"] = (val * w).where(val.notna())
+        pairs[c + "_n"] = w.where(val.notna(), 0.0)
+    pairs["full"] = (w >= 1.0 - 1e-6).astype(int)
+    keys = ["step", "phase", "node", "gpu"]
+    grouped = pairs.groupby(keys, sort=False)
     out = grouped.agg(
-        util_mean=("util", "mean"),
-        sm_mean=("sm_active", "mean"),
-        samples=("ts", "size"),
+        util_w=("util_w", "sum"), util_n=("util_n", "sum"),
+        sm_w=("sm_active_w", "sum"), sm_n=("sm_active_n", "sum"),
+        samples=("ts", "size"), seconds=("overlap_s", "sum"), full_samples=("full", "sum"),
     )
-    quant = grouped[["util", "sm_active"]].quantile(0.1)
-    out["util_p10"] = quant["util"]
-    out["sm_p10"] = quant["sm_active"]
+    # samples wholly inside the phase measure it alone; where there are none, the samples
+    # touching it weigh by their share (and phase_summary withholds the figure)
+    full = pairs[pairs["full"] == 1].groupby(keys, sort=False)
+    pure = full[["util", "sm_active"]].mean()
+    mixed_util = out["util_w"] / out["util_n"].where(out["util_n"] > 0)
+    mixed_sm = out["sm_w"] / out["sm_n"].where(out["sm_n"] > 0)
+    out["util_mean"] = pure["util"].reindex(out.index).fillna(mixed_util)
+    out["sm_mean"] = pure["sm_active"].reindex(out.index).fillna(mixed_sm)
+    mostly = pairs[w >= _P10_MIN_SHARE]
+    q_full = full[["util", "sm_active"]].quantile(0.1)
+    q_mostly = mostly.groupby(keys, sort=False)[["util", "sm_active"]].quantile(0.1)
+    out["util_p10"] = q_full["util"].reindex(out.index).fillna(
+        q_mostly["util"].reindex(out.index))
+    out["sm_p10"] = q_full["sm_active"].reindex(out.index).fillna(
+        q_mostly["sm_active"].reindex(out.index))
     out = out.reset_index()
-    return out[ATTRIB_COLUMNS].sort_values(["step", "node", "gpu"], kind="stable").reset_index(
+    return out[columns].sort_values(["step", "node", "gpu"], kind="stable").reset_index(
         drop=True
     )
 
 
-def phase_summary(attrib: pd.DataFrame) -> pd.DataFrame:
-    """Per phase and GPU, averaged over steps (weighted by samples): util and SM activity.
+#: Samples wholly inside a phase (summed over the steps) below which ``phase_summary``
+#: withholds the phase's figures (the default of its ``min_samples``).
+DEFAULT_MIN_PHASE_SAMPLES = 3
 
-    Columns: phase, node, gpu, util_mean, sm_mean, util_p10, sm_p10, steps, samples.
+
+def phase_summary(attrib: pd.DataFrame, min_samples: int | None = None) -> pd.DataFrame:
+    """Per phase and GPU, averaged over steps (weighted by samples wholly inside the phase, else
+    by sample time): util and SM activity.
+
+    Columns: phase, node, gpu, util_mean, sm_mean, util_p10, sm_p10, steps, samples, then
+    ``full_samples`` (samples wholly inside the phase), ``seconds`` and ``withheld``: the reason
+    the figures are left out (NaN) when fewer than ``min_samples`` samples lie wholly inside the
+    phase (default ``dashboard.phase_min_samples`` of ``monitor/defaults.yaml``), else "".
     """
     cols = ["phase", "node", "gpu", "util_mean", "sm_mean", "util_p10", "sm_p10", "steps",
-            "samples"]
+            "samples", "full_samples", "seconds", "withheld"]
     if attrib is None or len(attrib) == 0:
         return pd.DataFrame(columns=cols)
+    if min_samples is None:
+        min_samples = default_min_phase_samples()
     df = attrib.copy()
-    w = df["samples"].astype(float)
+    if "full_samples" in df.columns:
+        full = df["full_samples"].astype(float)
+        secs = df["seconds"] if "seconds" in df.columns else df["samples"]
+        w = full.where(full > 0, secs.astype(float) * 1e-6)
+    else:  # rows from an older attribute(): weigh by sample count
+        w = df["samples"].astype(float)
+    if "full_samples" not in df.columns:
+        df["full_samples"] = df["samples"]
+    if "seconds" not in df.columns:
+        df["seconds"] = np.nan
     for c in ("util_mean", "sm_mean", "util_p10", "sm_p10"):
         df[c + "_w"] = df[c] * w
         df[c + "_n"] = w.where(df[c].notna(), 0.0)
     g = df.groupby(["phase", "node", "gpu"], sort=False)
-    out = pd.DataFrame({"steps": g["step"].nunique(), "samples": g["samples"].sum()})
+    out = pd.DataFrame({"steps": g["step"].nunique(), "samples": g["samples"].sum(),
+                        "full_samples": g["full_samples"].sum(),
+                        "seconds": g["seconds"].sum(min_count=1)})
     for c in ("util_mean", "sm_mean", "util_p10", "sm_p10"):
         num = g[c + "_w"].sum(min_count=1)
         den = g[c + "_n"].sum()
         out[c] = (num / den.where(den > 0)).astype(float)
     out = out.reset_index()
+    short = out["full_samples"] < min_samples
+    out["withheld"] = np.where(
+        short,
+        [f"{int(n)} sample(s) wholly inside the phase, fewer than {min_samples}: the phase is "
+         "shorter than the sampling interval" for n in out["full_samples"]],
+        "",
+    )
+    for c in ("util_mean", "sm_mean", "util_p10", "sm_p10"):
+        out.loc[short, c] = np.nan
     order = {p: i for i, p in enumerate(LAYOUT_ORDER)}
     out["_o"] = out["phase"].map(order).fillna(len(order))
     out = out.sort_values(["_o", "node", "gpu"], kind="stable").drop(columns="_o")
     return out[cols].reset_index(drop=True)
+
+
+def default_min_phase_samples() -> int:
+    """``dashboard.phase_min_samples`` from the default config (3 when the key is absent)."""
+    from monitor.config import load_config
+
+    try:
+        return int(load_config().section("dashboard").get("phase_min_samples",
+                                                             DEFAULT_MIN_PHASE_SAMPLES))
+    except (KeyError, ValueError, TypeError):
+        return DEFAULT_MIN_PHASE_SAMPLES
