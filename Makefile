@@ -1,17 +1,19 @@
-# verl-monitor: `make demo` runs the main job, `make test` runs every test.
-# Both create .venv and install the package into it first.
+# verl-monitor: `make demo` runs the main job, `make test` runs every test,
+# `make test-fast` the unit tests only (no real servers or browser; under a minute).
+# All of them create .venv and install the package with every extra (`[all]`, via `[test]`).
+# A training node needs only the core: `pip install verl-monitor` (exporter, detectors, analyze).
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint sysdeps bench clean
+.PHONY: setup demo test test-fast lint sysdeps bench bench-install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[all,test]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -35,8 +37,16 @@ lint: setup
 test: setup sysdeps lint
 	$(PY) -m pytest -q
 
+# Unit tests only, on two workers: the loop to run after each change.
+test-fast: setup
+	$(PY) -m pytest -q -m "not e2e" -n 2
+
 bench: setup
 	$(PY) bench/parse.py
+
+# Installed size and package count of each role (fresh venvs; downloads from PyPI).
+bench-install: setup
+	$(PY) bench/install.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache test-artifacts

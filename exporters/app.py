@@ -142,10 +142,7 @@ class Exporter:
             self.ctx.extra["live_sim"] = self.live_sim
         if self.tracker is not None:
             self.ctx.extra["flag_tracker"] = self.tracker
-        try:
-            self._specs = load_all()
-        except ImportError as exc:
-            raise ExporterError(f"a collector module cannot be imported: {exc}") from None
+        self._specs = load_all()
         for name in enabled_collectors(opts, self._specs):
             self.collectors[name] = self._build_collector(name)
         for collector in self.collectors.values():
@@ -198,26 +195,17 @@ class Exporter:
         self.store.set_meta("node", self.node)
 
     def _load_detectors(self) -> None:
-        try:
-            from monitor.config import load_config
-        except ImportError:
-            load_config = None
+        from monitor.config import load_config
+        from monitor.detect import run_all
+        from monitor.detect.live import FlagTracker
+
         cfg_path = _opt(self.options, "config")
-        if load_config is not None:
-            try:
-                self.detect_config = load_config(cfg_path)
-            except FileNotFoundError:
-                raise ExporterError(f"--config {cfg_path}: no such file") from None
-            except (ValueError, OSError) as exc:
-                raise ExporterError(f"--config {exc}") from None
-        elif cfg_path:
-            raise ExporterError("--config needs monitor.config, which is not installed")
         try:
-            from monitor.detect import run_all
-            from monitor.detect.live import FlagTracker
-        except ImportError as exc:
-            log.warning("detectors unavailable (%s): no flags will be raised", exc)
-            return
+            self.detect_config = load_config(cfg_path)
+        except FileNotFoundError:
+            raise ExporterError(f"--config {cfg_path}: no such file") from None
+        except (ValueError, OSError) as exc:
+            raise ExporterError(f"--config {exc}") from None
         self._run_all = run_all
         self.tracker = FlagTracker()
         hook = _opt(self.options, "slack_webhook_file")
@@ -227,9 +215,11 @@ class Exporter:
 
                 # the outbox lives in the run store when there is one (survives restarts)
                 self.notifier = SlackNotifier(hook, self.run_store)
-            except ImportError as exc:
-                raise ExporterError(f"--slack-webhook-file needs the slack_sdk package "
-                                    f"(pip install slack-sdk): {exc}") from None
+            except ImportError:
+                from monitor.extras import missing_extra_message
+
+                raise ExporterError(missing_extra_message("--slack-webhook-file", "slack")
+                                    ) from None
             except (ValueError, OSError) as exc:
                 raise ExporterError(f"--slack-webhook-file {exc}") from None
 

@@ -132,7 +132,14 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="verl-monitor exporter: %(message)s", stream=sys.stderr)
     from exporters.app import Exporter, ExporterError
+    from monitor.extras import explain_missing
 
+    for flag, extra in (("wandb", "wandb"), ("slack_webhook_file", "slack")):
+        missing = getattr(args, flag, None) and explain_missing(
+            extra, "--" + flag.replace("_", "-"))
+        if missing:
+            print(f"verl-monitor exporter: {missing}", file=sys.stderr)
+            return 2
     stop = threading.Event()
 
     def on_signal(signum, _frame) -> None:

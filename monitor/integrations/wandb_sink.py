@@ -254,7 +254,8 @@ class WandbSink:
         try:
             import wandb
         except ImportError:
-            self._disable("the wandb package is not installed (pip install wandb)")
+            self._disable("the wandb package is not installed "
+                          "(the 'wandb' extra: pip install 'verl-monitor[wandb]')")
             return
         except Exception as exc:  # a broken install must not stop the monitor
             self._disable(f"wandb cannot be imported ({type(exc).__name__}: {exc})")
