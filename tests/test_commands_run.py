@@ -104,12 +104,39 @@ def test_ctrl_c_reaches_the_job_while_the_exporter_still_runs(tmp_path):
     log = tmp_path / "t.log"
     while time.monotonic() < deadline and not (log.exists() and "job ready" in log.read_text()):
         time.sleep(0.1)
-    assert port_open(port)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        assert port_open(port)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert "job got SIGINT, exporter up=True" in out.decode(), err.decode()
     assert proc.returncode == 42
     assert not port_open(port)
+
+
+def test_a_killed_run_leaves_no_exporter_behind(tmp_path):
+    port = free_port()
+    log = tmp_path / "t.log"
+    proc = run_cli(["--log", str(log), "--listen-address", f"127.0.0.1:{port}", EXPORTER_ARGS,
+                    "--", sys.executable, "-c", "import os, time; "
+                    f"open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid())); "
+                    "time.sleep(120)"], tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not port_open(port):
+            time.sleep(0.1)
+        assert port_open(port)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+        if (tmp_path / "pid").exists():  # the job itself is not ours to kill in real use
+            os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and port_open(port):
+        time.sleep(0.2)
+    assert not port_open(port), "the exporter outlived a SIGKILLed verl-monitor run"
 
 
 def test_job_killed_by_a_signal_reports_128_plus_n(tmp_path):

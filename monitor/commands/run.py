@@ -251,6 +251,17 @@ def exporter_argv(args: argparse.Namespace, log_path: Path, node: str,
     return argv
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the exporter gets SIGTERM when this process dies, even by SIGKILL, so a killed
+    ``verl-monitor run`` leaves no exporter behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def start_exporter(argv: list[str], log_path: Path) -> tuple[subprocess.Popen, str | None]:
     """Start the exporter in its own process group, its output in ``<log>.exporter.log``;
     return the process and its /metrics URL once it prints its startup line (None when it did
@@ -259,6 +270,7 @@ def start_exporter(argv: list[str], log_path: Path) -> tuple[subprocess.Popen, s
     with open(out_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + EXPORTER_READY_S
     while time.monotonic() < deadline:
