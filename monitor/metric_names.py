@@ -16,6 +16,9 @@ COLLECTOR_DURATION = "verlmon_collector_duration_seconds"  # gauge {collector}
 COLLECTOR_ERRORS = "verlmon_collector_errors_total"  # counter {collector}
 STORE_UP = "verlmon_store_up"  # gauge
 STORE_WRITE_ERRORS = "verlmon_store_write_errors_total"  # counter
+STORE_DROPPED = "verlmon_store_dropped_rows_total"  # counter {reason}
+WINDOW_DROPPED = "verlmon_window_dropped_rows_total"  # counter {kind}
+THREAD_RESTARTS = "verlmon_exporter_thread_restarts_total"  # counter {thread}
 
 # --- GPU (nvml / sim backends)
 GPU_INFO = "verlmon_gpu_info"  # gauge {gpu, uuid, name}
@@ -60,18 +63,26 @@ THROUGHPUT = "verlmon_throughput_tokens_per_second"  # gauge: perf/throughput (p
 COMM_SHARE = "verlmon_comm_share_ratio"  # gauge: comm / step, when the log gives comm
 LAST_STEP_TS = "verlmon_last_step_timestamp_seconds"  # gauge: unix time of the last step
 SINCE_LAST_STEP = "verlmon_seconds_since_last_step"  # gauge
+STEP_DATA_WAIT = "verlmon_step_data_wait_seconds"  # gauge: last step's time before its timer
 MEM_RESERVED_PEAK = "verlmon_memory_reserved_peak_bytes"  # gauge: perf/max_memory_reserved_gb
 LOG_LINES = "verlmon_log_lines_total"  # counter {log}
 LOG_PARSE_ERRORS = "verlmon_log_parse_errors_total"  # counter {log}
 LOG_EVENTS = "verlmon_log_events_total"  # counter {kind}
 
 # --- NCCL Inspector
-NCCL_OPS = "verlmon_nccl_operations_total"  # counter {coll, comm}
-NCCL_BYTES = "verlmon_nccl_bytes_total"  # counter {coll, comm}
-NCCL_EXEC = "verlmon_nccl_exec_seconds_total"  # counter {coll, comm}
-NCCL_BUSBW = "verlmon_nccl_bus_bandwidth_bytes_per_second"  # gauge {coll, comm}: latest
+NCCL_OPS = "verlmon_nccl_operations_total"  # counter {coll, comm, rank}
+NCCL_BYTES = "verlmon_nccl_bytes_total"  # counter {coll, comm, rank}
+NCCL_EXEC = "verlmon_nccl_exec_seconds_total"  # counter {coll, comm, rank}
+NCCL_BUSBW = "verlmon_nccl_bus_bandwidth_bytes_per_second"  # gauge {coll, comm, rank}: latest
+NCCL_DROPPED = "verlmon_nccl_dropped_total"  # counter {reason}
 NCCL_COMM_SHARE = "verlmon_nccl_comm_share_ratio"  # gauge: over the sampling window
 
+# --- counters of the verl log: exact shares over any range with rate()/increase()
+PHASE_SECONDS = "verlmon_phase_seconds_total"  # counter {phase}: phase seconds of every step
+STEP_SECONDS = "verlmon_step_seconds"  # histogram: step seconds (_bucket, _sum, _count)
+DATA_WAIT_SECONDS = "verlmon_data_wait_seconds_total"  # counter: time before step timers
+
 # --- flags (detectors run live in the exporter)
-FLAG_ACTIVE = "verlmon_flag_active"  # gauge {kind, severity, scope}: 1 while open
-FLAGS_RAISED = "verlmon_flags_raised_total"  # counter {kind, severity}
+FLAG_ACTIVE = "verlmon_flag_active"  # gauge {kind, severity, node, gpu, phase}: 1 while open
+FLAG_INFO = "verlmon_flag_info"  # gauge {kind, severity, node, gpu, phase, evidence, advice}
+FLAGS_RAISED = "verlmon_flags_raised_total"  # counter {kind, severity}: 0 for each from start

@@ -90,6 +90,19 @@ def _steps_section(summary: dict[str, Any]) -> str:
             f"  from {when(st['start_time'])} to {when(st['end_time'])} ({secs(span)}); "
             f"end times: {sources}"
         )
+    w = summary.get("wall") or {}
+    if w.get("span_s"):
+        span = w["span_s"]
+        line = (f"  wall time {secs(span)}: step timers {secs(w['steps_s'])} "
+                f"({pct(w['steps_s'] / span)})")
+        if w.get("data_wait_s") is not None:
+            line += (f", before the step timers (fetching batches) {secs(w['data_wait_s'])} "
+                     f"({pct(w['data_wait_s'] / span)}; most {secs(w['data_wait_max_s'])} before "
+                     f"step {w['data_wait_max_step']}), other {secs(w['other_s'])}")
+        else:
+            line += ("; time spent between steps (fetching batches) is unknown: the log has "
+                     "no timestamps or arrival times")
+        lines.append(line)
     t = summary["step_time"]
     if t["count"]:
         lines.append(

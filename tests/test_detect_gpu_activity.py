@@ -180,3 +180,44 @@ def test_missing_phases_do_not_break_detection():
     flags = detect_gpu_imbalance(_ctx(steps, gpu))
     assert [f.scope["gpus"] for f in flags] == [[1]]
     assert isinstance(pd.DataFrame, type) and np.isfinite(flags[0].start)
+
+
+def _straggler(gpu_slow: int, steps_on: range, phase: str = "update_actor"):
+    """In ``phase`` on ``steps_on``, GPU ``gpu_slow`` keeps working while the others spin in the
+    all-reduce: utilization 100% everywhere, SM activity 96% on it and 57% on the waiters (the
+    signature measured on 2 H200s)."""
+    def edit(df):
+        sel = (df["phase"] == phase) & df["step"].isin(list(steps_on))
+        df.loc[sel, "util"] = 100.0
+        df.loc[sel & (df["gpu"] == gpu_slow), "sm_active"] = 96.0
+        df.loc[sel & (df["gpu"] != gpu_slow), "sm_active"] = 57.0
+    return edit
+
+
+def test_the_straggler_is_the_busy_gpu_not_the_one_waiting_in_collectives():
+    steps = make_steps(n=20, step_s=20.0)
+    gpu = make_gpu(steps, n_gpus=2, interval=0.5, edit=_straggler(1, range(8, 14)))
+    flags = detect_gpu_imbalance(_ctx(steps, gpu))
+    assert flags, "the straggler went unflagged"
+    assert all(f.scope["gpus"] == [1] for f in flags), [f.scope for f in flags]
+    f = flags[0]
+    assert f.scope["phase"] == "update_actor"
+    assert f.scope["steps"][0] <= 9 and f.scope["steps"][1] == 13
+    assert "GPU 1 is the straggler in update_actor" in f.evidence
+    assert "GPU 0 averaged 57% SM activity at 100% utilization" in f.evidence
+    assert any("nvidia-smi" in a for a in f.advice)
+
+
+def test_a_straggler_among_eight_is_named_and_an_idle_gpu_is_still_below_its_peers():
+    steps = make_steps(n=20, step_s=20.0)
+    gpu = make_gpu(steps, n_gpus=8, interval=0.5, edit=_straggler(5, range(8, 14)))
+    flags = detect_gpu_imbalance(_ctx(steps, gpu))
+    assert [f.scope["gpus"] for f in flags] == [[5]]
+    # a GPU that is idle (low utilization too) is not waiting in a collective: old rule holds
+
+    def idle(df):
+        sel = (df["gpu"] == 3) & (df["step"] >= 8)
+        df.loc[sel, ["util", "sm_active"]] = [5.0, 2.0]
+    gpu2 = make_gpu(steps, n_gpus=8, interval=0.5, edit=idle)
+    flags2 = detect_gpu_imbalance(_ctx(steps, gpu2))
+    assert flags2 and flags2[0].scope["gpus"] == [3] and "straggler" not in flags2[0].evidence

@@ -68,3 +68,40 @@ def test_a_growing_share_of_unexplained_step_time():
 def test_a_constant_other_share_is_the_runs_normal():
     steps = make_steps(30, shares={"gen": 0.5, "update_actor": 0.25, "other": 0.25})
     assert detect_io_starvation(_ctx(steps, empty_gpu_frame(), empty_host_frame())) == []
+
+
+def _stalled_steps(stall_s=5.0, steps=range(10, 16), n=24, step_s=20.0):
+    """Steps whose batch fetch (before the step timer) takes ``stall_s`` on ``steps``."""
+    recs = make_steps(n=n, step_s=step_s)
+    shift = 0.0
+    for r in recs:
+        if r.step in steps:
+            shift += stall_s
+        r.end_time += shift
+    return recs
+
+
+def test_a_data_stall_before_the_step_timer_is_flagged_with_host_evidence():
+    steps = _stalled_steps()
+    gpu = make_gpu(steps, n_gpus=2)
+    host = make_host(gpu, edit=_pegged(0))
+    flags = detect_io_starvation(_ctx(steps, gpu, host))
+    wait = [f for f in flags if f.scope.get("phase") == "data_wait"]
+    assert len(wait) == 1
+    f = wait[0]
+    assert f.scope["steps"][0] in (10, 11) and f.scope["steps"][1] == 15
+    assert "5.0 s per step passed before the step timer started" in f.evidence
+    assert "busiest CPU core averaged 100%" in f.evidence
+    assert any("data.dataloader_num_workers" in a for a in f.advice)
+
+
+def test_steps_back_to_back_or_without_measured_times_raise_no_data_wait():
+    steps = make_steps(n=24, step_s=20.0)
+    gpu = make_gpu(steps, n_gpus=2)
+    assert not [f for f in detect_io_starvation(_ctx(steps, gpu, make_host(gpu)))
+                if f.scope.get("phase") == "data_wait"]
+    rebuilt = _stalled_steps()
+    for r in rebuilt:
+        r.time_source = "rebuilt"
+    assert not [f for f in detect_io_starvation(_ctx(rebuilt, gpu, make_host(gpu)))
+                if f.scope.get("phase") == "data_wait"]

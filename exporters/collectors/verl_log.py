@@ -24,6 +24,7 @@ from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector, log
 from monitor import metric_names as m
 from monitor.logs.follow import LogFollower
+from monitor.logs.gaps import DataWaitTracker
 from monitor.logs.parse import LogParser
 from monitor.records import ALL_PHASES, Event, StepRecord
 
@@ -66,6 +67,7 @@ class VerlLogCollector(SampledCollector):
         self._events: Counter[str] = Counter()
         self._steps = 0
         self._last: StepRecord | None = None
+        self._gaps: dict[str, DataWaitTracker] = {}
         self.snapshot = LogSnapshot(lines={f.path: 0 for f in self.logs},
                                     parse_errors={f.path: 0 for f in self.logs})
 
@@ -91,8 +93,10 @@ class VerlLogCollector(SampledCollector):
                 elif not fol.lines and not fol.waiting_logged and not os.path.exists(fol.path):
                     log.info("verl_log: waiting for %s to appear", fol.path)
                     fol.waiting_logged = True
+            gaps = self._gaps.setdefault(fol.path, DataWaitTracker())
             for item in items:
                 if isinstance(item, StepRecord):
+                    gaps.update(item)  # time before the step timer: batch fetch (data wait)
                     new_steps.append(item)
                 elif isinstance(item, Event):
                     new_events.append(item)
@@ -172,6 +176,10 @@ class VerlLogCollector(SampledCollector):
             yield GaugeMetricFamily(m.COMM_SHARE, "Communication seconds over step seconds, "
                                     "last step (when the log gives it).",
                                     value=min(1.0, max(0.0, comm / last.total)))
+        if last.data_wait is not None:
+            yield GaugeMetricFamily(m.STEP_DATA_WAIT, "Seconds before the last step's timer "
+                                    "started that no verl timer covers (fetching the batch).",
+                                    value=last.data_wait)
         if last.mem_reserved_peak_bytes is not None:
             yield GaugeMetricFamily(m.MEM_RESERVED_PEAK, "Peak reserved GPU memory of the "
                                     "last step, bytes.", value=last.mem_reserved_peak_bytes)

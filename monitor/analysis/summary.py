@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from monitor.logs.gaps import fill_data_wait
 from monitor.numbers import finite_float as _finite
 from monitor.records import ALL_PHASES, Event, StepRecord
 
@@ -260,6 +261,32 @@ def event_summary(events: Sequence[Event]) -> dict[str, Any]:
     return {"counts": dict(counts), "listed": listed[:MAX_LISTED], "listed_total": len(listed)}
 
 
+def wall_time(steps: Sequence[StepRecord]) -> dict[str, Any]:
+    """Where the run's wall time went between its first step's start and its last step's end.
+
+    ``steps_s`` is what the step timers hold; ``data_wait_s`` the time before step timers that
+    no timer covers (the batch fetch, see ``monitor.logs.gaps``), known only for steps whose
+    end times are measured; ``other_s`` the rest (testing, checkpoints, restarts, unknown).
+    """
+    fill_data_wait(list(steps))
+    timed = sorted((s for s in steps if _finite(s.end_time) is not None),
+                   key=lambda s: float(s.end_time))  # type: ignore[arg-type]
+    if len(timed) < 2:
+        return {"span_s": None, "steps_s": None, "data_wait_s": None, "other_s": None,
+                "data_wait_steps": 0, "data_wait_max_s": None, "data_wait_max_step": None}
+    first = timed[0]
+    start = float(first.end_time) - float(_finite(first.total) or 0.0)  # type: ignore[arg-type]
+    span = float(timed[-1].end_time) - start  # type: ignore[arg-type]
+    steps_s = float(sum(_finite(s.total) or 0.0 for s in timed))
+    waits = [(s.step, float(s.data_wait)) for s in timed if _finite(s.data_wait) is not None]
+    wait_s = float(sum(w for _, w in waits)) if waits else None
+    top = max(waits, key=lambda x: x[1]) if waits else (None, None)
+    return {"span_s": span, "steps_s": steps_s, "data_wait_s": wait_s,
+            "other_s": None if wait_s is None else max(0.0, span - steps_s - wait_s),
+            "data_wait_steps": len(waits), "data_wait_max_s": top[1],
+            "data_wait_max_step": top[0]}
+
+
 def summarize(steps: Sequence[StepRecord], events: Sequence[Event] = ()) -> dict[str, Any]:
     """Every number of the text report, as a JSON-safe dict (see the module docstring)."""
     table = phase_table(steps)
@@ -275,6 +302,7 @@ def summarize(steps: Sequence[StepRecord], events: Sequence[Event] = ()) -> dict
     return json_safe(
         {
             "steps": step_overview(steps, events),
+            "wall": wall_time(steps),
             "step_time": step_time,
             "phases": phases,
             "throughput": throughput_stats(steps),

@@ -17,6 +17,7 @@ import pandas as pd
 
 from monitor.config import Config, load_config
 from monitor.detect.base import Context
+from monitor.detect.failures import detect_fatal_error
 from monitor.detect.gpu_activity import (
     detect_gpu_imbalance,
     detect_low_utilization,
@@ -34,6 +35,7 @@ from monitor.detect.rollout import detect_rollout_long_tail, detect_rollout_wait
 from monitor.detect.steps import detect_step_time_spikes, detect_throughput_regression
 from monitor.detect.window import latest_time
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, empty_gpu_frame, empty_host_frame
+from monitor.logs.gaps import fill_data_wait
 from monitor.records import Event, Flag, StepRecord
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ DETECTORS: dict[str, Callable[[Context], list[Flag]]] = {
     "throughput_regression": detect_throughput_regression,
     "gpu_fault": detect_gpu_fault,
     "stalled": detect_stalled,
+    "fatal_error": detect_fatal_error,
 }
 
 
@@ -72,10 +75,12 @@ def make_context(
     ``reference_steps``: the run's first steps when ``steps`` is only a recent window of it."""
     gpu = empty_gpu_frame() if gpu is None else _with_columns(gpu, GPU_COLUMNS)
     host = empty_host_frame() if host is None else _with_columns(host, HOST_COLUMNS)
-    steps = list(steps or [])
+    steps = fill_data_wait(list(steps or []))  # the batch fetch before each step's timer
     events = list(events or [])
     if now is None:
         now = latest_time(steps, gpu, host, events)
+    if now is None and events:
+        now = 0.0  # only events, none with a time (a pasted traceback): they are placed at 0
     if now is None:
         return None
     return Context(steps, gpu, host, events, config or load_config(), float(now),

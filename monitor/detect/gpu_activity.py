@@ -6,10 +6,20 @@ on ``act``: SM activity where the GPU reports it, NVML utilization where it does
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-from monitor.detect.base import Context, episode_times, make_flag, pct, severity_for, steps_text
+from monitor.detect.base import (
+    Context,
+    episode_times,
+    make_flag,
+    pct,
+    severity_for,
+    step_episodes,
+    steps_text,
+)
 from monitor.detect.persistence import episodes
 from monitor.records import TRAINING_PHASES, Flag
 
@@ -59,7 +69,140 @@ def _group_overlapping(items: list, episode_of, close_n: int) -> list[list]:
     return groups
 
 
+STRAGGLER_ADVICE = [
+    "Find what slows this GPU: another process on it (nvidia-smi's process list), lower clocks "
+    "or throttling (nvidia-smi -q -d PERFORMANCE), or a bad link (dmesg for XID errors).",
+    "If its rank simply gets more tokens, turn on trainer.balance_batch=True and actor_rollout_ref."
+    "actor.use_dynamic_bsz=True with actor_rollout_ref.actor.ppo_max_token_len_per_gpu so every "
+    "rank gets a similar load.",
+]
+
+
+@dataclass(frozen=True)
+class PhaseSpread:
+    """One step's phase in which one GPU kept working while others spun in a collective."""
+
+    step: int
+    phase: str
+    straggler: str  # "node/gpu"
+    slow_act: float  # the straggler's SM activity (or util), %
+    waiters: tuple[str, ...]
+    wait_act: float  # the waiting GPUs' mean SM activity, %
+    wait_util: float  # ... and their mean utilization, %
+    seconds: float  # the phase's length
+
+
+def phase_spreads(ctx: Context) -> list[PhaseSpread]:
+    """Per step and training phase: a GPU busy while its peers wait at high util, low SM.
+
+    Only GPUs that report SM activity can show the pattern (utilization alone reads 100% on
+    both the worker and the waiter). Generation is left to ``rollout_long_tail``.
+    """
+    cfg = ctx.cfg("gpu_imbalance")
+    df = ctx.act
+    if len(df) == 0 or "phase" not in df.columns or not df["phase"].notna().any():
+        return []
+    df = df[df["phase"].isin(TRAINING_PHASES + ("reshard",)) & df["step"].notna()
+            & (df["act_source"] == "sm")]
+    if df["node"].astype(str).str.cat(df["gpu"].astype(str), sep="/").nunique() < 2:
+        return []
+    df = df.assign(key=df["node"].astype(str) + "/" + df["gpu"].astype(str))
+    g = df.groupby(["step", "phase", "key"])
+    per = pd.DataFrame({"act": g["act"].mean(), "util": g["util"].mean(), "n": g.size()})
+    per = per[per["n"] >= int(cfg["straggler_min_samples"])].reset_index()
+    tl = ctx.timeline
+    dur = {}
+    if len(tl):
+        dur = {(int(r.step), r.phase): float(r.end - r.start) for r in tl.itertuples()}
+    gap = float(cfg["straggler_gap"])
+    util_min = float(cfg["waiting_util_min"])
+    min_s = float(cfg["straggler_min_phase_s"])
+    out = []
+    for (step, phase), grp in per.groupby(["step", "phase"]):
+        if len(grp) < 2 or dur.get((int(step), phase), 0.0) < min_s:
+            continue
+        top = grp.loc[grp["act"].idxmax()]
+        wait = grp[(grp["act"] <= top["act"] - gap) & (grp["util"] >= util_min)]
+        if len(wait) == 0 or len(wait) < (len(grp) - 1) / 2:
+            continue  # one GPU above the rest is the pattern; a split fleet is not
+        out.append(PhaseSpread(int(step), str(phase), str(top["key"]), float(top["act"]),
+                               tuple(wait["key"]), float(wait["act"].mean()),
+                               float(wait["util"].mean()), dur.get((int(step), phase), 0.0)))
+    return out
+
+
+def straggler_flags(ctx: Context) -> list[Flag]:
+    """Name the GPU the others wait for, phase by phase (gpu_imbalance with the straggler)."""
+    cfg = ctx.cfg("gpu_imbalance")
+    spreads = phase_spreads(ctx)
+    sf = ctx.sf
+    if not spreads or len(sf) == 0:
+        return []
+    # the strongest spread of each step (longest phase times widest gap)
+    best: dict[int, PhaseSpread] = {}
+    for sp in spreads:
+        cur = best.get(sp.step)
+        score = sp.seconds * (sp.slow_act - sp.wait_act)
+        if cur is None or score > cur.seconds * (cur.slow_act - cur.wait_act):
+            best[sp.step] = sp
+    judged = {int(s) for s in ctx.act["step"].dropna().unique()} if len(ctx.act) else set()
+    flags: list[Flag] = []
+    for key in sorted({sp.straggler for sp in best.values()}):
+        cond: list[object] = []
+        for st in sf["step"].to_numpy():
+            st = int(st)
+            if st in best:
+                cond.append(best[st].straggler == key)
+            else:
+                cond.append(False if st in judged else None)
+        for ep, start, end, rng in step_episodes(ctx, cond, int(cfg["straggler_open_after_steps"]),
+                                                 int(cfg["straggler_close_after_steps"])):
+            steps_in = [int(x) for x in sf["step"].iloc[ep.onset:ep.last + 1]]
+            mine = [best[s] for s in steps_in if s in best and best[s].straggler == key]
+            phases = pd.Series([m.phase for m in mine]).value_counts()
+            phase = str(phases.index[0])
+            node, gpu = key.split("/")
+            waiters = sorted({w for m in mine for w in m.waiters})
+            slow = float(np.mean([m.slow_act for m in mine]))
+            w_act = float(np.mean([m.wait_act for m in mine]))
+            w_util = float(np.mean([m.wait_util for m in mine]))
+            one_node = len({k.split("/")[0] for k in waiters} | {node}) == 1
+            wait_txt = ", ".join(_gpu_name(w, one_node) for w in waiters[:8])
+            flag = make_flag(
+                "gpu_imbalance", "warning", start, end,
+                {"node": node, "gpus": [int(gpu)], "phase": phase, "steps": rng},
+                f"{_gpu_name(key, one_node)} is the straggler in {phase}, {steps_text(rng)}: its SM activity "
+                f"averaged {pct(slow)} while {wait_txt} averaged {pct(w_act)} SM activity at "
+                f"{pct(w_util)} utilization, spinning in collectives while waiting for it.",
+            )
+            flag.advice = list(STRAGGLER_ADVICE)
+            flags.append(flag)
+    return flags
+
+
+def _gpu_name(key: str, one_node: bool) -> str:
+    node, gpu = key.split("/")
+    return f"GPU {gpu}" if one_node else f"node {node} GPU {gpu}"
+
+
 def detect_gpu_imbalance(ctx: Context) -> list[Flag]:
+    """A GPU the others wait for (straggler), or a GPU or node well below its busy peers."""
+    stragglers = straggler_flags(ctx)
+    flags = stragglers + [f for f in _below_peers(ctx) if not _explained(f, stragglers)]
+    return flags
+
+
+def _explained(flag: Flag, stragglers: list[Flag]) -> bool:
+    """A GPU below its peers while a straggler is named at the same time is one that waits."""
+    for s in stragglers:
+        s_end = s.end if s.end is not None else float("inf")
+        f_end = flag.end if flag.end is not None else float("inf")
+        if flag.start <= s_end and s.start <= f_end:
+            return True
+    return False
+
+
+def _below_peers(ctx: Context) -> list[Flag]:
     """A GPU (or a whole node) stays well below its peers' median activity while they are busy."""
     cfg = ctx.cfg("gpu_imbalance")
     wide = _wide(ctx)

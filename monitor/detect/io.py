@@ -102,7 +102,71 @@ def detect_io_starvation(ctx: Context) -> list[Flag]:
                 f"{steps_text(rng)}, up from {float(base.iloc[ep.onset]) * 100:.0f}%: data "
                 "loading or host work is holding the step.",
             ))
+    flags.extend(_data_wait_flags(ctx))
     return _merge(flags)
+
+
+def _mean_in(df: pd.DataFrame, col: str, spans: list[tuple[float, float]]) -> float:
+    """Mean of ``col`` over the rows of ``df`` whose ``ts`` falls in any of ``spans``."""
+    if df is None or len(df) == 0 or col not in df.columns or not spans:
+        return float("nan")
+    ts = pd.to_numeric(df["ts"], errors="coerce").to_numpy(float)
+    mask = np.zeros(len(df), dtype=bool)
+    for a, b in spans:
+        mask |= (ts >= a) & (ts <= b)
+    vals = pd.to_numeric(df[col], errors="coerce")[mask]
+    return float(vals.mean()) if vals.notna().any() else float("nan")
+
+
+def _data_wait_flags(ctx: Context) -> list[Flag]:
+    """(c) Wall time before the step timer (the batch fetch) that no verl timer covers."""
+    cfg = ctx.cfg("io_starvation")
+    sf = ctx.sf
+    if len(sf) == 0 or "data_wait" not in sf.columns or sf["data_wait"].isna().all():
+        return []
+    wait = sf["data_wait"].astype(float)
+    wall = wait + W.core_total(sf).astype(float)
+    share = wait / wall.where(wall > 0)
+    lim_s = float(cfg["data_wait_min_s"])
+    lim_share = float(cfg["data_wait_share"])
+    cond = [None if pd.isna(w) or pd.isna(sh) else bool(w >= lim_s and sh >= lim_share)
+            for w, sh in zip(wait, share, strict=True)]
+    out = []
+    for ep, _start, end, rng in step_episodes(ctx, cond, int(cfg["data_wait_open_after_steps"]),
+                                              int(cfg["data_wait_close_after_steps"])):
+        sl = slice(ep.onset, ep.last + 1)
+        rows = sf.iloc[sl]
+        # the gaps themselves: from the previous step's end to this step's timer start
+        spans = [(float(e - t - w), float(e - t)) for e, t, w in
+                 zip(rows["end"], W.core_total(rows), rows["data_wait"], strict=True)
+                 if pd.notna(w) and w > 0]
+        m_wait = float(wait.iloc[sl].mean())
+        m_share = float(share.iloc[sl].mean())
+        sev = "critical" if m_share >= float(cfg["critical_data_wait_share"]) else "warning"
+        bits = []
+        cpu = _mean_in(ctx.host, "cpu_max_core_pct", spans)
+        if not np.isnan(cpu):
+            bits.append(f"the busiest CPU core averaged {cpu:.0f}%")
+        iow = _mean_in(ctx.host, "iowait_pct", spans)
+        if not np.isnan(iow) and iow >= 1:
+            bits.append(f"iowait {iow:.0f}%")
+        act = ctx.act
+        if len(act):
+            g_sm = _mean_in(act, "act", spans)
+            g_ut = _mean_in(act, "util", spans)
+            if not np.isnan(g_sm):
+                bits.append(f"GPU SM activity {g_sm:.0f}% (utilization {g_ut:.0f}%)")
+        host_txt = (" Meanwhile " + ", ".join(bits) + ".") if bits else ""
+        # the flag opens when the step that showed the wait was logged
+        start = float(rows["end"].iloc[0] - W.core_total(rows).iloc[0]
+                      - (rows["data_wait"].iloc[0] or 0.0))
+        out.append(make_flag(
+            "io_starvation", sev, start, end, {"phase": "data_wait", "steps": rng},
+            f"{m_wait:.1f} s per step passed before the step timer started ({m_share * 100:.0f}% "
+            f"of the wall time), {steps_text(rng)}: verl fetches the next batch there, so the "
+            f"GPUs waited on data loading.{host_txt}",
+        ))
+    return out
 
 
 def _merge(flags: list[Flag]) -> list[Flag]:

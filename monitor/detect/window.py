@@ -42,13 +42,15 @@ def step_frame(steps: list[StepRecord]) -> pd.DataFrame:
             "mem_reserved": np.nan
             if rec.mem_reserved_peak_bytes is None
             else float(rec.mem_reserved_peak_bytes),
+            "data_wait": np.nan if rec.data_wait is None else float(rec.data_wait),
         }
         for name, val in phases.items():
             if name in ALL_PHASES:
                 row[name] = val
         rows.append((row, None))
     if not rows:
-        cols = ["step", "start", "end", "total", "throughput", "mem_alloc", "mem_reserved"]
+        cols = ["step", "start", "end", "total", "throughput", "mem_alloc", "mem_reserved",
+                "data_wait"]
         return pd.DataFrame(columns=cols, dtype=float)
     df = pd.DataFrame([r for r, _ in rows])
     df = df.sort_values("end", kind="stable").drop_duplicates("step", keep="last")
