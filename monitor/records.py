@@ -49,6 +49,7 @@ FLAG_KINDS: tuple[str, ...] = (
     "throughput_regression",
     "gpu_fault",
     "stalled",
+    "fatal_error",  # the log reports a failure that ends the run (NCCL, Ray, signal, CUDA)
 )
 
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
@@ -64,6 +65,12 @@ EVENT_KINDS: tuple[str, ...] = (
     "reshard",  # [HybridEngine] switch or [ParameterSynchronizer] sync: data has seconds
     "truncated",  # the followed file was truncated or replaced
     "memory",  # DEBUG memory lines
+    # failures (monitor.logs.failures.FAILURE_KINDS); data has their numbers and "fatal"
+    "nccl_timeout",  # NCCL watchdog: collective, seq, rank, timeout_s, ran_s
+    "nccl_error",  # ncclUnhandledCudaError, ncclRemoteError, ...: code, detail, rank
+    "actor_died",  # Ray ActorDiedError / RayTaskError: exception, cause, task
+    "worker_killed",  # host OOM killer, SIGKILL, segfault, SYSTEM_ERROR exit: reason, pid
+    "cuda_error",  # illegal memory access, device-side assert, ECC, XID: error, xid
 )
 
 

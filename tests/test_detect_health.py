@@ -70,7 +70,7 @@ def test_ooms_close_together_are_one_flag_that_ends_when_training_goes_on():
     evs = [Event("oom", steps[3].end_time + 1 + i, 4, "CUDA out of memory") for i in range(3)]
     flags = detect_oom(_ctx(steps, events=evs))
     assert len(flags) == 1 and flags[0].end == steps[4].end_time
-    assert flags[0].evidence.startswith("3 out-of-memory")
+    assert flags[0].evidence.startswith("3 CUDA out-of-memory")
     assert detect_oom(_ctx(steps)) == []
 
 

@@ -17,7 +17,9 @@ def _ctx(steps, gpu=None, events=()):
     return make_context(steps, gpu, empty_host_frame(), list(events), load_config())
 
 
-def test_scoring_out_of_proportion_with_generation():
+def test_slow_scoring_side_is_flagged_by_its_share_of_the_step():
+    """values 6x and reward 8x: no ratio rule (gen is still longer than the critic's scoring),
+    but both phases' share of the step jumps against their history."""
     def edit(i, ph):
         if i >= 12:
             ph["values"] *= 6
@@ -25,11 +27,100 @@ def test_scoring_out_of_proportion_with_generation():
 
     steps = make_steps(30, shares=SHARES, edit=edit)
     flags = detect_phase_imbalance(_ctx(steps))
+    assert flags and {f.scope["phase"] for f in flags} <= {"values", "reward"}
+    assert min(f.scope["steps"][0] for f in flags) == 12
+    assert all("in the steps before" in f.evidence for f in flags)
+    assert not any("generation dominates" in f.evidence for f in flags)
+
+
+def _breakdown_steps(tmp_path, gen_ms, critic_ms, n=12):
+    """A breakdown-format log (the guide's line, with these two fields), parsed."""
+    from monitor.logs.parse import parse_file
+
+    lines = []
+    for i in range(n):
+        total = gen_ms + critic_ms + 12 + 21 + 310 + 100
+        lines.append(f"2026-05-01 00:{i:02d}:00,000 Step {1234 + i}: total={total}ms | "
+                     f"actor_gen={gen_ms}ms | critic_score={critic_ms}ms | rollout_wait=12ms | "
+                     "loss_comp=21ms | comm=310ms")
+    path = tmp_path / "breakdown.log"
+    path.write_text("\n".join(lines) + "\n")
+    return parse_file(path).steps
+
+
+def test_the_guides_own_example_line_raises_nothing(tmp_path):
+    steps = _breakdown_steps(tmp_path, 412, 387)
+    assert round(steps[0].phases["gen"], 6) == 0.412 and round(steps[0].phases["values"], 6) == 0.387
+    assert detect_phase_imbalance(_ctx(steps)) == []
+
+
+def test_guide_rule_generation_four_times_the_critic_or_more(tmp_path):
+    flags = detect_phase_imbalance(_ctx(_breakdown_steps(tmp_path, 600, 150)))  # 4:1 exactly
     assert len(flags) == 1
     f = flags[0]
-    assert f.scope["phase"] == "values" and f.scope["steps"][0] == 12
-    assert "Scoring (values + reward)" in f.evidence and "bottleneck" in f.evidence
-    assert any("log_prob_micro_batch_size_per_gpu" in a for a in f.advice)
+    assert f.severity == "warning" and f.scope["phase"] == "gen"
+    assert "Actor_gen took 0.6 s per step vs 0.1 s for critic_score (4.0:1" in f.evidence
+    assert "generation dominates" in f.evidence
+    assert any("gpu_memory_utilization" in a for a in f.advice)
+    worse = detect_phase_imbalance(_ctx(_breakdown_steps(tmp_path, 900, 100)))
+    assert [f.severity for f in worse] == ["critical"]
+    # just under the guide's number: quiet
+    assert detect_phase_imbalance(_ctx(_breakdown_steps(tmp_path, 590, 150))) == []
+
+
+def test_scoring_longer_than_generation_is_its_own_case(tmp_path):
+    flags = detect_phase_imbalance(_ctx(_breakdown_steps(tmp_path, 300, 450)))
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.scope["phase"] == "values" and f.severity == "warning"
+    assert f.evidence.startswith("The critic's scoring took longer than generation: 0.5 s")
+
+    def edit(i, ph):
+        ph["values"] = ph["gen"] * 2.5  # verl keys too: the critic far slower than generation
+
+    flags = detect_phase_imbalance(_ctx(make_steps(20, shares=SHARES, edit=edit)))
+    assert [(f.scope["phase"], f.severity) for f in flags] == [("values", "critical")]
+
+
+def test_healthy_v01_ppo_ratio_and_long_rollouts_in_verl_keys_are_quiet():
+    def v01(i, ph):  # the v0.1 quickstart: timing/gen:18.859 - timing/values:5.664 (3.3:1)
+        ph["gen"], ph["values"] = 18.859, 5.664
+
+    assert detect_phase_imbalance(_ctx(make_steps(30, shares=SHARES, edit=v01))) == []
+
+    def long(i, ph):  # long responses: generation 12x the critic's pass, still healthy
+        ph["values"] = ph["gen"] / 12
+
+    assert detect_phase_imbalance(_ctx(make_steps(30, shares=SHARES, edit=long))) == []
+
+
+def test_verl_key_ratio_rule_when_configured(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("phase_imbalance:\n  verl_gen_over_values_max: 4.0\n")
+
+    def long(i, ph):
+        ph["values"] = ph["gen"] / 5
+
+    steps = make_steps(20, shares=SHARES, edit=long)
+    ctx = make_context(steps, empty_gpu_frame(), empty_host_frame(), [], load_config(str(cfg)))
+    flags = detect_phase_imbalance(ctx)
+    assert len(flags) == 1 and "(5.0:1, 4:1 or more" in flags[0].evidence
+    assert "Generation took" in flags[0].evidence
+
+
+def test_grpo_without_critic_never_trips_the_ratio_rules():
+    """A rule-based reward is not a critic, however long it takes against generation."""
+    grpo = {k: v for k, v in SHARES.items() if k not in ("values", "update_critic")}
+
+    def slow_reward(i, ph):
+        ph["reward"] = ph["gen"] * 3
+
+    assert detect_phase_imbalance(_ctx(make_steps(30, shares=grpo, edit=slow_reward))) == []
+
+    def tiny_reward(i, ph):
+        ph["reward"] = ph["gen"] / 50
+
+    assert detect_phase_imbalance(_ctx(make_steps(30, shares=grpo, edit=tiny_reward))) == []
 
 
 def test_a_phase_share_jump_against_its_history():
@@ -157,3 +248,26 @@ def test_memory_jump_during_a_long_switch():
     flags = detect_reshard_spike(_ctx(steps, make_gpu(steps, edit=mem)))
     assert len(flags) == 1 and flags[0].scope["steps"][0] == 20
     assert "memory peaked at 97%" in flags[0].evidence
+
+
+def test_the_guides_example_line_and_a_healthy_v01_ppo_log_raise_no_warning(tmp_path):
+    """Through the whole pipeline (parse_file, run_all): no warning or critical flag at all."""
+    from pathlib import Path
+
+    from monitor.detect import run_all
+    from monitor.logs.parse import parse_file
+
+    guide = ("Step {n}: total=1242ms | actor_gen=412ms | critic_score=387ms | rollout_wait=12ms"
+             " | loss_comp=21ms | comm=310ms")
+    path = tmp_path / "guide.log"
+    path.write_text("".join(f"2026-05-01 00:00:{i * 1.242:06.3f} ".replace(".", ",")
+                            + guide.format(n=1234 + i) + "\n" for i in range(30)))
+    healthy = Path(__file__).parent / "fixtures" / "logs" / "failures" / "healthy_v0.1_ppo.log"
+    for log in (path, healthy):
+        parsed = parse_file(log, log_end=1_750_000_000.0)
+        assert len(parsed.steps) == 30
+        flags = run_all(parsed.steps, empty_gpu_frame(), empty_host_frame(), parsed.events)
+        loud = [(f.kind, f.evidence) for f in flags if f.severity in ("warning", "critical")]
+        assert loud == [], (log.name, loud)
+    first = parse_file(healthy, log_end=1_750_000_000.0).steps[0]
+    assert round(first.phases["gen"] / first.phases["values"], 1) == 3.3

@@ -234,6 +234,82 @@ def test_step_zero_validation_line_is_an_event_not_a_record() -> None:
     assert parser.stats.records == 0 and parser.stats.events == 1
 
 
+def test_validation_line_before_the_training_line_of_its_step_is_one_step() -> None:
+    """v0.1-0.2 print ``step:0 - test_score/...`` then the training line of step 0: one step
+    record carrying both (it used to be an extra, empty step record)."""
+    path = FIXTURES / "failures" / "healthy_v0.1_ppo.log"
+    parsed = parse_file(path, log_end=1_750_000_000.0)
+    assert [s.step for s in parsed.steps] == list(range(30))
+    first = parsed.steps[0]
+    assert first.metrics["test_score/openai/gsm8k"] == 0.521
+    assert first.phases["gen"] > 0 and first.total is not None
+    assert "test_score/openai/gsm8k" not in parsed.steps[1].metrics
+    (val,) = events_of(parsed, "validation")
+    assert val.step == 0 and val.data["metrics"] == {"test_score/openai/gsm8k": 0.521}
+    assert parsed.version_guess == "<=0.2"
+
+
+def test_jsonl_validation_object_merges_into_the_training_object_of_its_step() -> None:
+    parser = LogParser()
+    out = feed_all(parser, [
+        '{"step": 3, "data": {"val-core/gsm8k/acc/mean@1": 0.61}}',
+        '{"step": 3, "data": {"timing_s/gen": 10.0, "timing_s/step": 20.0}}',
+        '{"step": 4, "data": {"timing_s/gen": 11.0, "timing_s/step": 21.0}}',
+    ])
+    records = [r for r in out if isinstance(r, StepRecord)]
+    assert [r.step for r in records] == [3, 4]
+    assert records[0].metrics["val-core/gsm8k/acc/mean@1"] == 0.61
+    assert "val-core/gsm8k/acc/mean@1" not in records[1].metrics
+
+
+def test_validation_of_another_step_is_not_merged() -> None:
+    parser = LogParser()
+    out = feed_all(parser, ["step:5 - val-core/a:0.5", "step:6 - timing_s/gen:1.0"])
+    (record,) = [r for r in out if isinstance(r, StepRecord)]
+    assert record.step == 6 and "val-core/a" not in record.metrics
+
+
+def test_0_2_era_full_precision_values_with_mfu_actor_and_main_task() -> None:
+    """The 0.2 era printed some logs at full precision: still "<=0.2", not "0.5+"."""
+    parser = LogParser()
+    for i in range(6):
+        parser.feed(f"(main_task pid=77) step:{i} - mfu/actor:0.4123456 - actor/lr:1e-06 - "
+                    "timing/gen:18.859123 - timing/values:5.66401 - timing/step:40.25 - "
+                    "critic/score/mean:0.12345")
+    assert parser.version_guess == "<=0.2"
+    plain = LogParser()
+    for i in range(6):
+        plain.feed(f"step:{i} - timing/gen:18.859123 - timing/step:40.25 - actor/lr:1e-06 - "
+                   "a:0.12345 - b:0.5")
+    assert plain.version_guess == "<=0.2"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "step:1000000000000000000000000000000 - timing_s/gen:1.0 - timing_s/step:2.0",
+        "step:9223372036854775808 - timing_s/gen:1.0",
+        "step:-1 - timing_s/gen:1.0",
+        "step:1e30 - timing_s/gen:1.0",
+        '{"step": 9223372036854775808, "data": {"timing_s/gen": 1.0}}',
+        '{"step": -5, "data": {"timing_s/gen": 1.0}}',
+        '{"step": 1e300, "data": {"timing_s/gen": 1.0}}',
+    ],
+)
+def test_step_numbers_outside_int64_are_bad_lines_not_records(line: str) -> None:
+    parser = LogParser()
+    out = feed_all(parser, [line])
+    assert not [r for r in out if isinstance(r, StepRecord)]
+    assert parser.stats.parse_errors == 1
+    assert "outside 0..2**63-1" in parser.stats.error_samples[0]
+
+
+def test_largest_int64_step_is_still_a_record() -> None:
+    parser = LogParser()
+    out = feed_all(parser, ["step:9223372036854775807 - timing_s/gen:1.0"])
+    assert [r.step for r in out if isinstance(r, StepRecord)] == [2**63 - 1]
+
+
 def test_values_keep_bools_nan_and_infinities() -> None:
     parser = LogParser()
     (record,) = parser.feed(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from monitor.detect.advice import oom_advice
 from monitor.detect.base import Context, episode_times, make_flag, steps_text
 from monitor.detect.persistence import episodes
 from monitor.records import TRAINING_PHASES, Flag
@@ -86,33 +87,91 @@ def detect_memory_pressure(ctx: Context) -> list[Flag]:
     return flags
 
 
+def event_time(ctx: Context, event: object) -> tuple[float, bool]:
+    """``(time, known)``: an event's time, or ``ctx.now`` (the end of the data) when the log
+    gave none; ``known`` is False then, and also when the parser placed it at the log's end."""
+    t = getattr(event, "time", None)
+    data = getattr(event, "data", {}) or {}
+    if t is None:
+        return float(ctx.now), False
+    return float(t), data.get("time_from") != "log_end"
+
+
+def untimed_note(ctx: Context, events: list) -> str:
+    """What the evidence says about events the log gave no time ("" when all have one)."""
+    if all(getattr(e, "time", None) is not None
+           and (getattr(e, "data", {}) or {}).get("time_from") != "log_end" for e in events):
+        return ""
+    if any(getattr(e, "time", None) is None for e in events):
+        where = "at time 0" if ctx.now == 0 else "at the end of the data"
+    else:
+        where = "at the end of the log"
+    return f"; the log gives no time for it, so it is placed {where}"
+
+
+def _gib(value: object) -> str | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return f"{value * 1024:.0f} MiB" if value < 1 else f"{value:.2f} GiB"
+
+
+def oom_sizes(data: dict) -> str:
+    """"asked for 13.91 GiB with 8.85 GiB free of 79.1 GiB on GPU 0" from an oom event's data
+    (only the parts the message gave; empty when it gave none)."""
+    parts = []
+    tried = _gib(data.get("tried_gib"))
+    if tried:
+        parts.append(f"asked for {tried}")
+    free = _gib(data.get("free_gib"))
+    total = _gib(data.get("total_gib"))
+    if free:
+        parts.append(f"with {free} free" + (f" of {total}" if total else ""))
+    if data.get("gpu") is not None:
+        parts.append(f"on GPU {data['gpu']}")
+    if data.get("allocated_gib") is not None:
+        parts.append(f"({_gib(data['allocated_gib'])} held by PyTorch)")
+    return " ".join(parts)
+
+
 def detect_oom(ctx: Context) -> list[Flag]:
-    """CUDA out-of-memory errors in the log; closed once a later step completes."""
+    """CUDA out-of-memory errors anywhere in the log, with or without times; closed once a
+    later step completes. Evidence quotes what was asked and what was free, and the phase the
+    traceback names; the advice fits that phase."""
     cfg = ctx.cfg("oom")
     group_s = float(cfg["group_seconds"])
-    ooms = sorted([e for e in ctx.events if e.kind == "oom" and e.time is not None],
-                  key=lambda e: e.time)
+    timed = sorted(((event_time(ctx, e), e) for e in ctx.events if e.kind == "oom"),
+                   key=lambda p: p[0][0])
     ends = ctx.sf["end"].to_numpy(float) if len(ctx.sf) else np.array([])
     flags: list[Flag] = []
     groups: list[list] = []
-    for e in ooms:
-        if groups and e.time - groups[-1][-1].time <= group_s:
-            groups[-1].append(e)
+    for (t, known), e in timed:
+        if groups and t - groups[-1][-1][0] <= group_s:
+            groups[-1].append((t, known, e))
         else:
-            groups.append([e])
+            groups.append([(t, known, e)])
     for grp in groups:
-        t0 = float(grp[0].time)
-        later = ends[ends > grp[-1].time]
-        end = float(later[0]) if len(later) else None
-        stepnos = [e.step for e in grp if e.step is not None]
+        t0 = grp[0][0]
+        later = ends[ends > grp[-1][0]]
+        end = float(later[0]) if len(later) and all(k for _, k, _ in grp) else None
+        events = [e for _, _, e in grp]
+        stepnos = [e.step for e in events if e.step is not None]
         rng = [min(stepnos), max(stepnos)] if stepnos else None
-        msg = (grp[0].message or "CUDA out of memory").strip().splitlines()[0][:160]
-        flags.append(make_flag(
-            "oom", "critical", t0, end, {"steps": rng},
-            f"{len(grp)} out-of-memory error(s) in the log"
-            + (f" after {steps_text(rng)}" if rng else "") + f": {msg}"
-            + ("" if end is None else "; training continued afterwards") + ".",
-        ))
+        first = next((e for e in events if e.data.get("tried_gib") is not None), events[0])
+        named = next((e for e in events if e.data.get("phase")), None)
+        phase = named.data["phase"] if named else None
+        msg = (first.message or "CUDA out of memory").strip().splitlines()[0][:160]
+        sizes = oom_sizes(first.data)
+        where = (f" in {named.data.get('function') or phase} (phase {phase})" if named else "")
+        flag = make_flag(
+            "oom", "critical", t0, end, {"steps": rng, "phase": phase},
+            f"{len(grp)} CUDA out-of-memory error(s) in the log{where}"
+            + (f" after {steps_text(rng)}" if rng else "")
+            + (f": {sizes}" if sizes else f": {msg}")
+            + ("" if end is None else "; training continued afterwards")
+            + untimed_note(ctx, events) + ".",
+        )
+        flag.advice = oom_advice(phase, first.data)
+        flags.append(flag)
     return flags
 
 

@@ -13,30 +13,66 @@ from monitor.records import Flag
 OWN_DETECTOR_PHASES = ("reshard", "rollout_wait", "comm", "other", "testing", "save_checkpoint")
 
 
+def _from_breakdown(ctx: Context) -> pd.Series:
+    """Per step (aligned with ``ctx.sf``): True where the step came from a guide-style
+    breakdown line (``Step N: total=... | actor_gen=... | critic_score=...``)."""
+    source = {int(s.step): s.source == "breakdown" for s in ctx.steps}
+    return ctx.sf["step"].map(lambda s: source.get(int(s), False)).astype(bool)
+
+
 def detect_phase_imbalance(ctx: Context) -> list[Flag]:
-    """Generation vs scoring (values + reward) out of proportion, or a phase's share jumping."""
+    """Generation against the critic's scoring out of proportion, or a phase's share jumping.
+
+    Ratio rules (only where a critic runs: a ``values``/``critic_score`` phase; a rule-based
+    ``reward`` is not a critic, so GRPO without one never trips them):
+
+    - the guide's rule, in its breakdown format: ``actor_gen : critic_score`` at 4:1 or more
+      (``gen_over_critic_max``); in verl's own keys (``timing_s/gen`` against
+      ``timing_s/values``) only when ``verl_gen_over_values_max`` is set (see defaults.yaml);
+    - scoring longer than generation (``values_over_gen_max``), in either format.
+    """
     cfg = ctx.cfg("phase_imbalance")
     sf = ctx.sf
     if len(sf) < 2:
         return []
     flags: list[Flag] = []
     gen = W.phase(sf, "gen")
-    scoring = W.phase(sf, "values").fillna(0.0) + W.phase(sf, "reward").fillna(0.0)
-    has_scoring = W.phase(sf, "values").notna() | W.phase(sf, "reward").notna()
-    scoring = scoring.where(has_scoring)
-    ratio_lim = float(cfg["scoring_over_gen_max"])
-    ratio = scoring / gen.where(gen > 0)
-    cond = [None if pd.isna(r) else bool(r > ratio_lim) for r in ratio]
-    for ep, start, end, rng in step_episodes(
-        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
-    ):
+    values = W.phase(sf, "values")
+    critic = values.where(values > 0)
+    breakdown = _from_breakdown(ctx)
+    gen_over = gen.where(gen > 0) / critic
+    guide_lim = float(cfg["gen_over_critic_max"])
+    verl_lim = float(cfg["verl_gen_over_values_max"])
+    lim = pd.Series(np.where(breakdown, guide_lim, verl_lim if verl_lim > 0 else np.inf),
+                    index=sf.index)
+    slow_scoring = critic / gen.where(gen > 0)
+    score_lim = float(cfg["values_over_gen_max"])
+    open_n, close_n = int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+
+    cond = [None if pd.isna(r) else bool(r >= li) for r, li in zip(gen_over, lim, strict=True)]
+    for ep, start, end, rng in step_episodes(ctx, cond, open_n, close_n):
         sl = slice(ep.onset, ep.last + 1)
-        g, s = float(gen.iloc[sl].mean()), float(scoring.iloc[sl].mean())
-        sev = "critical" if s / g >= float(cfg["critical_scoring_over_gen"]) else "warning"
+        g, c = float(gen.iloc[sl].mean()), float(values.iloc[sl].mean())
+        ratio = g / c
+        guide = bool(breakdown.iloc[sl].any())
+        names = ("actor_gen", "critic_score") if guide else ("generation", "the critic's scoring")
+        limit = guide_lim if guide else verl_lim
+        sev = "critical" if ratio >= float(cfg["critical_gen_over_critic"]) else "warning"
+        flags.append(make_flag(
+            "phase_imbalance", sev, start, end, {"phase": "gen", "steps": rng},
+            f"{_cap(names[0])} took {g:.1f} s per step vs {c:.1f} s for {names[1]} "
+            f"({ratio:.1f}:1, {limit:g}:1 or more is out of proportion), {steps_text(rng)}: "
+            "generation dominates the step; speed the rollout up or size the critic down.",
+        ))
+    cond = [None if pd.isna(r) else bool(r > score_lim) for r in slow_scoring]
+    for ep, start, end, rng in step_episodes(ctx, cond, open_n, close_n):
+        sl = slice(ep.onset, ep.last + 1)
+        g, c = float(gen.iloc[sl].mean()), float(values.iloc[sl].mean())
+        sev = "critical" if c / g >= float(cfg["critical_values_over_gen"]) else "warning"
         flags.append(make_flag(
             "phase_imbalance", sev, start, end, {"phase": "values", "steps": rng},
-            f"Scoring (values + reward) took {s:.1f} s per step vs {g:.1f} s of generation "
-            f"({s / g:.1f}:1), {steps_text(rng)}: the critic/reward side is the bottleneck.",
+            f"The critic's scoring took longer than generation: {c:.1f} s per step vs {g:.1f} s "
+            f"(1:{g / c:.2f}), {steps_text(rng)}: the critic is the bottleneck.",
         ))
     # a phase whose share of the step jumps against its own history
     total = W.core_total(sf)

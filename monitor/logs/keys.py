@@ -244,7 +244,8 @@ def guess_version(
     ``"0.6.0-0.7.0"``, ``"0.7.1+"``, ``"0.8+"``, ``"0.9+"``, or ``"unknown"`` when nothing hints.
     ``prefixes`` are Ray actor names (``TaskRunnerV1`` means 0.9+, ``main_task`` 0.2 or older,
     ``TaskRunner`` 0.3+). ``number_format`` is ``"3dec"`` (every value with 3 decimals: 0.4.1 or
-    older), ``"repr"`` (0.5+) or ``"numpy"`` (``np.float64(...)``: 0.9+).
+    older), ``"repr"`` (0.5+, unless a key or prefix says older: ``mfu/actor``, ``timing/``,
+    ``main_task`` keep a 0.1-0.2 log at ``"<=0.2"``) or ``"numpy"`` (``np.float64(...)``: 0.9+).
     """
     keyset = set(keys)
     prefixset = set(prefixes)
@@ -268,7 +269,9 @@ def guess_version(
         lowers.append(((0, 3, 0), "0.3"))
     if number_format == "3dec":
         uppers.append(((0, 4, 1), "0.4.1"))
-    elif number_format == "repr":
+    elif number_format == "repr" and not (uppers and min(uppers)[0] < (0, 5, 0)):
+        # Full-precision values are weak evidence (forks and custom loggers print them too):
+        # a key or prefix that only verl before 0.5 printed outweighs them.
         lowers.append(((0, 5, 0), "0.5"))
     elif number_format == "numpy":
         lowers.append(((0, 9, 0), "0.9"))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from monitor.logs.failures import is_oom, match_failure, oom_details, traceback_phase
 from monitor.logs.follow import iter_lines
 from monitor.logs.keys import guess_version, other_seconds, phases_and_total
 from monitor.logs.timestamps import parse_timestamp, split_timestamp
@@ -47,7 +48,6 @@ _TQDM_RE = re.compile(
 )
 _SET_STEP_RE = re.compile(r"Setting global step to (\d+)")
 _LOAD_CKPT_RE = re.compile(r"Load from checkpoint folder:\s*(.*?)\s*$")
-_TRIED_RE = re.compile(r"Tried to allocate ([\d.]+) ?([KMGT]i?B|B)")
 _SYNC_RE = re.compile(
     r"sync_weights success\.? cost ([-+\d.eE]+) seconds?(?:, pause:\s*([-+\d.eE]+) ?s)?"
     r"(?:, sync:\s*([-+\d.eE]+) ?s)?"
@@ -74,6 +74,10 @@ _BREAKDOWN_NAMES = {
 }
 _UNIT_SECONDS = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "s": 1.0, "sec": 1.0, None: 1e-3}
 _TRACEBACK_START = "Traceback (most recent call last):"
+#: The largest step number a record may carry (the store keeps steps as signed 64-bit integers).
+MAX_STEP = 2**63 - 1
+#: Failure lines remembered for de-duplication until the next step record.
+_MAX_FAILURE_SIGNATURES = 512
 _CHAIN_MARKERS = (
     "During handling of the above exception",
     "The above exception was the direct cause",
@@ -171,6 +175,10 @@ class LogParser:
         self._resume_since_step = False
         self._last_oom: str | None = None
         self._last_keys: list[str] = []
+        self._failures_seen: set[tuple[Any, ...]] = set()
+        self._line_ip: str | None = None
+        #: (step, metrics) of a validation-only line, merged into a following record of that step
+        self._pending_val: tuple[int, dict[str, Any]] | None = None
 
     # --- public -------------------------------------------------------------------------------
 
@@ -230,11 +238,13 @@ class LogParser:
         if "\x1b" in line:
             line = _ANSI_RE.sub("", line)
         ts, text = split_timestamp(line)
+        self._line_ip = None
         if text.startswith("("):
             match = _RAY_PREFIX_RE.match(text)
             if match is not None:
                 if match.group(1):
                     self._prefixes.add(match.group(1))
+                self._line_ip = match.group(3)
                 text = text[match.end() :]
                 if ts is None:
                     ts, text = split_timestamp(text)
@@ -296,9 +306,11 @@ class LogParser:
                 self._breakdown(match, ts, when, line, out)
                 return True
         used = False
-        if "CUDA out of memory" in stripped:
+        if is_oom(stripped):
             self._oom(stripped, when, out)
             used = True
+        elif self._failure(stripped, when, out):
+            return True
         if _TRACEBACK_START in stripped:
             self._close_block(out)
             self._block = _Block("traceback", when, [stripped])
@@ -345,6 +357,9 @@ class LogParser:
                 self.stats.add_error("bad step number", line)
                 return
             step = int(num)
+        if not 0 <= step <= MAX_STEP:
+            self.stats.add_error(f"step number {_short_number(step)} outside 0..2**63-1", line)
+            return
         keys = flat[1::2]
         same_keys = keys == self._last_keys
         if same_keys:
@@ -400,6 +415,7 @@ class LogParser:
             out.append(
                 Event("validation", end_time, step, "", {"metrics": metrics, "origin": "step"})
             )
+            self._pending_val = (step, metrics)
             return
         if not known_keys:
             self._keys.update(metrics)
@@ -424,6 +440,12 @@ class LogParser:
         source: str,
     ) -> StepRecord:
         hint = "<=0.4.1" if self._number_format == "3dec" or "main_task" in self._prefixes else None
+        pending_val = self._pending_val
+        if pending_val is not None:
+            self._pending_val = None
+            if pending_val[0] == step:
+                # validation printed just before the training line of the same step: one step
+                metrics = {**pending_val[1], **metrics}
         phases, total = phases_and_total(metrics, version_hint=hint)
         record = StepRecord(
             step=step,
@@ -441,6 +463,7 @@ class LogParser:
         self._last_step = step
         self._resume_since_step = False
         self._last_oom = None
+        self._failures_seen.clear()
         return record
 
     def _apply_pending_reshard(self, record: StepRecord, *, old_era: bool = False) -> None:
@@ -475,6 +498,9 @@ class LogParser:
             self.stats.add_error("JSON step is not finite", line)
             return
         step = int(step_val)
+        if not 0 <= step <= MAX_STEP:
+            self.stats.add_error(f"JSON step {_short_number(step)} outside 0..2**63-1", line)
+            return
         data = obj.get("data", {})
         if not isinstance(data, dict):
             self.stats.add_error("JSON data is not an object", line)
@@ -498,6 +524,7 @@ class LogParser:
             out.append(
                 Event("validation", end_time, step, "", {"metrics": metrics, "origin": "jsonl"})
             )
+            self._pending_val = (step, metrics)
             return
         self._close_json(out)
         if self._json_done is not None and self._json_done_step == step:
@@ -547,19 +574,38 @@ class LogParser:
         out.append(Event("progress", when, int(cur), text, data))
         return True
 
-    def _oom(self, text: str, when: float | None, out: list[Item]) -> None:
+    def _oom(
+        self, text: str, when: float | None, out: list[Item], frames: list[str] | None = None
+    ) -> None:
+        """An ``oom`` event: sizes from the message, the phase from the traceback's frames."""
         if text == self._last_oom:
             return
         self._last_oom = text
-        data: dict[str, Any] = {}
-        match = _TRIED_RE.search(text)
-        if match is not None:
-            amount = float(match.group(1))
-            unit = match.group(2)
-            scale = {"B": 2**-30, "KiB": 2**-20, "KB": 2**-20, "MiB": 2**-10, "MB": 2**-10}
-            scale.update({"GiB": 1.0, "GB": 1.0, "TiB": 1024.0, "TB": 1024.0})
-            data["tried_gib"] = amount * scale.get(unit, 1.0)
+        data: dict[str, Any] = oom_details(text)
+        if frames:
+            named = traceback_phase(frames)
+            if named is not None:
+                data["function"], data["phase"] = named
+        if self._line_ip:
+            data["ip"] = self._line_ip
         out.append(Event("oom", when, self._last_step, text, data))
+
+    def _failure(self, text: str, when: float | None, out: list[Item]) -> bool:
+        """A failure event (NCCL timeout or error, Ray actor death, killed worker, CUDA error)
+        for a line that reports one; the same failure printed again is used but not repeated."""
+        found = match_failure(text)
+        if found is None:
+            return False
+        if found.signature in self._failures_seen:
+            return True
+        if len(self._failures_seen) >= _MAX_FAILURE_SIGNATURES:
+            self._failures_seen.clear()
+        self._failures_seen.add(found.signature)
+        data = found.data
+        if self._line_ip:
+            data["ip"] = self._line_ip
+        out.append(Event(found.kind, when, self._last_step, text[:SAMPLE_CHARS * 2], data))
+        return True
 
     def _param_sync(self, text: str, when: float | None, line: str, out: list[Item]) -> None:
         match = _SYNC_RE.search(text)
@@ -695,6 +741,17 @@ class LogParser:
                 block.chained += 1
                 block.lines.append(stripped)
                 return True
+            if text[0].isspace() and len(block.lines) < 10000:
+                if stripped.startswith('File "'):
+                    # Ray re-raises a worker's exception with the worker's own frames after it
+                    # (RayTaskError(X): ray::...): the traceback goes on to the root cause.
+                    block.awaiting_chain = False
+                    block.chained += 1
+                    block.lines.append(text)
+                    return True
+                if text[0] == "\t":  # Ray's detail lines (class_name:, pid:, ip:)
+                    block.lines.append(text)
+                    return True
             self._close_block(out)
             return False
         if text.startswith("step:") or len(block.lines) > 10000:
@@ -710,8 +767,10 @@ class LogParser:
         block.exception = stripped
         block.lines.append(stripped)
         block.awaiting_chain = True
-        if "CUDA out of memory" in stripped:
-            self._oom(stripped, when, out)
+        if is_oom(stripped):
+            self._oom(stripped, when, out, block.lines)
+        else:
+            self._failure(stripped, when, out)
         return True
 
     def _close_block(self, out: list[Item]) -> None:
@@ -792,13 +851,21 @@ def _careful_fields(parts: list[str]) -> tuple[dict[str, Any], str | None]:
     return metrics, bad
 
 
+_VALIDATION_PREFIXES = ("val-core/", "val-aux/", "val/", "test_score/")
+
+
 def _validation_only(metrics: dict[str, Any]) -> bool:
+    """Only validation keys (``val-core/``, ``val-aux/``, ``val/``; ``test_score/`` before 0.3)."""
     for key in metrics:
-        if not (
-            key.startswith("val-core/") or key.startswith("val-aux/") or key.startswith("val/")
-        ):
+        if not key.startswith(_VALIDATION_PREFIXES):
             return False
     return True
+
+
+def _short_number(value: int) -> str:
+    """An integer for an error message, shortened when it is very long."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:10]}...({len(text)} digits)"
 
 
 def _validation_complete(text: str, *, first: bool) -> bool:
@@ -913,7 +980,8 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     Step end times come from line timestamps (``time_source="line"``); the others are rebuilt
     from cumulative step totals ending at ``log_end`` (default: the file's modification time),
     ``time_source="rebuilt"``. Events without a time take the end time of the step before
-    them. Raises ``LogReadError`` for a missing or unreadable file.
+    them; in a log with neither timestamps nor steps, they take ``log_end`` (their data then
+    says ``time_from: "log_end"``). Raises ``LogReadError`` for a missing or unreadable file.
     """
     p = Path(path)
     try:
@@ -932,8 +1000,9 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
             continue
         ordered.append(item)
     steps = [item for item in ordered if isinstance(item, StepRecord)]
-    _rebuild_times(steps, log_end if log_end is not None else mtime)
-    events = _time_events(ordered)
+    end = log_end if log_end is not None else mtime
+    _rebuild_times(steps, end)
+    events = _time_events(ordered, end)
     return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt)
 
 
@@ -978,8 +1047,9 @@ def _rebuild_times(steps: list[StepRecord], log_end: float) -> None:
         anchor = record.end_time - total
 
 
-def _time_events(ordered: list[Item]) -> list[Event]:
-    """Events in log order; those without a time get the previous step's end time."""
+def _time_events(ordered: list[Item], log_end: float | None = None) -> list[Event]:
+    """Events in log order; those without a time get the previous step's end time, or
+    ``log_end`` where no step has a time (a traceback pasted on its own)."""
     events: list[Event] = []
     last_end: float | None = None
     first_step = next((item for item in ordered if isinstance(item, StepRecord)), None)
@@ -992,5 +1062,9 @@ def _time_events(ordered: list[Item]) -> list[Event]:
         if item.time is None and last_end is not None:
             item.time = last_end
             item.data.setdefault("time_rebuilt", True)
+        elif item.time is None and log_end is not None:
+            item.time = log_end
+            item.data.setdefault("time_rebuilt", True)
+            item.data.setdefault("time_from", "log_end")
         events.append(item)
     return events

@@ -1,0 +1,108 @@
+"""fatal_error: the log reports a failure that ends the run (NCCL, Ray, a signal, CUDA).
+
+The parser turns failure lines into events (``monitor.logs.failures``): ``nccl_timeout``,
+``nccl_error``, ``actor_died``, ``worker_killed``, ``cuda_error``. Here the fatal ones become
+critical flags, one per burst (every rank reports the same timeout; Ray then reports the dead
+actors). The evidence leads with the most telling failure of the burst (a CUDA or hardware
+error before a killed worker, before an NCCL error, before the timeouts and Ray's reports that
+follow them) and the advice fits it. Failures that follow a CUDA out-of-memory error are left
+to the ``oom`` flag: they are its consequences.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from monitor.detect.advice import failure_advice
+from monitor.detect.base import Context, make_flag, steps_text
+from monitor.detect.health import event_time, untimed_note
+from monitor.logs.failures import FAILURE_KINDS, describe
+from monitor.records import Event, Flag
+
+#: Which failure of a burst names its cause best (first wins). A worker that was killed for a
+#: known reason (host OOM, SIGKILL, a segfault, SIGBUS) is a cause; an abort or a bare system
+#: error exit mostly follows another failure (the watchdog aborts the process after a timeout).
+CAUSE_ORDER: tuple[str, ...] = (
+    "cuda_error",
+    "worker_killed",
+    "nccl_error",
+    "nccl_timeout",
+    "worker_exit",
+    "actor_died",
+)
+_WEAK_REASONS = frozenset({"abort", "system_error", "intended_exit"})
+
+
+def _is_fatal(event: Event) -> bool:
+    return event.kind in FAILURE_KINDS and bool((event.data or {}).get("fatal", True))
+
+
+def _cause(events: list[Event]) -> Event:
+    """The most telling failure of a burst (earliest within the best kind)."""
+    rank = {kind: i for i, kind in enumerate(CAUSE_ORDER)}
+
+    def order(e: Event) -> int:
+        kind = e.kind
+        if kind == "worker_killed" and (e.data or {}).get("reason") in _WEAK_REASONS:
+            kind = "worker_exit"
+        return rank.get(kind, len(rank))
+
+    return min(events, key=order)
+
+
+def _counts(events: list[Event]) -> str:
+    counts: dict[str, int] = {}
+    for e in events:
+        counts[e.kind] = counts.get(e.kind, 0) + int((e.data or {}).get("repeated", 1))
+    return ", ".join(f"{n} {kind}" for kind, n in counts.items())
+
+
+def detect_fatal_error(ctx: Context) -> list[Flag]:
+    """One critical flag per burst of fatal failure events; closed when a later step completes
+    (the run went on, e.g. after an automatic restart), else open."""
+    cfg = ctx.cfg("fatal_error")
+    group_s = float(cfg["group_seconds"])
+    after_oom_s = float(cfg["after_oom_seconds"])
+    oom_times = sorted(event_time(ctx, e)[0] for e in ctx.events if e.kind == "oom")
+    timed = []
+    for e in ctx.events:
+        if not _is_fatal(e):
+            continue
+        t, known = event_time(ctx, e)
+        if any(0.0 <= t - o <= after_oom_s for o in oom_times):
+            continue  # a consequence of an out-of-memory error, which the oom flag reports
+        timed.append((t, known, e))
+    timed.sort(key=lambda p: p[0])
+    groups: list[list[tuple[float, bool, Event]]] = []
+    for item in timed:
+        if groups and item[0] - groups[-1][-1][0] <= group_s:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    ends = ctx.sf["end"].to_numpy(float) if len(ctx.sf) else np.array([])
+    flags: list[Flag] = []
+    for grp in groups:
+        events = [e for _, _, e in grp]
+        untimed = not all(known for _, known, _ in grp)
+        t0 = grp[0][0]
+        later = ends[ends > grp[-1][0]]
+        end = float(later[0]) if len(later) and not untimed else None
+        cause = _cause(events)
+        stepnos = [e.step for e in events if e.step is not None]
+        rng = [min(stepnos), max(stepnos)] if stepnos else None
+        scope = {"steps": rng}
+        others = [e for e in events if e is not cause]
+        text = f"The run hit a fatal error: {describe(cause.kind, cause.data or {})}"
+        if (cause.data or {}).get("ip"):
+            text += f" (worker at {cause.data['ip']})"
+        if rng:
+            text += f", after {steps_text(rng)}"
+        if others:
+            text += f"; {len(events)} failure lines in all ({_counts(events)})"
+        if end is not None:
+            text += "; training continued afterwards"
+        text += untimed_note(ctx, events)
+        flag = make_flag("fatal_error", "critical", t0, end, scope, text + ".")
+        flag.advice = failure_advice(cause.kind, cause.data or {})
+        flags.append(flag)
+    return flags

@@ -1,0 +1,186 @@
+"""fatal_error and oom flags from the failure fixtures, through parse_file and run_all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from monitor.config import load_config
+from monitor.detect import make_context, run_all
+from monitor.detect.advice import (
+    FAILURE_ADVICE,
+    INVENTED_KEYS,
+    OOM_PHASE_ADVICE,
+    REAL_KEYS,
+    failure_advice,
+    named_keys,
+    oom_advice,
+)
+from monitor.detect.failures import detect_fatal_error
+from monitor.detect.health import detect_oom
+from monitor.frames import empty_gpu_frame, empty_host_frame
+from monitor.logs.parse import LogParser, parse_file
+from monitor.records import Event
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs" / "failures"
+LOG_END = 1_750_000_000.0
+
+
+def _flags(name: str) -> list:
+    parsed = parse_file(FIXTURES / name, log_end=LOG_END)
+    return run_all(parsed.steps, empty_gpu_frame(), empty_host_frame(), parsed.events)
+
+
+def _only(name: str, kind: str):
+    flags = [f for f in _flags(name) if f.severity in ("warning", "critical")]
+    assert [f.kind for f in flags] == [kind], [(f.kind, f.evidence) for f in flags]
+    assert flags[0].severity == "critical"
+    return flags[0]
+
+
+# --- oom ---------------------------------------------------------------------------------------
+
+
+def test_oom_pasted_alone_is_a_critical_flag_with_sizes_and_phase_advice() -> None:
+    f = _only("oom_compute_log_prob_traceback.log", "oom")
+    assert "in compute_log_prob (phase old_log_prob)" in f.evidence
+    assert "asked for 13.91 GiB with 8.85 GiB free of 79.11 GiB on GPU 0" in f.evidence
+    assert "no time for it, so it is placed at the end of the log" in f.evidence
+    assert f.start == LOG_END and f.end is None and f.scope["phase"] == "old_log_prob"
+    assert "log_prob_micro_batch_size_per_gpu" in f.advice[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "phase", "lever"),
+    [
+        ("oom_update_actor_ray_task.log", "update_actor", "ppo_micro_batch_size_per_gpu"),
+        ("oom_old_format_generate.log", "gen", "rollout.gpu_memory_utilization"),
+    ],
+)
+def test_oom_advice_fits_the_phase(name: str, phase: str, lever: str) -> None:
+    f = _only(name, "oom")
+    assert f.scope["phase"] == phase and lever in f.advice[0]
+    assert "free" in f.evidence and "asked for" in f.evidence
+
+
+def test_vllm_cache_blocks_oom_asks_for_more_engine_memory() -> None:
+    f = _only("oom_vllm_kv_cache.log", "oom")
+    assert f.advice[0].startswith("The rollout engine found no memory for its KV cache")
+    assert "raise actor_rollout_ref.rollout.gpu_memory_utilization" in f.advice[0]
+
+
+def test_oom_events_without_any_time_are_placed_at_zero_and_say_so() -> None:
+    parser = LogParser()
+    events = parser.feed("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB."
+                         " GPU 0 has a total capacity of 79.11 GiB of which 0.50 GiB is free.")
+    assert events[0].time is None
+    flags = run_all([], empty_gpu_frame(), empty_host_frame(), events)
+    assert [(f.kind, f.start) for f in flags] == [("oom", 0.0)]
+    assert "placed at time 0" in flags[0].evidence
+
+
+def test_the_old_detector_skipped_untimed_ooms() -> None:
+    """The case issue 15 reports: an oom event with no time used to raise nothing."""
+    ctx = make_context([], empty_gpu_frame(), empty_host_frame(),
+                       [Event("oom", None, None, "CUDA out of memory")], load_config(), now=100.0)
+    flags = detect_oom(ctx)
+    assert len(flags) == 1 and flags[0].start == 100.0
+    assert "placed at the end of the data" in flags[0].evidence
+
+
+# --- fatal_error -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "evidence", "advice"),
+    [
+        ("nccl_watchdog_timeout.log",
+         "NCCL watchdog timeout on rank 38: ALLREDUCE (sequence number 10) ran 2.0 h against a "
+         "2 h timeout (worker at 172.26.143.83), after step 41; 3 failure lines in all "
+         "(7 nccl_timeout, 1 worker_killed)", "never reached that sequence number"),
+        ("nccl_watchdog_stuck.log", "the NCCL watchdog was stuck for 480 s on rank 6",
+         "NCCL_DEBUG=INFO"),
+        ("nccl_unhandled_cuda_error.log", "NCCL error ncclUnhandledCudaError (unhandled cuda "
+         "error) (worker at 10.0.1.12)", "ncclUnhandledCudaError is a CUDA failure"),
+        ("nccl_remote_error.log", "NCCL error ncclRemoteError", "a peer or the network failed"),
+        ("nccl_system_error.log", "NCCL error ncclSystemError", "a peer or the network failed"),
+        ("nccl_internal_error.log", "NCCL error ncclInternalError", "NCCL_DEBUG=INFO"),
+        ("ray_actor_died.log", "exit type SYSTEM_ERROR (Worker unexpectedly exits with a "
+         "connection error code 2), after step 7; 2 failure lines in all (1 actor_died, "
+         "1 worker_killed)", "host OOM killer"),
+        ("ray_task_error_illegal_memory.log", "CUDA error: illegal memory access; 2 failure "
+         "lines in all (1 actor_died, 1 cuda_error)", "CUDA_LAUNCH_BLOCKING=1"),
+        ("raylet_worker_died.log", "a worker died of a system error", "host OOM killer"),
+        ("ray_memory_pressure.log", "1 worker(s) killed for lack of host memory, after step 118",
+         "The host ran out of memory"),
+        ("ray_host_oom_task.log", "killed for lack of host memory", "param_offload"),
+        ("kernel_oom_killer.log", "a worker (pid 48213) killed for lack of host memory",
+         "The host ran out of memory"),
+        ("shell_killed.log", "a worker (pid 6544) killed by SIGKILL, after step 15", "dmesg"),
+        ("segfault.log", "crashed with a segmentation fault", "A native crash"),
+        ("dataloader_bus_error.log", "bus error (SIGBUS)", "/dev/shm"),
+        ("cuda_illegal_memory_watchdog.log", "CUDA error: illegal memory access on rank 2",
+         "CUDA_LAUNCH_BLOCKING=1"),
+        ("cuda_device_side_assert.log", "CUDA error: device-side assert", "index out of range"),
+        ("cuda_ecc_error.log", "CUDA error: ECC (worker at 10.8.0.3)", "nvidia-smi -q -d ECC"),
+        ("xid_fallen_off_bus.log", "GPU XID 79 on 0000:3b:00", "drain the node"),
+    ],
+)
+def test_each_failure_is_one_critical_fatal_error(name: str, evidence: str, advice: str) -> None:
+    f = _only(name, "fatal_error")
+    assert evidence in f.evidence, f.evidence
+    assert f.evidence.startswith("The run hit a fatal error: ")
+    assert advice in f.advice[0], f.advice[0]
+    assert f.advice[-1].startswith("Resume from the last checkpoint")
+    assert f.end is None  # the run did not go on
+
+
+def test_failures_after_a_cuda_oom_are_left_to_the_oom_flag() -> None:
+    t = 1000.0
+    events = [Event("oom", t, 5, "CUDA out of memory. Tried to allocate 2.00 GiB"),
+              Event("actor_died", t + 3, 5, "ActorDiedError", {"exception": "ActorDiedError"}),
+              Event("nccl_timeout", t + 590, 5, "Watchdog", {"collective": "ALLREDUCE", "seq": 1})]
+    flags = run_all([], empty_gpu_frame(), empty_host_frame(), events)
+    assert [f.kind for f in flags] == ["oom"]
+    later = events + [Event("cuda_error", t + 4000, 9, "ECC", {"error": "ECC"})]
+    flags = run_all([], empty_gpu_frame(), empty_host_frame(), later)
+    assert [f.kind for f in flags] == ["oom", "fatal_error"]
+
+
+def test_bursts_far_apart_are_two_flags_and_a_run_that_went_on_closes_the_first() -> None:
+    from detect_builders import make_steps
+
+    steps = make_steps(20)
+    t1 = steps[4].end_time + 1
+    t2 = steps[-1].end_time + 5
+    events = [Event("nccl_error", t1, 4, "x", {"code": "ncclRemoteError"}),
+              Event("nccl_error", t1 + 2, 4, "x", {"code": "ncclRemoteError", "rank": 3}),
+              Event("worker_killed", t2, 19, "x", {"reason": "segfault"})]
+    ctx = make_context(steps, empty_gpu_frame(), empty_host_frame(), events, load_config())
+    flags = detect_fatal_error(ctx)
+    assert [(f.start, f.end) for f in flags] == [(t1, steps[5].end_time), (t2, None)]
+    assert "training continued afterwards" in flags[0].evidence
+    assert "2 failure lines in all (2 nccl_error)" in flags[0].evidence
+
+
+def test_non_fatal_failure_lines_raise_nothing() -> None:
+    events = [Event("cuda_error", 10.0, None, "Xid 13", {"error": "Xid", "xid": 13,
+                                                       "fatal": False}),
+              Event("worker_killed", 11.0, None, "exit", {"reason": "intended_exit",
+                                                          "fatal": False})]
+    ctx = make_context([], empty_gpu_frame(), empty_host_frame(), events, load_config())
+    assert detect_fatal_error(ctx) == []
+
+
+def test_failure_and_oom_advice_name_only_real_keys() -> None:
+    sentences = [s for v in FAILURE_ADVICE.values() for s in v]
+    sentences += [s for v in OOM_PHASE_ADVICE.values() for s in v]
+    sentences += oom_advice(None, {"where": "rollout engine KV cache"})
+    for sentence in sentences:
+        for key in named_keys(sentence):
+            assert key in REAL_KEYS, key
+        for key in INVENTED_KEYS:
+            assert key not in sentence
+    assert failure_advice("worker_killed", {"reason": "bus_error"})[0].startswith("SIGBUS")
+    assert failure_advice("worker_killed", {"reason": "unknown"})[0].startswith("A worker process")
