@@ -50,6 +50,23 @@ def _layout(fig: go.Figure, title: str, height: int = 320, key: str = "") -> go.
     return fig
 
 
+def step_axis(fig: go.Figure, steps) -> go.Figure:
+    """An x axis of step numbers: whole numbers only (one tick per step when there are few)."""
+    vals = pd.Series(steps, dtype="float64").dropna()
+    span = float(vals.max() - vals.min()) if len(vals) else 0.0
+    fig.update_xaxes(title="step", tickformat="d", dtick=1 if span <= 12 else None,
+                     tick0=float(vals.min()) if len(vals) else 0)
+    return fig
+
+
+def end_at(fig: go.Figure, start: float, end: float) -> go.Figure:
+    """Pin a time axis to the window ``[start, end]``: a chart ends at the newest sample
+    ("now"), never at a padded or extrapolated time."""
+    if fig.data:
+        fig.update_xaxes(range=[to_time([start]).iloc[0], to_time([end]).iloc[0]])
+    return fig
+
+
 def empty_figure(title: str, message: str = "no data in this window") -> go.Figure:
     """A blank chart that says why it is blank."""
     fig = go.Figure()
@@ -81,7 +98,7 @@ def step_time_trend(steps: pd.DataFrame, window: int = 10) -> go.Figure:
         fig.add_trace(go.Scatter(x=spikes["step"], y=spikes["total"], mode="markers",
                                  name="spike (>1.5x median)",
                                  marker={"color": SEVERITY_COLORS["critical"], "size": 9}))
-    fig.update_xaxes(title="step")
+    step_axis(fig, df["step"])
     fig.update_yaxes(title="seconds", rangemode="tozero")
     return _layout(fig, title, key="step_time")
 
@@ -94,7 +111,7 @@ def throughput_trend(steps: pd.DataFrame) -> go.Figure:
     df = steps.dropna(subset=["throughput"])
     fig = go.Figure(go.Scatter(x=df["step"], y=df["throughput"], mode="lines", name="throughput",
                                line={"color": "#54A24B"}))
-    fig.update_xaxes(title="step")
+    step_axis(fig, df["step"])
     fig.update_yaxes(title="tokens/s/GPU", rangemode="tozero")
     return _layout(fig, title, key="throughput")
 
@@ -111,7 +128,7 @@ def phase_stacked_bars(steps: pd.DataFrame, last: int = 60) -> go.Figure:
         fig.add_trace(go.Bar(x=df["step"], y=df[phase], name=phase,
                              marker_color=PHASE_COLORS.get(phase, "#888")))
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(title="step")
+    step_axis(fig, df["step"])
     fig.update_yaxes(title="seconds")
     return _layout(fig, title, height=360, key="phase_bars")
 
@@ -163,23 +180,72 @@ def node_heatmap(frame: pd.DataFrame, title: str = "Mean GPU utilization by node
 
 
 def phase_attribution_bars(summary: pd.DataFrame, phases: list[str] | None = None) -> go.Figure:
-    """Mean utilization of each GPU during each phase (``phase_summary`` output)."""
-    title = "What each GPU did per phase (mean utilization %)"
+    """Mean utilization of each GPU during each phase (``phase_summary`` output), each bar
+    labelled with the samples behind it; withheld phases (too few samples) have no bar."""
+    title = "What each GPU did per phase (mean utilization %, n = samples)"
     if summary is None or summary.empty:
         return empty_figure(title, "no step overlaps the GPU samples yet")
     df = summary.copy()
     if phases:
         df = df[df["phase"].isin(phases)]
     df["row"] = df["node"].astype(str) + "/" + df["gpu"].astype(str)
+    n_col = "full_samples" if "full_samples" in df.columns else "samples"
     fig = go.Figure()
     for phase in [p for p in ALL_PHASES if p in set(df["phase"])]:
-        part = df[df["phase"] == phase]
+        part = df[(df["phase"] == phase) & df["util_mean"].notna()]
+        if part.empty:
+            continue
         fig.add_trace(go.Bar(x=part["row"], y=part["util_mean"], name=phase,
-                             marker_color=PHASE_COLORS.get(phase, "#888")))
+                             marker_color=PHASE_COLORS.get(phase, "#888"),
+                             customdata=[int(n) for n in part[n_col]],
+                             hovertemplate=f"{phase}<br>%{{x}}<br>%{{y:.0f}}% "
+                             "(n=%{customdata} samples)<extra></extra>"))
+    if not fig.data:
+        return empty_figure(title, "every phase is shorter than the sampling interval")
     fig.update_layout(barmode="group")
     fig.update_xaxes(title="node/gpu", type="category")
     fig.update_yaxes(title="util %", range=[0, 100])
     return _layout(fig, title, key="attrib")
+
+
+def gpu_time_bar(phase_seconds: dict[str, float], phase_util: dict[str, float]) -> go.Figure:
+    """Where the GPU time of a step goes: one horizontal bar, 100% = the step, one segment per
+    phase for the time the GPUs were busy in it (phase share x its utilization), then the idle
+    share, then phases too short to measure ("util n/a")."""
+    total = sum(v for v in phase_seconds.values() if v and v > 0)
+    title = "Where the GPU time goes (mean step)"
+    if total <= 0:
+        return empty_figure(title, "no phase timings yet")
+    fig = go.Figure()
+    idle = unknown = 0.0
+    for phase, secs in phase_seconds.items():
+        if not secs or secs <= 0:
+            continue
+        share = 100.0 * secs / total
+        util = phase_util.get(phase)
+        if util is None or not np.isfinite(util):
+            unknown += share
+            continue
+        busy = share * min(max(util, 0.0), 100.0) / 100.0
+        idle += share - busy
+        fig.add_trace(go.Bar(y=["step"], x=[busy], name=phase, orientation="h",
+                             marker_color=PHASE_COLORS.get(phase, "#888"),
+                             hovertemplate=f"{phase}: {share:.0f}% of the step, GPUs "
+                             f"{util:.0f}% busy in it<extra></extra>"))
+    fig.add_trace(go.Bar(y=["step"], x=[idle], name=f"idle ({idle:.0f}%)", orientation="h",
+                         marker={"color": "#FFFFFF", "line": {"color": "#888", "width": 1},
+                                 "pattern": {"shape": "/", "fgcolor": "#999"}},
+                         hovertemplate="GPUs idle: %{x:.0f}% of the step<extra></extra>"))
+    if unknown > 0:
+        fig.add_trace(go.Bar(y=["step"], x=[unknown], name=f"util n/a ({unknown:.0f}%)",
+                             orientation="h", marker={"color": "#E8E8E8"},
+                             hovertemplate="phases shorter than the sampling interval: "
+                             "%{x:.0f}% of the step<extra></extra>"))
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="% of the step", range=[0, 100])
+    fig.update_yaxes(visible=False)
+    return _layout(fig, f"{title}: GPUs idle {idle:.0f}% of the step", height=170,
+                   key="gpu_time")
 
 
 def step_timeline(timeline: pd.DataFrame, fleet: pd.DataFrame) -> go.Figure:
@@ -239,7 +305,7 @@ def reshard_vs_median(steps: pd.DataFrame, window: int = 20, factor: float = 2.0
         fig.add_trace(go.Scatter(x=spikes["step"], y=spikes["reshard"], mode="markers",
                                  name=f"spike (>{factor:g}x median)",
                                  marker={"color": SEVERITY_COLORS["critical"], "size": 10}))
-    fig.update_xaxes(title="step")
+    step_axis(fig, df["step"])
     fig.update_yaxes(title="seconds", rangemode="tozero")
     return _layout(fig, title, key="reshard")
 
@@ -292,11 +358,13 @@ def node_skew(nccl: pd.DataFrame) -> go.Figure:
 
 
 def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
-                  steps: pd.DataFrame, fleet: pd.DataFrame | None = None) -> go.Figure:
+                  steps: pd.DataFrame, fleet: pd.DataFrame | None = None,
+                  window: tuple[float, float] | None = None) -> go.Figure:
     """The chart that shows why a flag fired, zoomed to its window (frames already cut).
 
     ``gpu`` holds the flag's node's GPUs (or is empty on a large cluster when the flag names no
-    node; ``fleet`` then stands in with the mean and lowest utilization across GPUs).
+    node; ``fleet`` then stands in with the mean and lowest utilization across GPUs). A time
+    axis is pinned to ``window`` (start, end) when given, so it ends at the newest sample.
     """
     kind = flag.kind
     title = f"{kind}: evidence"
@@ -349,6 +417,8 @@ def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
     if not fig.data:
         return empty_figure(title, "no samples in the flag's window")
     _shade(fig, flag)
+    if window is not None:
+        end_at(fig, *window)
     return _layout(fig, title, height=280, key=f"flag_{kind}")
 
 

@@ -128,9 +128,13 @@ def load_time_range(key: str) -> tuple[float, float] | None:
 
 
 def current_window(settings: Settings) -> tuple[float, float] | None:
-    """The window to show, ending at the newest data; renders the status message and returns
-    None when the source cannot answer ("store missing", "Prometheus unreachable", "no data
-    yet")."""
+    """The window to show, ending at the newest sample ("now" for the data: charts never run
+    past it); renders the status message and returns None when the source cannot answer
+    ("store missing", "Prometheus unreachable", "no data yet").
+
+    The start is rounded down to the refresh interval so viewers share cached answers; the
+    end is the source's newest sample, read once per refresh: every panel of the refresh is
+    given the same window, so the numbers on one screen come from one snapshot."""
     cfg = source_config()
     if not cfg.store and not cfg.prometheus:
         st.error("No source configured: start with `verl-monitor dashboard --store PATH` or "
@@ -149,10 +153,10 @@ def current_window(settings: Settings) -> tuple[float, float] | None:
         show_status(SourceStatus(False, "no data yet"))
         return None
     q = _quantum(settings.refresh_s)
-    end = math.ceil(rng[1] / q) * q
+    end = float(rng[1])
     start = rng[0] if settings.window_s is None else max(rng[0], end - settings.window_s)
-    start = math.floor(start / q) * q
-    return float(start), float(end)
+    start = min(math.floor(start / q) * q, end)
+    return float(start), end
 
 
 def show_status(status: SourceStatus) -> None:
@@ -202,26 +206,87 @@ def load_steps_frame(key: str, start: float | None, end: float | None) -> pd.Dat
     return steps_to_frame(load_steps(key, start, end))
 
 
+#: Steps the per-phase attribution and the Overview's GPU-time bar look back over.
+ATTRIB_STEPS = 20
+
+
+def _attribution_samples(key: str, steps: list[StepRecord], start: float, end: float,
+                         node: str | None, fleet: bool) -> pd.DataFrame:
+    """GPU samples (or the mean across GPUs when ``fleet``) over the steps, at the sampling
+    resolution; Prometheus values are moved to the middle of their interval."""
+    a_start = max(min(s.end_time - (s.total or 0) for s in steps if s.end_time) - 1, start)
+    points = int(max(end - a_start, 1.0)) + 1
+    if fleet:
+        frame = load_fleet(key, a_start, end, points, node)
+        frame = frame.rename(columns={"util_mean": "util", "sm_active_mean": "sm_active"})
+        frame = frame.assign(node="all", gpu=0)
+    else:
+        frame = load_gpu(key, a_start, end, points, node)
+    if get_source().kind == "prometheus" and len(frame):
+        from monitor.analysis.attribution import sample_period
+
+        frame = frame.assign(ts=frame["ts"] - sample_period(frame["ts"]) / 2)
+    return frame
+
+
 @st.cache_data(ttl=120, show_spinner=False, max_entries=32)
 def load_attribution(key: str, start: float, end: float, last_step_end: float,
-                     node: str | None = None, n_steps: int = 20) -> pd.DataFrame:
-    """Per phase and GPU utilization over the last ``n_steps`` steps (``phase_summary``);
-    recomputed only when a new step has arrived (``last_step_end`` is part of the key)."""
+                     node: str | None = None, n_steps: int = ATTRIB_STEPS,
+                     fleet: bool = False) -> pd.DataFrame:
+    """Per phase and GPU utilization over the last ``n_steps`` steps (``phase_summary``, with
+    sample counts and withheld phases); with ``fleet`` for the mean across GPUs (one row per
+    phase, cheap on any cluster). Recomputed only when a new step has arrived
+    (``last_step_end`` is part of the key)."""
     from monitor.analysis.attribution import attribute, phase_summary
 
     recent = load_steps(key, start, end)[-n_steps:]
-    if not recent or recent[0].end_time is None:
+    recent = [s for s in recent if s.end_time is not None]
+    if not recent:
         return pd.DataFrame()
-    a_start = min(s.end_time - (s.total or 0) for s in recent if s.end_time) - 1
-    fine = load_gpu(key, max(a_start, start), end, MAX_POINTS, node)
-    return phase_summary(attribute(recent, fine))
+    samples = _attribution_samples(key, recent, start, end, node, fleet)
+    return phase_summary(attribute(recent, samples))
 
 
-@st.cache_data(ttl=5, show_spinner=False, max_entries=64)
+def attribution_caption(summary: pd.DataFrame, n_steps: int) -> str:
+    """What the attribution figures rest on, and which phases were withheld and why."""
+    text = (f"Last {n_steps} steps; each sample counts toward a phase by the time it overlaps "
+            "the phase (phases laid out as verl runs them, ending at the step's end).")
+    if summary is not None and len(summary) and "withheld" in summary.columns:
+        held = sorted(set(summary.loc[summary["withheld"] != "", "phase"]))
+        if held:
+            n = int(summary.loc[summary["phase"].isin(held), "full_samples"].max())
+            text += (f" Withheld: {', '.join(held)} (at most {n} sample(s) wholly inside; the "
+                     "phase is shorter than the sampling interval).")
+    return text
+
+
 def load_flags(key: str, active_only: bool = False, start: float | None = None,
                end: float | None = None) -> list[Flag]:
-    """Flags overlapping the window, newest first."""
+    """Flags overlapping the window, newest first, read from the source on every call (not
+    cached): a flag is open on a page exactly while it is open in the source."""
     return get_source().flags(active_only, start, end)
+
+
+def open_flags(flags: list[Flag]) -> list[Flag]:
+    """The flags still open (``end`` None), in the given order."""
+    return [f for f in flags if f.end is None]
+
+
+def flags_on_gpu(flags: list[Flag], node: str, gpu: int, single_node: bool) -> list[Flag]:
+    """Open flags whose scope covers ``node``/``gpu``: the node named (or none named on a
+    one-node run) and the GPU listed (or no GPU list: the whole node)."""
+    out = []
+    for f in open_flags(flags):
+        f_node = f.scope.get("node")
+        if f_node is not None and str(f_node) != str(node):
+            continue
+        if f_node is None and not single_node:
+            continue
+        gpus = f.scope.get("gpus")
+        if gpus and int(gpu) not in {int(g) for g in gpus if str(g).lstrip("-").isdigit()}:
+            continue
+        out.append(f)
+    return out
 
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)

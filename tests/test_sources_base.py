@@ -41,27 +41,25 @@ def _fleet(n_nodes: int, slow: dict[str, float] | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_slow_node_among_128_is_marked_and_no_other():
-    out = summarize_nodes(_fleet(128, slow={"node77": 25.0}))
-    assert len(out) == 128
-    assert list(out.loc[out["outlier"], "node"]) == ["node77"]
-    assert "fleet median" in out.loc[out["node"] == "node77", "reason"].item()
-
-
-def test_uniform_fleet_has_no_outliers():
-    assert not summarize_nodes(_fleet(16))["outlier"].any()
-
-
-def test_one_lagging_gpu_marks_its_node_as_imbalanced():
-    per_gpu = _fleet(4)
+def test_nodes_are_marked_only_by_open_flags_naming_them():
+    per_gpu = _fleet(128, slow={"node77": 25.0})
     per_gpu.loc[(per_gpu["node"] == "node2") & (per_gpu["gpu"] == 6), "util"] = 40.0
     out = summarize_nodes(per_gpu)
-    row = out[out["node"] == "node2"].iloc[0]
-    assert row["outlier"] and "GPU spread" in row["reason"]
-    assert row["util_min_gpu"] == 40.0
+    assert len(out) == 128 and not out["outlier"].any()  # no verdict of its own
+    flags = [Flag("gpu_imbalance", "warning", 0.0, None, scope={"node": "node2", "gpus": [6]}),
+             Flag("low_utilization", "critical", 0.0, None, scope={"node": "node77"}),
+             Flag("low_utilization", "warning", 0.0, 50.0, scope={"node": "node5"}),  # closed
+             Flag("stalled", "critical", 0.0, None, scope={})]  # names no node
+    marked = mark_outliers(out, flags)
+    assert sorted(marked.loc[marked["outlier"], "node"]) == ["node2", "node77"]
+    reason = marked.set_index("node")["reason"]
+    assert reason["node2"] == "gpu_imbalance warning (GPU 6)"
+    assert reason["node77"] == "low_utilization critical"
+    assert marked.loc[marked["node"] == "node2", "util_min_gpu"].item() == 40.0
 
 
-def test_mark_outliers_needs_three_nodes_for_peer_comparison():
-    df = pd.DataFrame({"node": ["a", "b"], "util_mean": [90.0, 20.0], "util_spread": [1.0, 1.0],
-                       "util_min_gpu": [89.0, 19.0], "util_max_gpu": [90.0, 20.0]})
-    assert not mark_outliers(df)["outlier"].any()
+def test_the_sources_keep_no_thresholds_of_their_own():
+    import monitor.sources.base as base
+
+    for name in ("OUTLIER_MADS", "SPREAD_POINTS"):
+        assert not hasattr(base, name)

@@ -23,16 +23,14 @@ kinds = c2.multiselect("Kind", list(FLAG_KINDS), default=[], key="kinds", bind="
 active_only = c3.toggle("Open only", value=False, key="open", bind="query-params")
 
 
-def history_table(flags: list) -> pd.DataFrame:
-    """One row per flag for the history table."""
+def history_table(flags: list, now: float) -> pd.DataFrame:
+    """One row per flag for the history table (an open flag has lasted until ``now``)."""
     rows = []
     for f in flags:
         end = f.end
         rows.append({"severity": f.severity, "kind": f.kind, "scope": f.scope_label,
                      "start (UTC)": common.fmt_time(f.start), "end (UTC)": common.fmt_time(end),
-                     "open for": common.fmt_duration((end or pd.Timestamp.now().timestamp())
-                                                     - f.start) if end is None else
-                     common.fmt_duration(end - f.start),
+                     "lasted": common.fmt_duration((now if end is None else end) - f.start),
                      "evidence": f.evidence})
     return pd.DataFrame(rows)
 
@@ -40,7 +38,7 @@ def history_table(flags: list) -> pd.DataFrame:
 @common.live_panel(settings)
 def live(start: float, end: float, key: str) -> None:
     """Flag cards and history; reruns on the live refresh."""
-    flags = common.load_flags(key, active_only)
+    flags = common.load_flags(key, active_only, None, end)
     flags = [f for f in flags if f.severity in severities and (not kinds or f.kind in kinds)]
     if not flags:
         st.success("No flags match: the detectors found nothing to report here.", icon=":material/check_circle:")
@@ -57,17 +55,19 @@ def live(start: float, end: float, key: str) -> None:
                 st.markdown("**Advice:**\n" + "\n".join(f"- {a}" for a in flag.advice))
             if i < MAX_CHARTS:
                 lo = flag.start - PAD_S
-                hi = (flag.end if flag.end is not None else end) + PAD_S
+                hi = min((flag.end if flag.end is not None else end) + PAD_S, end)
                 node = flag.scope.get("node")
                 many = node is None and len(common.load_nodes(key)) > 1
                 gpu = pd.DataFrame() if many else common.load_gpu(key, lo, hi, 400, node)
                 host = common.load_host(key, lo, hi, 400, node)
                 fleet = common.load_fleet(key, lo, hi, 400, node)
                 steps = common.load_steps_frame(key, flag.start - 4 * PAD_S, hi)
-                st.plotly_chart(charts.flag_evidence(flag, gpu, host, steps, fleet),
-                                key=f"flag_chart_{flag.kind}_{int(flag.start)}")
+                fig = charts.flag_evidence(flag, gpu, host, steps, fleet, window=(lo, hi))
+                # the card's position keys the chart: two nodes may open the same kind in the
+                # same second
+                st.plotly_chart(fig, key=f"flag_chart_{i}")
     st.subheader("History")
-    st.dataframe(history_table(flags), hide_index=True, key="flag_history")
+    st.dataframe(history_table(flags, end), hide_index=True, key="flag_history")
 
 
 live()

@@ -1,15 +1,18 @@
-"""GPUs: heat maps GPU x time, per-phase attribution, imbalance highlighted."""
+"""GPUs: heat maps GPU x time, per-phase attribution, the GPUs an open flag names highlighted.
+
+The page draws no verdict of its own: a GPU is marked when an open flag (gpu_imbalance,
+low_utilization, ...) covers it, so the page and the flags always agree; the thresholds live
+in ``monitor/defaults.yaml`` with the detectors.
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
 from monitor.sources import SourceError
-
-#: A GPU this many utilization points below its node's median is highlighted.
-IMBALANCE_POINTS = 15.0
 
 settings = common.settings()
 st.title("GPUs")
@@ -24,28 +27,21 @@ if len(nodes) > 1:
                                help="Heat maps show one node's GPUs; the Nodes page compares nodes.")
 
 
-#: The imbalance verdict looks at this many recent seconds (a straggler that started late
-#: would be averaged away over a long window).
-RECENT_S = 300.0
-
-
-def gpu_table(gpu: pd.DataFrame, end: float) -> pd.DataFrame:
-    """Per GPU: window means, the last five minutes, and the gap to the node's median (the
-    worse of utilization and SM activity over the last five minutes)."""
+def gpu_table(gpu: pd.DataFrame, flags: list, single_node: bool) -> pd.DataFrame:
+    """Per GPU over the window: mean utilization and SM activity, the 10th percentile of
+    utilization, peak memory, the gap to its node's median, and the open flags covering it."""
     mem = "mem_used_bytes_max" if "mem_used_bytes_max" in gpu.columns else "mem_used_bytes"
-    low = "util_min" if "util_min" in gpu.columns else "util"
     per = gpu.groupby(["node", "gpu"]).agg(util=("util", "mean"), sm_active=("sm_active", "mean"),
-                                           util_lowest=(low, "min"), mem_gib=(mem, "max"))
-    recent = gpu[gpu["ts"] >= end - RECENT_S].groupby(["node", "gpu"])
-    per["util_recent"] = recent["util"].mean()
-    per["sm_recent"] = recent["sm_active"].mean()
-    per = per.reset_index()
+                                           util_p10=("util", lambda s: s.quantile(0.1)),
+                                           mem_gib=(mem, "max")).reset_index()
     per["mem_gib"] = per["mem_gib"] / charts.GIB
-    by_node = per.groupby("node")
-    gap_util = per["util_recent"] - by_node["util_recent"].transform("median")
-    gap_sm = per["sm_recent"] - by_node["sm_recent"].transform("median")
-    per["vs_peers"] = pd.concat([gap_util, gap_sm], axis=1).min(axis=1)
-    per["status"] = ["below peers" if d < -IMBALANCE_POINTS else "ok" for d in per["vs_peers"]]
+    gap = per["util"] - per.groupby("node")["util"].transform("median")
+    per["vs_peers"] = np.round(gap) + 0.0  # whole points; never "-0"
+    per["status"] = [
+        ", ".join(f"{f.kind} ({f.severity})"
+                  for f in common.flags_on_gpu(flags, r.node, r.gpu, single_node)) or "ok"
+        for r in per.itertuples()
+    ]
     return per
 
 
@@ -54,50 +50,68 @@ def live(start: float, end: float, key: str) -> None:
     """Heat maps and attribution; reruns on the live refresh."""
     gpu = common.load_gpu(key, start, end, common.MAX_POINTS, node_choice)
     steps = common.load_steps(key, start, end)
+    flags = common.open_flags(common.load_flags(key, True, start, end))
     if gpu.empty:
         st.info("No GPU samples in this window yet.")
         return
-    table = gpu_table(gpu, end)
-    low = table[table["status"] != "ok"]
-    if low.empty:
-        st.success(f"GPUs balanced: over the last {RECENT_S / 60:.0f} min every GPU is within "
-                   f"{IMBALANCE_POINTS:.0f} points of its node's median utilization and SM "
-                   "activity.")
+    table = gpu_table(gpu, flags, single_node=len(nodes) <= 1)
+    flagged = table[table["status"] != "ok"]
+    imbalance = [f for f in flags if f.kind == "gpu_imbalance"
+                 and (node_choice is None or f.scope.get("node") in (None, node_choice))]
+    if imbalance:
+        for f in imbalance:
+            st.warning(f"**{common.flag_title(f)}**  \n{f.evidence}", icon=":material/warning:")
     else:
-        names = ", ".join(f"{r.node}/GPU {r.gpu} ({r.vs_peers:+.0f} pts)" for r in low.itertuples())
-        st.warning(f"Imbalance over the last {RECENT_S / 60:.0f} min: {names} below the node's "
-                   "median (utilization or SM activity).", icon=":material/warning:")
+        where = f" on {node_choice}" if node_choice else ""
+        st.success(f"GPUs balanced{where}: no gpu_imbalance flag is open (the detector compares "
+                   "each GPU with its peers on the node; thresholds in monitor/defaults.yaml).",
+                   icon=":material/check_circle:")
+        elsewhere = sorted({str(f.scope.get("node")) for f in flags
+                            if f.kind == "gpu_imbalance" and f.scope.get("node")})
+        if elsewhere:
+            st.info(f"gpu_imbalance is open on {', '.join(elsewhere)}: pick it under Node.")
     st.dataframe(
-        table, hide_index=True, key="gpu_table",
+        table, hide_index=True, key="gpu_table", width="stretch",
         column_config={
+            "node": st.column_config.TextColumn("node", width="small"),
+            "gpu": st.column_config.NumberColumn("GPU", width="small", format="%d"),
             "util": st.column_config.ProgressColumn("util %", min_value=0, max_value=100,
-                                                    format="%.0f"),
-            "sm_active": st.column_config.NumberColumn("SM active %", format="%.0f"),
-            "util_lowest": st.column_config.NumberColumn("lowest util %", format="%.0f"),
-            "mem_gib": st.column_config.NumberColumn("peak memory GiB", format="%.1f"),
-            "util_recent": st.column_config.NumberColumn("util % (5 min)", format="%.0f"),
-            "sm_recent": st.column_config.NumberColumn("SM % (5 min)", format="%.0f"),
-            "vs_peers": st.column_config.NumberColumn("vs node median (pts)", format="%+.0f"),
+                                                    format="%.0f", width="small"),
+            "sm_active": st.column_config.NumberColumn("SM %", format="%.0f", width="small",
+                                                       help="SM active % (GPM), window mean"),
+            "util_p10": st.column_config.NumberColumn(
+                "util p10 %", format="%.0f", width="small",
+                help="10th percentile of the GPU's utilization samples in the window: nine "
+                "samples in ten were above it"),
+            "mem_gib": st.column_config.NumberColumn("peak mem GiB", format="%.1f",
+                                                     width="small"),
+            "vs_peers": st.column_config.NumberColumn(
+                "vs node median (pts)", format="%+.0f", width="small",
+                help="window mean utilization minus the median of the node's GPUs"),
+            "status": st.column_config.TextColumn("open flags", width="medium"),
         },
     )
-    flagged = {f"{r.node}/{r.gpu}" for r in low.itertuples()}
-    st.plotly_chart(charts.gpu_heatmap(gpu, "util", "Utilization % (NVML: a kernel was running)",
-                                       highlight=flagged), key="gpu_heat_util")
-    st.plotly_chart(charts.gpu_heatmap(gpu, "sm_active", "SM active % (GPM)", highlight=flagged),
-                    key="gpu_heat_sm")
+    marked = {f"{r.node}/{r.gpu}" for r in flagged.itertuples()}
+    for fig, chart_key in (
+        (charts.gpu_heatmap(gpu, "util", "Utilization % (NVML: a kernel was running)",
+                            highlight=marked), "gpu_heat_util"),
+        (charts.gpu_heatmap(gpu, "sm_active", "SM active % (GPM)", highlight=marked),
+         "gpu_heat_sm"),
+    ):
+        st.plotly_chart(charts.end_at(fig, start, end), key=chart_key)
     mem_col = "mem_used_bytes_max" if "mem_used_bytes_max" in gpu.columns else "mem_used_bytes"
     total = gpu["mem_total_bytes"].max()
-    st.plotly_chart(charts.gpu_heatmap(gpu, mem_col, "Memory used (GiB)", scale=1 / charts.GIB,
-                                       zmax=(total / charts.GIB) if pd.notna(total) else None,
-                                       colorscale="Cividis"), key="gpu_heat_mem")
+    st.plotly_chart(charts.end_at(charts.gpu_heatmap(
+        gpu, mem_col, "Memory used (GiB)", scale=1 / charts.GIB,
+        zmax=(total / charts.GIB) if pd.notna(total) else None, colorscale="Cividis"),
+        start, end), key="gpu_heat_mem")
     st.subheader("Per-phase attribution")
     if not steps or steps[-1].end_time is None:
         st.info("No steps in this window to attribute GPU time to.")
         return
     summary = common.load_attribution(key, start, end, steps[-1].end_time, node_choice)
     st.plotly_chart(charts.phase_attribution_bars(summary), key="gpu_attrib")
-    st.caption(f"Last {min(len(steps), 20)} steps; samples joined to each step's phases as verl laid "
-               "them out (phases end at the step's end time).")
+    st.caption(common.attribution_caption(summary, min(len(steps), common.ATTRIB_STEPS)))
 
 
 live()

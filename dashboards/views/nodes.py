@@ -1,10 +1,13 @@
-"""Nodes: one row per node, sortable, outliers marked; heat map by node; drill-down to GPUs."""
+"""Nodes: one row per node, sortable, the nodes an open flag names marked; heat map by node;
+drill-down to one node's GPUs. Marks come from the open flags only (the detectors' thresholds
+in ``monitor/defaults.yaml``), so this page cannot contradict the Flags page."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from dashboards import charts, common
+from monitor.sources.base import mark_outliers
 
 settings = common.settings()
 st.title("Nodes")
@@ -18,39 +21,46 @@ def live(start: float, end: float, key: str) -> None:
     if summary.empty:
         st.info("No GPU samples in this window yet.")
         return
-    outliers = summary[summary["outlier"]]
+    summary = mark_outliers(summary, common.open_flags(common.load_flags(key, True, start, end)))
+    marked = summary[summary["outlier"]]
     c1, c2, c3 = st.columns(3)
     c1.metric("Nodes", f"{len(summary)}")
     c2.metric("GPUs", f"{int(summary['gpus'].sum())}")
-    c3.metric("Outlier nodes", f"{len(outliers)}")
-    for row in outliers.itertuples():
+    c3.metric("Nodes with open flags", f"{len(marked)}")
+    for row in marked.itertuples():
         st.warning(f"**{row.node}**: {row.reason}", icon=":material/warning:")
-    table = summary.assign(mark=["OUTLIER" if o else "" for o in summary["outlier"]])
+    table = summary.assign(status=["flagged" if o else "ok" for o in summary["outlier"]])
     table["mem_used_max_ratio"] = 100 * table["mem_used_max_ratio"]
     st.dataframe(
-        table[["mark", "node", "gpus", "util_mean", "util_min_gpu", "util_max_gpu",
+        table[["node", "status", "gpus", "util_mean", "util_min_gpu", "util_max_gpu",
                "util_spread", "sm_active_mean", "mem_used_max_ratio", "iowait_mean", "reason"]],
         hide_index=True, key="node_table",
         column_config={
-            "mark": st.column_config.TextColumn("", width="small"),
+            "node": st.column_config.TextColumn("node"),
+            "status": st.column_config.TextColumn("status", width="small",
+                                                  help="flagged while an open flag names the node"),
+            "gpus": st.column_config.NumberColumn("GPUs", format="%d"),
             "util_mean": st.column_config.ProgressColumn("util %", min_value=0, max_value=100,
                                                          format="%.0f"),
-            "util_min_gpu": st.column_config.NumberColumn("lowest GPU %", format="%.0f"),
+            "util_min_gpu": st.column_config.NumberColumn("lowest GPU %", format="%.0f",
+                                                          help="lowest GPU's window mean"),
             "util_max_gpu": st.column_config.NumberColumn("highest GPU %", format="%.0f"),
             "util_spread": st.column_config.NumberColumn("spread pts", format="%.0f"),
             "sm_active_mean": st.column_config.NumberColumn("SM active %", format="%.0f"),
             "mem_used_max_ratio": st.column_config.NumberColumn("peak mem %", format="%.0f"),
             "iowait_mean": st.column_config.NumberColumn("iowait %", format="%.1f"),
+            "reason": st.column_config.TextColumn("open flags"),
         },
     )
-    st.plotly_chart(charts.node_heatmap(frame), key="node_heat")
+    st.plotly_chart(charts.end_at(charts.node_heatmap(frame), start, end), key="node_heat")
     nodes = list(summary["node"])
-    default = list(outliers["node"])[:1] or nodes[:1]
+    default = list(marked["node"])[:1] or nodes[:1]
     drill = st.selectbox("Drill down to node", nodes, index=nodes.index(default[0]), key="drill",
                          bind="query-params", help="Show this node's GPUs one by one.")
     gpu = common.load_gpu(key, start, end, 500, drill)
-    st.plotly_chart(charts.gpu_heatmap(gpu, "util", f"{drill}: utilization % per GPU"),
-                    key="node_drill_heat")
+    st.plotly_chart(charts.end_at(charts.gpu_heatmap(gpu, "util",
+                                                     f"{drill}: utilization % per GPU"),
+                                  start, end), key="node_drill_heat")
 
 
 live()

@@ -1,8 +1,10 @@
-"""Overview: healthy at a glance: current step, step time, throughput, flags, phase split."""
+"""Overview, in the order a user asks: is the run healthy, where does the GPU time go, what is
+the top open problem and what to do about it, then the trends."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
@@ -11,14 +13,46 @@ from monitor.records import SEVERITIES
 settings = common.settings()
 st.title("Overview")
 
+#: Severity rank, most urgent first.
+_RANK = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+
+
+def top_flag(flags: list):
+    """The open flag to act on first: most severe, then the most recent."""
+    return min(flags, key=lambda f: (_RANK.get(f.severity, 99), -f.start)) if flags else None
+
+
+def gpu_time(df: pd.DataFrame, summary: pd.DataFrame, n_steps: int) -> tuple[dict, dict]:
+    """Mean seconds per phase over the last ``n_steps`` steps and the GPUs' mean utilization
+    in each (NaN where the attribution withheld it)."""
+    recent = df.tail(n_steps)
+    phases = charts.phase_columns(recent)
+    seconds = {p: float(recent[p].mean()) for p in phases}
+    known = sum(v for v in seconds.values() if np.isfinite(v))
+    total = float(recent["total"].mean()) if recent["total"].notna().any() else known
+    if total - known > 1e-6 and "other" not in seconds:
+        seconds["other"] = total - known
+    util: dict[str, float] = {}
+    if summary is not None and len(summary):
+        util = {str(r.phase): float(r.util_mean) for r in summary.itertuples()}
+    return seconds, util
+
 
 @common.live_panel(settings)
 def live(start: float, end: float, key: str) -> None:
     """The data panels; only this reruns on the live refresh."""
     df = common.load_steps_frame(key, start, end)
-    flags = common.load_flags(key, True)
-    fleet = common.load_fleet(key, max(start, end - 300), end, 300)
-    c1, c2, c3, c4, c5 = st.columns(5)
+    flags = common.open_flags(common.load_flags(key, True, start, end))
+    top = top_flag(flags)
+    # 1. is the run healthy?
+    if top is None:
+        st.success("Healthy: no open flag; every detector is quiet.", icon=":material/check_circle:")
+    else:
+        by_sev = {s: sum(1 for f in flags if f.severity == s) for s in reversed(SEVERITIES)}
+        words = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
+        box = st.error if top.severity == "critical" else st.warning
+        box(f"Needs attention: {len(flags)} open flag(s) ({words}).", icon=":material/warning:")
+    c1, c2, c3, c4 = st.columns(4)
     if df.empty:
         c1.metric("Current step", "-")
         c2.metric("Step time", "-")
@@ -35,21 +69,34 @@ def live(start: float, end: float, key: str) -> None:
             c2.metric("Step time", "-")
         tp = df["throughput"].dropna()
         c3.metric("Throughput (tok/s/GPU)", f"{tp.iloc[-1]:,.0f}" if len(tp) else "-")
-    util = float(np.nanmean(fleet["util_mean"])) if not fleet.empty else float("nan")
-    c4.metric("GPU util (last 5 min)", "-" if np.isnan(util) else f"{util:.0f}%")
-    by_sev = {s: sum(1 for f in flags if f.severity == s) for s in SEVERITIES}
-    c5.metric("Active flags", f"{len(flags)}",
-              help=", ".join(f"{n} {s}" for s, n in by_sev.items()))
+    c4.metric("Open flags", f"{len(flags)}")
 
-    if flags:
-        st.subheader("Active flags")
-        for sev in reversed(SEVERITIES):
-            for flag in [f for f in flags if f.severity == sev]:
-                box = {"critical": st.error, "warning": st.warning}.get(sev, st.info)
-                box(f"**{common.flag_title(flag)}**  \n{flag.evidence}")
-    else:
-        st.success("No active flags: every detector is quiet.", icon=":material/check_circle:")
+    # 2. where the GPU time goes
+    n_steps = min(len(df), common.ATTRIB_STEPS)
+    summary = pd.DataFrame()
+    if n_steps and pd.notna(df["end_time"].iloc[-1]):
+        summary = common.load_attribution(key, start, end, float(df["end_time"].iloc[-1]),
+                                          fleet=True)
+    seconds, util = gpu_time(df, summary, n_steps) if n_steps else ({}, {})
+    st.plotly_chart(charts.gpu_time_bar(seconds, util), key="ov_gpu_time", width="stretch")
+    st.caption(f"Mean of the last {n_steps} steps: each phase's share of the step times the "
+               "GPUs' mean utilization in it; the rest of the step the GPUs sat idle.")
 
+    # 3. the top open problem, with what to do
+    if top is not None:
+        st.subheader("Top open problem")
+        with st.container(border=True, key="ov_top_flag"):
+            color = {"critical": "red", "warning": "orange"}.get(top.severity, "blue")
+            st.markdown(f":{color}-badge[{top.severity.upper()}] "
+                        f"**{common.flag_title(top, severity=False)}**")
+            st.markdown(f"**Evidence:** {top.evidence}" if top.evidence else "_no evidence_")
+            if top.advice:
+                st.markdown("**What to do:**\n" + "\n".join(f"- {a}" for a in top.advice))
+        if len(flags) > 1:
+            st.page_link("views/flags.py", label=f"{len(flags) - 1} more open flag(s) on the "
+                         "Flags page", icon=":material/flag:")
+
+    # 4. trends
     left, right = st.columns(2)
     left.plotly_chart(charts.step_time_trend(df), key="ov_step_time", width="stretch")
     right.plotly_chart(charts.throughput_trend(df), key="ov_throughput", width="stretch")

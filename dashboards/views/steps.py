@@ -37,8 +37,15 @@ def live(start: float, end: float, key: str) -> None:
     stats = stats.rename_axis("phase").reset_index()
     if "share" in stats.columns:
         stats["share"] = 100 * stats["share"]
+    secs = {c: st.column_config.NumberColumn(f"{c} (s)", format="%.2f")
+            for c in ("mean", "p50", "p95", "max")}
     st.dataframe(stats, hide_index=True, key="steps_phase_table",
-                 column_config={"share": st.column_config.NumberColumn("share %", format="%.1f")})
+                 column_config={"phase": st.column_config.TextColumn("phase"),
+                                "steps": st.column_config.NumberColumn("steps", format="%d"),
+                                **secs,
+                                "sum": st.column_config.NumberColumn("total (s)", format="%.0f"),
+                                "share": st.column_config.NumberColumn("share of step %",
+                                                                       format="%.1f")})
 
 
 live()

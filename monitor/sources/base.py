@@ -30,7 +30,8 @@ NCCL_COLUMNS: tuple[str, ...] = (
     "busbw_bps",
 )
 
-#: One row per node: GPU activity aggregated over the window, and why it is an outlier.
+#: One row per node: GPU activity aggregated over the window, and the open flags naming it
+#: (``outlier``/``reason``, set by :func:`mark_outliers`).
 NODE_SUMMARY_COLUMNS: tuple[str, ...] = (
     "node",
     "gpus",
@@ -200,43 +201,31 @@ def summarize_nodes(per_gpu: pd.DataFrame, host: pd.DataFrame | None = None) -> 
     else:
         out["iowait_mean"] = np.nan
     out = out.reset_index()
-    out = mark_outliers(out)
+    out = mark_outliers(out)  # no flags here: the page marks nodes from the open flags
     return out[list(NODE_SUMMARY_COLUMNS)].sort_values("node").reset_index(drop=True)
 
 
-#: A node whose mean utilization sits this many robust deviations below the fleet is an outlier.
-OUTLIER_MADS = 3.5
-#: ... or whose GPUs differ by this many utilization points among themselves.
-SPREAD_POINTS = 20.0
+def mark_outliers(summary: pd.DataFrame, flags: list | None = None) -> pd.DataFrame:
+    """Set ``outlier`` (bool) and ``reason`` (words) of a node summary from the open flags.
 
-
-def mark_outliers(summary: pd.DataFrame) -> pd.DataFrame:
-    """Add ``outlier`` (bool) and ``reason`` (words) to a node summary.
-
-    Peer comparison, not fixed thresholds: a node is slow when its mean utilization is far
-    below the fleet median (median absolute deviation, floored at 2 points so a uniform fleet
-    does not flag noise), or imbalanced when its own GPUs spread more than
-    :data:`SPREAD_POINTS` points.
+    The pages draw no verdict of their own: a node is marked while an open flag names it (the
+    detectors judge with the thresholds in ``monitor/defaults.yaml``), so the Nodes page
+    cannot contradict the flags. Without flags every node is unmarked.
     """
     df = summary.copy()
-    util = df["util_mean"].astype(float)
-    med = float(np.nanmedian(util)) if len(util) else np.nan
-    mad = float(np.nanmedian(np.abs(util - med))) if len(util) else np.nan
-    scale = max(1.4826 * mad, 2.0) if np.isfinite(mad) else 2.0
-    reasons: list[str] = []
-    for _, row in df.iterrows():
-        why = []
-        if len(df) >= 3 and np.isfinite(row["util_mean"]) and (
-            med - row["util_mean"] > OUTLIER_MADS * scale
-        ):
-            why.append(f"util {row['util_mean']:.0f}% vs fleet median {med:.0f}%")
-        if np.isfinite(row["util_spread"]) and row["util_spread"] > SPREAD_POINTS:
-            why.append(
-                f"GPU spread {row['util_spread']:.0f} pts "
-                f"({row['util_min_gpu']:.0f}-{row['util_max_gpu']:.0f}%)"
-            )
-        reasons.append("; ".join(why))
-    df["reason"] = reasons
+    reasons: dict[str, list[str]] = {}
+    for flag in flags or []:
+        if getattr(flag, "end", None) is not None:
+            continue
+        node = (getattr(flag, "scope", None) or {}).get("node")
+        if node is None:
+            continue
+        gpus = flag.scope.get("gpus")
+        where = f" (GPU {','.join(str(g) for g in gpus)})" if gpus else ""
+        words = f"{flag.kind} {flag.severity}{where}"
+        if words not in reasons.setdefault(str(node), []):
+            reasons[str(node)].append(words)
+    df["reason"] = ["; ".join(reasons.get(str(n), [])) for n in df["node"]]
     df["outlier"] = df["reason"] != ""
     return df
 
