@@ -195,3 +195,11 @@ def _up(port: int) -> bool:
         return False
 
 
+
+
+def test_frames_end_at_now_without_lookback_tails(live):
+    src, _store = live
+    now = time.time()
+    for frame in (src.gpu_frame(now - 120, now + 300, 200), src.fleet_frame(now - 120, now + 300),
+                  src.host_frame(now - 120, now + 300, 200), src.node_frame(now - 120, now + 300)):
+        assert len(frame) and frame["ts"].max() <= time.time() + 1e-6

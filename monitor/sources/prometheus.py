@@ -109,7 +109,12 @@ class PrometheusSource:
         return self._get("/api/v1/query", params)["result"]
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict]:
-        """Range query; refuses a step that would return more than 11,000 points a series."""
+        """Range query; refuses a step that would return more than 11,000 points a series.
+
+        The range ends at now at the latest: Prometheus answers for a future instant with the
+        last value it saw (up to its 5-minute lookback), which drew flat tails past "now"."""
+        end = min(float(end), time.time())
+        start = min(float(start), end)
         if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
             step = math.ceil((end - start) / (MAX_POINTS_PER_SERIES - 1))
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step}
