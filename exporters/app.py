@@ -53,6 +53,47 @@ class ExporterError(RuntimeError):
     """The exporter cannot start; the message is one line saying why and what to do."""
 
 
+#: Seconds a supervised thread waits before it starts again after an exception.
+RESTART_PAUSE_S = 1.0
+#: Seconds between returns of freed heap memory to the system (see ``trim_heap``).
+TRIM_INTERVAL_S = 30.0
+
+
+def trim_heap() -> bool:
+    """Give freed heap pages back to the system (glibc ``malloc_trim``); False elsewhere.
+
+    Each detector run builds and drops frames of up to the window's 200,000 rows; glibc keeps
+    the freed pages in its arenas, so without this the RSS creeps up run after run although
+    nothing is kept (bench/soak.py shows it at 64 GPUs every 0.1 s)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
+def supervised(name: str, target, stop: threading.Event, restarts: dict[str, int]) -> None:
+    """Run ``target()`` until it returns with ``stop`` set; restart it after an exception.
+
+    Each exception adds one to ``restarts[name]`` and is logged with its reason (once per
+    distinct reason); the thread then pauses ``RESTART_PAUSE_S`` and runs ``target`` again.
+    A target that returns while ``stop`` is not set is restarted too (it must not end)."""
+    logged: set[str] = set()
+    while True:
+        try:
+            target()
+        except Exception as exc:  # noqa: BLE001 - the point: this thread must not die
+            reason = f"{exc.__class__.__name__}: {str(exc)[:200]}"
+            restarts[name] = restarts.get(name, 0) + 1
+            if reason not in logged:
+                logged.add(reason)
+                log.error("thread %s failed (%s); restarting it", name, reason)
+        if stop.wait(RESTART_PAUSE_S):
+            return
+
+
 def _opt(options: Any, name: str, default: Any = None) -> Any:
     value = getattr(options, name, None)
     return default if value is None else value
@@ -109,6 +150,12 @@ class Exporter:
         self._stop = threading.Event()
         self._detect_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        #: supervised threads that raised and were restarted, by thread name
+        self.thread_restarts: dict[str, int] = {}
+        self._integrity_checked = False
+        self._last_trim = 0.0
+        self._store_error_logged: str | None = None
+        self._store_lock: Any = None
         self._started = False
         self._stopped = False
 
@@ -153,14 +200,63 @@ class Exporter:
 
         self.exposition = Exposition(self.collectors, node=self.node, version=__version__,
                                      backend=str(backend), store=self.store)
+        self.exposition.extra = self._health_families
+        self._warn_window_coverage()
         self._spawn("detector-loop", self._detect_loop)
         if _opt(opts, "wandb"):
-            self._spawn("wandb-init", self._start_wandb)
+            self._spawn("wandb-init", self._start_wandb, supervise=False)
         if self.notifier is not None:
             self.notifier.start(interval_s=NOTIFY_INTERVAL_S)  # its own thread: retries wait
         if self.store is not None:
             self._spawn("store-flusher", self._flush_loop)
         self.server.start()
+
+    def _health_families(self) -> list:
+        """The exporter's own counters: thread restarts and every buffer's drops."""
+        from prometheus_client.core import CounterMetricFamily
+
+        from monitor import metric_names as m
+
+        restarts = CounterMetricFamily(
+            m.THREAD_RESTARTS.removesuffix("_total"),
+            "Exporter threads restarted after an exception (each logged with its reason).",
+            labels=["thread"])
+        for name in ("detector-loop", "store-flusher", *sorted(self.thread_restarts)):
+            if name in self.thread_restarts or any(t.name == name for t in self._threads):
+                restarts.add_metric([name], self.thread_restarts.get(name, 0))
+        notifier = self.notifier
+        if notifier is not None:
+            restarts.add_metric(["slack-sender"], getattr(notifier, "thread_restarts", 0))
+        window = CounterMetricFamily(
+            m.WINDOW_DROPPED.removesuffix("_total"),
+            "GPU/host rows the detectors' window dropped at its row cap before they aged out.",
+            labels=["kind"])
+        for kind, count in sorted(getattr(self.window, "dropped", {}).items()):
+            window.add_metric([kind], count)
+        out = [restarts, window]
+        if self.store is not None:
+            dropped = CounterMetricFamily(
+                m.STORE_DROPPED.removesuffix("_total"),
+                "Rows the run-store writer dropped: buffer_full (past its bound while writes "
+                "fail) or invalid (a value SQLite cannot hold).", labels=["reason"])
+            for reason, count in sorted(self.store.dropped.items()):
+                dropped.add_metric([reason], count)
+            out.append(dropped)
+        return out
+
+    def _warn_window_coverage(self) -> None:
+        """Say so at startup when the window's row cap cannot hold ``--window`` of GPU rows
+        at this interval (64 GPUs every 0.1 s fill 200,000 rows in about 5 minutes)."""
+        gpus = self.window.sizes().get("gpu", 0)  # the GPU collector's first sample
+        cap = getattr(getattr(self.window, "_gpu", None), "maxlen", None)
+        if not gpus or not cap:
+            return
+        covered = cap / (gpus / self.interval)
+        if covered < self.window.max_age_s:
+            log.warning("the detectors' window holds %d GPU rows: %.1f min of %d GPUs every "
+                        "%g s, not --window's %.0f min; older rows are dropped (counted in "
+                        "verlmon_window_dropped_rows_total)", cap, covered / 60, gpus,
+                        self.interval, self.window.max_age_s / 60)
 
     def _render(self) -> bytes:
         return self.exposition.render() if self.exposition is not None else b""
@@ -184,13 +280,30 @@ class Exporter:
         if not path:
             return
         from monitor.store import RunStore, StoreError, StoreWriter
+        from monitor.store.lock import StoreLock, StoreLocked
 
+        lock = StoreLock(path)
+        try:  # one writer per store: a second exporter would double every row
+            lock.acquire()
+        except StoreLocked as exc:
+            raise ExporterError(f"--store {exc}") from None
+        except OSError as exc:
+            raise ExporterError(f"--store {path}: cannot create its lock file "
+                                f"({exc.strerror or exc})") from None
+        self._store_lock = lock
         try:
             self.run_store = RunStore(path)
         except StoreError as exc:
             raise ExporterError(f"--store {exc}") from None
         except OSError as exc:
             raise ExporterError(f"--store {path}: cannot open ({exc.strerror or exc})") from None
+        try:
+            owner = self.run_store.meta().get("node")
+        except Exception:  # noqa: BLE001 - an unreadable meta table shows in the integrity check
+            owner = None
+        if owner not in (None, "", self.node):
+            raise ExporterError(f"--store {path} holds node {owner}'s run (this exporter is node "
+                                f"{self.node}); give it another --store, or --node {owner}")
         self.store = StoreWriter(self.run_store)
         self.store.set_meta("node", self.node)
 
@@ -267,8 +380,13 @@ class Exporter:
 
     # ------------------------------------------------------------------ loops
 
-    def _spawn(self, name: str, target) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
+    def _spawn(self, name: str, target, supervise: bool = True) -> None:
+        """Run ``target`` on a daemon thread; supervised, an exception is counted in
+        ``thread_restarts`` (``verlmon_exporter_thread_restarts_total``), logged once per
+        distinct reason, and the target starts again after a pause, until ``stop()``."""
+        body = (lambda: supervised(name, target, self._stop, self.thread_restarts)
+                ) if supervise else target
+        thread = threading.Thread(target=body, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
 
@@ -326,6 +444,9 @@ class Exporter:
             try:
                 self.detect_once()
                 last_error = None
+                if time.monotonic() - self._last_trim >= TRIM_INTERVAL_S:
+                    self._last_trim = time.monotonic()
+                    trim_heap()
             except Exception as exc:  # noqa: BLE001 - detectors never take the exporter down
                 self.detect_errors += 1
                 message = f"{exc.__class__.__name__}: {exc}"
@@ -334,10 +455,25 @@ class Exporter:
                     last_error = message
 
     def _flush_loop(self) -> None:
+        """Flush the store every second or so. A failure is logged once per episode (the
+        message again only when it changes), and once more when writes work again."""
+        if not self._integrity_checked:
+            self._integrity_checked = True
+            if not self.store.check_integrity():
+                log.error("run store: %s", self.store.integrity_error)
         period = max(1.0, self.interval)
         while not self._stop.wait(period):
-            if not self.store.flush() and self.store.last_error:
-                log.warning("run store: %s", self.store.last_error)
+            self._flush_and_report()
+
+    def _flush_and_report(self) -> bool:
+        ok = self.store.flush()
+        error = self.store.last_error if not ok else None
+        if error and error != self._store_error_logged:
+            log.warning("run store: %s", error)
+        elif ok and self._store_error_logged:
+            log.info("run store: writes work again")
+        self._store_error_logged = error
+        return ok
 
     def _landing(self) -> bytes:
         from monitor import __version__
@@ -397,5 +533,10 @@ class Exporter:
         if self.store is not None:
             if not self.store.flush() and self.store.last_error:
                 log.warning("run store: last flush failed: %s", self.store.last_error)
+            if self.store.dropped_rows:
+                log.warning("run store: %s rows were dropped (%s)", self.store.dropped_rows,
+                            ", ".join(f"{k} {v}" for k, v in self.store.dropped.items() if v))
         if self.run_store is not None:
             self.run_store.close()
+        if self._store_lock is not None:
+            self._store_lock.release()

@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import exposition
@@ -121,6 +121,8 @@ class Exposition:
         self.version = version
         self.backend = backend
         self.store = store
+        #: more health families from the exporter itself (thread restarts, drop counters)
+        self.extra: Callable[[], Iterable[Metric]] | None = None
         self.scrape_errors: dict[str, int] = {name: 0 for name in collectors}
         self._success: dict[str, bool] = {}
         self._duration: dict[str, float] = {}
@@ -199,3 +201,5 @@ class Exposition:
             yield CounterMetricFamily(m.STORE_WRITE_ERRORS.removesuffix("_total"),
                                       "Failed run-store writes (disk full, database locked).",
                                       value=float(getattr(self.store, "write_errors", 0) or 0))
+        if self.extra is not None:
+            yield from self.extra()

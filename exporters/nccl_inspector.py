@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+#: Longest dump line accepted (a real record is under 1 KB); longer lines are dropped.
+MAX_LINE_BYTES = 64 * 1024
 #: ``<hostname>-pid<pid>.log``, the Inspector's dump file name.
 DUMP_NAME = re.compile(r"^(?P<host>.+)-pid(?P<pid>\d+)\.log$")
 
@@ -84,15 +86,22 @@ def parse_line(line: str) -> NcclRecord | None:
 
     Returns the record, or None for a well-formed record that carries no operation timing
     (``dump_stats`` and other bookkeeping objects, blank lines). Raises :class:`NcclParseError`
-    for anything else (truncated JSON, missing fields, wrong types).
+    for anything else (truncated JSON, missing fields, wrong types, JSON nested too deeply,
+    lines over ``MAX_LINE_BYTES``): never another exception.
     """
     text = line.strip()
     if not text:
         return None
+    if len(text) > MAX_LINE_BYTES:
+        raise NcclParseError(f"longer than {MAX_LINE_BYTES} characters")
     try:
         obj = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise NcclParseError(f"not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise NcclParseError("JSON nested too deeply") from None
+    except (ValueError, TypeError) as exc:  # e.g. a number too long to convert
+        raise NcclParseError(f"not usable JSON ({str(exc)[:80]})") from None
     if not isinstance(obj, dict):
         raise NcclParseError("not a JSON object")
     header = obj.get("header") if isinstance(obj.get("header"), dict) else {}

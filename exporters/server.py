@@ -4,11 +4,19 @@ elsewhere; over HTTPS and with basic auth when the web config (exporters/webconf
 The server thread sleeps until a client connects (no periodic polling); each request is served
 on its own thread. TLS handshakes run in the request's thread, under a timeout, so a silent
 client blocks nobody.
+
+Like the Prometheus exporter toolkit: a listen backlog of ``BACKLOG`` (a burst of scrapers
+is queued by the kernel, not refused or retried a second later), ``TCP_NODELAY`` and each
+response in one write (a keep-alive scrape never waits on Nagle and the delayed ACK), request
+headers capped before authentication (``MAX_HEADER_BYTES`` in all, ``MAX_HEADERS`` lines;
+past either the answer is 431 and the connection closes; the line cap is http.client's), and the web config's extra headers
+on every response. Basic auth's cost limits live in exporters/webconfig.py.
 """
 
 from __future__ import annotations
 
 import gzip
+import http.client
 import logging
 import selectors
 import socket
@@ -23,6 +31,35 @@ from exporters.webconfig import WebConfig
 
 log = logging.getLogger("verl_monitor.exporter")
 
+#: Pending connections the kernel queues (Linux caps it at net.core.somaxconn).
+BACKLOG = 1024
+#: Bytes of request line and headers one request may send before it is answered 431.
+MAX_HEADER_BYTES = 64 * 1024
+#: Header lines one request may send.
+MAX_HEADERS = 100
+
+
+class _CappedReader:
+    """The request stream with a byte budget for the request line and headers: a client
+    cannot make the server hold more than ``MAX_HEADER_BYTES`` before it is authenticated."""
+
+    def __init__(self, raw) -> None:
+        self._raw = raw
+        self.budget = MAX_HEADER_BYTES
+
+    def readline(self, limit: int = -1) -> bytes:
+        if self.budget <= 0:
+            raise http.client.LineTooLong("header")
+        cap = self.budget + 1 if limit is None or limit < 0 else min(limit, self.budget + 1)
+        line = self._raw.readline(cap)
+        self.budget -= len(line)
+        if self.budget < 0:
+            raise http.client.LineTooLong("header")
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
@@ -34,8 +71,27 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()  # sets the socket timeout
+        try:  # answers leave at once: no Nagle wait for the client's delayed ACK
+            self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
         if isinstance(self.request, ssl.SSLSocket):
             self.request.do_handshake()  # here, in the request's thread, under the timeout
+        self.rfile = _CappedReader(self.rfile)
+
+    def handle_one_request(self) -> None:
+        self.rfile.budget = MAX_HEADER_BYTES  # a fresh budget for each keep-alive request
+        try:
+            super().handle_one_request()  # headers over the budget: 431 from parse_request
+        except http.client.LineTooLong:  # the request line alone used the budget up
+            self.close_connection = True
+            self.command, self.requestline, self.request_version = "", "", "HTTP/1.1"
+            self.send_error(431, "Request header fields too large")
+
+    def end_headers(self) -> None:
+        for key, value in self.server.web.headers.items():
+            self.send_header(key, value)
+        super().end_headers()
 
     def _send(self, code: int, body: bytes, ctype: str, headers: dict | None = None) -> None:
         self.send_response(code)
@@ -43,9 +99,13 @@ class _Handler(BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
+        for key, value in self.server.web.headers.items():
+            self.send_header(key, value)
+        # headers and body in one write (one TCP segment train, one TLS record)
+        self._headers_buffer.append(b"\r\n")
         if self.command != "HEAD":
-            self.wfile.write(body)
+            self._headers_buffer.append(body)
+        self.flush_headers()
 
     def _authorized(self) -> bool:
         web = self.server.web
@@ -86,6 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = BACKLOG  # listen() backlog (socketserver's default is 5)
 
     def __init__(self, address, render, landing, web: WebConfig) -> None:
         host = address[0]

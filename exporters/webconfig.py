@@ -7,12 +7,27 @@ The file (``--web.config.file``) has the layout of the Prometheus exporter toolk
       key_file: server.key
       client_ca_file: ca.crt       # optional: ask clients for certificates
       client_auth_type: RequireAndVerifyClientCert   # optional
-      min_version: TLS12           # optional: TLS12 (default) or TLS13
+      min_version: TLS12           # optional: TLS10..TLS13 (default TLS12)
+      max_version: TLS13           # optional: TLS10..TLS13 (default TLS13)
+      cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]   # optional, Go names; TLS <= 1.2
+      prefer_server_cipher_suites: true                          # optional
+      curve_preferences: [X25519]  # optional: one curve (Python's ssl applies one only)
+    http_server_config:
+      http2: false                 # optional; only false (HTTP/1.1 is what is served)
+      headers:                     # optional: added to every response
+        X-Frame-Options: deny      # only the exporter toolkit's five security headers
     basic_auth_users:
       alice: $2y$10$...            # bcrypt hashes, never plain passwords
 
-Everything is checked when the file is loaded; a problem becomes one :class:`WebConfigError`
-line naming the file and the key. ``bcrypt`` is imported only when ``basic_auth_users`` is set.
+Every key is either applied or refused: a problem becomes one :class:`WebConfigError` line
+naming the file and the key (a binary file, a bad bcrypt hash and a setting this server cannot
+honour included). ``bcrypt`` is imported only when ``basic_auth_users`` is set.
+
+Basic auth follows the exporter toolkit: one bcrypt check at a time (``BCRYPT_CONCURRENCY``:
+guessing passwords cannot pin every core), an unknown user costs the same bcrypt check as a
+known one (against a dummy hash of the same cost: user names cannot be probed by timing), and
+only good credentials are cached (at most ``CACHE_SIZE``, oldest out first), under a keyed
+digest, so wrong guesses can never flush a real scraper's entry.
 """
 
 from __future__ import annotations
@@ -20,8 +35,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
+import re
 import ssl
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +54,39 @@ _CLIENT_AUTH = {
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
-_TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
+                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+#: Go's cipher suite names (what exporter-toolkit configs hold) -> OpenSSL's. TLS 1.3 suites
+#: are not configurable, in Go as here.
+_CIPHERS = {
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+#: Go's curve names -> OpenSSL's.
+_CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1",
+           "X25519": "X25519"}
+#: The response headers http_server_config.headers may set (as in the exporter toolkit).
+_HEADERS = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options",
+            "X-XSS-Protection", "Strict-Transport-Security")
+_BCRYPT = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
+#: bcrypt checks that may run at once (the exporter toolkit allows one).
+BCRYPT_CONCURRENCY = 1
+#: Good credentials remembered (keyed digests); wrong ones are never cached.
+CACHE_SIZE = 64
 
 
 class WebConfigError(ValueError):
@@ -50,8 +100,15 @@ class WebConfig:
     path: Path | None = None
     ssl_context: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)
-    _cache: dict[str, bool] = field(default_factory=dict, repr=False)
+    #: extra response headers (http_server_config.headers)
+    headers: dict[str, str] = field(default_factory=dict)
+    #: a hash of the users' cost that matches no password: unknown users are checked
+    #: against it, so they take as long as known ones
+    dummy_hash: bytes | None = None
+    _cache: OrderedDict[str, bool] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _bcrypt_slots: threading.Semaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(BCRYPT_CONCURRENCY), repr=False)
 
     @property
     def tls(self) -> bool:
@@ -67,7 +124,8 @@ class WebConfig:
         """True when the ``Authorization`` header carries a known user and the right password.
 
         Good answers are cached under a keyed digest of the credentials (bcrypt is slow by
-        design; Prometheus scrapes every few seconds), never under the plain password.
+        design; Prometheus scrapes every few seconds), never under the plain password; wrong
+        ones are not cached. An unknown user is checked against ``dummy_hash`` (same cost).
         """
         if not self.users:
             return True
@@ -78,35 +136,48 @@ class WebConfig:
         except (ValueError, UnicodeDecodeError):
             return False
         user, sep, password = decoded.partition(":")
-        if not sep or user not in self.users:
+        if not sep:
             return False
-        key = hmac.new(self.users[user], decoded.encode(), hashlib.sha256).hexdigest()
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None:
-            return cached
+        known = self.users.get(user)
+        hashed = known if known is not None else (self.dummy_hash or next(iter(
+            self.users.values())))
+        key = hmac.new(hashed, decoded.encode(), hashlib.sha256).hexdigest()
+        if known is not None:
+            with self._lock:
+                if key in self._cache:
+                    self._cache.move_to_end(key)
+                    return True
         import bcrypt  # lazy: only installs with basic auth need it
 
-        try:
-            ok = bcrypt.checkpw(password.encode("utf-8"), self.users[user])
-        except ValueError:
-            ok = False
+        with self._bcrypt_slots:  # one check at a time: guesses queue, cores stay free
+            try:
+                ok = bcrypt.checkpw(password.encode("utf-8"), hashed)
+            except ValueError:
+                ok = False
+        if not ok or known is None:
+            return False
         with self._lock:
-            if len(self._cache) > 1024:
-                self._cache.clear()
-            self._cache[key] = ok
-        return ok
+            self._cache[key] = True
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return True
 
 
 def _load_yaml(path: Path) -> Any:
     import yaml
 
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise WebConfigError(f"{path}: no such file") from None
     except OSError as exc:
         raise WebConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WebConfigError(f"{path}: not a text file (expected UTF-8 YAML)") from None
+    if "\x00" in text:
+        raise WebConfigError(f"{path}: not a text file (it holds NUL bytes)")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -140,11 +211,17 @@ def _tls_context(tls: Any, cfg_path: Path) -> ssl.SSLContext:
     cert = _file(base, tls["cert_file"], "cert_file", cfg_path)
     key = _file(base, tls["key_file"], "key_file", cfg_path)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    version = tls.get("min_version", "TLS12")
-    if version not in _TLS_VERSIONS:
-        raise WebConfigError(f"{cfg_path}: tls_server_config.min_version must be one of "
-                             f"{', '.join(_TLS_VERSIONS)} (got {version!r})")
-    ctx.minimum_version = _TLS_VERSIONS[version]
+    versions = []
+    for name, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
+        version = tls.get(name, default)
+        if version not in _TLS_VERSIONS:
+            raise WebConfigError(f"{cfg_path}: tls_server_config.{name} must be one of "
+                                 f"{', '.join(_TLS_VERSIONS)} (got {version!r})")
+        versions.append(_TLS_VERSIONS[version])
+    if versions[0] > versions[1]:
+        raise WebConfigError(f"{cfg_path}: tls_server_config.min_version is above max_version")
+    ctx.minimum_version, ctx.maximum_version = versions
+    _apply_ciphers(ctx, tls, cfg_path)
     try:
         ctx.load_cert_chain(certfile=str(cert), keyfile=str(key))
     except (ssl.SSLError, OSError) as exc:
@@ -166,6 +243,76 @@ def _tls_context(tls: Any, cfg_path: Path) -> ssl.SSLContext:
     return ctx
 
 
+def _apply_ciphers(ctx: ssl.SSLContext, tls: dict, cfg_path: Path) -> None:
+    """cipher_suites, prefer_server_cipher_suites and curve_preferences, applied or refused."""
+    suites = tls.get("cipher_suites")
+    if suites is not None:
+        if not isinstance(suites, list) or not suites:
+            raise WebConfigError(f"{cfg_path}: tls_server_config.cipher_suites must be a list "
+                                 "of cipher suite names")
+        unknown = [str(x) for x in suites if x not in _CIPHERS]
+        if unknown:
+            raise WebConfigError(f"{cfg_path}: tls_server_config.cipher_suites: unknown or "
+                                 f"unsupported {', '.join(unknown)}")
+        try:
+            ctx.set_ciphers(":".join(dict.fromkeys(_CIPHERS[x] for x in suites)))
+        except ssl.SSLError:
+            raise WebConfigError(f"{cfg_path}: tls_server_config.cipher_suites: this OpenSSL "
+                                 "offers none of them") from None
+    prefer = tls.get("prefer_server_cipher_suites")
+    if prefer is not None:
+        if not isinstance(prefer, bool):
+            raise WebConfigError(f"{cfg_path}: tls_server_config.prefer_server_cipher_suites "
+                                 "must be true or false")
+        if prefer:
+            ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+        else:
+            ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+    curves = tls.get("curve_preferences")
+    if curves is not None:
+        if not isinstance(curves, list) or not curves:
+            raise WebConfigError(f"{cfg_path}: tls_server_config.curve_preferences must be a "
+                                 "list of curve names")
+        unknown = [str(x) for x in curves if x not in _CURVES]
+        if unknown:
+            raise WebConfigError(f"{cfg_path}: tls_server_config.curve_preferences: unknown "
+                                 f"{', '.join(unknown)} (known: {', '.join(_CURVES)})")
+        if len(curves) > 1:
+            raise WebConfigError(f"{cfg_path}: tls_server_config.curve_preferences: this "
+                                 "server can apply one curve only (Python's ssl); list one")
+        try:
+            ctx.set_ecdh_curve(_CURVES[curves[0]])
+        except (ValueError, ssl.SSLError):
+            raise WebConfigError(f"{cfg_path}: tls_server_config.curve_preferences: this "
+                                 f"OpenSSL cannot use {curves[0]}") from None
+
+
+def _http_server_config(cfg: Any, cfg_path: Path) -> dict[str, str]:
+    """http_server_config: ``http2: false`` accepted, ``headers`` applied, the rest refused."""
+    if not isinstance(cfg, dict):
+        raise WebConfigError(f"{cfg_path}: http_server_config must be a mapping")
+    unknown = set(cfg) - {"http2", "headers"}
+    if unknown:
+        raise WebConfigError(f"{cfg_path}: unknown key(s) in http_server_config: "
+                             f"{', '.join(sorted(map(str, unknown)))}")
+    if cfg.get("http2") not in (None, False):
+        raise WebConfigError(f"{cfg_path}: http_server_config.http2: this exporter serves "
+                             "HTTP/1.1 only; set it to false or remove it")
+    headers = cfg.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise WebConfigError(f"{cfg_path}: http_server_config.headers must be a mapping")
+    out = {}
+    for name, value in headers.items():
+        if name not in _HEADERS:
+            raise WebConfigError(f"{cfg_path}: http_server_config.headers: {name!r} cannot be "
+                                 f"set (allowed: {', '.join(_HEADERS)})")
+        if not isinstance(value, str) or any(c in value for c in "\r\n\x00"):
+            raise WebConfigError(f"{cfg_path}: http_server_config.headers.{name} must be one "
+                                 "line of text")
+        out[name] = value
+    return out
+
+
 def _users(users: Any, cfg_path: Path) -> dict[str, bytes]:
     if not isinstance(users, dict) or not users:
         raise WebConfigError(f"{cfg_path}: basic_auth_users must map user names to bcrypt hashes")
@@ -176,6 +323,11 @@ def _users(users: Any, cfg_path: Path) -> dict[str, bytes]:
         if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
             raise WebConfigError(f"{cfg_path}: basic_auth_users.{user} is not a bcrypt hash "
                                  "(store hashes, never passwords)")
+        found = _BCRYPT.match(hashed)
+        if found is None or not 4 <= int(found.group(1)) <= 31:
+            raise WebConfigError(f"{cfg_path}: basic_auth_users.{user}: the bcrypt hash is "
+                                 "malformed (truncated or edited?); make it again with "
+                                 "htpasswd -nBC 10 \"\" | tr -d ':\\n'")
         out[user] = hashed.encode()
     try:
         import bcrypt  # noqa: F401 - checked now so a missing package fails at startup
@@ -204,6 +356,20 @@ def load_web_config(path: str | Path | None) -> WebConfig:
                              f"(known: {', '.join(sorted(_TOP_KEYS))})")
     tls = data.get("tls_server_config")
     ctx = _tls_context(tls, cfg_path) if tls is not None else None
+    server_cfg = data.get("http_server_config")
+    headers = _http_server_config(server_cfg, cfg_path) if server_cfg is not None else {}
     users_cfg = data.get("basic_auth_users")
     users = _users(users_cfg, cfg_path) if users_cfg is not None else {}
-    return WebConfig(path=cfg_path, ssl_context=ctx, users=users)
+    return WebConfig(path=cfg_path, ssl_context=ctx, users=users, headers=headers,
+                     dummy_hash=_dummy_hash(users))
+
+
+def _dummy_hash(users: dict[str, bytes]) -> bytes | None:
+    """A bcrypt hash of a random secret at the highest cost among the users (None without
+    users): checking an unknown user against it takes as long as a known one."""
+    if not users:
+        return None
+    import bcrypt
+
+    cost = max(int(_BCRYPT.match(h.decode()).group(1)) for h in users.values())
+    return bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds=cost))

@@ -71,6 +71,8 @@ class RollingWindow:
         self._first_steps_max = int(first_steps)
         self._events: deque[tuple[float, Event]] = deque(maxlen=max_events)
         self._version = 0
+        #: GPU/host rows dropped at the ``max_rows`` cap before they aged out
+        self.dropped = {"gpu": 0, "host": 0}
         #: step records added so far (the detector loop runs soon after a new step)
         self.steps_added = 0
 
@@ -81,18 +83,14 @@ class RollingWindow:
 
         The row objects are kept as they are (no copy): do not change them afterwards."""
         with self._lock:
-            self._gpu.extend(rows)
-            self._prune_rows(self._gpu)
-            self._version += 1
+            self._extend_rows("gpu", self._gpu, rows)
 
     def add_host(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append host sample rows (dicts with HOST_COLUMNS keys; extra keys are kept).
 
         The row objects are kept as they are (no copy): do not change them afterwards."""
         with self._lock:
-            self._host.extend(rows)
-            self._prune_rows(self._host)
-            self._version += 1
+            self._extend_rows("host", self._host, rows)
 
     def add_steps(self, steps: Iterable[StepRecord]) -> None:
         """Append step records (kept: the newest ``max_steps`` within ``max_age_s``)."""
@@ -151,6 +149,16 @@ class RollingWindow:
             }
 
     # --- internals (lock held)
+
+    def _extend_rows(self, kind: str, queue: deque[dict], rows: Iterable[Mapping[str, Any]]
+                     ) -> None:
+        rows = list(rows)
+        self._prune_rows(queue)  # rows past their age go first: dropping those loses nothing
+        over = len(queue) + len(rows) - (queue.maxlen or len(queue) + len(rows))
+        if over > 0:
+            self.dropped[kind] += over
+        queue.extend(rows)
+        self._version += 1
 
     def _cutoff(self) -> float:
         return self._clock() - self.max_age_s

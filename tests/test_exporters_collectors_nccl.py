@@ -44,7 +44,7 @@ def test_fixture_dump_counts_and_garbage(tmp_path):
     shutil.copy(FIXTURE, tmp_path / FIXTURE.name)
     col, reg = make(tmp_path, tmp_path)
     assert col.sample_once()
-    labels = {"coll": "AllReduce", "comm": "DP Group 0"}
+    labels = {"coll": "AllReduce", "comm": "DP Group 0", "rank": "0"}
     assert reg.get_sample_value("verlmon_nccl_operations_total", labels) == 2
     assert reg.get_sample_value("verlmon_nccl_bytes_total", labels) == 17179869184 + 1048576
     assert reg.get_sample_value("verlmon_nccl_exec_seconds_total", labels) == pytest.approx(
@@ -52,7 +52,7 @@ def test_fixture_dump_counts_and_garbage(tmp_path):
     assert reg.get_sample_value("verlmon_nccl_bus_bandwidth_bytes_per_second",
                                 labels) == pytest.approx(8.75e9)  # the latest, not the max
     assert reg.get_sample_value("verlmon_nccl_operations_total",
-                                {"coll": "Send", "comm": "0x9e7a479f95a66c"}) == 1
+                                {"coll": "Send", "comm": "0x9e7a479f95a66c", "rank": "0"}) == 1
     assert col.garbage_lines == 3
     # the fixture's timestamps are from 2025: nothing in the trailing window
     assert reg.get_sample_value("verlmon_nccl_comm_share_ratio") == 0.0
@@ -71,13 +71,13 @@ def test_appended_lines_and_comm_share(tmp_path):
         fh.write(record(exec_us=500, pid=1))
         fh.write(record(exec_us=500, pid=1)[:40])  # half a line: waits for its end
     col.sample_once()
-    labels = {"coll": "AllReduce", "comm": "DP Group 0"}
-    assert reg.get_sample_value("verlmon_nccl_operations_total", labels) == 3
+    labels = {"coll": "AllReduce", "comm": "DP Group 0", "rank": "1"}
+    assert reg.get_sample_value("verlmon_nccl_operations_total", labels) == 2
     assert col.garbage_lines == 0
     with dump.open("a") as fh:
         fh.write(record(exec_us=500, pid=1)[40:])
     col.sample_once()
-    assert reg.get_sample_value("verlmon_nccl_operations_total", labels) == 4
+    assert reg.get_sample_value("verlmon_nccl_operations_total", labels) == 3
     assert col.garbage_lines == 0
 
 
@@ -86,7 +86,7 @@ def test_truncated_file_is_read_again_and_missing_dir_waits(tmp_path):
     col, reg = make(tmp_path, directory)
     assert col.sample_once()  # the directory does not exist yet: no error, no series
     assert reg.get_sample_value("verlmon_nccl_operations_total",
-                                {"coll": "AllReduce", "comm": "DP Group 0"}) is None
+                                {"coll": "AllReduce", "comm": "DP Group 0", "rank": "7"}) is None
     directory.mkdir()
     dump = directory / "n0-pid7.log"
     dump.write_text(record(pid=7) * 3)
@@ -94,9 +94,9 @@ def test_truncated_file_is_read_again_and_missing_dir_waits(tmp_path):
     dump.write_text(record(coll="AllGather", pid=7))  # truncated and rewritten (a restart)
     col.sample_once()
     assert reg.get_sample_value("verlmon_nccl_operations_total",
-                                {"coll": "AllGather", "comm": "DP Group 0"}) == 1
+                                {"coll": "AllGather", "comm": "DP Group 0", "rank": "7"}) == 1
     assert reg.get_sample_value("verlmon_nccl_operations_total",
-                                {"coll": "AllReduce", "comm": "DP Group 0"}) == 3
+                                {"coll": "AllReduce", "comm": "DP Group 0", "rank": "7"}) == 3
 
 
 def test_rows_reach_the_store(tmp_path):
@@ -123,3 +123,81 @@ def test_without_a_directory_it_exports_nothing(tmp_path):
     col = NcclCollector(ctx)
     assert col.sample_once()
     assert list(col.collect()) == []
+
+
+# --- hardening (issue 12, items 9 and 10) -----------------------------------------------------
+
+
+def test_each_rank_keeps_its_execution_time(tmp_path):
+    """The rank that waits (long) and the straggler (short) stay separate series."""
+    (tmp_path / "n0-pid1.log").write_text(record(exec_us=90_000, pid=1) * 2)  # waits
+    (tmp_path / "n0-pid2.log").write_text(record(exec_us=5_000, pid=2) * 2)  # the straggler
+    col, reg = make(tmp_path, tmp_path)
+    col.sample_once()
+    base = {"coll": "AllReduce", "comm": "DP Group 0"}
+    waits = reg.get_sample_value("verlmon_nccl_exec_seconds_total", {**base, "rank": "1"})
+    fast = reg.get_sample_value("verlmon_nccl_exec_seconds_total", {**base, "rank": "2"})
+    assert waits == pytest.approx(0.18) and fast == pytest.approx(0.01)
+    assert reg.get_sample_value("verlmon_nccl_operations_total", {**base, "rank": "2"}) == 2
+
+
+def test_a_deeply_nested_line_loses_only_itself(tmp_path):
+    """Before: RecursionError escaped the parser, the sample lost every record of every file
+    and the offsets had already moved past them."""
+    (tmp_path / "n0-pid1.log").write_text(record(pid=1) + "[" * 20_000 + "\n" + record(pid=1))
+    (tmp_path / "n0-pid2.log").write_text(record(pid=2))
+    col, reg = make(tmp_path, tmp_path)
+    assert col.sample_once()
+    base = {"coll": "AllReduce", "comm": "DP Group 0"}
+    assert reg.get_sample_value("verlmon_nccl_operations_total", {**base, "rank": "1"}) == 2
+    assert reg.get_sample_value("verlmon_nccl_operations_total", {**base, "rank": "2"}) == 1
+    assert reg.get_sample_value("verlmon_nccl_dropped_total", {"reason": "garbage"}) == 1
+    with (tmp_path / "n0-pid1.log").open("a") as fh:
+        fh.write(record(pid=1))
+    col.sample_once()  # offsets consistent: the next record is counted once
+    assert reg.get_sample_value("verlmon_nccl_operations_total", {**base, "rank": "1"}) == 3
+
+
+def test_a_line_without_end_is_not_held(tmp_path):
+    """A dump with no newline grows without bound; the collector keeps none of it."""
+    dump = tmp_path / "n0-pid1.log"
+    with dump.open("w") as fh:
+        fh.write("x" * (3 * (8 << 20)))  # 24 MB, no newline: three reads
+    col, reg = make(tmp_path, tmp_path)
+    for _ in range(3):
+        col.sample_once()
+    assert all(len(st.partial) <= 64 * 1024 for st in col._files.values())
+    assert reg.get_sample_value("verlmon_nccl_dropped_total", {"reason": "oversize"}) == 1
+    with dump.open("a") as fh:
+        fh.write("tail of the long line\n" + record(pid=1))
+    col.sample_once()
+    assert reg.get_sample_value("verlmon_nccl_operations_total",
+                                {"coll": "AllReduce", "comm": "DP Group 0", "rank": "1"}) == 1
+    assert reg.get_sample_value("verlmon_nccl_dropped_total", {"reason": "garbage"}) == 0
+
+
+def test_series_are_capped_and_future_records_keep_no_buckets(tmp_path):
+    """Before: 100k communicator names made 100k series, and records dated in the future
+    kept one bucket each, for good."""
+    far = time.time() + 10 * 86400
+    lines = [record(comm=f"c{i}", pid=1, ts=far + i) for i in range(300)]
+    (tmp_path / "n0-pid1.log").write_text("".join(lines))
+    col, reg = make(tmp_path, tmp_path)
+    col.max_series = 100
+    col.sample_once()
+    assert len(col.snapshot.totals) == 100
+    assert reg.get_sample_value("verlmon_nccl_dropped_total", {"reason": "series_cap"}) == 200
+    assert reg.get_sample_value("verlmon_nccl_dropped_total", {"reason": "future"}) == 300
+    assert len(col._seconds) <= 2  # clamped to now, not one bucket per future second
+
+
+def test_idle_series_are_forgotten(tmp_path):
+    (tmp_path / "n0-pid1.log").write_text(record(comm="gone", pid=1))
+    col, reg = make(tmp_path, tmp_path)
+    col.sample_once()
+    assert reg.get_sample_value("verlmon_nccl_operations_total",
+                                {"coll": "AllReduce", "comm": "gone", "rank": "1"}) == 1
+    col.series_ttl_s = -1.0  # everything is idle now
+    col.sample_once()
+    assert reg.get_sample_value("verlmon_nccl_operations_total",
+                                {"coll": "AllReduce", "comm": "gone", "rank": "1"}) is None

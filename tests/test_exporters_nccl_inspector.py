@@ -72,3 +72,11 @@ def test_blank_line_and_optional_fields():
 def test_dump_file_names():
     assert is_dump_file("/x/gpu-node-01-pid4242.log")
     assert not is_dump_file("/x/notes.log")
+
+
+def test_deep_nesting_and_long_lines_are_parse_errors():
+    """Before: a deeply nested line raised RecursionError, which no caller expected."""
+    with pytest.raises(NcclParseError, match="nested too deeply"):
+        parse_line("[" * 20_000)
+    with pytest.raises(NcclParseError, match="longer than"):
+        parse_line('{"a": "' + "x" * (70 * 1024) + '"}')

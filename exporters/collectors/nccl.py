@@ -12,6 +12,7 @@ not Inspector records are counted in ``garbage_lines`` and skipped; they never s
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporters.nccl_inspector import NcclParseError, NcclRecord, parse_line
+from exporters.nccl_inspector import MAX_LINE_BYTES, NcclRecord, parse_line
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector
 from monitor import metric_names as m
@@ -28,6 +29,12 @@ from monitor import metric_names as m
 MAX_READ_BYTES = 8 << 20
 #: Default trailing window of the communication share, seconds.
 DEFAULT_WINDOW_S = 30.0
+#: Most (coll, comm, rank) series kept; records of further series are counted, not exported.
+MAX_SERIES = 4096
+#: A series with no new record for this long is forgotten (its communicator is gone).
+SERIES_TTL_S = 3600.0
+#: Records dated more than this in the future are counted as arriving now.
+FUTURE_SLACK_S = 60.0
 
 
 @dataclass
@@ -35,6 +42,7 @@ class _FileState:
     inode: int
     offset: int = 0
     partial: bytes = b""
+    dropping: bool = False  # inside a line longer than MAX_LINE_BYTES: skip to its end
 
 
 @dataclass
@@ -43,34 +51,57 @@ class _Totals:
     bytes: float = 0.0
     exec_s: float = 0.0
     busbw: float | None = None
+    seen: float = 0.0  # wall time of the last record (for pruning)
+
+
+#: (coll, comm, rank) -- rank as text, "unknown" when the record has none
+SeriesKey = tuple[str, str, str]
 
 
 @dataclass
 class NcclSnapshot:
-    """What the exposition reads: cumulative totals per (coll, comm) and the latest share."""
+    """What the exposition reads: cumulative totals per (coll, comm, rank), the latest share
+    and the drop counters."""
 
-    totals: dict[tuple[str, str], _Totals] = field(default_factory=dict)
+    totals: dict[SeriesKey, _Totals] = field(default_factory=dict)
     comm_share: float | None = None
     files: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 @register("nccl", default=True, help="NCCL Inspector dumps (--nccl-dir): collective counts, "
-          "bytes, execution seconds, bus bandwidth, communication share of wall time")
+          "bytes, execution seconds and bus bandwidth per rank, communication share of wall "
+          "time")
 class NcclCollector(SampledCollector):
-    """Reads new Inspector lines every interval; never fails on a bad line."""
+    """Reads new Inspector lines every interval; never fails on a bad line.
+
+    Bounds: a line longer than ``MAX_LINE_BYTES`` is skipped without being held; at most
+    ``MAX_SERIES`` (coll, comm, rank) series, each forgotten after ``SERIES_TTL_S`` without a
+    record; the share's per-second buckets cover only the trailing window (records dated in
+    the future count as now). Every record not exported is counted in ``dropped`` by reason
+    (``verlmon_nccl_dropped_total``): ``garbage`` (not a record), ``oversize`` (line too long),
+    ``series_cap`` (past ``MAX_SERIES``); ``future`` counts records whose time was clamped.
+    """
 
     def __init__(self, ctx: ExporterContext) -> None:
         super().__init__(ctx)
         opts = ctx.options
         self.directory: str | None = getattr(opts, "nccl_dir", None) if opts else None
         self.window_s = float(getattr(opts, "nccl_window", None) or DEFAULT_WINDOW_S)
-        self.garbage_lines = 0
+        self.max_series = MAX_SERIES
+        self.series_ttl_s = SERIES_TTL_S
         self.records = 0
+        self.dropped = {"garbage": 0, "oversize": 0, "series_cap": 0, "future": 0}
         self._files: dict[str, _FileState] = {}
-        self._totals: dict[tuple[str, str], _Totals] = {}
+        self._totals: dict[SeriesKey, _Totals] = {}
         # per whole second of dump time: [execution seconds, processes (ranks) seen]
         self._seconds: dict[int, list] = {}
         self.snapshot = NcclSnapshot()
+
+    @property
+    def garbage_lines(self) -> int:
+        """Lines that were not Inspector records (skipped)."""
+        return self.dropped["garbage"]
 
     def sample(self) -> None:
         """Read what the Inspector appended since the last sample and update the snapshot."""
@@ -95,6 +126,8 @@ class NcclCollector(SampledCollector):
 
     def _read_file(self, path: str) -> list[NcclRecord]:
         st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return []  # a FIFO, device or directory named *.log: not a dump
         state = self._files.get(path)
         if state is None or state.inode != st.st_ino or st.st_size < state.offset:
             state = _FileState(inode=st.st_ino)  # new, replaced or truncated: from the start
@@ -105,15 +138,31 @@ class NcclCollector(SampledCollector):
             fh.seek(state.offset)
             chunk = fh.read(MAX_READ_BYTES)
         state.offset += len(chunk)
-        data = state.partial + chunk
-        lines = data.split(b"\n")
-        state.partial = lines.pop()  # incomplete last line waits for its end
+        lines = chunk.split(b"\n")
+        tail = lines.pop()  # incomplete last line waits for its end
+        if lines:
+            first, state.partial = state.partial + lines[0], b""
+            if state.dropping:
+                state.dropping = False  # the end of an oversize line: skip it
+                lines = lines[1:]
+            else:
+                lines[0] = first
+        if state.dropping:
+            pass  # still inside an oversize line: hold nothing
+        elif len(state.partial) + len(tail) > MAX_LINE_BYTES:
+            self.dropped["oversize"] += 1
+            state.partial, state.dropping = b"", True
+        else:
+            state.partial += tail
         out = []
         for raw in lines:
+            if len(raw) > MAX_LINE_BYTES:
+                self.dropped["oversize"] += 1
+                continue
             try:
                 rec = parse_line(raw.decode("utf-8", errors="replace"))
-            except NcclParseError:
-                self.garbage_lines += 1
+            except Exception:  # noqa: BLE001 - NcclParseError or anything else: this line only
+                self.dropped["garbage"] += 1
                 continue
             if rec is not None:
                 out.append(rec)
@@ -121,23 +170,44 @@ class NcclCollector(SampledCollector):
 
     def _account(self, new: list[NcclRecord], now: float) -> None:
         delta: dict[tuple[str, str], _Totals] = {}
+        cutoff = now - self.window_s
         for rec in new:
-            key = (rec.coll, rec.comm)
-            for table in (self._totals, delta):
-                tot = table.setdefault(key, _Totals())
+            key = (rec.coll, rec.comm, "unknown" if rec.rank is None else str(rec.rank))
+            tot = self._totals.get(key)
+            if tot is None:
+                if len(self._totals) >= self.max_series:
+                    self.dropped["series_cap"] += 1
+                    tot = None
+                else:
+                    tot = self._totals[key] = _Totals()
+            if tot is not None:
                 tot.ops += 1
                 tot.bytes += rec.msg_bytes
                 tot.exec_s += rec.exec_seconds
+                tot.seen = now
                 if rec.busbw_bytes_per_s is not None:
                     tot.busbw = rec.busbw_bytes_per_s
+            store_tot = delta.setdefault((rec.coll, rec.comm), _Totals())
+            store_tot.ops += 1
+            store_tot.bytes += rec.msg_bytes
+            store_tot.exec_s += rec.exec_seconds
+            if rec.busbw_bytes_per_s is not None:
+                store_tot.busbw = rec.busbw_bytes_per_s
             ts = rec.ts if rec.ts is not None else now
+            if ts > now + FUTURE_SLACK_S:
+                self.dropped["future"] += 1
+                ts = now
+            if ts < cutoff:
+                continue  # too old for the share: no bucket for it
             bucket = self._seconds.setdefault(int(ts), [0.0, set()])
             bucket[0] += rec.exec_seconds
             bucket[1].add(rec.process)
         self.records += len(new)
-        cutoff = now - self.window_s
         for second in [s for s in self._seconds if s < cutoff]:
             del self._seconds[second]
+        stale = now - self.series_ttl_s
+        for key in [k for k, t in self._totals.items() if t.seen < stale]:
+            del self._totals[key]
         share = None
         recent = [b for s, b in self._seconds.items() if s <= now + 1.0]
         if recent:
@@ -147,9 +217,11 @@ class NcclCollector(SampledCollector):
         elif self._totals:
             share = 0.0
         self.snapshot = NcclSnapshot(
-            totals={k: _Totals(v.ops, v.bytes, v.exec_s, v.busbw) for k, v in self._totals.items()},
+            totals={k: _Totals(v.ops, v.bytes, v.exec_s, v.busbw, v.seen)
+                    for k, v in self._totals.items()},
             comm_share=share,
             files=len(self._files),
+            dropped=dict(self.dropped),
         )
         if delta and self.ctx.store is not None:
             self.ctx.store.put_nccl([
@@ -159,26 +231,40 @@ class NcclCollector(SampledCollector):
             ])
 
     def collect(self) -> Iterable[Metric]:
-        """NCCL families from the latest snapshot (nothing before the first record)."""
+        """NCCL families from the latest snapshot (nothing before the first record).
+
+        Per (coll, comm, rank): a rank that waits for its peers shows a long execution time,
+        the straggler a short one, so both stay visible."""
         snap = self.snapshot
+        if snap.dropped:
+            dropped = CounterMetricFamily(
+                m.NCCL_DROPPED.removesuffix("_total"),
+                "NCCL dump records not exported: garbage (not a record), oversize (line too "
+                "long), series_cap (too many series); future: records dated ahead, counted as "
+                "now.", labels=["reason"])
+            for reason, count in sorted(snap.dropped.items()):
+                dropped.add_metric([reason], count)
+            yield dropped
         if not snap.totals:
             return
-        labels = ["coll", "comm"]
+        labels = ["coll", "comm", "rank"]
         ops = CounterMetricFamily(m.NCCL_OPS.removesuffix("_total"),
                                   "NCCL operations completed (Inspector records).", labels=labels)
         nbytes = CounterMetricFamily(m.NCCL_BYTES.removesuffix("_total"),
                                      "NCCL message bytes.", labels=labels)
         exec_s = CounterMetricFamily(m.NCCL_EXEC.removesuffix("_total"),
-                                     "NCCL execution seconds (includes waiting for peers).",
+                                     "NCCL execution seconds (includes waiting for peers: the "
+                                     "rank that waits is long, the straggler short).",
                                      labels=labels)
         busbw = GaugeMetricFamily(m.NCCL_BUSBW, "Latest NCCL bus bandwidth, bytes per second.",
                                   labels=labels)
-        for (coll, comm), tot in sorted(snap.totals.items()):
-            ops.add_metric([coll, comm], tot.ops)
-            nbytes.add_metric([coll, comm], tot.bytes)
-            exec_s.add_metric([coll, comm], tot.exec_s)
+        for key, tot in sorted(snap.totals.items()):
+            values = list(key)
+            ops.add_metric(values, tot.ops)
+            nbytes.add_metric(values, tot.bytes)
+            exec_s.add_metric(values, tot.exec_s)
             if tot.busbw is not None:
-                busbw.add_metric([coll, comm], tot.busbw)
+                busbw.add_metric(values, tot.busbw)
         yield ops
         yield nbytes
         yield exec_s

@@ -2,7 +2,8 @@
 
 One process per node. It samples GPUs (NVML, or simulated), the host, the verl log(s) and NCCL
 Inspector dumps in background threads, runs the detectors on a rolling window, writes a local
-run store, and serves everything at ``/metrics``. Stops cleanly on SIGINT/SIGTERM (exit 0).
+run store, and serves everything at ``/metrics``. Stops cleanly on SIGINT, SIGTERM and SIGHUP
+(exit 0): the store is flushed and closed.
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the exporter and serve until SIGINT/SIGTERM; 0 on a clean stop, 2 on bad input."""
+    """Start the exporter and serve until SIGINT/SIGTERM/SIGHUP; 0 on a clean stop, 2 on bad
+    input."""
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="verl-monitor exporter: %(message)s", stream=sys.stderr)
     from exporters.app import Exporter, ExporterError
@@ -145,7 +147,10 @@ def run(args: argparse.Namespace) -> int:
     def on_signal(signum, _frame) -> None:
         stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP too (a closed terminal, a hung-up ssh session): every one stops cleanly, with
+    # the store's final flush and close
+    previous = {sig: signal.signal(sig, on_signal)
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     exporter = None
     try:
         try:

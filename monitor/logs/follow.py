@@ -8,6 +8,7 @@ lines that needed it) and drop lines longer than ``max_line_bytes`` without hold
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,6 +186,7 @@ class LogFollower:
         self._first_open = True
         self._events: list[Event] = []
         self._head = b""  # the file's first bytes, to notice a truncate-and-regrow between polls
+        self._pipe = False  # a FIFO: read what is there, never wait, no size or head checks
 
     @property
     def oversize_lines(self) -> int:
@@ -216,7 +218,9 @@ class LogFollower:
             size = os.fstat(self._fh.fileno()).st_size
         except OSError:
             size = self._pos
-        if size < self._pos:
+        if self._pipe:
+            pass  # a pipe has no size and no start to return to
+        elif size < self._pos:
             self._start_over("shrunk", f"{self.path} shrank from {self._pos} to {size} bytes")
         elif self._head and self._head_changed():
             self._start_over("rewritten", f"{self.path} was truncated and written again")
@@ -253,18 +257,22 @@ class LogFollower:
     # --- internals ------------------------------------------------------------------------------
 
     def _open(self) -> bool:
+        # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever (and block
+        # the exporter's start and its SIGTERM); on a regular file the flag changes nothing.
         try:
-            fh = open(self.path, "rb")  # noqa: SIM115 - kept open between polls
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             self._first_open = False
             return False
+        fh = os.fdopen(fd, "rb")  # noqa: SIM115 - kept open between polls
         st = os.fstat(fh.fileno())
+        self._pipe = stat.S_ISFIFO(st.st_mode)
         self._fh = fh
         self._ident = (st.st_dev, st.st_ino)
         self._pos = 0
         self._head = b""
         self._splitter.reset()
-        if self._first_open and self.start_at_end and st.st_size > 0:
+        if self._first_open and self.start_at_end and st.st_size > 0 and not self._pipe:
             fh.seek(st.st_size - 1)
             last = fh.read(1)
             self._pos = st.st_size
@@ -284,7 +292,7 @@ class LogFollower:
         try:
             return self._read_chunks(out)
         finally:
-            if not self._head and self._pos >= HEAD_BYTES:
+            if not self._head and self._pos >= HEAD_BYTES and not self._pipe:
                 try:
                     self._head = os.pread(self._fh.fileno(), HEAD_BYTES, 0)
                 except OSError:
@@ -295,7 +303,7 @@ class LogFollower:
         while budget > 0:
             try:
                 chunk = self._fh.read(min(self.chunk_bytes, budget))
-            except OSError:
+            except OSError:  # includes BlockingIOError: a FIFO with nothing to read now
                 return True
             if not chunk:
                 return True

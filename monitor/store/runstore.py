@@ -72,9 +72,17 @@ def _num(value: Any) -> float | None:
     return None if math.isnan(out) else out
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _int(value: Any) -> int | None:
+    """An integer SQLite can hold, or None (missing, NaN, infinite, or outside 64 bits)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if _INT64_MIN <= value <= _INT64_MAX else None
     num = _num(value)
-    return None if num is None else int(num)
+    if num is None or not math.isfinite(num) or not _INT64_MIN <= num <= _INT64_MAX:
+        return None
+    return int(num)
 
 
 def _dumps(value: Any) -> str:
@@ -462,6 +470,12 @@ class RunStore:
         wal = Path(f"{self.path}-wal")
         return total + (wal.stat().st_size if wal.exists() else 0)
 
+    def quick_check(self) -> str | None:
+        """SQLite's ``PRAGMA quick_check``: None when the file is sound, else its first problem."""
+        rows = self._conn().execute("PRAGMA quick_check").fetchall()
+        first = str(rows[0][0]) if rows else "no answer"
+        return None if first == "ok" else first
+
     def compact(self, now: float | None = None) -> dict[str, int]:
         """Apply retention now; see ``monitor.store.retention.compact``."""
         from monitor.store.retention import compact
@@ -576,9 +590,12 @@ def _insert_steps(conn: sqlite3.Connection, steps: Iterable[StepRecord]) -> None
     values = []
     for s in steps:
         end = _num(s.end_time)
+        step = _int(s.step)
+        if step is None:
+            raise ValueError(f"step number {str(s.step)[:40]} does not fit in 64 bits")
         values.append(
             (
-                int(s.step),
+                step,
                 -1.0 if end is None else end,
                 end,
                 _num(s.total),
@@ -605,7 +622,7 @@ def _insert_events(conn: sqlite3.Connection, events: Iterable[Event]) -> None:
         t = _num(e.time)
         data = _dumps(e.data)
         dedupe = None if t is None else _dumps([e.kind, t, e.step, e.message, data])
-        values.append((t, e.kind, e.step, e.message, data, dedupe))
+        values.append((t, e.kind, _int(e.step), e.message, data, dedupe))
     conn.executemany(
         "INSERT OR IGNORE INTO events (time, kind, step, message, data, dedupe) "
         "VALUES (?, ?, ?, ?, ?, ?)",

@@ -3,17 +3,30 @@
 Collectors ``put_*`` rows from any thread; ``flush()`` (called by the exporter every second or
 so) writes everything buffered in one transaction. A full disk or a file locked by another
 process never raises: ``up`` turns False, ``write_errors`` counts the failures, ``last_error``
-says what happened in plain words, and the rows stay buffered for the next ``flush()``. The
-buffer is bounded (``max_samples`` sample rows, ``max_records`` steps/events/flags); past the
-bound the oldest samples are dropped and counted in ``dropped_rows``. Every
-``compact_interval_s`` a successful flush also runs the store's retention (``compact()``).
+says what happened in plain words, and the rows stay buffered for the next ``flush()``. No
+value stops the writer: a row SQLite cannot hold (a step number of 2**63 or more, say) is
+refused when it is put, and any other row that makes a write fail for what it holds (not for
+the disk) is found by splitting the batch, dropped alone, and counted; the rest is written.
+
+Bounds (each drop is counted in ``dropped`` by reason and in ``dropped_rows``):
+
+- ``max_samples`` sample rows (GPU + host + NCCL, default 200,000: about 5 minutes at 64 GPUs
+  every 0.1 s while the disk refuses writes); past it the oldest samples go (``buffer_full``);
+- ``max_records`` steps and, separately, events (default 20,000 each); past it the oldest go
+  (``buffer_full``);
+- rows that cannot be stored at all (``invalid``: no timestamp, a step outside SQLite's
+  64-bit integers, a value a write rejects).
+
+``integrity_error`` (set by :meth:`check_integrity`) keeps ``up`` False: a store with garbage
+inside is reported, not trusted. Every ``compact_interval_s`` a successful flush also runs
+the store's retention (``compact()``).
 
 Usage::
 
     writer = StoreWriter(RunStore("run.db"))
     writer.put_gpu(rows); writer.put_steps(parsed.steps); writer.put_flags(flags)
     writer.flush()   # -> True when everything buffered is now stored
-    writer.up, writer.write_errors, writer.last_error, writer.dropped_rows, writer.buffered
+    writer.up, writer.write_errors, writer.last_error, writer.dropped, writer.buffered
 """
 
 from __future__ import annotations
@@ -29,6 +42,20 @@ from monitor.records import Event, Flag, StepRecord
 from monitor.store.runstore import RunStore
 
 _SAMPLE_KINDS = ("gpu", "host", "nccl")
+_INT64 = (-(2**63), 2**63 - 1)
+#: Failures that come from the place (disk, lock, file), not from the rows: keep the rows.
+_ENVIRONMENT_ERRORS = (sqlite3.OperationalError, OSError)
+
+
+def valid_step_number(value: Any) -> bool:
+    """True when ``value`` is an integer SQLite can store (a 64-bit signed integer)."""
+    if isinstance(value, bool):
+        return False
+    try:
+        num = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return _INT64[0] <= num <= _INT64[1]
 
 
 def describe_error(exc: BaseException) -> str:
@@ -73,10 +100,13 @@ class StoreWriter:
         self.max_samples = int(max_samples)
         self.max_records = int(max_records)
         self.compact_interval_s = compact_interval_s
-        self.up = True
+        self._write_ok = True
         self.write_errors = 0
         self.last_error: str | None = None
-        self.dropped_rows = 0
+        #: rows dropped, by reason: "buffer_full" (past a bound) or "invalid" (unstorable)
+        self.dropped: dict[str, int] = {"buffer_full": 0, "invalid": 0}
+        #: set when the store file failed its integrity check: ``up`` stays False
+        self.integrity_error: str | None = None
         self.rows_written = 0
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -87,6 +117,38 @@ class StoreWriter:
         self._meta: dict[str, Any] = {}
         self._last_compact = time.monotonic()
 
+    # ------------------------------------------------------------------ state
+
+    @property
+    def up(self) -> bool:
+        """True while the last write worked and the file passed its integrity check."""
+        return self._write_ok and self.integrity_error is None
+
+    @up.setter
+    def up(self, value: bool) -> None:
+        self._write_ok = bool(value)
+
+    @property
+    def dropped_rows(self) -> int:
+        """Rows dropped for any reason (see ``dropped``)."""
+        return sum(self.dropped.values())
+
+    def _drop(self, reason: str, count: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+    def check_integrity(self) -> bool:
+        """Run SQLite's quick check on the store; False (and ``up`` False) when it fails."""
+        try:
+            problem = self.store.quick_check()
+        except sqlite3.Error as exc:
+            problem = f"{exc.__class__.__name__}: {exc}"
+        self.integrity_error = (
+            None if problem is None
+            else f"the run store failed its integrity check ({problem}); copy what it holds "
+            "with `verl-monitor export` and start a new store"
+        )
+        return problem is None
+
     # ------------------------------------------------------------------ putting
 
     def _put_samples(self, kind: str, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -95,7 +157,7 @@ class StoreWriter:
             if _has_ts(row):
                 kept.append(dict(row))
             else:
-                self.dropped_rows += 1
+                self._drop("invalid")
                 self.last_error = f"a {kind} sample without a timestamp was dropped"
         with self._lock:
             self._samples[kind].extend(kept)
@@ -110,12 +172,12 @@ class StoreWriter:
                 key=lambda q: q[0].get("ts") or 0.0,
             )
             oldest.popleft()
-            self.dropped_rows += 1
+            self._drop("buffer_full")
             total -= 1
         for q in (self._steps, self._events):
             while len(q) > self.max_records:
                 q.popleft()
-                self.dropped_rows += 1
+                self._drop("buffer_full")
 
     def put_gpu(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Buffer GPU sample dicts (monitor.frames.GPU_COLUMNS)."""
@@ -130,9 +192,17 @@ class StoreWriter:
         self._put_samples("nccl", rows)
 
     def put_steps(self, steps: Iterable[StepRecord]) -> None:
-        """Buffer step records."""
+        """Buffer step records; a step number SQLite cannot hold is dropped and counted."""
+        kept = []
+        for s in steps:
+            if valid_step_number(s.step):
+                kept.append(s)
+            else:
+                self._drop("invalid")
+                self.last_error = (f"step {str(s.step)[:40]} was not stored: step numbers must "
+                                   "fit in 64 bits")
         with self._lock:
-            self._steps.extend(steps)
+            self._steps.extend(kept)
             self._enforce_bound()
 
     def put_events(self, events: Iterable[Event]) -> None:
@@ -145,7 +215,13 @@ class StoreWriter:
         """Buffer flags; a newer version of the same flag (kind, scope, start) replaces it."""
         with self._lock:
             for f in flags:
-                self._flags[(f.kind, f.scope_label, float(f.start))] = f
+                try:
+                    key = (f.kind, f.scope_label, float(f.start))
+                except (TypeError, ValueError):
+                    self._drop("invalid")
+                    self.last_error = f"a {f.kind} flag without a usable start was dropped"
+                    continue
+                self._flags[key] = f
 
     def set_meta(self, key: str, value: Any) -> None:
         """Buffer one run-level value."""
@@ -167,7 +243,12 @@ class StoreWriter:
     # ------------------------------------------------------------------ flushing
 
     def flush(self) -> bool:
-        """Write everything buffered in one transaction; True on success. Never raises."""
+        """Write everything buffered in one transaction; True on success. Never raises.
+
+        A failure of the place (disk full, file locked, read-only) keeps every row for the next
+        flush. A failure caused by what a row holds is narrowed down by halving the batch: the
+        rows that cannot be written are dropped (counted as ``invalid``), the rest is stored.
+        """
         with self._flush_lock:
             with self._lock:
                 batch = {
@@ -184,17 +265,65 @@ class StoreWriter:
                 return self._maybe_compact()
             try:
                 self.store.add_batch(**batch)
-            except (sqlite3.Error, OSError, ValueError) as exc:
-                self.up = False
-                self.write_errors += 1
-                self.last_error = describe_error(exc)
-                return False
+            except _ENVIRONMENT_ERRORS as exc:
+                return self._failed(exc)
+            except Exception:  # noqa: BLE001 - a row's content: find it, drop it, store the rest
+                try:
+                    count = self._write_isolating(batch)
+                except _ENVIRONMENT_ERRORS as exc:
+                    return self._failed(exc)
             with self._lock:
                 self._remove_written(batch)
             self.rows_written += count
-            self.up = True
+            self._write_ok = True
             self.last_error = None
             return self._maybe_compact()
+
+    def _failed(self, exc: BaseException) -> bool:
+        self._write_ok = False
+        self.write_errors += 1
+        self.last_error = describe_error(exc)
+        return False
+
+    def _write_isolating(self, batch: dict[str, Any]) -> int:
+        """Write ``batch`` kind by kind, halving any part a row makes fail; returns rows stored.
+
+        Rows that fail alone are dropped from ``batch`` (so they leave the buffer too) and
+        counted. Environment errors propagate (the caller keeps everything)."""
+        stored = 0
+        for kind in ("gpu", "host", "nccl", "steps", "events", "flags", "meta"):
+            rows = batch[kind]
+            if not rows:
+                continue
+            if kind == "meta":
+                items = [{k: v} for k, v in rows.items()]
+                good = self._write_part("meta", items)
+                stored += len(good)
+                continue
+            stored += len(self._write_part(kind, rows))
+        return stored
+
+    def _write_part(self, kind: str, rows: list) -> list:
+        """Write ``rows`` of one kind; returns the rows stored (bad ones dropped, counted)."""
+        try:
+            if kind == "meta":
+                merged: dict[str, Any] = {}
+                for item in rows:
+                    merged.update(item)
+                self.store.add_batch(meta=merged)
+            else:
+                self.store.add_batch(**{kind: rows})
+            return rows
+        except _ENVIRONMENT_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - narrowed below
+            if len(rows) == 1:
+                self._drop("invalid")
+                self.last_error = (f"a {kind} row could not be stored and was dropped "
+                                   f"({exc.__class__.__name__}: {str(exc)[:120]})")
+                return []
+            half = len(rows) // 2
+            return self._write_part(kind, rows[:half]) + self._write_part(kind, rows[half:])
 
     def _remove_written(self, batch: dict[str, Any]) -> None:
         """Drop the rows just written; rows put during the write stay buffered."""
@@ -222,9 +351,6 @@ class StoreWriter:
         self._last_compact = time.monotonic()
         try:
             self.store.compact()
-        except (sqlite3.Error, OSError) as exc:
-            self.up = False
-            self.write_errors += 1
-            self.last_error = describe_error(exc)
-            return False
+        except Exception as exc:  # noqa: BLE001 - retention never stops the writer
+            return self._failed(exc)
         return True
