@@ -3,8 +3,9 @@ raylets on this machine), an exporter actor pinned to each, targets from
 ``ray.nodes()`` scraped by a real Prometheus, the driver's node following the log, all gone
 after ``stop``.
 
-``ray`` is not a dependency of verl-monitor (it is verl's, and large): the test is skipped,
-with the reason, when it is not installed; ``pip install ray`` into the venv to run it.
+``ray`` is not a dependency of verl-monitor (it is verl's, and ~250 MB): when it is missing
+the fixture pip-installs it into this test's Python (CI has PyPI), and skips with the reason
+when that fails. ``VERLMON_NO_INSTALL=1`` turns the install off (then the test skips).
 """
 
 from __future__ import annotations
@@ -32,8 +33,17 @@ VERL_LINE = ("(TaskRunner pid=1) step:{step} - timing_s/gen:0.3 - timing_s/updat
 @pytest.fixture(scope="module")
 def ray_cluster():
     """Head + one worker node on this machine, shut down afterwards."""
-    cluster_utils = pytest.importorskip(
-        "ray.cluster_utils", reason="ray is not installed (pip install ray to run this test)")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if os.environ.get("VERLMON_NO_INSTALL"):
+            pytest.skip("ray is not installed (pip install ray to run this test)")
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ray"],
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            pytest.skip(f"ray is not installed and pip install ray failed: "
+                        f"{done.stderr.strip()[-300:]}")
+    cluster_utils = pytest.importorskip("ray.cluster_utils", reason="ray did not import")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # the nodes bind this machine's own address (Ray picks it; nothing leaves the machine)
     args = {"num_cpus": 1, "include_dashboard": False}

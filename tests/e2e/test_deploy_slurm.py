@@ -32,7 +32,7 @@ def _ensure_slurm() -> str | None:
     tools = ("slurmctld", "slurmd", "sbatch", "scontrol")
     if all(shutil.which(t) for t in tools):
         return None
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
+    if os.geteuid() != 0 or not shutil.which("apt-get") or os.environ.get("VERLMON_NO_INSTALL"):
         return "Slurm is not installed and this user cannot apt-get install slurm-wlm"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
