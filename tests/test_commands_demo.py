@@ -31,6 +31,15 @@ def test_demo_serves_dashboard_and_metrics_then_stops_on_ctrl_c(tmp_path):
         assert health.read() == b"ok"
         body = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
         assert "verlmon_gpu_utilization_ratio" in body
+        # the simulated job dumps NCCL Inspector records: the Communication page has data
+        import time
+
+        deadline = time.monotonic() + 60
+        while 'coll="AllReduce"' not in body and time.monotonic() < deadline:
+            time.sleep(1.0)
+            body = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+        assert 'coll="AllReduce"' in body
+        assert any((tmp_path / "nccl").glob("*-pid*.log"))
         assert (tmp_path / "train.log").exists() and (tmp_path / "run.db").exists()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0

@@ -51,12 +51,26 @@ def exporter_command(workdir: Path, scenario: str, speed: float, listen: str,
         "--listen-address", listen,
         "--interval", f"{interval:g}",
         "--node", node,
+        "--nccl-dir", str(workdir / "nccl"),
     ]
 
 
-def start_exporter(cmd: list[str], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+def exporter_env(workdir: Path) -> dict[str, str]:
+    """The exporter's environment: the simulated job dumps NCCL Inspector records into
+    ``workdir/nccl``, which the exporter follows (``--nccl-dir``), so the Communication page
+    has data too."""
+    import os
+
+    from monitor.sim.live import NCCL_DIR_ENV
+
+    return {**os.environ, NCCL_DIR_ENV: str(workdir / "nccl")}
+
+
+def start_exporter(cmd: list[str], timeout: float = 60.0,
+                   env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """Start the exporter and wait for its startup line; returns (process, /metrics URL)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump(stream, sink: list[str] | None) -> None:
@@ -153,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for stale in ("train.log", "run.db", "run.db-wal", "run.db-shm"):
         (workdir / stale).unlink(missing_ok=True)
+    shutil.rmtree(workdir / "nccl", ignore_errors=True)  # a previous demo's dumps
     exporter = dashboard = None
     previous = signal.signal(signal.SIGTERM, interrupt_on_signal)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -160,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
         listen = f"{args.address}:{args.exporter_port}"
         try:
             exporter, metrics_url = start_exporter(
-                exporter_command(workdir, args.scenario, args.speed, listen, args.node))
+                exporter_command(workdir, args.scenario, args.speed, listen, args.node),
+                env=exporter_env(workdir))
         except RuntimeError as exc:
             print(f"verl-monitor demo: {exc}", file=sys.stderr)
             return 1

@@ -4,27 +4,82 @@
 preamble at once, then appends each line when the wall clock passes its simulated time (scaled
 by ``speed``). ``now_sim()`` gives the simulated instant matching the wall clock, to pass to
 ``run.gpu_sample_at``.
+
+With ``nccl_dir`` (or ``VERLMON_SIM_NCCL_DIR`` in the environment, which ``verl-monitor demo``
+sets) the simulated job also dumps NCCL Inspector records there, as NCCL >= 2.28 does with
+``NCCL_INSPECTOR_DUMP_DIR``: gradient AllReduces while ``update_actor`` runs and weight
+AllGathers during ``reshard``, one record per rank, so the Communication page has data. They
+are written beside the log lines; the simulator's own telemetry is unchanged.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
+import zlib
 from pathlib import Path
 
 from monitor.sim.engine import SimRun
+
+#: Environment variable naming the folder for simulated NCCL Inspector dumps.
+NCCL_DIR_ENV = "VERLMON_SIM_NCCL_DIR"
+#: Simulated collectives per phase: (phase, collective, communicator, simulated seconds between
+#: operations, share of that interval spent in the collective, message bytes).
+NCCL_PLAN: tuple[tuple[str, str, str, float, float, int], ...] = (
+    ("update_actor", "AllReduce", "actor_dp", 1.0, 0.18, 4 << 30),
+    ("reshard", "AllGather", "rollout_tp", 0.5, 0.5, 2 << 30),
+)
+
+
+def nccl_records(run: SimRun, node: str, pid: int) -> list[tuple[float, dict]]:
+    """(simulated time, Inspector record) for every simulated collective of the run, per rank
+    (one rank per simulated GPU), in time order. ``dump_timestamp_us`` is filled in when the
+    record is written."""
+    ranks = int(getattr(run, "gpus_per_node", 8) or 8)
+    out: list[tuple[float, dict]] = []
+    seq = 0
+    for st in run.steps:
+        for phase, coll, comm, every, share, size in NCCL_PLAN:
+            span = st.phases.get(phase)
+            if not span:
+                continue
+            t = span[0] + every
+            while t <= span[1] + 1e-9:
+                seq += 1
+                exec_s = every * share
+                for rank in range(ranks):
+                    busbw = size * 2 * (ranks - 1) / ranks / exec_s / 1e9
+                    out.append((t, {
+                        "header": {"id": f"0x{zlib.crc32(comm.encode()):x}", "comm_name": comm,
+                                   "rank": rank, "n_ranks": ranks, "nnodes": 1},
+                        "metadata": {"inspector_output_format_version": "v4.0",
+                                     "dump_timestamp_us": 0, "hostname": node, "pid": pid},
+                        "coll_perf": {"coll": coll, "coll_sn": seq, "coll_msg_size_bytes": size,
+                                      "coll_exec_time_us": exec_s * 1e6,
+                                      "coll_timing_source": "kernel_gpu",
+                                      "coll_algobw_gbs": size / exec_s / 1e9,
+                                      "coll_busbw_gbs": busbw},
+                    }))
+                t += every
+    out.sort(key=lambda item: item[0])
+    return out
 
 
 class LiveSim:
     """Appends a :class:`SimRun`'s lines to ``log_path`` as (scaled) wall-clock time passes."""
 
-    def __init__(self, run: SimRun, log_path: str | os.PathLike[str], speed: float = 1.0) -> None:
+    def __init__(self, run: SimRun, log_path: str | os.PathLike[str], speed: float = 1.0,
+                 nccl_dir: str | os.PathLike[str] | None = None) -> None:
         if speed <= 0:
             raise ValueError("speed must be > 0")
         self.run = run
         self.log_path = Path(log_path)
         self.speed = float(speed)
+        nccl_dir = nccl_dir if nccl_dir is not None else os.environ.get(NCCL_DIR_ENV) or None
+        self.nccl_dir = Path(nccl_dir) if nccl_dir else None
+        self.nccl_written = 0
         self._wall0: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -71,18 +126,44 @@ class LiveSim:
 
     def _loop(self) -> None:
         try:
-            lines = self.run.timed_lines()
-            with self.log_path.open("a", encoding="utf-8") as fh:
-                for t_sim, text in lines:
-                    while not self._stop.is_set():
-                        wait = self.wall_time_of(t_sim) - time.time()
-                        if wait <= 0:
-                            break
-                        self._stop.wait(min(wait, 0.5))
-                    if self._stop.is_set():
-                        return
-                    fh.write(text + "\n")
-                    fh.flush()
-                    self.lines_written += 1
+            items: list[tuple[float, int, object]] = [(t, 0, text)
+                                                      for t, text in self.run.timed_lines()]
+            dump = None
+            if self.nccl_dir is not None:
+                node = str((getattr(self.run, "node_names", None) or ["sim"])[0])
+                self.nccl_dir.mkdir(parents=True, exist_ok=True)
+                dump = (self.nccl_dir / f"{node}-pid{os.getpid()}.log").open(
+                    "a", encoding="utf-8")
+                items += [(t, 1, rec) for t, rec in nccl_records(self.run, node, os.getpid())]
+                items.sort(key=lambda item: (item[0], item[1]))
+            try:
+                with self.log_path.open("a", encoding="utf-8") as fh:
+                    for t_sim, kind, item in items:
+                        while not self._stop.is_set():
+                            wait = self.wall_time_of(t_sim) - time.time()
+                            if wait <= 0:
+                                break
+                            self._stop.wait(min(wait, 0.5))
+                        if self._stop.is_set():
+                            return
+                        if kind == 0:
+                            fh.write(str(item) + "\n")
+                            fh.flush()
+                            self.lines_written += 1
+                        elif dump is not None:
+                            self._dump(dump, item, t_sim)
+            finally:
+                if dump is not None:
+                    dump.close()
         except Exception as exc:  # reported through .error; the thread must end
             self.error = exc
+
+    def _dump(self, fh, record, t_sim: float) -> None:
+        """Write one Inspector record stamped with the wall time it is written at; its
+        execution time is scaled to wall seconds so the NCCL share is right at any speed."""
+        rec = json.loads(json.dumps(record))
+        rec["metadata"]["dump_timestamp_us"] = int(self.wall_time_of(t_sim) * 1e6)
+        rec["coll_perf"]["coll_exec_time_us"] /= self.speed
+        fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        fh.flush()
+        self.nccl_written += 1
