@@ -329,9 +329,10 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
     if len(df) == 0:
         return []
     df = df[df["win"] >= 0]
-    labelled = df["phase"].notna().any()
-    if labelled:
-        df = df[df["phase"].isin(TRAINING_PHASES)]
+    # Without the phase timeline (a node that does not follow the verl log) generation cannot
+    # be told from training, and a healthy step's whole-step SM activity sits below the line:
+    # judge nothing here; the cross-node Prometheus rules compare such nodes with their peers.
+    df = df[df["phase"].isin(TRAINING_PHASES)]
     if len(df) == 0:
         return []
     threshold = float(cfg["threshold"])
@@ -356,7 +357,7 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
             m = float(mean.iloc[ep.onset:ep.last + 1].mean())
             sev = severity_for(m, threshold, float(cfg["critical_below"]), higher_is_worse=False)
             rng = _range_steps(ctx, ep.onset, ep.last)
-            phases = "training phases" if labelled else "the run"
+            phases = "training phases"
             who = f"Node {node} GPUs" if node is not None else "The GPUs"
             flags.append(make_flag(
                 "low_utilization", sev, start, end, {"node": node, "steps": rng},
