@@ -196,6 +196,10 @@ def test_ordinary_lines_are_not_failures() -> None:
         "(WorkerDict pid=1) INFO: the watchdog timeout is set to 1800 s",
         "export NCCL_DEBUG=INFO",
         "loading /usr/lib/libnccl.so.2",
+        "(TaskRunner pid=9)              'nccl_timeout': 600,",
+        "Some common causes include: (1) the process was killed by the OOM killer due to high "
+        "memory usage, (2) ray stop --force was called, or (3) the worker crashed unexpectedly "
+        "due to SIGSEGV or another unexpected error.",
     ):
         assert match_failure(line) is None, line
 

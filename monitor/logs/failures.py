@@ -230,6 +230,8 @@ def _worker_killed(text: str) -> Failure | None:
         data = {"reason": "sigkill", "pid": int(match.group(1)), "fatal": True,
                 "detail": "the shell reports the process Killed (SIGKILL)"}
         return Failure("worker_killed", data, ("signal", "sigkill", data["pid"]))
+    if "causes include" in text or "root causes" in text:
+        return None  # Ray's list of what might have happened, not a report that it did
     reason = None
     if "SIGSEGV" in text or "Segmentation fault" in text:
         reason = "segfault"
