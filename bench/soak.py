@@ -5,8 +5,10 @@ seconds, a run store, the detector loop) and, while it runs, keeps a verl consol
 (one step line every ``--step-s`` seconds plus tqdm-style noise lines) and an NCCL Inspector
 dump directory growing (one AllReduce record per rank and step). Every minute it prints one line
 with the exporter's RSS, open file descriptors, threads, CPU (% of one core over that minute),
-and one /metrics scrape's size and time. At the end it prints the RSS growth over the last half
-of the run, the store's row counts and the exporter's exit code after SIGTERM.
+and one /metrics scrape's size and time, the store's state and the drop counters (the detectors'
+window drops GPU rows once its 200,000-row cap is full: about 5 minutes of 64 GPUs every 0.1 s;
+every other ``verlmon_*dropped*_total`` should stay 0). At the end it prints the RSS growth over
+the last half of the run, the store's row counts and the exporter's exit code after SIGTERM.
 
 It stops by itself after ``--minutes`` (and kills the exporter if SIGTERM does not end it).
 
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         prev = proc_stats(proc.pid)
         prev_t = t0
         print("minute  rss_mb  fds  threads  cpu_%core  scrape_kb  scrape_ms  steps  log_mb  "
-              "store_up  dropped", flush=True)
+              "store_up  win_drop  other_drop", flush=True)
         next_report = t0 + args.report_s
         while True:
             now = time.monotonic()
@@ -188,14 +190,17 @@ def main(argv: list[str] | None = None) -> int:
             if size > 0:
                 with urllib.request.urlopen(url, timeout=30) as resp:
                     body = resp.read().decode()
-            dropped = sum(float(v) for v in re.findall(
-                r"^verlmon_\w+_dropped_total(?:\{[^}]*\})? (\S+)$", body, re.M)) if body else 0
+            window_drop = sum(float(v) for v in re.findall(
+                r"^verlmon_window_dropped_rows_total(?:\{[^}]*\})? (\S+)$", body, re.M))
+            other_drop = sum(float(v) for v in re.findall(
+                r"^verlmon_(?!window)\w*dropped\w*_total(?:\{[^}]*\})? (\S+)$", body, re.M))
             row = {"minute": (now - t0) / 60, **stats, "cpu_pct": cpu}
             rows.append(row)
             print(f"{row['minute']:6.1f}  {stats['rss_mb']:6.1f}  {stats['fds']:3d}  "
                   f"{stats['threads']:7d}  {cpu:9.1f}  {size / 1024:9.1f}  {took * 1000:9.1f}  "
                   f"{writer.steps:5d}  {writer.log_bytes / 1e6:6.1f}  "
-                  f"{metric_value(body, 'verlmon_store_up'):>8}  {dropped:7.0f}", flush=True)
+                  f"{metric_value(body, 'verlmon_store_up'):>8}  {window_drop:8.0f}  "
+                  f"{other_drop:10.0f}", flush=True)
             next_report += args.report_s
         if proc.poll() is not None:
             print(f"# exporter exited early with {proc.returncode}", flush=True)

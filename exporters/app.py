@@ -225,15 +225,26 @@ class Exporter:
             if name in self.thread_restarts or any(t.name == name for t in self._threads):
                 restarts.add_metric([name], self.thread_restarts.get(name, 0))
         notifier = self.notifier
+        slack: list = []
         if notifier is not None:
             restarts.add_metric(["slack-sender"], getattr(notifier, "thread_restarts", 0))
+            messages = CounterMetricFamily(
+                m.SLACK_MESSAGES.removesuffix("_total"),
+                "Slack messages finished: sent, unknown (no answer after sending; not "
+                "retried), skipped (resolved whose opened never went).", labels=["outcome"])
+            for outcome, count in sorted(notifier.outcomes.items()):
+                messages.add_metric([outcome], count)
+            slack = [messages, CounterMetricFamily(
+                m.SLACK_DROPPED.removesuffix("_total"),
+                "Slack messages the in-memory outbox dropped at its bound.",
+                value=notifier.dropped)]
         window = CounterMetricFamily(
             m.WINDOW_DROPPED.removesuffix("_total"),
             "GPU/host rows the detectors' window dropped at its row cap before they aged out.",
             labels=["kind"])
         for kind, count in sorted(getattr(self.window, "dropped", {}).items()):
             window.add_metric([kind], count)
-        out = [restarts, window]
+        out = [restarts, window, *slack]
         if self.store is not None:
             dropped = CounterMetricFamily(
                 m.STORE_DROPPED.removesuffix("_total"),

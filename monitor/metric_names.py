@@ -19,6 +19,8 @@ STORE_WRITE_ERRORS = "verlmon_store_write_errors_total"  # counter
 STORE_DROPPED = "verlmon_store_dropped_rows_total"  # counter {reason}
 WINDOW_DROPPED = "verlmon_window_dropped_rows_total"  # counter {kind}
 THREAD_RESTARTS = "verlmon_exporter_thread_restarts_total"  # counter {thread}
+SLACK_MESSAGES = "verlmon_slack_messages_total"  # counter {outcome}
+SLACK_DROPPED = "verlmon_slack_dropped_total"  # counter
 
 # --- GPU (nvml / sim backends)
 GPU_INFO = "verlmon_gpu_info"  # gauge {gpu, uuid, name}

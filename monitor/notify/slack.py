@@ -15,14 +15,28 @@ API::
   start time (resolved messages add the end and the duration), the evidence, and the advice as
   bullets. Flags below ``min_severity`` are not sent.
 - Every message goes to an outbox first: the store's ``outbox`` table (it survives restarts),
-  or memory when ``store`` is None. ``deliver()`` sends due messages oldest first with
-  slack_sdk's ``WebhookClient``; on HTTP 429, 5xx or a connection error it retries with
-  exponential backoff (``retry_base_s``, at most ``max_attempts`` tries per call) and honours
-  ``Retry-After``; a message that still fails stays in the outbox with its next attempt
-  scheduled, and is delivered by a later call: never lost, and sent once.
+  or memory when ``store`` is None (bounded: see monitor/notify/outbox.py). ``deliver()`` sends
+  due messages oldest first with slack_sdk's ``WebhookClient``; on HTTP 429, 5xx or a failure
+  to connect or send it retries with exponential backoff (``retry_base_s``, at most
+  ``max_attempts`` tries per call) and honours ``Retry-After``; a message that still fails
+  stays in the outbox with its next attempt scheduled, and is delivered by a later call.
 - ``rate_limit_per_min``: at most that many messages in any 60 s; the rest wait.
-- De-duplication: the same kind + scope + state (opened/resolved) queued within ``dedupe_s``
-  is queued once.
+
+Exactly once per flag episode, in order:
+
+- An episode is one flag from its start: kind + scope + start time (two OOMs 85 s apart are
+  two episodes, even with the same empty scope). Its "opened" and its "resolved" message are
+  each queued once, ever (the outbox remembers the episode id across restarts).
+- "resolved" waits until the episode's "opened" is done; a "resolved" whose "opened" was never
+  queued is not sent (a person never reads "resolved" for something never announced).
+- Timeouts never cause a second post. Slack webhooks have no idempotency key, so a request
+  whose body was sent but whose answer never came (read timeout, connection reset while
+  waiting) may have been posted: the message is *not* retried (at most once), counted in
+  ``outcomes["unknown"]`` and logged once with its episode. Only failures where Slack cannot
+  have received the body (cannot connect, cannot send) or answered with 429/5xx are retried.
+  ``timeout_s`` defaults to 10 s (Slack answers in well under a second) so this stays rare.
+- The webhook URL (its secret path) never reaches an error message, the log or the store:
+  every error text goes through :meth:`SlackNotifier.redact`.
 """
 
 from __future__ import annotations
@@ -30,8 +44,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import threading
 import time
+import urllib.error
 from collections import deque
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +60,15 @@ _SEVERITY_ICON = {"info": ":information_source:", "warning": ":warning:",
                   "critical": ":rotating_light:"}
 _TEXT_LIMIT = 2900  # Slack caps a section's text at 3,000 characters
 _HEADER_LIMIT = 150
+#: Slack's webhook secret path (``T…/B…/token``), wherever it shows up.
+_HOOK_PATH = re.compile(r"(?:https?://[^\s\"']*)?/?services/[A-Za-z0-9_/\-]+|"
+                        r"\bT[A-Z0-9]{6,}/B[A-Z0-9]{6,}/[A-Za-z0-9]{8,}")
+log = logging.getLogger("verl_monitor.notify")
+
+
+def episode_id(flag: Flag) -> str:
+    """One flag episode: kind, scope and start time (the same flag later is another one)."""
+    return f"{flag.kind}|{flag.scope_label}|{float(flag.start):.3f}"
 
 
 class SlackConfigError(ValueError):
@@ -135,7 +160,7 @@ def build_message(flag: Flag, state: str, *, run: str | None = None) -> dict[str
         "text": _clip(text, _TEXT_LIMIT),
         "blocks": blocks,
         "meta": {"kind": flag.kind, "state": state, "scope": flag.scope_label,
-                 "severity": flag.severity},
+                 "severity": flag.severity, "episode": episode_id(flag)},
     }
 
 
@@ -171,13 +196,12 @@ class SlackNotifier:
         *,
         min_severity: str = "warning",
         rate_limit_per_min: int = 10,
-        dedupe_s: float = 3600.0,
         run: str | None = None,
         max_attempts: int = 3,
         retry_base_s: float = 1.0,
         retry_max_s: float = 30.0,
         backoff_max_s: float = 600.0,
-        timeout_s: float = 5.0,
+        timeout_s: float = 10.0,
     ) -> None:
         if min_severity not in SEVERITIES:
             raise ValueError(f"min_severity must be one of {', '.join(SEVERITIES)}")
@@ -186,7 +210,6 @@ class SlackNotifier:
         self.outbox = store if store is not None else MemoryOutbox()
         self.min_severity = min_severity
         self.rate_limit_per_min = int(rate_limit_per_min)
-        self.dedupe_s = float(dedupe_s)
         self.run = run
         self.max_attempts = max(1, int(max_attempts))
         self.retry_base_s = float(retry_base_s)
@@ -194,6 +217,11 @@ class SlackNotifier:
         self.backoff_max_s = float(backoff_max_s)
         self.sent = 0
         self.failed_attempts = 0
+        #: final outcome of each message handled: sent, unknown (timed out after sending,
+        #: not retried), skipped ("resolved" without an "opened")
+        self.outcomes = {"sent": 0, "unknown": 0, "skipped": 0}
+        #: exceptions in the delivery thread (it carries on)
+        self.thread_restarts = 0
         self.last_error: str | None = None
         self._sent_times: deque[float] = deque()
         self._deliver_lock = threading.Lock()
@@ -209,6 +237,21 @@ class SlackNotifier:
     def __repr__(self) -> str:  # never show the URL
         return f"SlackNotifier(webhook_url_file={self.webhook_url_file!r}, pending={self.pending})"
 
+    def redact(self, text: str) -> str:
+        """``text`` without the webhook URL or its secret path (Slack may echo them)."""
+        from urllib.parse import urlsplit
+
+        path = urlsplit(self._url).path
+        for secret in (self._url, path, path.lstrip("/")):
+            if len(secret) > 8:
+                text = text.replace(secret, "<webhook>")
+        return _HOOK_PATH.sub("<webhook>", text)
+
+    @property
+    def dropped(self) -> int:
+        """Messages the in-memory outbox dropped at its bound (0 with a store)."""
+        return int(getattr(self.outbox, "dropped", 0) or 0)
+
     # ------------------------------------------------------------------ queueing
 
     @property
@@ -223,10 +266,10 @@ class SlackNotifier:
     def _enqueue(self, flag: Flag, state: str) -> int | None:
         if not self._wanted(flag):
             return None
-        key = f"{flag.kind}|{flag.scope_label}|{state}"
+        key = f"{episode_id(flag)}|{state}"
         now = time.time()
-        if self.outbox.outbox_seen(key, now - self.dedupe_s):
-            return None
+        if self.outbox.outbox_status(key) is not None:
+            return None  # this episode's message was queued already: once, ever
         payload = build_message(flag, state, run=self.run)
         return self.outbox.outbox_add(payload, dedupe_key=key, created=now)
 
@@ -245,20 +288,38 @@ class SlackNotifier:
             self._sent_times.popleft()
         return len(self._sent_times) < self.rate_limit_per_min
 
-    def _post(self, payload: dict[str, Any]) -> tuple[bool, str | None, float | None, bool]:
-        """One POST: (ok, error in words, retry-after seconds, retryable)."""
+    def _post(self, payload: dict[str, Any]) -> tuple[str, str | None, float | None, bool]:
+        """One POST: (result, error in words, retry-after seconds, retryable).
+
+        result: "ok"; "failed" (Slack did not take it: retry per ``retryable``); "unknown"
+        (the body went out and no answer came: it may be posted, so it is not retried)."""
         try:
             resp = self._client.send(text=payload.get("text"), blocks=payload.get("blocks"))
-        except Exception as exc:  # noqa: BLE001 - connection errors of any kind are retried
+        except urllib.error.URLError as exc:  # connecting or sending failed: not received
             reason = getattr(exc, "reason", None) or exc.__class__.__name__
-            return False, f"cannot reach Slack ({reason})", None, True
+            return "failed", self.redact(f"cannot reach Slack ({reason})"), None, True
+        except Exception as exc:  # noqa: BLE001 - sent, then no answer: ambiguous
+            reason = self.redact(str(exc) or exc.__class__.__name__)
+            return "unknown", (f"no answer from Slack after sending ({exc.__class__.__name__}:"
+                               f" {reason}); not retried, it may have been posted"), None, False
         if resp.status_code == 200:
-            return True, None, None, False
-        body = (resp.body or "").strip()[:100]
+            return "ok", None, None, False
+        body = self.redact((resp.body or "").strip()[:100])
         error = f"Slack answered HTTP {resp.status_code}" + (f" ({body})" if body else "")
         if resp.status_code == 429:
-            return False, error, _retry_after(resp.headers), True
-        return False, error, None, resp.status_code >= 500
+            return "failed", error, _retry_after(resp.headers), True
+        return "failed", error, None, resp.status_code >= 500
+
+    def _resolved_ready(self, item: Any) -> bool | None:
+        """For a "resolved" item: True when its "opened" is done, False while it waits,
+        None when it was never queued (the resolved message is then skipped)."""
+        meta = item.payload.get("meta") or {}
+        if meta.get("state") != "resolved" or not meta.get("episode"):
+            return True
+        status = self.outbox.outbox_status(f"{meta['episode']}|opened")
+        if status is None:
+            return None
+        return status == "done"
 
     def deliver(self) -> int:
         """Send the messages that are due, oldest first; returns how many were sent.
@@ -269,16 +330,34 @@ class SlackNotifier:
         with self._deliver_lock:
             delivered = 0
             for item in self.outbox.outbox_pending(now=time.time()):
+                ready = self._resolved_ready(item)
+                if ready is None:
+                    self.outbox.outbox_mark_sent(
+                        item.id, time.time(), note="not sent: its opened message never was")
+                    self.outcomes["skipped"] += 1
+                    continue
+                if not ready:
+                    continue  # waits for its "opened" (order per flag)
                 if not self._rate_ok(time.time()):
                     break
                 stop = False
                 for attempt in range(self.max_attempts):
-                    ok, error, retry_after, retryable = self._post(item.payload)
-                    if ok:
+                    result, error, retry_after, retryable = self._post(item.payload)
+                    if result == "unknown":
+                        now = time.time()
+                        self.outbox.outbox_mark_sent(item.id, now, note=error)
+                        self._sent_times.append(now)
+                        self.outcomes["unknown"] += 1
+                        self.last_error = error
+                        episode = (item.payload.get("meta") or {}).get("episode", "?")
+                        log.warning("Slack: %s (%s)", error, episode)
+                        break
+                    if result == "ok":
                         now = time.time()
                         self.outbox.outbox_mark_sent(item.id, now)
                         self._sent_times.append(now)
                         self.sent += 1
+                        self.outcomes["sent"] += 1
                         delivered += 1
                         self.last_error = None
                         break
@@ -312,11 +391,18 @@ class SlackNotifier:
         self._stop.clear()
 
         def loop() -> None:
+            logged: set[str] = set()
             while not self._stop.is_set():
                 try:
                     self.deliver()
                 except Exception as exc:  # noqa: BLE001 - e.g. the store is unavailable
-                    self.last_error = f"delivery loop: {exc.__class__.__name__}: {exc}"
+                    self.thread_restarts += 1
+                    reason = self.redact(f"{exc.__class__.__name__}: {exc}")
+                    self.last_error = f"delivery loop: {reason}"
+                    if reason not in logged:
+                        logged.add(reason)
+                        log.error("Slack delivery failed (%s); trying again in %g s",
+                                  reason, interval_s)
                 self._stop.wait(interval_s)
 
         self._thread = threading.Thread(target=loop, name="slack-notifier", daemon=True)

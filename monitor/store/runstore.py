@@ -520,15 +520,29 @@ class RunStore:
         sql = "SELECT count(*) FROM outbox WHERE sent_at IS NULL"
         return int(self._conn().execute(sql).fetchone()[0])
 
-    def outbox_mark_sent(self, item_id: int, sent_at: float | None = None) -> None:
-        """Record a successful delivery."""
+    def outbox_mark_sent(
+        self, item_id: int, sent_at: float | None = None, note: str | None = None
+    ) -> None:
+        """Record that an item is done: delivered, or given up for good (``note`` says why:
+        "outcome unknown" after a timeout, "not sent" for a message that must not go)."""
         ts = time.time() if sent_at is None else sent_at
         self._write(
             lambda c: c.execute(
-                "UPDATE outbox SET sent_at = ?, attempts = attempts + 1 WHERE id = ?",
-                (ts, item_id),
+                "UPDATE outbox SET sent_at = ?, attempts = attempts + 1, "
+                "last_error = COALESCE(?, last_error) WHERE id = ?",
+                (ts, note, item_id),
             )
         )
+
+    def outbox_status(self, dedupe_key: str) -> str | None:
+        """"done" when an item with this key was delivered (or given up), "pending" while one
+        waits, None when none was ever queued."""
+        row = self._conn().execute(
+            "SELECT MAX(sent_at IS NOT NULL) FROM outbox WHERE dedupe_key = ?", (dedupe_key,)
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return "done" if row[0] else "pending"
 
     def outbox_mark_failed(self, item_id: int, error: str, next_attempt: float) -> None:
         """Record a failed attempt; the item stays pending until ``next_attempt``."""
