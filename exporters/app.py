@@ -224,6 +224,8 @@ class Exporter:
         for name in ("detector-loop", "store-flusher", *sorted(self.thread_restarts)):
             if name in self.thread_restarts or any(t.name == name for t in self._threads):
                 restarts.add_metric([name], self.thread_restarts.get(name, 0))
+        if self.server is not None:
+            restarts.add_metric(["metrics-server"], self.server.restarts)
         notifier = self.notifier
         slack: list = []
         if notifier is not None:

@@ -22,6 +22,7 @@ import selectors
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -194,6 +195,8 @@ class MetricsServer:
         self._server.timeout = 0.5  # handle_request() never blocks longer than this
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread: threading.Thread | None = None
+        #: exceptions in the accept loop (each logged once per reason; the loop carries on)
+        self.restarts = 0
 
     @property
     def host(self) -> str:
@@ -227,11 +230,20 @@ class MetricsServer:
         with selectors.DefaultSelector() as sel:
             sel.register(self._server.socket, selectors.EVENT_READ, "accept")
             sel.register(self._wake_r, selectors.EVENT_READ, "stop")
+            logged: set[str] = set()
             while True:
-                for key, _ in sel.select():
-                    if key.data == "stop":
-                        return
-                    self._server.handle_request()  # accepts, then a thread serves it
+                try:
+                    for key, _ in sel.select():
+                        if key.data == "stop":
+                            return
+                        self._server.handle_request()  # accepts, then a thread serves it
+                except Exception as exc:  # noqa: BLE001 - the server must not die
+                    self.restarts += 1
+                    reason = f"{exc.__class__.__name__}: {exc}"
+                    if reason not in logged:
+                        logged.add(reason)
+                        log.error("metrics server: %s; serving on", reason)
+                    time.sleep(0.1)  # e.g. out of file descriptors: do not spin
 
     def stop(self) -> None:
         """Stop serving and close the sockets."""

@@ -207,7 +207,8 @@ def heat(title: str, unit: str, target: prometheus.Dataquery, description: str =
 
 
 def flag_table(title: str, target: prometheus.Dataquery, description: str = "") -> table.Panel:
-    """A table of the open detector flags (one row per kind, severity and scope)."""
+    """A table of the open detector flags: one row per flag with its scope (node, GPU, phase),
+    evidence and advice."""
     return (
         table.Panel()
         .title(title)
@@ -222,12 +223,15 @@ def flag_table(title: str, target: prometheus.Dataquery, description: str = "") 
 
 
 def _organize_flags() -> DataTransformerConfig:
-    """Put job, node, severity, kind and scope first; hide time, value and instance."""
+    """Put job, node, severity, kind, GPU, phase, evidence and advice in that order; hide time,
+    value, instance and the exporter's own node label (``exported_node``)."""
     return DataTransformerConfig(
         id_val="organize",
         options={
-            "excludeByName": {"Time": True, "Value": True, "__name__": True, "instance": True},
-            "indexByName": {"job": 0, "node": 1, "severity": 2, "kind": 3, "scope": 4},
+            "excludeByName": {"Time": True, "Value": True, "__name__": True, "instance": True,
+                              "exported_node": True},
+            "indexByName": {"job": 0, "node": 1, "severity": 2, "kind": 3, "gpu": 4,
+                            "phase": 5, "evidence": 6, "advice": 7},
             "renameByName": {},
         },
     )
@@ -291,6 +295,21 @@ def overview() -> dashboard.Dashboard:
                         q(f"max by (job) (verlmon_seconds_since_last_step{{{SEL}}})", "{{job}}"),
                         "Seconds since the last step ended: grows without bound when the "
                         "run is stalled."))
+        .with_panel(big("Mean step time (range)", SECONDS,
+                        q(f"sum by (job) (increase(verlmon_step_seconds_sum{{{SEL}}}[$__range]))"
+                          f" / (sum by (job) (increase(verlmon_step_seconds_count{{{SEL}}}"
+                          "[$__range])) > 0)", "{{job}}"),
+                        "Step seconds over steps in the dashboard's time range, from the "
+                        "counters: every step counts, also those between two scrapes.",
+                        span=12))
+        .with_panel(big("Data wait share (range)", RATIO,
+                        q(f"sum by (job) (increase(verlmon_data_wait_seconds_total{{{SEL}}}"
+                          "[$__range])) / ((sum by (job) (increase(verlmon_step_seconds_sum"
+                          f"{{{SEL}}}[$__range])) + sum by (job) (increase("
+                          f"verlmon_data_wait_seconds_total{{{SEL}}}[$__range]))) > 0)",
+                          "{{job}}"),
+                        "Share of the time range spent fetching the next batch before the "
+                        "step timer starts (no verl timer covers it).", span=12))
         .with_row(dashboard.Row("Steps"))
         .with_panel(ts("Step time", SECONDS,
                        q(f"max by (job) (verlmon_step_duration_seconds{{{SEL}}})", "{{job}}"),
@@ -318,10 +337,11 @@ def overview() -> dashboard.Dashboard:
                        description="Detector flags open over time.", stacked=True))
         .with_row(dashboard.Row("Flags"))
         .with_panel(flag_table(
-            "Open flags by scope",
-            q(f"max by (job, node, severity, kind, scope) (verlmon_flag_active{{{SEL}}}) == 1",
-              instant=True),
-            "Every open flag with its scope; the evidence and advice are in the app and Slack.",
+            "Open flags with evidence",
+            q("max by (job, node, exported_node, severity, kind, gpu, phase, evidence, advice) "
+              f"(verlmon_flag_info{{{SEL}}})", instant=True),
+            "Every open flag with its node, GPU and phase, the detector's evidence and its "
+            "first advice (verlmon_flag_info).",
         ))
     )
 
@@ -407,6 +427,11 @@ def phases() -> dashboard.Dashboard:
     """Phases and communication: where the step's time goes."""
     share = (f"verlmon_phase_duration_seconds{{{SEL}}} / ignoring (phase) group_left () "
              f"(verlmon_step_duration_seconds{{{SEL}}} > 0)")
+    range_share = (f"sum by (job, phase) (increase(verlmon_phase_seconds_total{{{SEL}}}"
+                   "[$__range])) / on (job) group_left () (sum by (job) (increase("
+                   f"verlmon_step_seconds_sum{{{SEL}}}[$__range])) > 0)")
+    comm = (f'verlmon_phase_duration_seconds{{{SEL}, phase="comm"}} / ignoring (phase) '
+            f"(verlmon_step_duration_seconds{{{SEL}}} > 0)")
     return (
         _dashboard(
             "verlmon-phases",
@@ -421,8 +446,14 @@ def phases() -> dashboard.Dashboard:
                        description="The last step's seconds per canonical phase."))
         .with_panel(ts("Phase share of the step", RATIO,
                        q(f"max by (job, phase) ({share})", "{{phase}}"),
-                       description="Phase seconds / step seconds, stacked (sums to about 1).",
+                       description="The last step's phase seconds / step seconds, stacked "
+                                   "(sums to about 1).",
                        stacked=True, max_value=1))
+        .with_panel(big("Phase share over the time range", RATIO,
+                        q(range_share, "{{phase}}"),
+                        "Phase seconds / step seconds summed over every step in the "
+                        "dashboard's time range (the counters: exact, whatever the scrapes "
+                        "missed).", span=24))
         .with_panel(ts("Weight sync (reshard)", SECONDS,
                        q(f'max by (job) (verlmon_phase_duration_seconds{{{SEL}, '
                          'phase="reshard"})', "reshard {{job}}"),
@@ -435,7 +466,7 @@ def phases() -> dashboard.Dashboard:
                                    "trainers and the breakdown format)."))
         .with_row(dashboard.Row("Communication"))
         .with_panel(ts("Communication share", RATIO,
-                       q(f"max by (job) (verlmon_comm_share_ratio{{{SEL}}})", "log {{job}}"),
+                       q(f"max by (job) ({comm})", "log {{job}}"),
                        q(f"max by (job, node) (verlmon_nccl_comm_share_ratio{{{SEL}}})",
                          "NCCL {{node}}"),
                        description="comm / step from the log's comm timer, and NCCL "

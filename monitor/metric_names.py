@@ -62,7 +62,6 @@ STEPS = "verlmon_training_steps_total"  # counter: step records parsed
 STEP_DURATION = "verlmon_step_duration_seconds"  # gauge: last step's total
 PHASE_DURATION = "verlmon_phase_duration_seconds"  # gauge {phase}: last step's phases
 THROUGHPUT = "verlmon_throughput_tokens_per_second"  # gauge: perf/throughput (per GPU)
-COMM_SHARE = "verlmon_comm_share_ratio"  # gauge: comm / step, when the log gives comm
 LAST_STEP_TS = "verlmon_last_step_timestamp_seconds"  # gauge: unix time of the last step
 SINCE_LAST_STEP = "verlmon_seconds_since_last_step"  # gauge
 STEP_DATA_WAIT = "verlmon_step_data_wait_seconds"  # gauge: last step's time before its timer
@@ -83,6 +82,8 @@ NCCL_COMM_SHARE = "verlmon_nccl_comm_share_ratio"  # gauge: over the sampling wi
 PHASE_SECONDS = "verlmon_phase_seconds_total"  # counter {phase}: phase seconds of every step
 STEP_SECONDS = "verlmon_step_seconds"  # histogram: step seconds (_bucket, _sum, _count)
 DATA_WAIT_SECONDS = "verlmon_data_wait_seconds_total"  # counter: time before step timers
+#: Histograms: each is exposed as NAME_bucket, NAME_sum and NAME_count.
+HISTOGRAMS: tuple[str, ...] = (STEP_SECONDS,)
 
 # --- flags (detectors run live in the exporter)
 FLAG_ACTIVE = "verlmon_flag_active"  # gauge {kind, severity, node, gpu, phase}: 1 while open

@@ -9,9 +9,10 @@ from argparse import Namespace
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporters.collectors.verl_log import VerlLogCollector
+from exporters.collectors.verl_log import StepTotals, VerlLogCollector
 from exporters.registry import ExporterContext
 from exporters.window import RollingWindow
+from monitor.records import ALL_PHASES, StepRecord
 from monitor.store import RunStore, StoreWriter
 
 
@@ -113,3 +114,43 @@ def test_no_logs_no_series(paths):
     col = VerlLogCollector(ctx)
     assert col.sample_once()
     assert list(col.collect()) == []
+
+
+def test_counters_accumulate_every_step_so_shares_are_exact_over_any_range(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    col, reg, _window = make([log])
+    col.sample_once()
+    # before any step: every canonical phase is there at 0, the histogram is empty
+    for phase in ALL_PHASES:
+        assert reg.get_sample_value("verlmon_phase_seconds_total", {"phase": phase}) == 0
+    assert reg.get_sample_value("verlmon_step_seconds_count") == 0
+    assert reg.get_sample_value("verlmon_data_wait_seconds_total") == 0
+    with log.open("a") as fh:
+        fh.write(line(1, gen=10.0, total=20.0))
+        fh.write(line(2, gen=30.0, total=40.0))
+        fh.write(line(3, gen=200.0, total=400.0))
+    col.sample_once()
+    col.sample_once()
+    # three steps between two scrapes: the last-step gauge shows only step 3, the counters all
+    # (gen less the 1.5 s reshard timed inside it, as the parser gives it)
+    assert reg.get_sample_value("verlmon_phase_duration_seconds", {"phase": "gen"}) == 198.5
+    assert reg.get_sample_value("verlmon_phase_seconds_total", {"phase": "gen"}) == 235.5
+    assert reg.get_sample_value("verlmon_phase_seconds_total", {"phase": "reshard"}) == 4.5
+    assert reg.get_sample_value("verlmon_step_seconds_count") == 3
+    assert reg.get_sample_value("verlmon_step_seconds_sum") == 460.0
+    assert reg.get_sample_value("verlmon_step_seconds_bucket", {"le": "20.0"}) == 1
+    assert reg.get_sample_value("verlmon_step_seconds_bucket", {"le": "45.0"}) == 2
+    assert reg.get_sample_value("verlmon_step_seconds_bucket", {"le": "300.0"}) == 2
+    assert reg.get_sample_value("verlmon_step_seconds_bucket", {"le": "+Inf"}) == 3
+
+
+def test_step_totals_sum_data_wait_and_skip_unusable_values():
+    totals = StepTotals()
+    totals.add(StepRecord(step=1, total=10.0, phases={"gen": 4.0, "bogus": 9.0},
+                          data_wait=2.5))
+    totals.add(StepRecord(step=2, total=None, phases={"gen": float("nan")}, data_wait=None))
+    totals.add(StepRecord(step=3, total=-1.0, phases={"gen": 1.0}, data_wait=0.5))
+    assert totals.data_wait == 3.0
+    assert totals.phase_seconds["gen"] == 5.0 and "bogus" not in totals.phase_seconds
+    assert (totals.step_count, totals.step_sum) == (1, 10.0)

@@ -143,3 +143,21 @@ def test_threads_do_not_pile_up(plain):
             while sock.recv(65536):
                 pass
     assert threading.active_count() <= before + 2
+
+
+def test_the_accept_loop_survives_an_exception(plain, monkeypatch):
+    real = plain._server.handle_request
+    calls = {"n": 0}
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(24, "Too many open files")
+        return real()
+
+    monkeypatch.setattr(plain._server, "handle_request", flaky)
+    for _ in range(2):  # the first connection hits the error and is served on the next pass
+        with socket.create_connection(("127.0.0.1", plain.port), timeout=10) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert sock.recv(64).startswith(b"HTTP/1.1 200")
+    assert plain.restarts == 1

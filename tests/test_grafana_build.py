@@ -147,6 +147,8 @@ def test_every_selector_honours_the_job_and_node_variables():
 def test_dashboards_only_use_exported_metric_names():
     exported = {v for k, v in vars(metric_names).items() if k.isupper() and
                 isinstance(v, str) and v.startswith("verlmon_") and v != metric_names.PREFIX}
+    exported |= {h + suffix for h in metric_names.HISTOGRAMS
+                 for suffix in ("_bucket", "_sum", "_count")}
     used = set()
     for board in _boards().values():
         for expr in _exprs(board) + [v["query"] for v in board["templating"]["list"]]:
@@ -161,13 +163,15 @@ def test_each_dashboard_covers_what_it_promises():
         "verlmon-overview": ["verlmon_training_step", "verlmon_step_duration_seconds",
                              "verlmon_throughput_tokens_per_second", "verlmon_flag_active",
                              "verlmon_phase_duration_seconds",
-                             "verlmon_seconds_since_last_step"],
+                             "verlmon_seconds_since_last_step", "verlmon_flag_info",
+                             "verlmon_step_seconds_count", "verlmon_data_wait_seconds_total"],
         "verlmon-gpus": ["verlmon_gpu_utilization_ratio", "verlmon_gpu_sm_active_ratio",
                          "verlmon_gpu_tensor_active_ratio", "verlmon_gpu_dram_active_ratio",
                          "verlmon_gpu_memory_used_bytes", "verlmon_gpu_power_watts",
                          "verlmon_gpu_temperature_celsius", "verlmon_gpu_clock_event_active",
                          "verlmon_gpu_xid_errors_total"],
-        "verlmon-phases": ['phase="reshard"', 'phase="rollout_wait"', "verlmon_comm_share_ratio",
+        "verlmon-phases": ['phase="reshard"', 'phase="rollout_wait"', 'phase="comm"',
+                           "verlmon_phase_seconds_total", "verlmon_step_seconds_sum",
                            "verlmon_nccl_comm_share_ratio", "verlmon_nccl_operations_total",
                            "verlmon_nccl_bytes_total",
                            "verlmon_nccl_bus_bandwidth_bytes_per_second"],

@@ -133,7 +133,9 @@ def test_flags_come_from_flag_active_with_advice(live):
     flag = flags[0]
     assert flag.severity in ("warning", "critical")
     assert any("data.dataloader_num_workers" in a for a in flag.advice)
-    assert "verlmon_flag_active" in flag.evidence
+    # the detector's own evidence, carried by verlmon_flag_info, not a placeholder
+    assert flag.evidence and "verlmon_flag_active was 1" not in flag.evidence
+    assert flag.scope["node"] == "node0"
 
 
 def test_host_nccl_and_node_aggregates(live):

@@ -1,8 +1,16 @@
-"""Flags collector: the detectors' open flags and how many were raised, per kind and severity.
+"""Flags collector: the detectors' open flags, their evidence and advice, and counts raised.
 
 The exporter's detector loop (exporters/app.py) keeps a ``FlagTracker`` in
-``ctx.extra["flag_tracker"]``; this collector only reads it. ``scope`` is the flag's bounded
-scope label (``node=n0 gpus=3 phase=gen``), so an open flag is one series.
+``ctx.extra["flag_tracker"]``; this collector only reads it. Series:
+
+- ``verlmon_flag_active{kind, severity, node, gpu, phase}``: 1 per open flag. The scope is in
+  separate labels (``gpu`` is the GPU index, or indices joined by commas; empty labels are
+  left out by Prometheus); ``node`` is the flag's node, this exporter's when the flag names none.
+- ``verlmon_flag_info{...same labels..., evidence, advice}``: 1 per open flag, carrying its
+  evidence and first piece of advice (each cut to ``TEXT_MAX`` characters, one line), so flags
+  read back from Prometheus keep them.
+- ``verlmon_flags_raised_total{kind, severity}``: every kind and severity at 0 from the start,
+  so ``increase()`` counts the first flag too.
 """
 
 from __future__ import annotations
@@ -15,8 +23,13 @@ from prometheus_client.metrics_core import Metric
 
 from exporters.registry import BaseCollector, ExporterContext, register
 from monitor import metric_names as m
+from monitor.records import FLAG_KINDS, SEVERITIES, Flag
 
 TRACKER_KEY = "flag_tracker"
+#: Scope labels of the flag series, in order.
+SCOPE_LABELS: tuple[str, ...] = ("node", "gpu", "phase")
+#: Longest evidence or advice text carried by ``verlmon_flag_info`` (characters).
+TEXT_MAX = 200
 
 
 def _raised_items(counts: Any) -> Iterable[tuple[str, str, float]]:
@@ -31,8 +44,29 @@ def _raised_items(counts: Any) -> Iterable[tuple[str, str, float]]:
                 yield str(key), str(sev), float(n)
 
 
-@register("flags", default=True, help="detector flags: open flags by kind, severity and scope, "
-          "and flags raised so far")
+def scope_labels(flag: Flag, default_node: str) -> tuple[str, str, str]:
+    """(node, gpu, phase) label values of a flag: GPUs joined by commas, "" where absent."""
+    scope = flag.scope or {}
+    gpus = scope.get("gpus")
+    if isinstance(gpus, (list, tuple)):
+        gpu = ",".join(str(g) for g in gpus)
+    else:
+        gpu = "" if gpus is None else str(gpus)
+    return str(scope.get("node") or default_node), gpu, str(scope.get("phase") or "")
+
+
+def short_text(text: str, limit: int = TEXT_MAX) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``limit`` characters."""
+    flat = " ".join(str(text or "").split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    head = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return head.rstrip(" ,;:") + "…"
+
+
+@register("flags", default=True, help="detector flags: open flags by kind, severity, node, GPU "
+          "and phase with their evidence and advice, and flags raised so far")
 class FlagsCollector(BaseCollector):
     """Exports the tracker's state at scrape time (the detector loop does the work)."""
 
@@ -40,23 +74,35 @@ class FlagsCollector(BaseCollector):
         super().__init__(ctx)
 
     def collect(self) -> Iterable[Metric]:
-        """``verlmon_flag_active`` for open flags, ``verlmon_flags_raised_total`` counters."""
+        """``verlmon_flag_active`` and ``verlmon_flag_info`` for open flags, and the
+        ``verlmon_flags_raised_total`` counters (every kind and severity)."""
         tracker = self.ctx.extra.get(TRACKER_KEY)
         if tracker is None:
             return
+        labels = ["kind", "severity", *SCOPE_LABELS]
         active = GaugeMetricFamily(m.FLAG_ACTIVE, "1 while a detector flag is open.",
-                                   labels=["kind", "severity", "scope"])
+                                   labels=labels)
+        info = GaugeMetricFamily(m.FLAG_INFO, "Evidence and first advice of each open "
+                                 "detector flag (always 1).",
+                                 labels=[*labels, "evidence", "advice"])
         seen = set()
         for flag in tracker.active():
-            labels = (flag.kind, flag.severity, flag.scope_label)
-            if labels in seen:
+            values = (flag.kind, flag.severity, *scope_labels(flag, self.ctx.node))
+            if values in seen:
                 continue
-            seen.add(labels)
-            active.add_metric(list(labels), 1.0)
+            seen.add(values)
+            active.add_metric(list(values), 1.0)
+            advice = flag.advice[0] if flag.advice else ""
+            info.add_metric([*values, short_text(flag.evidence), short_text(advice)], 1.0)
         yield active
+        yield info
         raised = CounterMetricFamily(m.FLAGS_RAISED.removesuffix("_total"),
-                                     "Detector flags opened since the exporter started.",
+                                     "Detector flags opened since the exporter started "
+                                     "(every kind and severity, 0 until one opens).",
                                      labels=["kind", "severity"])
-        for kind, severity, count in sorted(_raised_items(tracker.raised_counts())):
+        counts = {(kind, sev): 0.0 for kind in FLAG_KINDS for sev in SEVERITIES}
+        for kind, severity, count in _raised_items(tracker.raised_counts()):
+            counts[(kind, severity)] = count
+        for (kind, severity), count in sorted(counts.items()):
             raised.add_metric([kind, severity], count)
         yield raised

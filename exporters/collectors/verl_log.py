@@ -4,20 +4,26 @@ Each log has a ``LogFollower`` (tails the file, waits for it to appear, handles 
 truncation) and a ``LogParser`` (lines to canonical StepRecords and Events). Every interval the
 new lines are parsed; steps and events go to the rolling window and the run store, and the
 latest step becomes the exported gauges: step number, step and per-phase seconds (``reshard``,
-``rollout_wait`` and ``comm`` included when known), throughput, peak reserved memory, comm
-share, the time of the last step and the age of it (computed at scrape time). Lines and parse
+``rollout_wait`` and ``comm`` included when known), throughput, peak reserved memory, the time
+of the last step and the age of it (computed at scrape time). Lines and parse
 errors are counted per log, events per kind.
+
+What accumulates is also a counter, so shares are exact over any range and survive missed
+scrapes: seconds per phase (``verlmon_phase_seconds_total``, every canonical phase at 0 from the
+start), a histogram of step seconds (``verlmon_step_seconds``: ``_sum`` and ``_count`` over the
+steps whose total is known) and the data-wait seconds (``StepRecord.data_wait``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.registry import ExporterContext, register
@@ -27,6 +33,46 @@ from monitor.logs.follow import LogFollower
 from monitor.logs.gaps import DataWaitTracker
 from monitor.logs.parse import LogParser
 from monitor.records import ALL_PHASES, Event, StepRecord
+
+#: Upper bounds (seconds) of the step-duration histogram: RL steps take seconds to an hour.
+STEP_BUCKETS: tuple[float, ...] = (5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800,
+                                   3600)
+
+
+@dataclass
+class StepTotals:
+    """Counters over every step seen: phase seconds, step-duration histogram, data wait."""
+
+    phase_seconds: dict[str, float] = field(
+        default_factory=lambda: {p: 0.0 for p in ALL_PHASES})
+    step_buckets: list[int] = field(default_factory=lambda: [0] * len(STEP_BUCKETS))
+    step_count: int = 0
+    step_sum: float = 0.0
+    data_wait: float = 0.0
+
+    def add(self, step: StepRecord) -> None:
+        """Count one step (values that are missing, negative or not finite are left out)."""
+        for phase, secs in step.phases.items():
+            if phase in self.phase_seconds and _usable(secs):
+                self.phase_seconds[phase] += float(secs)
+        if _usable(step.total):
+            total = float(step.total)
+            self.step_count += 1
+            self.step_sum += total
+            for i, bound in enumerate(STEP_BUCKETS):
+                if total <= bound:
+                    self.step_buckets[i] += 1
+        if _usable(step.data_wait):
+            self.data_wait += float(step.data_wait)
+
+    def copy(self) -> StepTotals:
+        """An independent copy for the scrape to read."""
+        return StepTotals(dict(self.phase_seconds), list(self.step_buckets), self.step_count,
+                          self.step_sum, self.data_wait)
+
+
+def _usable(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value >= 0
 
 
 @dataclass
@@ -47,6 +93,7 @@ class LogSnapshot:
     lines: dict[str, int] = field(default_factory=dict)
     parse_errors: dict[str, int] = field(default_factory=dict)
     events: dict[str, int] = field(default_factory=dict)
+    totals: StepTotals = field(default_factory=StepTotals)
 
 
 @register("verl_log", default=True, help="verl training log(s) given with --log: step "
@@ -67,6 +114,7 @@ class VerlLogCollector(SampledCollector):
         self._events: Counter[str] = Counter()
         self._steps = 0
         self._last: StepRecord | None = None
+        self._totals = StepTotals()
         self._gaps: dict[str, DataWaitTracker] = {}
         self.snapshot = LogSnapshot(lines={f.path: 0 for f in self.logs},
                                     parse_errors={f.path: 0 for f in self.logs})
@@ -105,6 +153,8 @@ class VerlLogCollector(SampledCollector):
         if new_steps:
             self._steps += len(new_steps)
             self._last = new_steps[-1]
+            for step in new_steps:
+                self._totals.add(step)
             self.ctx.window.add_steps(new_steps)
         if new_events:
             self.ctx.window.add_events(new_events)
@@ -120,6 +170,7 @@ class VerlLogCollector(SampledCollector):
             lines={f.path: f.lines for f in self.logs},
             parse_errors={f.path: f.parser.stats.parse_errors for f in self.logs},
             events=dict(self._events),
+            totals=self._totals.copy(),
         )
         if missing:
             raise FileNotFoundError("cannot follow --log " + "; ".join(missing)
@@ -153,6 +204,7 @@ class VerlLogCollector(SampledCollector):
         yield events
         yield CounterMetricFamily(m.STEPS.removesuffix("_total"),
                                   "Training step records parsed from the logs.", value=snap.steps)
+        yield from _total_families(snap.totals)
         last = snap.last
         if last is None:
             return
@@ -171,11 +223,6 @@ class VerlLogCollector(SampledCollector):
         if last.throughput is not None:
             yield GaugeMetricFamily(m.THROUGHPUT, "perf/throughput of the last step: tokens "
                                     "per second per GPU.", value=last.throughput)
-        comm = last.phases.get("comm")
-        if comm is not None and last.total:
-            yield GaugeMetricFamily(m.COMM_SHARE, "Communication seconds over step seconds, "
-                                    "last step (when the log gives it).",
-                                    value=min(1.0, max(0.0, comm / last.total)))
         if last.data_wait is not None:
             yield GaugeMetricFamily(m.STEP_DATA_WAIT, "Seconds before the last step's timer "
                                     "started that no verl timer covers (fetching the batch).",
@@ -188,3 +235,29 @@ class VerlLogCollector(SampledCollector):
                                     value=last.end_time)
             yield GaugeMetricFamily(m.SINCE_LAST_STEP, "Seconds since the last step ended.",
                                     value=max(0.0, time.time() - last.end_time))
+
+
+def _total_families(totals: StepTotals) -> Iterable[Metric]:
+    """The counters over every step: phase seconds, step-duration histogram, data wait."""
+    phases = CounterMetricFamily(m.PHASE_SECONDS.removesuffix("_total"),
+                                 "Seconds spent in each canonical phase, summed over every "
+                                 "step (rate() over step seconds gives exact shares).",
+                                 labels=["phase"])
+    for phase in ALL_PHASES:
+        phases.add_metric([phase], totals.phase_seconds.get(phase, 0.0))
+    yield phases
+    cumulative = []
+    for bound, count in zip(STEP_BUCKETS, totals.step_buckets, strict=True):
+        cumulative.append((_le(bound), float(count)))
+    cumulative.append(("+Inf", float(totals.step_count)))
+    yield HistogramMetricFamily(m.STEP_SECONDS, "Step seconds (timing_s/step) of every step "
+                                "whose total the log gives.", buckets=cumulative,
+                                sum_value=totals.step_sum)
+    yield CounterMetricFamily(m.DATA_WAIT_SECONDS.removesuffix("_total"),
+                              "Seconds before each step's timer that no verl timer covers "
+                              "(fetching the next batch), summed over every step.",
+                              value=totals.data_wait)
+
+
+def _le(bound: float) -> str:
+    return f"{float(bound):g}" if float(bound) != int(bound) else f"{int(bound)}.0"

@@ -29,7 +29,6 @@ from monitor.sources.base import (
     NCCL_COLUMNS,
     SourceError,
     SourceStatus,
-    parse_scope,
     summarize_nodes,
 )
 
@@ -370,14 +369,17 @@ class PrometheusSource:
         interval = self.scrape_interval()
         step = self._step(lo, hi, 2000)
         res = self.query_range(f"{m.FLAG_ACTIVE}{self._sel()} == 1", lo, hi, step)
+        window = max(int(hi - lo), step)
+        notes = {_flag_identity(s["metric"]): s["metric"] for s in self.query(
+            f"last_over_time({m.FLAG_INFO}{self._sel()}[{window}s])", at=hi)}
         flags: list[Flag] = []
         for series in res:
             labels = series["metric"]
             times = [float(t) for t, _v in series.get("values", [])]
             for run_start, run_end in _runs(times, step):
                 still_open = hi - run_end <= max(step, 2 * interval)
-                scope = parse_scope(labels.get("scope", ""))
-                scope.setdefault("node", _node_of(labels))
+                scope = _flag_scope(labels)
+                note = notes.get(_flag_identity(labels), {})
                 minutes = (run_end - run_start) / 60.0
                 flags.append(
                     Flag(
@@ -386,11 +388,11 @@ class PrometheusSource:
                         start=run_start,
                         end=None if still_open else run_end,
                         scope=scope,
-                        evidence=(
+                        evidence=note.get("evidence") or (
                             f"verlmon_flag_active was 1 for {minutes:.1f} min "
                             f"(from Prometheus; the exporter's store has the full evidence)"
                         ),
-                        advice=_advice_for(labels.get("kind", "")),
+                        advice=_flag_advice(labels.get("kind", ""), note.get("advice", "")),
                     )
                 )
         if active_only:
@@ -476,6 +478,34 @@ def _node_of(labels: dict) -> str:
     return str(labels.get("node") or labels.get("instance") or "local")
 
 
+def _flag_scope(labels: dict) -> dict:
+    """A flag's scope from its series labels: the flag's node (the exporter exports it as
+    ``node``; Prometheus keeps it as ``exported_node`` when the target has a ``node`` label),
+    ``gpus`` from ``gpu`` ("3" or "2,5") and ``phase``."""
+    scope: dict = {"node": str(labels.get("exported_node") or _node_of(labels))}
+    gpus = [int(v) if v.isdigit() else v for v in str(labels.get("gpu") or "").split(",") if v]
+    if gpus:
+        scope["gpus"] = gpus
+    if labels.get("phase"):
+        scope["phase"] = str(labels["phase"])
+    return scope
+
+
+def _flag_identity(labels: dict) -> tuple[str, ...]:
+    """What joins ``verlmon_flag_active`` to its ``verlmon_flag_info``."""
+    return tuple(str(labels.get(k) or "") for k in
+                 ("job", "instance", "kind", "severity", "exported_node", "node", "gpu", "phase"))
+
+
+def _flag_advice(kind: str, exported: str) -> list[str]:
+    """The detectors' advice for ``kind``; the exporter's own first advice leads when it
+    differs (it may name the numbers of this run)."""
+    from monitor.detect.advice import advice_for
+
+    table = list(advice_for(kind) or [])
+    return table if not exported or exported in table else [exported, *table]
+
+
 def _node_matcher(node: str | None) -> str:
     if not node:
         return ""
@@ -524,23 +554,3 @@ def _duration_seconds(text: str) -> float:
 def _reason(exc: Exception) -> str:
     text = str(exc) or exc.__class__.__name__
     return text.splitlines()[0][:200]
-
-
-def _advice_for(kind: str) -> list[str]:
-    """The detectors' advice for a flag kind, when the detect package offers a table."""
-    try:
-        from monitor.detect import advice as advice_mod  # type: ignore[attr-defined]
-    except ImportError:
-        return []
-    table = getattr(advice_mod, "ADVICE", None)
-    if isinstance(table, dict):
-        value = table.get(kind) or []
-        return [value] if isinstance(value, str) else list(value)
-    fn = getattr(advice_mod, "advice_for", None)
-    if callable(fn):
-        try:
-            value = fn(kind)
-        except Exception:  # noqa: BLE001 - advice is optional decoration
-            return []
-        return [value] if isinstance(value, str) else list(value or [])
-    return []

@@ -267,10 +267,14 @@ def _instant(api: Api, uid: str, title: str) -> list[dict]:
 def test_panels_show_what_the_simulated_job_did(prom):
     """The numbers a user reads: the flag is listed, the XIDs counted, no GPU down."""
     api = Api(prom.url)
-    flags = wait_until(lambda: _instant(api, "verlmon-overview", "Open flags by scope"), timeout=60,
+    flags = wait_until(lambda: _instant(api, "verlmon-overview", "Open flags with evidence"),
+                       timeout=60,
                        what="an open flag")
     kinds = {(row["metric"]["node"], row["metric"]["kind"]) for row in flags}
     assert ("gpu-b", "comm_heavy") in kinds
+    # the table carries the detector's evidence and advice, not only the labels
+    (comm,) = [row["metric"] for row in flags if row["metric"]["kind"] == "comm_heavy"]
+    assert comm.get("evidence") and "actor_rollout_ref" in comm.get("advice", "")
     xids = wait_until(lambda: _instant(api, "verlmon-gpus", "XID errors in range"),
                       timeout=30, what="XID count")
     assert float(xids[0]["value"][1]) > 0
