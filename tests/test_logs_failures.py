@@ -112,9 +112,12 @@ def test_nccl_errors_are_one_event_with_their_code(name: str, code: str, version
     assert evs[0].data["nccl_version"] == version
 
 
-def test_nccl_error_from_vllm_and_a_communicator_abort() -> None:
+def test_nccl_error_from_vllm_megatron_and_a_communicator_abort() -> None:
     assert match_failure("RuntimeError: NCCL error: unhandled cuda error").data["code"] == (
         "ncclUnhandledCudaError")
+    numbered = match_failure("[rank10]: RuntimeError: NCCL Error 2: unhandled system error (run "
+                             "with NCCL_DEBUG=INFO for details)")
+    assert numbered.data["code"] == "ncclSystemError" and numbered.data["rank"] == 10
     abort = match_failure("RuntimeError: NCCL communicator was aborted on rank 3.")
     assert abort.kind == "nccl_error" and abort.data["rank"] == 3
 
@@ -131,6 +134,13 @@ def test_ray_actor_died_and_its_worker_exit() -> None:
     # the traceback event still names the exception
     (tb,) = _events("ray_actor_died.log", "traceback")
     assert tb.data["type"] == "ray.exceptions.ActorDiedError"
+
+
+def test_ray_unhandled_task_error_names_the_task() -> None:
+    found = match_failure("(main_task pid=5634) Unhandled error (suppress with "
+                          "'RAY_IGNORE_UNHANDLED_ERRORS=1'): ray::WorkerDict.ref_init_model() "
+                          "(pid=866, ip=10.233.115.77)")
+    assert found.kind == "actor_died" and found.data["task"] == "WorkerDict.ref_init_model"
 
 
 def test_ray_task_error_names_its_cause_and_task() -> None:

@@ -52,8 +52,8 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
     cond = [None if pd.isna(r) else bool(r >= li) for r, li in zip(gen_over, lim, strict=True)]
     for ep, start, end, rng in step_episodes(ctx, cond, open_n, close_n):
         sl = slice(ep.onset, ep.last + 1)
-        g, c = float(gen.iloc[sl].mean()), float(values.iloc[sl].mean())
-        ratio = g / c
+        g, c = float(gen.iloc[sl].mean()), float(critic.iloc[sl].mean())
+        ratio = g / c if c > 0 else float(gen_over.iloc[sl].mean())
         guide = bool(breakdown.iloc[sl].any())
         names = ("actor_gen", "critic_score") if guide else ("generation", "the critic's scoring")
         limit = guide_lim if guide else verl_lim
@@ -67,8 +67,10 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
     cond = [None if pd.isna(r) else bool(r > score_lim) for r in slow_scoring]
     for ep, start, end, rng in step_episodes(ctx, cond, open_n, close_n):
         sl = slice(ep.onset, ep.last + 1)
-        g, c = float(gen.iloc[sl].mean()), float(values.iloc[sl].mean())
-        sev = "critical" if c / g >= float(cfg["critical_values_over_gen"]) else "warning"
+        g = float(gen.where(gen > 0).iloc[sl].mean())
+        c = float(critic.iloc[sl].mean())
+        sev = ("critical" if float(slow_scoring.iloc[sl].mean())
+               >= float(cfg["critical_values_over_gen"]) else "warning")
         flags.append(make_flag(
             "phase_imbalance", sev, start, end, {"phase": "values", "steps": rng},
             f"The critic's scoring took longer than generation: {c:.1f} s per step vs {g:.1f} s "

@@ -40,7 +40,8 @@ FAILURE_KINDS: tuple[str, ...] = (
 
 #: A cheap first test: only lines holding one of these words are looked at closely.
 _NEEDLE_RE = re.compile(
-    r"atchdog|nccl|NCCL error|NCCL communicator|ActorDiedError|RayActorError|RayTaskError|"
+    r"atchdog|nccl|NCCL [Ee]rror|NCCL communicator|ActorDiedError|RayActorError|RayTaskError|"
+    r"Unhandled error|"
     r"actor died|actor is dead|SIG(?:KILL|SEGV|ABRT|BUS)|Segmentation fault|[Bb]us error|"
     r"\d Killed |"
     r"Worker exit type|worker died|memory pressure|Killed process|running low on memory|"
@@ -60,6 +61,7 @@ _NCCL_CODE_RE = re.compile(
 )
 _NCCL_VERSION_RE = re.compile(r"NCCL version ([\w.+-]+)")
 _NCCL_WHAT_END_RE = re.compile(r" \(run with| - |, NCCL version|\. |\.$")
+_NCCL_NUMBER_RE = re.compile(r" (\d+)(?=:)")
 _NCCL_TEXT_CODES = {
     "unhandled cuda error": "ncclUnhandledCudaError",
     "unhandled system error": "ncclSystemError",
@@ -70,6 +72,7 @@ _NCCL_TEXT_CODES = {
 }
 _NCCL_ABORT_RE = re.compile(r"NCCL communicator was aborted(?: on rank (\d+))?")
 _RAY_TASK_RE = re.compile(r"RayTaskError\((\w+)\)(?::\s*ray::([\w.<>]+)\(\))?")
+_RAY_UNHANDLED_RE = re.compile(r"Unhandled error \(suppress with [^)]*\): ray::([\w.<>]+)\(\)")
 _RAY_ACTOR_RE = re.compile(r"\b(ActorDiedError|RayActorError)\b")
 _EXIT_TYPE_RE = re.compile(r"Worker exit type: (\w+)(?: Worker exit detail: ([^.]*\.?))?")
 _MEM_PRESSURE_RE = re.compile(
@@ -160,10 +163,15 @@ def _nccl_said(text: str) -> tuple[str | None, str | None, str | None]:
     with NCCL_DEBUG=INFO for details), NCCL version <v>" or vLLM's "NCCL error: <what>"."""
     at = text.find("NCCL error")
     if at < 0:
-        return None, None, None
+        at = text.find("NCCL Error")
+        if at < 0:
+            return None, None, None
     rest = text[at + len("NCCL error"):]
     if rest.startswith(" in: "):
         rest = rest.split(",", 1)[1] if "," in rest else ""
+    number = _NCCL_NUMBER_RE.match(rest)  # "NCCL Error 2: unhandled system error"
+    if number is not None:
+        rest = rest[number.end():]
     rest = rest.lstrip(":, ")
     version = _NCCL_VERSION_RE.search(rest)
     what = _NCCL_WHAT_END_RE.split(rest, maxsplit=1)[0].strip() or None
@@ -256,6 +264,11 @@ def _actor_died(text: str) -> Failure | None:
             return None  # a CUDA OOM re-raised by Ray: the oom event says it
         data = {"exception": "RayTaskError", "cause": cause, "task": task, "fatal": True}
         return Failure("actor_died", data, ("task", cause, task))
+    match = _RAY_UNHANDLED_RE.search(text)
+    if match is not None:
+        data = {"exception": "RayTaskError", "cause": "unhandled error", "task": match.group(1),
+                "fatal": True}
+        return Failure("actor_died", data, ("task", "unhandled", match.group(1)))
     match = _RAY_ACTOR_RE.search(text)
     if match is not None:
         data = {"exception": match.group(1), "cause": None, "task": None, "fatal": True}
