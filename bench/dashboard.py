@@ -17,6 +17,10 @@ Refresh: server time of one rerun of the page's live fragment as the page report
 appends a sample per GPU every second to the store; a heartbeat target keeps Prometheus's
 newest sample moving), so each refresh moves the window and queries fresh data.
 
+Baseline: in the same run, an empty Streamlit page (a title and one two-point Plotly chart,
+served the same way) is timed the same way; each page's "x floor" is its URL time over the
+baseline's, the figure to read where Streamlit's own floor leaves no room under 2 s.
+
 Usage: ``python bench/dashboard.py [--skip-store] [--skip-prometheus] [--json PATH]``
 """
 
@@ -182,12 +186,25 @@ def build_prometheus(workdir: Path, nodes: int = 128,
 
 
 # ----------------------------------------------------------------------------- timing
-def start_app(env_name: str, value: str) -> tuple[subprocess.Popen, str]:
-    from monitor.commands.dashboard import source_env, streamlit_command
+BASELINE_TITLE = "Baseline"
+BASELINE_APP = f"""import plotly.graph_objects as go
+import streamlit as st
+
+st.title("{BASELINE_TITLE}")
+st.plotly_chart(go.Figure(go.Scatter(x=[0, 1], y=[0, 1])))
+"""
+
+
+def start_app(env_name: str, value: str,
+              script: Path | None = None) -> tuple[subprocess.Popen, str]:
+    from monitor.commands.dashboard import app_path, source_env, streamlit_command
 
     port = free_port()
     env = source_env(**({"store": value} if env_name == "store" else {"prometheus": value}))
-    proc = subprocess.Popen(streamlit_command(port, "127.0.0.1"), env=env,
+    cmd = streamlit_command(port, "127.0.0.1")
+    if script is not None:
+        cmd[cmd.index(str(app_path()))] = str(script)
+    proc = subprocess.Popen(cmd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/_stcore/health")
@@ -238,6 +255,31 @@ def page_times(url: str, window: str) -> dict[str, tuple[float, float, float, in
             out[path].append(_wait_drawn(page, title, t0, f"/{path} (sidebar)"))
         browser.close()
     return {p: (v[0][0], v[1][0], v[2][0], v[1][1]) for p, v in out.items()}
+
+
+def baseline_times(workdir: Path, visits: int = 3) -> tuple[float, float]:
+    """(cold, warm median) seconds until the empty one-chart Streamlit page is drawn after
+    loading its URL: Streamlit's own floor on this machine, measured like the pages."""
+    from playwright.sync_api import sync_playwright
+
+    script = workdir / "baseline_app.py"
+    script.write_text(BASELINE_APP)
+    proc, url = start_app("store", str(workdir / "none.db"), script)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            times = []
+            for _ in range(visits + 1):
+                t0 = time.perf_counter()
+                page.goto(url + "/", wait_until="commit")
+                times.append(_wait_drawn(page, BASELINE_TITLE, t0, "baseline")[0])
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    return times[0], statistics.median(times[1:])
 
 
 def refresh_times(url: str, window: str, refreshes: int = 3) -> dict[str, float]:
@@ -320,7 +362,7 @@ class HeartbeatTarget:
         self.server.shutdown()
 
 
-def bench(kind: str, value: str, window: str) -> dict:
+def bench(kind: str, value: str, window: str, floor_s: float) -> dict:
     proc, url = start_app(kind, value)
     feeder = StoreFeeder(Path(value)) if kind == "store" else None
     try:
@@ -335,16 +377,20 @@ def bench(kind: str, value: str, window: str) -> dict:
         proc.terminate()
         proc.wait(20)
     return {PAGES[p]: {"cold_s": round(c, 2), "warm_s": round(w, 2), "nav_s": round(nv, 2),
-                       "charts": n, "refresh_server_s": round(refresh[p], 3)}
+                       "charts": n, "refresh_server_s": round(refresh[p], 3),
+                       "warm_x_floor": round(w / floor_s, 2)}
             for p, (c, w, nv, n) in pages.items()}
 
 
-def print_table(title: str, rows: dict) -> None:
+def print_table(title: str, rows: dict, floor: tuple[float, float]) -> None:
     print(f"\n{title}")
-    print(f"{'page':<16}{'cold s':>8}{'warm s':>8}{'nav s':>8}{'charts':>8}{'refresh s':>11}")
+    print(f"{'page':<16}{'cold s':>8}{'warm s':>8}{'x floor':>9}{'nav s':>8}{'charts':>8}"
+          f"{'refresh s':>11}")
+    print(f"{'(empty page)':<16}{floor[0]:>8.2f}{floor[1]:>8.2f}{1.0:>9.2f}{'':>8}{1:>8}"
+          f"{'':>11}")
     for page, r in rows.items():
-        print(f"{page:<16}{r['cold_s']:>8.2f}{r['warm_s']:>8.2f}{r['nav_s']:>8.2f}"
-              f"{r['charts']:>8}{r['refresh_server_s']:>11.3f}")
+        print(f"{page:<16}{r['cold_s']:>8.2f}{r['warm_s']:>8.2f}{r['warm_x_floor']:>9.2f}"
+              f"{r['nav_s']:>8.2f}{r['charts']:>8}{r['refresh_server_s']:>11.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,10 +408,13 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             info = build_store(tmp / "six.db")
             info["build_s"] = round(time.perf_counter() - t0, 1)
-            rows = bench("store", str(tmp / "six.db"), "6 h")
-            results["store_8gpu_6h_1s"] = {"data": info, "pages": rows}
+            floor = baseline_times(tmp)
+            rows = bench("store", str(tmp / "six.db"), "6 h", floor[1])
+            results["store_8gpu_6h_1s"] = {"data": info, "pages": rows,
+                                           "empty_page_s": {"cold": round(floor[0], 2),
+                                                            "warm": round(floor[1], 2)}}
             print_table(f"run store, 8 GPUs x 6 h at 1 s ({info['gpu_samples']:,} GPU rows; "
-                        f"window 6 h)", rows)
+                        f"window 6 h)", rows, floor)
         if not args.skip_prometheus:
             if shutil.which("prometheus") is None or shutil.which("promtool") is None:
                 print("prometheus/promtool not installed: skipping the Prometheus case")
@@ -375,14 +424,18 @@ def main(argv: list[str] | None = None) -> int:
                 beat = HeartbeatTarget()
                 prom, url, info = build_prometheus(workdir, args.nodes, beat.port)
                 try:
-                    rows = bench("prometheus", url, "1 h")
+                    floor = baseline_times(tmp)
+                    rows = bench("prometheus", url, "1 h", floor[1])
                 finally:
                     prom.terminate()
                     prom.wait(20)
                     beat.close()
-                results[f"prometheus_{args.nodes}x8_1h_15s"] = {"data": info, "pages": rows}
+                results[f"prometheus_{args.nodes}x8_1h_15s"] = {
+                    "data": info, "pages": rows,
+                    "empty_page_s": {"cold": round(floor[0], 2), "warm": round(floor[1], 2)}}
                 print_table(f"Prometheus (TSDB backfill), {args.nodes} nodes x 8 GPUs x 1 h at "
-                            f"15 s ({info['gpu_samples']:,} GPU samples; window 1 h)", rows)
+                            f"15 s ({info['gpu_samples']:,} GPU samples; window 1 h)", rows,
+                            floor)
     print(f"\nmachine: {results['cpus']} CPUs, load average {results['load_avg_1m']} "
           "(shared; figures are wall-clock)")
     if args.json:

@@ -10,6 +10,7 @@ and on the window rounded to the refresh interval, so every viewer of a live run
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -112,6 +113,24 @@ def _quantum(refresh_s: float | None) -> float:
     return float(refresh_s or 5.0)
 
 
+def _snap(cached):
+    """Call a cached loader with its window snapped outward to the refresh interval, so every
+    viewer and every refresh within one interval shares one answer (the pages pin their axes to
+    the exact window; no source holds data past its newest sample, and the Prometheus source
+    never asks past now)."""
+
+    @functools.wraps(cached)
+    def call(key: str, start: float | None, end: float | None, *args, **kwargs):
+        q = _quantum(settings().refresh_s)
+        if start is not None:
+            start = math.floor(start / q) * q
+        if end is not None:
+            end = math.ceil(end / q) * q
+        return cached(key, start, end, *args, **kwargs)
+
+    return call
+
+
 @st.cache_data(ttl=2, show_spinner=False)
 def load_status(key: str) -> SourceStatus:
     """Source status (cached for 2 s)."""
@@ -174,6 +193,7 @@ def show_status(status: SourceStatus) -> None:
         st.error(msg)
 
 
+@_snap
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
 def load_gpu(key: str, start: float, end: float, max_points: int = MAX_POINTS,
              node: str | None = None) -> pd.DataFrame:
@@ -181,6 +201,7 @@ def load_gpu(key: str, start: float, end: float, max_points: int = MAX_POINTS,
     return get_source().gpu_frame(start, end, max_points, node)
 
 
+@_snap
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
 def load_host(key: str, start: float, end: float, max_points: int = MAX_POINTS,
               node: str | None = None) -> pd.DataFrame:
@@ -188,6 +209,7 @@ def load_host(key: str, start: float, end: float, max_points: int = MAX_POINTS,
     return get_source().host_frame(start, end, max_points, node)
 
 
+@_snap
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
 def load_steps(key: str, start: float | None, end: float | None) -> list[StepRecord]:
     """Steps that ended in the window, without their raw metrics dict (the pages read only
@@ -200,6 +222,7 @@ def steps_frame(steps: list[StepRecord]) -> pd.DataFrame:
     return steps_to_frame(steps)
 
 
+@_snap
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
 def load_steps_frame(key: str, start: float | None, end: float | None) -> pd.DataFrame:
     """Steps of the window as a flat frame (cached)."""
@@ -229,6 +252,7 @@ def _attribution_samples(key: str, steps: list[StepRecord], start: float, end: f
     return frame
 
 
+@_snap
 @st.cache_data(ttl=120, show_spinner=False, max_entries=32)
 def load_attribution(key: str, start: float, end: float, last_step_end: float,
                      node: str | None = None, n_steps: int = ATTRIB_STEPS,
@@ -289,24 +313,28 @@ def flags_on_gpu(flags: list[Flag], node: str, gpu: int, single_node: bool) -> l
     return out
 
 
+@_snap
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
 def load_nccl(key: str, start: float, end: float, max_points: int = MAX_POINTS) -> pd.DataFrame:
     """NCCL frame of the window."""
     return get_source().nccl_frame(start, end, max_points)
 
 
+@_snap
 @st.cache_data(ttl=30, show_spinner=False, max_entries=32)
 def load_node_summary(key: str, start: float, end: float) -> pd.DataFrame:
     """Per-node aggregates over the window."""
     return get_source().node_summary(start, end)
 
 
+@_snap
 @st.cache_data(ttl=30, show_spinner=False, max_entries=32)
 def load_node_frame(key: str, start: float, end: float, max_points: int = 300) -> pd.DataFrame:
     """Per-node mean utilization over time."""
     return get_source().node_frame(start, end, max_points)
 
 
+@_snap
 @st.cache_data(ttl=30, show_spinner=False, max_entries=64)
 def load_fleet(key: str, start: float, end: float, max_points: int = MAX_POINTS,
                node: str | None = None) -> pd.DataFrame:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from playwright.sync_api import Page, expect
 from procs import free_port, start_process, start_prometheus, wait_until
 
@@ -48,6 +49,19 @@ PAGES = {  # url path -> title shown on the page
 #: GPU needs 60 s of wall time to be flagged, gpu_imbalance's ``open_after_s``, and its segment
 #: lasts 7 s at 10x; the rollout long tail is raised only some of the time at 10x.)
 DEMO_FLAGS = ("io_starvation", "reshard_spike")
+#: Extra simulated nodes Prometheus scrapes beside the demo's exporter (same scenario and seed:
+#: they raise the same flag kinds at about the same second, as nodes of one job do).
+EXTRA_NODES = ("node-b", "node-c")
+
+
+def _prometheus_config(targets: dict[str, str]) -> str:
+    """One scrape job, one static target per node with its ``node`` label, 1 s scrapes."""
+    return yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [{"job_name": "verlmon", "static_configs": [
+            {"targets": [target], "labels": {"node": node}} for node, target in targets.items()
+        ]}],
+    }, sort_keys=False)
 
 
 @pytest.fixture(scope="session")
@@ -73,16 +87,29 @@ def demo(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo")
     port = free_port()
     exporter_port = free_port()
+    ports = {node: free_port() for node in EXTRA_NODES}
     # Prometheus first, scraping the port the demo's exporter will take: at 10x a flag is open
     # for seconds only, so a Prometheus started after the demo could miss every one of them
-    prom = start_prometheus(tmp / "prom", scrape_targets=[f"127.0.0.1:{exporter_port}"],
-                            job="verlmon", node="demo-node", rule_files=())
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "demo", "--speed", f"{SPEED:g}", "--port", str(port),
-         "--exporter-port", str(exporter_port), "--dir", str(tmp / "run")],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    prom_app = None
+    targets = {"demo-node": f"127.0.0.1:{exporter_port}",
+               **{node: f"127.0.0.1:{p}" for node, p in ports.items()}}
+    prom = start_prometheus(tmp / "prom", config_text=_prometheus_config(targets))
+    extras = []
+    proc = prom_app = None
     try:
+        for node, p in ports.items():
+            work = tmp / node
+            extras.append(start_process(
+                [sys.executable, "-m", "monitor", "exporter", "--gpu-backend", "sim",
+                 "--scenario", "demo", "--sim-gpus", "2", "--sim-log", str(work / "train.log"),
+                 "--sim-speed", f"{SPEED:g}", "--interval", "1", "--node", node,
+                 "--listen-address", f"127.0.0.1:{p}", "--nccl-dir", str(work / "nccl")],
+                work, f"exporter-{node}", p, f"http://127.0.0.1:{p}/metrics", timeout=60,
+                env={"VERLMON_SIM_NCCL_DIR": str(work / "nccl")}))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "demo", "--speed", f"{SPEED:g}", "--port",
+             str(port), "--exporter-port", str(exporter_port), "--dir", str(tmp / "run")],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            start_new_session=True)
         lines = [proc.stdout.readline() for _ in range(4)]
         assert "dashboard http://" in lines[0], lines
         assert f":{exporter_port}/metrics" in lines[1], lines
@@ -94,10 +121,10 @@ def demo(tmp_path_factory):
         yield {"url": f"http://127.0.0.1:{port}", "prom_url": prom_app.url, "proc": proc,
                "prometheus": prom.url}
     finally:
-        for p in (prom_app, prom):
+        for p in (prom_app, *extras, prom):
             if p is not None:
                 p.stop()
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(30)
@@ -138,10 +165,35 @@ def test_every_page_renders_without_exception(page: Page, demo):
         expect(page.get_by_test_id("stException")).to_have_count(0)
         shot = _shoot(page, path or "overview")
         assert shot.stat().st_size > 10_000, title
-    # the overview's headline numbers are there
+    # the overview leads with health and where the GPU time goes
     _open(page, demo["url"], "")
     expect(page.get_by_test_id("stMetric").filter(has_text="Current step")).to_contain_text(
         re.compile(r"\d+"), timeout=30_000)
+    expect(page.get_by_text(re.compile(r"^(Healthy|Needs attention)")).first).to_be_visible()
+    expect(page.locator(".js-plotly-plot").first).to_contain_text("Where the GPU time goes")
+    # the demo's simulated NCCL records fill the Communication page
+    _open(page, demo["url"], "communication")
+    expect(page.get_by_test_id("stMetric").filter(has_text="Busiest collective")).to_contain_text(
+        re.compile(r"AllReduce|AllGather"), timeout=60_000)
+
+
+def test_every_page_reads_prometheus_with_several_nodes(page: Page, demo):
+    src = PrometheusSource(demo["prometheus"])
+    wait_until(lambda: len(src.nodes()) == 1 + len(EXTRA_NODES), 60,
+               what="every node's GPU series in Prometheus")
+    # refresh off: each page as opened by URL (a refresh every 2 s on a loaded 2-core machine
+    # can keep a 3-node Prometheus page rerunning without an idle moment to check)
+    for path, title in PAGES.items():
+        _open(page, demo["prom_url"], path, query="?refresh=off")
+        expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=30_000)
+        expect(page.get_by_test_id("stException")).to_have_count(0)
+        assert _shoot(page, f"prometheus-{path or 'overview'}").stat().st_size > 10_000, title
+    _open(page, demo["prom_url"], "nodes", query="?refresh=off")
+    expect(page.get_by_test_id("stMetric").filter(has_text="Nodes")).to_contain_text(
+        str(1 + len(EXTRA_NODES)), timeout=30_000)
+    _open(page, demo["prom_url"], "communication", query="?refresh=5+s")
+    expect(page.get_by_test_id("stMetric").filter(has_text="Busiest collective")).to_contain_text(
+        re.compile(r"AllReduce|AllGather"), timeout=60_000)
 
 
 def test_window_selection_is_shared_through_the_url(page: Page, demo):
@@ -161,11 +213,11 @@ def test_same_app_reads_prometheus_scraping_the_demo_exporter(page: Page, demo):
     lo, hi = wait_until(src.time_range, 30, what="the exporter's series in Prometheus")
     wait_until(lambda: src.steps(lo, hi), 30,
                what=f"steps in Prometheus between {lo:.0f} and {hi:.0f}")
-    _open(page, demo["prom_url"], "")
+    _open(page, demo["prom_url"], "", query="?refresh=5+s")
     expect(page.get_by_test_id("stSidebar")).to_contain_text("Prometheus")
     expect(page.get_by_test_id("stMetric").filter(has_text="Current step")).to_contain_text(
         re.compile(r"\d+"), timeout=60_000)
-    _open(page, demo["prom_url"], "flags")
+    _open(page, demo["prom_url"], "flags", query="?refresh=5+s")
     # any of the scenario's flags read from verlmon_flag_active will do (at 10x some are
     # too short to pass their persistence window)
     any_flag = re.compile(r"^(io_starvation|reshard_spike|rollout_long_tail|gpu_imbalance) - ")
@@ -174,7 +226,7 @@ def test_same_app_reads_prometheus_scraping_the_demo_exporter(page: Page, demo):
     expect(page.get_by_test_id("stException")).to_have_count(0)
     _shoot(page, "prometheus-flags")
     for path in ("gpus", "nodes"):
-        _open(page, demo["prom_url"], path)
+        _open(page, demo["prom_url"], path, query="?refresh=5+s")
         expect(page.get_by_test_id("stException")).to_have_count(0)
     _shoot(page, "prometheus-nodes")
 
