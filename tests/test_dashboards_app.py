@@ -264,8 +264,9 @@ def test_gpus_page_warns_about_a_straggling_gpu(monkeypatch, tmp_path):
         assert len(lagging) >= 1 and "gpu_imbalance" in warning
     else:
         assert any("GPUs balanced" in s.value for s in at.success)
-    # the straggler's 10th percentile stands out; no "-0" in the gap column
-    assert table["util_p10"].nunique() > 1
+    # the straggler's lowest minute stands out; no "-0" in the gap column
+    low = table.set_index("gpu")["util_low_1m"]
+    assert low.min() < low.median() - 10
     assert not any(v == 0 and np.signbit(v) for v in table["vs_peers"])
 
 

@@ -14,6 +14,9 @@ import streamlit as st
 from dashboards import charts, common
 from monitor.sources import SourceError
 
+#: Width of the buckets behind the "lowest one-minute" column, seconds.
+LOW_BUCKET_S = 60.0
+
 settings = common.settings()
 st.title("GPUs")
 
@@ -28,12 +31,17 @@ if len(nodes) > 1:
 
 
 def gpu_table(gpu: pd.DataFrame, flags: list, single_node: bool) -> pd.DataFrame:
-    """Per GPU over the window: mean utilization and SM activity, the 10th percentile of
+    """Per GPU over the window: mean utilization and SM activity, the lowest one-minute mean
     utilization, peak memory, the gap to its node's median, and the open flags covering it."""
     mem = "mem_used_bytes_max" if "mem_used_bytes_max" in gpu.columns else "mem_used_bytes"
     per = gpu.groupby(["node", "gpu"]).agg(util=("util", "mean"), sm_active=("sm_active", "mean"),
-                                           util_p10=("util", lambda s: s.quantile(0.1)),
                                            mem_gib=(mem, "max")).reset_index()
+    # the lowest one-minute mean: a GPU that lagged for minutes stands out, while the idle
+    # seconds between phases that every GPU has (a per-sample minimum reads ~0 everywhere) do not
+    minute = gpu.assign(_m=(gpu["ts"] // LOW_BUCKET_S).astype("int64"))
+    per_min = minute.groupby(["node", "gpu", "_m"])["util"].mean()
+    per["util_low_1m"] = per_min.groupby(["node", "gpu"]).min().reindex(
+        pd.MultiIndex.from_frame(per[["node", "gpu"]])).to_numpy()
     per["mem_gib"] = per["mem_gib"] / charts.GIB
     gap = per["util"] - per.groupby("node")["util"].transform("median")
     per["vs_peers"] = np.round(gap) + 0.0  # whole points; never "-0"
@@ -79,15 +87,14 @@ def live(start: float, end: float, key: str) -> None:
                                                     format="%.0f", width="small"),
             "sm_active": st.column_config.NumberColumn("SM %", format="%.0f", width="small",
                                                        help="SM active % (GPM), window mean"),
-            "util_p10": st.column_config.NumberColumn(
-                "util p10 %", format="%.0f", width="small",
-                help="10th percentile of the GPU's utilization samples in the window: nine "
-                "samples in ten were above it"),
+            "util_low_1m": st.column_config.NumberColumn(
+                "low 1-min %", format="%.0f", width="small",
+                help="lowest mean utilization over any one minute of the window"),
             "mem_gib": st.column_config.NumberColumn("peak mem GiB", format="%.1f",
                                                      width="small"),
             "vs_peers": st.column_config.NumberColumn(
-                "vs node median (pts)", format="%+.0f", width="small",
-                help="window mean utilization minus the median of the node's GPUs"),
+                "vs median", format="%+.0f", width="small",
+                help="points: window mean utilization minus the median of the node's GPUs"),
             "status": st.column_config.TextColumn("open flags", width="medium"),
         },
     )
