@@ -221,7 +221,8 @@ class Exporter:
             m.THREAD_RESTARTS.removesuffix("_total"),
             "Exporter threads restarted after an exception (each logged with its reason).",
             labels=["thread"])
-        for name in ("detector-loop", "store-flusher", *sorted(self.thread_restarts)):
+        for name in dict.fromkeys(("detector-loop", "store-flusher",
+                                   *sorted(self.thread_restarts))):
             if name in self.thread_restarts or any(t.name == name for t in self._threads):
                 restarts.add_metric([name], self.thread_restarts.get(name, 0))
         if self.server is not None:

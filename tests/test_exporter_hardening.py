@@ -82,6 +82,7 @@ def test_a_dying_flusher_is_restarted_counted_and_store_up_follows_writes(tmp_pa
         text = wait_for(lambda: (t := httpx.get(exporter.url, timeout=10).text) and value(
             t, 'verlmon_exporter_thread_restarts_total{thread="store-flusher"}') == 2 and t)
         assert value(text, "verlmon_store_up") == 1.0
+        assert text.count('verlmon_exporter_thread_restarts_total{thread="store-flusher"}') == 1
         # a store that refuses writes (its page cap reached): store_up 0, errors counting
         with caplog.at_level(logging.INFO, logger="verl_monitor.exporter"):
             exporter.run_store.set_page_limit(
