@@ -87,16 +87,17 @@ def test_promtool_unit_tests_pass(test_file: Path) -> None:
 
 @needs_promtool
 def test_promtool_catches_a_broken_threshold(tmp_path: Path) -> None:
-    """The unit tests really constrain the rules: loosening NodeImbalance's busy guard fails."""
+    """The unit tests really constrain the rules: loosening the cross-node busy guard fails."""
     (tmp_path / "rules").mkdir()
     (tmp_path / "tests").mkdir()
     for path in RULE_FILES:
         text = path.read_text().replace(
-            "job:verlmon_gpu_sm_active_ratio:median > 0.4", "job:verlmon_gpu_sm_active_ratio:median > 0"
+            "job:verlmon_gpu_activity_ratio:avg2m_median > 0.25",
+            "job:verlmon_gpu_activity_ratio:avg2m_median > 0",
         )
         (tmp_path / "rules" / path.name).write_text(text)
-    test_copy = tmp_path / "tests" / "health_alerts_test.yml"
-    test_copy.write_text((PROM / "tests" / "health_alerts_test.yml").read_text())
+    test_copy = tmp_path / "tests" / "crossnode_alerts_test.yml"
+    test_copy.write_text((PROM / "tests" / "crossnode_alerts_test.yml").read_text())
     res = promtool("test", "rules", str(test_copy))
     assert res.returncode != 0
     assert 'job="idle"' in res.stdout + res.stderr
