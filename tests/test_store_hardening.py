@@ -4,6 +4,7 @@ garbage inside is reported, and one store has one writer."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -77,12 +78,31 @@ def test_garbage_inside_the_file_turns_the_store_down(tmp_path: Path) -> None:
     clean.close()
 
 
-def test_the_buffer_bound_is_counted(tmp_path: Path) -> None:
+def test_a_burst_is_written_not_dropped_while_writes_work(tmp_path: Path) -> None:
+    """Before: 980k of a 1M-step burst were dropped (the buffer keeps 20k) with no counter."""
     store = RunStore(tmp_path / "r.db")
     w = StoreWriter(store, max_samples=100, max_records=10)
     w.put_gpu(gpu_rows(0, 150))
     w.put_steps([StepRecord(step=i, end_time=float(i), total=1.0) for i in range(25)])
-    assert w.dropped["buffer_full"] == 50 + 15 and w.dropped_rows == 65
+    assert w.dropped_rows == 0 and w.flush()
+    assert len(store.gpu_frame()) == 150 and len(store.steps()) == 25
+    store.close()
+
+
+def test_the_buffer_bound_is_counted_while_writes_fail(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "r.db", busy_timeout_s=0.05)
+    w = StoreWriter(store, max_samples=100, max_records=10)
+    other = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+    try:
+        w.put_gpu(gpu_rows(0, 150))
+        w.put_steps([StepRecord(step=i, end_time=float(i), total=1.0) for i in range(25)])
+        assert w.dropped["buffer_full"] == 50 + 15 and w.dropped_rows == 65
+        assert w.up is False and w.write_errors >= 1
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert w.flush() and len(store.gpu_frame()) == 100  # the newest 100 kept
     store.close()
 
 

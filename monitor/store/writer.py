@@ -14,6 +14,9 @@ Bounds (each drop is counted in ``dropped`` by reason and in ``dropped_rows``):
   every 0.1 s while the disk refuses writes); past it the oldest samples go (``buffer_full``);
 - ``max_records`` steps and, separately, events (default 20,000 each); past it the oldest go
   (``buffer_full``);
+- a put that passes a bound while writes work flushes at once, in the putting thread, so a
+  burst (a long log read from its start) is written, not dropped: rows are dropped only
+  while the store refuses writes;
 - rows that cannot be stored at all (``invalid``: no timestamp, a step outside SQLite's
   64-bit integers, a value a write rejects).
 
@@ -161,6 +164,19 @@ class StoreWriter:
                 self.last_error = f"a {kind} sample without a timestamp was dropped"
         with self._lock:
             self._samples[kind].extend(kept)
+        self._bound_or_flush()
+
+    def _over_bound(self) -> bool:
+        return (sum(len(q) for q in self._samples.values()) > self.max_samples
+                or len(self._steps) > self.max_records or len(self._events) > self.max_records)
+
+    def _bound_or_flush(self) -> None:
+        """Past a bound: write now when writes work, else drop the oldest (counted)."""
+        with self._lock:
+            over = self._over_bound()
+        if over and self._write_ok:
+            self.flush()
+        with self._lock:
             self._enforce_bound()
 
     def _enforce_bound(self) -> None:
@@ -203,13 +219,13 @@ class StoreWriter:
                                    "fit in 64 bits")
         with self._lock:
             self._steps.extend(kept)
-            self._enforce_bound()
+        self._bound_or_flush()
 
     def put_events(self, events: Iterable[Event]) -> None:
         """Buffer events."""
         with self._lock:
             self._events.extend(events)
-            self._enforce_bound()
+        self._bound_or_flush()
 
     def put_flags(self, flags: Iterable[Flag]) -> None:
         """Buffer flags; a newer version of the same flag (kind, scope, start) replaces it."""
