@@ -319,9 +319,9 @@ def comm_share(steps: pd.DataFrame, nccl: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=to_time(df["end_time"]), y=100 * df["comm"] / df["total"],
                                  mode="lines+markers", name="comm / step (log)"))
     if nccl is not None and not nccl.empty:
-        busy = nccl.groupby("ts")["exec_share"].sum()
+        busy = nccl.groupby(["ts", "node"])["exec_share"].sum().groupby("ts").mean()
         fig.add_trace(go.Scatter(x=to_time(busy.index), y=100 * busy.to_numpy(), mode="lines",
-                                 name="NCCL busy (% of wall time, all collectives)"))
+                                 name="NCCL busy (% of wall time per GPU, all collectives)"))
     if not fig.data:
         return empty_figure(title, "no comm timing in the log and no NCCL Inspector data")
     fig.add_hline(y=25, line_dash="dash", line_color=SEVERITY_COLORS["warning"],
@@ -337,7 +337,9 @@ def nccl_by_op(nccl: pd.DataFrame, column: str, title: str, scale: float = 1.0,
         return empty_figure(title, "no NCCL Inspector data (set NCCL_PROFILER_PLUGIN and "
                                    "NCCL_INSPECTOR_ENABLE=1)")
     agg = "mean" if column == "busbw_bps" else "sum"
-    df = nccl.groupby(["coll", "ts"])[column].agg(agg).reset_index()
+    # per node first (a sum over its communicators), then the mean over nodes
+    df = (nccl.groupby(["coll", "ts", "node"])[column].agg(agg)
+          .groupby(["coll", "ts"]).mean().reset_index())
     fig = go.Figure()
     for coll, part in df.groupby("coll"):
         fig.add_trace(go.Scatter(x=to_time(part["ts"]), y=part[column] * scale, name=str(coll),

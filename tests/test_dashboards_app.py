@@ -295,3 +295,20 @@ def test_nodes_table_first_column_is_the_named_node(monkeypatch, store):
     assert table.value.columns[0] == "node"
     config = json.loads(table.proto.columns)
     assert all(c.get("label", name) for name, c in config.items())
+
+
+def test_nccl_busy_share_is_per_gpu_not_summed_over_ranks(monkeypatch, tmp_path):
+    path = tmp_path / "nccl.db"
+    info = build_store(path, scenario="healthy", steps=12, step_seconds=10.0, end_time=END,
+                       detect=False, nccl=False, nodes=2, gpus_per_node=4)
+    rows = []
+    for node in ("node0", "node1"):
+        for t in range(int(info["start"]), int(info["end"])):
+            # 4 ranks, each in AllReduce for 0.3 s of every second: the GPUs spend 30% in NCCL
+            rows.append({"ts": float(t), "node": node, "coll": "AllReduce", "comm": "dp",
+                         "ops": 4.0, "bytes": 4e9, "exec_s": 4 * 0.3, "busbw_bps": 100e9})
+    with RunStore(path) as rs:
+        rs.add_nccl_samples(rows)
+    at = _app(monkeypatch, "communication", VERLMON_STORE=path)
+    busy = _metrics(at)["NCCL busy (window mean)"]
+    assert busy == "30.0% of wall time", busy

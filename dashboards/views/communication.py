@@ -16,9 +16,16 @@ def live(start: float, end: float, key: str) -> None:
     steps = common.load_steps_frame(key, start, end)
     nccl = common.load_nccl(key, start, end)
     if not nccl.empty:
-        share = nccl.groupby("ts")["exec_share"].sum()
+        # the sources sum NCCL seconds over the ranks of a node; one rank drives one GPU, so
+        # the share of wall time is that sum over the node's GPUs (else 8 busy ranks read 800%)
+        gpus = common.load_node_summary(key, start, end)
+        per_node = dict(zip(gpus["node"].astype(str), gpus["gpus"], strict=False))
+        ranks = nccl["node"].astype(str).map(per_node).astype(float)
+        nccl = nccl.assign(exec_share=nccl["exec_share"] / ranks.where(ranks > 0, 1.0).fillna(1.0))
+        share = nccl.groupby(["ts", "node"])["exec_share"].sum().groupby("ts").mean()
         c1, c2, c3 = st.columns(3)
-        c1.metric("NCCL busy (window mean)", f"{100 * share.mean():.1f}% of wall time")
+        c1.metric("NCCL busy (window mean)", f"{100 * share.mean():.1f}% of wall time",
+                  help="NCCL execution seconds per wall second, averaged over the GPUs (ranks)")
         top = nccl.groupby("coll")["exec_share"].sum().sort_values(ascending=False)
         c2.metric("Busiest collective", str(top.index[0]))
         bw = nccl["busbw_bps"].dropna()
