@@ -1,16 +1,18 @@
 """Installed size and package count of each install role.
 
 For each role (core, each extra, ``all``) this creates a fresh virtual environment in a
-temporary directory, ``pip install``s this checkout with that extra (not editable, so the
-package itself is counted too), then measures:
+temporary directory, ``pip install``s a copy of this checkout (its tracked and untracked,
+not ignored files: the build leaves nothing in the working tree) with that extra (not
+editable, so the package itself is counted too), then measures:
 
 - packages: distributions installed besides pip itself (``importlib.metadata`` in the venv);
 - size: bytes on disk under the venv's site-packages (pip's own files left out), in MB
   (10^6 bytes) as ``du`` would add them up.
 
 It prints one table and, with ``--out``, writes the same table to a file. The reference figures
-(the single install of every dependency before the roles existed) are printed beside it as
-the ratio core / before.
+(the single install of every dependency before the roles existed: 639 MB, 63 packages, from
+the issue) are printed beside it as ratios; the ``all`` role installs that same dependency
+set, so it re-measures "before" in the same run.
 
     .venv/bin/python bench/install.py --out bench/results/install_2026-11-30_devbox.txt
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,15 +64,28 @@ print(json.dumps({"packages": names, "bytes": total}))
 """
 
 
-def measure_role(role: str, extra: str, workdir: Path, python: str) -> dict:
-    """Install the checkout with ``extra`` into a fresh venv under ``workdir``; its figures."""
+def source_copy(dest: Path) -> Path:
+    """Copy the checkout's tracked and untracked (not ignored) files to ``dest``."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if src.is_file():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+    return dest
+
+
+def measure_role(role: str, extra: str, workdir: Path, python: str, src: Path) -> dict:
+    """Install ``src`` with ``extra`` into a fresh venv under ``workdir``; its figures."""
     venv = workdir / role
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
     started = time.monotonic()
     proc = subprocess.run(
         [py, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         f"{ROOT}{extra}"],
+         f"{src}{extra}"],
         capture_output=True, text=True,
         env={**os.environ, "PIP_NO_INPUT": "1"},
     )
@@ -95,6 +111,9 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"{r['role']:<10} {r['count']:>8} {r['mb']:>9.0f} {r['mb'] / BEFORE_MB:>17.2f} "
             f"{r['count'] / BEFORE_PACKAGES:>17.2f} {r['install_s']:>6.0f}")
+    lines.append("")
+    lines.append("before: the issue's figures for the single install of every dependency; "
+                 "all: that same dependency set, installed today")
     core = next((r for r in rows if r["role"] == "core"), None)
     if core is not None:
         lines.append("")
@@ -116,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown role {unknown[0]!r} (choose from {', '.join(ROLES)})")
     rows = []
     with tempfile.TemporaryDirectory(prefix="verlmon-install-") as tmp:
+        src = source_copy(Path(tmp) / "src")
         for role in args.roles or list(ROLES):
             print(f"installing {role} ...", file=sys.stderr, flush=True)
-            rows.append(measure_role(role, ROLES[role], Path(tmp), args.python))
+            rows.append(measure_role(role, ROLES[role], Path(tmp), args.python, src))
     text = table(rows)
     header = (f"# bench/install.py: fresh venv per role, pip install of this checkout "
               f"(python {sys.version.split()[0]}); MB = 10^6 bytes under site-packages, "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,18 @@ _NETWORK_ERRORS = ("NewConnectionError", "Temporary failure in name resolution",
 
 def _name(raw: str) -> str:
     return re.sub(r"[-_.]+", "-", raw).lower()
+
+
+def _source_copy(dest: Path) -> Path:
+    """The checkout's tracked and untracked (not ignored) files, copied to ``dest``: pip builds
+    there, not in the working tree."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        if (ROOT / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dest / rel)
+    return dest
 
 
 def _resolve(tmp: Path, label: str, *requirements: str) -> dict[str, str]:
@@ -58,7 +71,7 @@ def test_core_install_changes_none_of_verl_vllm_torch_pins(tmp_path):
     spec = f"verl[vllm]=={VERL_VERSION}"
     alone = _resolve(tmp_path, "verl", spec)
     assert alone.get("verl") == VERL_VERSION and "vllm" in alone and "torch" in alone
-    together = _resolve(tmp_path, "together", spec, str(ROOT))
+    together = _resolve(tmp_path, "together", spec, str(_source_copy(tmp_path / "src")))
     assert "verl-monitor" in together
     moved = {name: (version, together.get(name)) for name, version in alone.items()
              if together.get(name) != version}
@@ -75,7 +88,7 @@ def test_core_only_venv_runs_exporter_and_analyze_and_names_missing_extras(tmp_p
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-         "--disable-pip-version-check", str(ROOT)],
+         "--disable-pip-version-check", str(_source_copy(tmp_path / "src"))],
         capture_output=True, text=True, timeout=840,
     )
     if pip.returncode != 0 and any(err in pip.stderr for err in _NETWORK_ERRORS):
