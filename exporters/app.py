@@ -261,7 +261,9 @@ class Exporter:
     def _warn_window_coverage(self) -> None:
         """Say so at startup when the window's row cap cannot hold ``--window`` of GPU rows
         at this interval (64 GPUs every 0.1 s fill 200,000 rows in about 5 minutes)."""
-        gpus = self.window.sizes().get("gpu", 0)  # the GPU collector's first sample
+        collector = self.collectors.get("gpu")
+        snapshot = getattr(collector, "snapshot", None)
+        gpus = len(snapshot()) if callable(snapshot) else 0  # the GPUs of its last sample
         cap = getattr(getattr(self.window, "_gpu", None), "maxlen", None)
         if not gpus or not cap:
             return
