@@ -81,8 +81,28 @@ def phase_columns(steps: pd.DataFrame) -> list[str]:
     return [p for p in ALL_PHASES if p in steps.columns and steps[p].notna().any()]
 
 
-def step_time_trend(steps: pd.DataFrame, window: int = 10) -> go.Figure:
-    """Step time per step with its rolling median; spikes above 1.5x the median are marked."""
+def flagged_steps(flags: list, kind: str, steps: pd.DataFrame) -> set[int]:
+    """Steps covered by the flags of ``kind``: the scope's step range when the flag carries
+    one, else the steps that ended while it was open. Charts mark these, so a chart's "spike"
+    is exactly what the detector (thresholds in ``monitor/defaults.yaml``) flagged."""
+    out: set[int] = set()
+    for f in flags or []:
+        if f.kind != kind:
+            continue
+        rng = f.scope.get("steps")
+        if rng and len(rng) >= 2:
+            out.update(range(int(rng[0]), int(rng[-1]) + 1))
+        elif not steps.empty and "end_time" in steps.columns:
+            end = f.end if f.end is not None else float("inf")
+            hit = steps[(steps["end_time"] >= f.start) & (steps["end_time"] <= end)]
+            out.update(int(s) for s in hit["step"])
+    return out
+
+
+def step_time_trend(steps: pd.DataFrame, window: int = 10,
+                    flagged: set[int] | None = None) -> go.Figure:
+    """Step time per step with its rolling median; the steps a ``step_time_spikes`` flag
+    covers (``flagged``) are marked."""
     title = "Step time"
     if steps.empty or steps["total"].isna().all():
         return empty_figure(title, "no steps yet")
@@ -93,10 +113,10 @@ def step_time_trend(steps: pd.DataFrame, window: int = 10) -> go.Figure:
                              marker={"size": 4}, line={"color": "#4C78A8"}))
     fig.add_trace(go.Scatter(x=df["step"], y=med, mode="lines", name=f"rolling median ({window})",
                              line={"dash": "dot", "color": "#555"}))
-    spikes = df[df["total"] > 1.5 * med]
+    spikes = df[df["step"].isin(flagged or set())]
     if not spikes.empty:
         fig.add_trace(go.Scatter(x=spikes["step"], y=spikes["total"], mode="markers",
-                                 name="spike (>1.5x median)",
+                                 name="spike (step_time_spikes flag)",
                                  marker={"color": SEVERITY_COLORS["critical"], "size": 9}))
     step_axis(fig, df["step"])
     fig.update_yaxes(title="seconds", rangemode="tozero")
@@ -288,8 +308,10 @@ def step_timeline(timeline: pd.DataFrame, fleet: pd.DataFrame) -> go.Figure:
     return _layout(fig, title, height=360, key="timeline")
 
 
-def reshard_vs_median(steps: pd.DataFrame, window: int = 20, factor: float = 2.0) -> go.Figure:
-    """Reshard (weight sync) seconds per step against their rolling median."""
+def reshard_vs_median(steps: pd.DataFrame, window: int = 20,
+                      flagged: set[int] | None = None) -> go.Figure:
+    """Reshard (weight sync) seconds per step against their rolling median; the steps a
+    ``reshard_spike`` flag covers (``flagged``) are marked."""
     title = "Reshard duration vs rolling median"
     if steps.empty or "reshard" not in steps.columns or steps["reshard"].isna().all():
         return empty_figure(title, "the log gives no reshard timing (verl < 0.4.1 hides it in gen)")
@@ -300,10 +322,10 @@ def reshard_vs_median(steps: pd.DataFrame, window: int = 20, factor: float = 2.0
                              marker={"size": 4}, line={"color": PHASE_COLORS["reshard"]}))
     fig.add_trace(go.Scatter(x=df["step"], y=med, name=f"rolling median ({window})",
                              line={"dash": "dot", "color": "#555"}))
-    spikes = df[df["reshard"] > factor * med]
+    spikes = df[df["step"].isin(flagged or set())]
     if not spikes.empty:
         fig.add_trace(go.Scatter(x=spikes["step"], y=spikes["reshard"], mode="markers",
-                                 name=f"spike (>{factor:g}x median)",
+                                 name="spike (reshard_spike flag)",
                                  marker={"color": SEVERITY_COLORS["critical"], "size": 10}))
     step_axis(fig, df["step"])
     fig.update_yaxes(title="seconds", rangemode="tozero")
@@ -324,10 +346,18 @@ def comm_share(steps: pd.DataFrame, nccl: pd.DataFrame) -> go.Figure:
                                  name="NCCL busy (% of wall time per GPU, all collectives)"))
     if not fig.data:
         return empty_figure(title, "no comm timing in the log and no NCCL Inspector data")
-    fig.add_hline(y=25, line_dash="dash", line_color=SEVERITY_COLORS["warning"],
-                  annotation_text="25%: look at the parallel layout")
+    limit = 100.0 * comm_share_limit()
+    fig.add_hline(y=limit, line_dash="dash", line_color=SEVERITY_COLORS["warning"],
+                  annotation_text=f"{limit:.0f}%: comm_heavy (look at the parallel layout)")
     fig.update_yaxes(title="%", rangemode="tozero")
     return _layout(fig, title, key="comm_share")
+
+
+def comm_share_limit() -> float:
+    """``comm_heavy.comm_share_max`` from the config: where the comm_heavy detector starts."""
+    from monitor.config import load_config
+
+    return float(load_config().section("comm_heavy").get("comm_share_max", 0.25))
 
 
 def nccl_by_op(nccl: pd.DataFrame, column: str, title: str, scale: float = 1.0,
@@ -380,14 +410,16 @@ def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
             fig.add_trace(go.Scatter(x=to_time(fleet["ts"]), y=fleet["util_mean"],
                                      name="GPU util mean %", line={"dash": "dot"}))
     elif kind in ("reshard_spike",) and "reshard" in steps.columns:
-        return _shade_steps(reshard_vs_median(steps), flag, steps, title)
+        own = flagged_steps([flag], kind, steps)
+        return _shade_steps(reshard_vs_median(steps, flagged=own), flag, steps, title)
     elif kind in ("step_time_spikes", "throughput_regression", "phase_imbalance", "rollout_wait",
                   "rollout_long_tail") and not steps.empty:
         if kind == "throughput_regression":
             return _shade_steps(throughput_trend(steps), flag, steps, title)
         if kind in ("phase_imbalance", "rollout_wait"):
             return _shade_steps(phase_stacked_bars(steps), flag, steps, title)
-        return _shade_steps(step_time_trend(steps), flag, steps, title)
+        own = flagged_steps([flag], "step_time_spikes", steps)
+        return _shade_steps(step_time_trend(steps, flagged=own), flag, steps, title)
     elif kind == "comm_heavy" and not steps.empty and "comm" in steps.columns:
         return comm_share(steps, pd.DataFrame()).update_layout(title=title)
     elif kind in ("memory_pressure", "oom") and gpu is not None and not gpu.empty:

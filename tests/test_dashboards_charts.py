@@ -30,21 +30,46 @@ def _annotation(fig) -> str:
     return " ".join(a.text for a in fig.layout.annotations)
 
 
-def test_step_time_spike_is_marked():
-    fig = charts.step_time_trend(steps_to_frame(_steps(spike_at=17)))
+def test_step_time_spike_is_marked_where_the_flag_says():
+    from monitor.records import Flag
+
+    frame = steps_to_frame(_steps(spike_at=17))
+    flag = Flag("step_time_spikes", "warning", 0.0, None, scope={"steps": [17, 17]})
+    fig = charts.step_time_trend(frame, flagged=charts.flagged_steps([flag], "step_time_spikes",
+                                                                     frame))
     spike = next(t for t in fig.data if t.name.startswith("spike"))
     assert list(spike.x) == [17]
 
 
-def test_steady_steps_have_no_spike_marker():
-    fig = charts.step_time_trend(steps_to_frame(_steps()))
+def test_no_flag_no_spike_marker():
+    # the chart draws no verdict of its own: a spike the detector did not flag is not marked
+    fig = charts.step_time_trend(steps_to_frame(_steps(spike_at=17)))
     assert not any(n.startswith("spike") for n in _names(fig))
 
 
-def test_reshard_spike_against_rolling_median():
-    fig = charts.reshard_vs_median(steps_to_frame(_steps(reshard_spike_at=20)))
+def test_reshard_spike_marked_from_the_flag_time_when_it_has_no_step_range():
+    from monitor.records import Flag
+
+    frame = steps_to_frame(_steps(reshard_spike_at=20))
+    end = float(frame.loc[frame["step"] == 20, "end_time"].iloc[0])
+    flag = Flag("reshard_spike", "warning", end - 0.5, end + 0.5, scope={"node": "n0"})
+    fig = charts.reshard_vs_median(frame, flagged=charts.flagged_steps([flag], "reshard_spike",
+                                                                       frame))
     spike = next(t for t in fig.data if t.name.startswith("spike"))
     assert list(spike.x) == [20] and list(spike.y) == [9.0]
+
+
+def test_comm_threshold_line_comes_from_the_config():
+    steps = steps_to_frame([StepRecord(step=1, end_time=1.0, total=10.0,
+                                       phases={"gen": 7.0, "comm": 3.0})])
+    fig = charts.comm_share(steps, pd.DataFrame())
+    assert any(s.y0 == 25.0 for s in fig.layout.shapes)
+    assert "comm_heavy" in _annotation(fig)
+
+
+def test_step_axes_are_whole_numbers():
+    fig = charts.step_time_trend(steps_to_frame(_steps(n=5)))
+    assert fig.layout.xaxis.tickformat == "d" and fig.layout.xaxis.dtick == 1
 
 
 def test_reshard_chart_explains_missing_timing():

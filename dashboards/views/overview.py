@@ -42,7 +42,8 @@ def gpu_time(df: pd.DataFrame, summary: pd.DataFrame, n_steps: int) -> tuple[dic
 def live(start: float, end: float, key: str) -> None:
     """The data panels; only this reruns on the live refresh."""
     df = common.load_steps_frame(key, start, end)
-    flags = common.open_flags(common.load_flags(key, True, start, end))
+    window_flags = common.load_flags(key, False, start, end)
+    flags = common.open_flags(window_flags)
     top = top_flag(flags)
     # 1. is the run healthy?
     if top is None:
@@ -98,7 +99,9 @@ def live(start: float, end: float, key: str) -> None:
 
     # 4. trends
     left, right = st.columns(2)
-    left.plotly_chart(charts.step_time_trend(df), key="ov_step_time", width="stretch")
+    spikes = charts.flagged_steps(window_flags, "step_time_spikes", df)
+    left.plotly_chart(charts.step_time_trend(df, flagged=spikes), key="ov_step_time",
+                      width="stretch")
     right.plotly_chart(charts.throughput_trend(df), key="ov_throughput", width="stretch")
     st.plotly_chart(charts.phase_stacked_bars(df), key="ov_phases", width="stretch")
     st.caption(f"Window {common.fmt_time(start)} - {common.fmt_time(end)} UTC "
