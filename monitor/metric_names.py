@@ -82,6 +82,11 @@ NCCL_COMM_SHARE = "verlmon_nccl_comm_share_ratio"  # gauge: over the sampling wi
 PHASE_SECONDS = "verlmon_phase_seconds_total"  # counter {phase}: phase seconds of every step
 STEP_SECONDS = "verlmon_step_seconds"  # histogram: step seconds (_bucket, _sum, _count)
 DATA_WAIT_SECONDS = "verlmon_data_wait_seconds_total"  # counter: time before step timers
+# --- per-phase GPU activity on every node (the driver's timeline; exporters/phase_timeline.py)
+PHASE_GPU_SECONDS = "verlmon_phase_gpu_seconds_total"  # counter {phase, gpu}
+PHASE_GPU_SM_ACTIVE_SECONDS = "verlmon_phase_gpu_sm_active_seconds_total"  # counter {phase, gpu}
+PHASE_GPU_UTIL_SECONDS = "verlmon_phase_gpu_utilization_seconds_total"  # counter {phase, gpu}
+PHASE_GPU_SAMPLES = "verlmon_phase_gpu_samples_total"  # counter {phase, gpu}
 #: Histograms: each is exposed as NAME_bucket, NAME_sum and NAME_count.
 HISTOGRAMS: tuple[str, ...] = (STEP_SECONDS,)
 

@@ -72,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "log to PATH as it runs, and follow it (one process stands in for a job)")
     p.add_argument("--sim-speed", type=float, default=1.0, metavar="X",
                    help="simulated seconds per wall second for --sim-log (default 1)")
+    p.add_argument("--phase-source", metavar="URL",
+                   help="the driver's exporter /metrics (e.g. http://node0:9048/metrics): on a "
+                   "node without the verl log, its last step's phases label this node's GPU "
+                   "samples (verlmon_phase_gpu_* counters)")
     p.add_argument("--node", metavar="NAME",
                    help="node name for verlmon_node_info and the store (default: the hostname)")
     p.add_argument("--train-pid", type=int, metavar="PID",

@@ -1,0 +1,166 @@
+"""The driver's phase timeline on every node, and per-phase GPU activity counters.
+
+verl's log is written on the driver's node only. Its exporter already serves the last step's
+number, end time, total and phase seconds on /metrics (``verlmon_training_step``,
+``verlmon_last_step_timestamp_seconds``, ``verlmon_step_duration_seconds``,
+``verlmon_phase_duration_seconds{phase}``). Another node's exporter, given the driver's
+/metrics URL (``--phase-source``), reads them after each step, rebuilds the step with the
+same layout the driver uses (:func:`monitor.analysis.attribution.phase_timeline`) and labels
+its own GPU samples of that step with phases. The driver's exporter does the same from the
+steps of its own log. Both add the result to counters, so Prometheus sees every step whatever
+its scrape interval:
+
+- ``verlmon_phase_gpu_seconds_total{phase,gpu}``: seconds of the phase (as the log gives them)
+  in steps where this GPU had at least one sample inside it;
+- ``verlmon_phase_gpu_sm_active_seconds_total{phase,gpu}``: those seconds times the GPU's mean
+  SM activity in the phase (0..1); ``..._utilization_seconds_total`` the same for NVML
+  utilization. ``rate(sm_active) / rate(seconds)`` is the phase's mean SM activity;
+- ``verlmon_phase_gpu_samples_total{phase,gpu}``: samples that fell in the phase. A phase
+  shorter than the sampling interval gets 0 or 1 sample a step: few samples, low confidence.
+
+Clocks of the nodes must agree (NTP) to within a fraction of the shortest phase that matters.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from monitor import metric_names as m
+from monitor.records import StepRecord
+
+#: Seconds between looks for a new step (own log or the driver's /metrics).
+MIN_POLL_S = 1.0
+#: Seconds a fetch of the driver's /metrics may take.
+FETCH_TIMEOUT_S = 3.0
+
+
+class PhaseSourceError(RuntimeError):
+    """The driver's /metrics cannot be read or lacks the last step; one line saying why."""
+
+
+def step_from_metrics(text: str) -> StepRecord | None:
+    """The driver's last step from its /metrics text, or None when it has not seen a step.
+
+    Raises PhaseSourceError for text that is not a Prometheus exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    phases: dict[str, float] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name == m.PHASE_DURATION and "phase" in s.labels:
+                    phases[s.labels["phase"]] = float(s.value)
+                elif s.name in (m.TRAIN_STEP, m.LAST_STEP_TS, m.STEP_DURATION):
+                    values[s.name] = float(s.value)
+    except ValueError as exc:
+        raise PhaseSourceError(f"not Prometheus metrics: {exc}") from None
+    if m.TRAIN_STEP not in values or m.LAST_STEP_TS not in values or not phases:
+        return None
+    total = values.get(m.STEP_DURATION)
+    return StepRecord(step=int(values[m.TRAIN_STEP]), end_time=values[m.LAST_STEP_TS],
+                      total=total, phases=phases, time_source="line")
+
+
+def fetch_step(url: str, timeout: float = FETCH_TIMEOUT_S) -> StepRecord | None:
+    """GET the driver's /metrics and return its last step (None before the first step)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - user's URL
+            text = resp.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise PhaseSourceError(f"cannot read {url}: {getattr(exc, 'reason', exc)}") from None
+    return step_from_metrics(text)
+
+
+@dataclass
+class PhaseGpuTotals:
+    """Per (phase, gpu) running totals; :meth:`add_step` adds one step, thread-safe."""
+
+    seconds: dict[tuple[str, str], float] = field(default_factory=dict)
+    sm_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
+    util_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
+    samples: dict[tuple[str, str], int] = field(default_factory=dict)
+    steps: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_step(self, rec: StepRecord, gpu: pd.DataFrame) -> int:
+        """Attribute this node's GPU samples (``ts``, ``gpu``, ``sm_active``/``util`` in %)
+        of step ``rec`` to its phases; returns how many samples fell inside a phase."""
+        from monitor.analysis.attribution import label_samples, phase_timeline
+
+        timeline = phase_timeline([rec])
+        if len(timeline) == 0 or len(gpu) == 0:
+            return 0
+        lo, hi = float(timeline["start"].min()), float(timeline["end"].max())
+        ts = gpu["ts"].to_numpy(float)
+        sub = gpu[(ts >= lo) & (ts < hi)]
+        if len(sub) == 0:
+            return 0
+        lab = label_samples(sub[["ts", "gpu", "sm_active", "util"]], timeline)
+        lab = lab[lab["phase"].notna()]
+        dur = (timeline["end"] - timeline["start"]).groupby(timeline["phase"]).sum()
+        add: list[tuple[tuple[str, str], float, float | None, float | None, int]] = []
+        for (phase, g), grp in lab.groupby(["phase", "gpu"], sort=True):
+            seconds = float(dur.get(phase, 0.0))
+            if seconds <= 0:
+                continue
+            sm = _mean_ratio(grp["sm_active"])
+            util = _mean_ratio(grp["util"])
+            add.append(((str(phase), str(int(g))), seconds, sm, util, len(grp)))
+        with self._lock:
+            for key, seconds, sm, util, n in add:
+                self.seconds[key] = self.seconds.get(key, 0.0) + seconds
+                self.samples[key] = self.samples.get(key, 0) + n
+                if sm is not None:
+                    self.sm_seconds[key] = self.sm_seconds.get(key, 0.0) + sm * seconds
+                if util is not None:
+                    self.util_seconds[key] = self.util_seconds.get(key, 0.0) + util * seconds
+            self.steps += 1
+        return sum(a[4] for a in add)
+
+    def snapshot(self) -> tuple[dict, dict, dict, dict]:
+        """Copies of (seconds, sm_seconds, util_seconds, samples)."""
+        with self._lock:
+            return (dict(self.seconds), dict(self.sm_seconds), dict(self.util_seconds),
+                    dict(self.samples))
+
+
+def _mean_ratio(values: pd.Series) -> float | None:
+    arr = values.to_numpy(float)
+    arr = arr[np.isfinite(arr)]
+    if len(arr) == 0:
+        return None
+    mean = float(arr.mean()) / 100.0
+    return min(max(mean, 0.0), 1.0) if math.isfinite(mean) else None
+
+
+def families(totals: PhaseGpuTotals) -> Iterable:
+    """The four counter families from ``totals`` (nothing before the first step)."""
+    from prometheus_client.core import CounterMetricFamily
+
+    seconds, sm, util, samples = totals.snapshot()
+    if not seconds:
+        return
+    spec = (
+        (m.PHASE_GPU_SECONDS, "Seconds of each phase (the driver's timeline) in steps where "
+         "this GPU had a sample inside it.", seconds),
+        (m.PHASE_GPU_SM_ACTIVE_SECONDS, "Phase seconds times the GPU's mean SM activity "
+         "(0..1) in the phase; over phase_gpu_seconds: the phase's mean SM activity.", sm),
+        (m.PHASE_GPU_UTIL_SECONDS, "Phase seconds times the GPU's mean NVML utilization "
+         "(0..1) in the phase.", util),
+        (m.PHASE_GPU_SAMPLES, "GPU samples that fell inside each phase (few per step: the "
+         "phase is shorter than the sampling interval).", samples),
+    )
+    for name, help_text, data in spec:
+        fam = CounterMetricFamily(name.removesuffix("_total"), help_text,
+                                  labels=["phase", "gpu"])
+        for (phase, gpu), value in sorted(data.items()):
+            fam.add_metric([phase, gpu], float(value))
+        yield fam
