@@ -248,6 +248,16 @@ class Exporter:
         for kind, count in sorted(getattr(self.window, "dropped", {}).items()):
             window.add_metric([kind], count)
         out = [restarts, window, *slack]
+        logs = getattr(self.collectors.get("verl_log"), "logs", None)
+        if logs:
+            oversize = CounterMetricFamily(
+                m.LOG_DROPPED.removesuffix("_total"),
+                "Lines of each followed log dropped unread for being longer than 16 MiB.",
+                labels=["log"])
+            for followed in logs:
+                oversize.add_metric([str(followed.path)],
+                                    getattr(followed.follower, "oversize_lines", 0))
+            out.append(oversize)
         if self.store is not None:
             dropped = CounterMetricFamily(
                 m.STORE_DROPPED.removesuffix("_total"),

@@ -21,6 +21,7 @@ WINDOW_DROPPED = "verlmon_window_dropped_rows_total"  # counter {kind}
 THREAD_RESTARTS = "verlmon_exporter_thread_restarts_total"  # counter {thread}
 SLACK_MESSAGES = "verlmon_slack_messages_total"  # counter {outcome}
 SLACK_DROPPED = "verlmon_slack_dropped_total"  # counter
+LOG_DROPPED = "verlmon_log_dropped_lines_total"  # counter {log}: lines over the length cap
 
 # --- GPU (nvml / sim backends)
 GPU_INFO = "verlmon_gpu_info"  # gauge {gpu, uuid, name}

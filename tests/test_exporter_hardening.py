@@ -144,3 +144,24 @@ def test_the_window_says_when_it_cannot_hold_the_window(tmp_path, caplog):
     assert lines == ["the detectors' window holds 1000 GPU rows: 1.7 min of 2 GPUs every 0.2 "
                      "s, not --window's 30 min; older rows are dropped (counted in "
                      "verlmon_window_dropped_rows_total)"]
+
+
+def test_oversize_log_lines_are_counted_in_metrics(tmp_path):
+    from monitor.logs import follow
+
+    log = tmp_path / "train.log"
+    log.write_text("")
+    exporter = Exporter(options(tmp_path, "--log", str(log)))
+    exporter.start()
+    try:
+        for followed in exporter.collectors["verl_log"].logs:
+            followed.follower._splitter.max_line_bytes = 1000  # 16 MiB in real life
+        with log.open("a") as fh:
+            fh.write("x" * 5000 + "\nstep:1 - timing_s/step:10\n")
+        series = f'verlmon_log_dropped_lines_total{{log="{log}"}}'
+        text = wait_for(lambda: (t := httpx.get(exporter.url, timeout=10).text) and value(
+            t, series) == 1.0 and t)
+        assert value(text, "verlmon_training_step") == 1.0
+        assert follow.MAX_LINE_BYTES == 16 * 2**20
+    finally:
+        exporter.stop()
