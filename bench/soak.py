@@ -126,6 +126,46 @@ def metric_value(body: str, name: str) -> str:
     return found.group(1) if found else "-"
 
 
+def rss_growth(rows: list[dict]) -> list[str]:
+    """Lines on RSS over the last half of the run: end points, medians of the first and last
+    five readings (the heap is trimmed now and then, so single readings swing), and the least-
+    squares slope, as % of the half's median per 30 minutes."""
+    half = [r for r in rows if r["minute"] >= rows[-1]["minute"] / 2] if rows else []
+    if len(half) < 2:
+        return ["# too short for an RSS trend"]
+    rss = [r["rss_mb"] for r in half]
+    mins = [r["minute"] for r in half]
+    first, last = rss[0], rss[-1]
+    head, tail = sorted(rss[:5])[len(rss[:5]) // 2], sorted(rss[-5:])[len(rss[-5:]) // 2]
+    mean_m, mean_r = sum(mins) / len(mins), sum(rss) / len(rss)
+    var = sum((m - mean_m) ** 2 for m in mins)
+    slope = sum((m - mean_m) * (r - mean_r) for m, r in zip(mins, rss, strict=True))
+    slope = slope / var if var else 0.0
+    mid = sorted(rss)[len(rss) // 2]
+    return [
+        f"# RSS over the last half (minute {mins[0]:.1f} -> {mins[-1]:.1f}): {first:.1f} -> "
+        f"{last:.1f} MB, {(last - first) / first * 100:+.1f}% end to end",
+        f"# median of the first 5 vs last 5 readings of that half: {head:.1f} -> {tail:.1f} MB, "
+        f"{(tail - head) / head * 100:+.1f}%",
+        f"# least-squares slope over that half: {slope:+.2f} MB/min = "
+        f"{slope * 30 / mid * 100:+.1f}% of its median ({mid:.1f} MB) per 30 min",
+        f"# peak RSS {max(r['rss_mb'] for r in rows):.1f} MB; mean CPU "
+        f"{sum(r.get('cpu_pct', 0.0) for r in rows) / len(rows):.1f}% of a core",
+    ]
+
+
+def summarize(path: str) -> int:
+    """Print the RSS lines for an existing soak output (its per-minute table)."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and not line.startswith("#") and parts[0][0].isdigit():
+            rows.append({"minute": float(parts[0]), "rss_mb": float(parts[1]),
+                         "cpu_pct": float(parts[4])})
+    print("\n".join(rss_growth(rows)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=60.0)
@@ -135,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise-per-s", type=int, default=20, help="tqdm lines a second")
     ap.add_argument("--report-s", type=float, default=60.0, help="seconds between lines")
     ap.add_argument("--workdir", help="where the log, dumps and store go (default: a temp dir)")
+    ap.add_argument("--summarize", metavar="FILE",
+                    help="only print the RSS trend of an earlier run's output and exit")
     args = ap.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="verlmon-soak-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -216,14 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rc = proc.returncode
         err.close()
-    half = [r for r in rows if r["minute"] >= rows[-1]["minute"] / 2] if rows else []
-    if len(half) >= 2:
-        first, last = half[0]["rss_mb"], half[-1]["rss_mb"]
-        print(f"# RSS over the last half (minute {half[0]['minute']:.1f} -> "
-              f"{half[-1]['minute']:.1f}): {first:.1f} -> {last:.1f} MB, "
-              f"{(last - first) / first * 100:+.1f}%", flush=True)
-        print(f"# peak RSS {max(r['rss_mb'] for r in rows):.1f} MB; mean CPU "
-              f"{sum(r['cpu_pct'] for r in rows) / len(rows):.1f}% of a core", flush=True)
+    print("\n".join(rss_growth(rows)), flush=True)
     try:
         with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
             counts = {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
