@@ -30,6 +30,8 @@ class Scenario:
     min_gpus: int = 1
     #: the job ends with the fault (OOM, NCCL hang)
     fatal: bool = False
+    #: kinds that are true consequences of the fault, not false alarms (with the reason)
+    also: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for truth.json."""
@@ -52,7 +54,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("slow_sync", "the weight sync goes through host memory tensor by tensor",
              steps=(4, 7), expect=("reshard_spike",), expect_scope={"phase": "reshard"}),
     Scenario("long_tail", "a few prompts on one rank are forced to the maximum response length",
-             steps=(4, 7), rank=0, expect=("rollout_long_tail",), expect_scope={"phase": "gen"}),
+             steps=(4, 7), rank=0, expect=("rollout_long_tail",), expect_scope={"phase": "gen"},
+             # the long responses are padded into that rank's update batch: it gets up to 58%
+             # more tokens (global_seqlen) and the other rank waits for it in the all-reduce
+             also=("gpu_imbalance",)),
     Scenario("oom", "the update keeps ~24 GiB more each step until CUDA runs out of memory",
              steps=(4, 99), rank=0, expect=("oom", "memory_pressure"), fatal=True),
     Scenario("nccl_hang", "one rank stalls before the gradient all-reduce past the process "

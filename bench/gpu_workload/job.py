@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--scenario", default="healthy", choices=sorted(SCENARIOS))
     p.add_argument("--gpus", type=int, default=1, help="ranks, one per GPU (default 1)")
-    p.add_argument("--steps", type=int, default=9)
+    p.add_argument("--steps", type=int, default=8)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--jsonl", default=None, help="also write the file logger's JSONL here")
     p.add_argument("--hidden", type=int, default=2048)
@@ -72,9 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--batch", type=int, default=192, help="sequences per rank per step")
     p.add_argument("--prompt-len", type=int, default=256)
-    p.add_argument("--resp-lens", default="96,128,160,192",
+    p.add_argument("--resp-lens", default="64,96,128",
                    help="response lengths drawn per sequence (comma list)")
-    p.add_argument("--tail-len", type=int, default=640, help="length forced by the long tail")
+    p.add_argument("--tail-len", type=int, default=512, help="length forced by the long tail")
     p.add_argument("--micro", type=int, default=16, help="micro-batch of log-prob and update")
     p.add_argument("--stall-s", type=float, default=5.0, help="data stall per batch, seconds")
     p.add_argument("--oom-gib", type=float, default=32.0, help="memory kept per step (oom)")
@@ -370,7 +370,7 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> None:
         timing: dict[str, float] = {}
         t_step = time.perf_counter()
 
-        def mark(name: str, t0: float) -> float:
+        def mark(name: str, t0: float, timing: dict[str, float] = timing) -> float:
             w.sync()
             t1 = time.perf_counter()
             timing[name] = t1 - t0

@@ -340,7 +340,10 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
     nwin = len(ctx.windows)
     starts = ctx.windows["start"].to_numpy(float)
     ends = ctx.windows["end"].to_numpy(float)
-    open_n = ctx.windows_for(float(cfg["open_after_s"]))
+    # "for minutes" or for a few whole steps, whichever comes first: each step window averages
+    # every training phase, so short steps (seconds each, as on the real-GPU bench) need not
+    # wait minutes, and long ones (verl's usual minutes) open after the same time as before
+    open_n = min(ctx.windows_for(float(cfg["open_after_s"])), int(cfg["open_after_steps"]))
     close_n = ctx.windows_for(float(cfg["close_after_s"]))
     min_samples = int(cfg["min_samples"])
     source = "SM activity" if (df["act_source"] == "sm").any() else "utilization"

@@ -56,6 +56,29 @@ def gen_tail_share(ctx: Context) -> pd.Series:
     return out
 
 
+def _grown_tail(ctx: Context, resp_ratio: pd.Series) -> pd.Series:
+    """Steps whose longest response grew well past the run's usual max/mean AND whose gen time
+    grew with it: the tail is what slowed generation (both against frozen baselines)."""
+    cfg = ctx.cfg("rollout_long_tail")
+    gen = W.phase(ctx.sf, "gen").astype(float).reset_index(drop=True)
+    out = pd.Series(False, index=resp_ratio.index, dtype=bool)
+    if gen.isna().all() or resp_ratio.isna().all():
+        return out
+    r_grow = float(cfg["response_ratio_growth"])
+    g_grow = float(cfg["gen_growth"])
+    hist = int(cfg["history_steps"])
+    minp = int(cfg["min_history_steps"])
+    r_base, _ = W.frozen_baseline(resp_ratio.reset_index(drop=True), hist, minp,
+                                  lambda v, m, _mad: v >= m * r_grow)
+    g_base, _ = W.frozen_baseline(gen, hist, minp, lambda v, m, _mad: v >= m * g_grow)
+    r_min = float(cfg["tail_min_response_ratio"])
+    vals = [bool(pd.notna(r) and pd.notna(rb) and pd.notna(g) and pd.notna(gb)
+                 and r >= max(r_min, rb * r_grow) and g >= gb * g_grow)
+            for r, rb, g, gb in zip(resp_ratio.reset_index(drop=True), r_base, gen, g_base,
+                                    strict=True)]
+    return pd.Series(vals, index=resp_ratio.index, dtype=bool)
+
+
 def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
     """A few sequences keep generation going while most GPUs (or agent workers) wait."""
     cfg = ctx.cfg("rollout_long_tail")
@@ -72,13 +95,18 @@ def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
     a_lim = float(cfg["agent_slowest_over_mean"])
     r_lim = float(cfg["response_max_over_mean"])
     t_lim = float(cfg["tail_share"])
+    t_rmin = float(cfg["tail_min_response_ratio"])
+    grown = _grown_tail(ctx, resp_ratio)
     cond: list[object] = []
-    for a, r, t in zip(agent_ratio, resp_ratio, tail, strict=True):
+    for a, r, t, g in zip(agent_ratio, resp_ratio, tail, grown, strict=True):
         known = [x for x in (a, r, t) if pd.notna(x)]
         if not known:
             cond.append(None)
             continue
-        hit = (pd.notna(a) and a >= a_lim) or (pd.notna(t) and t >= t_lim)
+        # GPUs falling idle in gen count only when the responses do differ in length: a step
+        # whose longest response is near the mean has no tail to wait for (warm-up steps)
+        t_hit = pd.notna(t) and t >= t_lim and (pd.isna(r) or r >= t_rmin)
+        hit = (pd.notna(a) and a >= a_lim) or t_hit or bool(g)
         # the response-length ratio alone is weaker evidence: use it only without GPU data
         if pd.isna(t) and pd.notna(r) and r >= r_lim:
             hit = True
@@ -99,6 +127,12 @@ def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
         if resp_ratio.iloc[sl].notna().any():
             parts.append(f"the longest response was {resp_ratio.iloc[sl].mean():.1f}x the mean "
                          "length")
+        if grown.iloc[sl].any():
+            gen = W.phase(sf, "gen").astype(float)
+            before = gen.iloc[:ep.onset].median() if ep.onset else float("nan")
+            if pd.notna(before) and before > 0:
+                parts.append(f"gen took {gen.iloc[sl].mean():.1f} s per step against "
+                             f"{before:.1f} s before")
         worst_tail = float(tail.iloc[sl].mean()) if tail.iloc[sl].notna().any() else 0.0
         known = agent_ratio.iloc[sl].notna().any()
         worst_agent = float(agent_ratio.iloc[sl].mean()) if known else 0.0
