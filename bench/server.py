@@ -5,6 +5,8 @@
    Nagle on: each answer waited for the client's delayed ACK).
 2. **connection burst**: ``--clients`` threads each opening ``--per-client`` fresh connections at
    once, p99/max and failures, with the listen backlog as it is and as it was (5).
+3. **basic auth**: the time to reject a wrong password of a known user and of an unknown user
+   (bcrypt cost 10); their ratio should be ~1 (no user-name probing by timing).
 
 Prints each pair and its ratio (before / now). 127.0.0.1 only.
 
@@ -115,6 +117,28 @@ def burst(backlog: int | None, clients: int, per_client: int) -> tuple[list[floa
     return sorted(times), failures[0]
 
 
+def auth_timing(tmp: Path, tries: int) -> tuple[float, float]:
+    """Median ms to reject (known user, wrong password) and (unknown user)."""
+    import base64
+
+    import bcrypt
+
+    from exporters.webconfig import load_web_config
+
+    cfg = tmp / "web.yml"
+    hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10)).decode()
+    cfg.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n")
+    web = load_web_config(cfg)
+    times: dict[str, list[float]] = {"prom": [], "nobody": []}
+    for i in range(tries):  # alternating (ABBA), so a busy machine slows both alike
+        for user in (("prom", "nobody") if i % 2 == 0 else ("nobody", "prom")):
+            header = "Basic " + base64.b64encode(f"{user}:wrong{i}".encode()).decode()
+            t0 = time.perf_counter()
+            assert not web.check_authorization(header)
+            times[user].append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times["prom"]), statistics.median(times["nobody"])
+
+
 def _p(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(len(values) * q))] if values else float("nan")
 
@@ -138,6 +162,12 @@ def main() -> int:
     print(f"  backlog    5: p99 {_p(b_old, 0.99):7.1f} ms  max "
           f"{b_old[-1] if b_old else float('nan'):7.1f} ms  failed {f_old}")
     print(f"  before/now p99 ratio {_p(b_old, 0.99) / _p(b_now, 0.99):.1f}x")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        known, unknown = auth_timing(Path(tmp), 15)
+    print(f"basic auth rejection (bcrypt cost 10), median of 15: known user {known:.1f} ms, "
+          f"unknown user {unknown:.1f} ms, ratio {unknown / known:.2f}")
     return 0
 
 
