@@ -165,3 +165,32 @@ def test_oversize_log_lines_are_counted_in_metrics(tmp_path):
         assert follow.MAX_LINE_BYTES == 16 * 2**20
     finally:
         exporter.stop()
+
+
+def test_a_store_with_garbage_inside_is_reported_down(tmp_path, caplog):
+    """Before: a store with garbage mid-file opened with store_up 1."""
+    import os
+
+    from monitor.store import StoreWriter
+
+    path = tmp_path / "run.db"
+    store = RunStore(path)
+    writer = StoreWriter(store)
+    writer.put_gpu([{"ts": float(i), "node": "n-a", "gpu": 0, "util": 1.0}
+                    for i in range(20_000)])
+    assert writer.flush()
+    store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    size = path.stat().st_size
+    with path.open("r+b") as fh:
+        fh.seek(size // 2 - (size // 2) % 4096)
+        fh.write(os.urandom(3 * 4096))
+    exporter = Exporter(options(tmp_path))
+    with caplog.at_level(logging.ERROR, logger="verl_monitor.exporter"):
+        exporter.start()
+        try:
+            wait_for(lambda: value(httpx.get(exporter.url, timeout=10).text,
+                                   "verlmon_store_up") == 0.0)
+            wait_for(lambda: any("integrity check" in r.getMessage() for r in caplog.records))
+        finally:
+            exporter.stop()
