@@ -8,9 +8,10 @@ client blocks nobody.
 Like the Prometheus exporter toolkit: a listen backlog of ``BACKLOG`` (a burst of scrapers
 is queued by the kernel, not refused or retried a second later), ``TCP_NODELAY`` and each
 response in one write (a keep-alive scrape never waits on Nagle and the delayed ACK), request
-headers capped before authentication (``MAX_HEADER_BYTES`` in all, ``MAX_HEADERS`` lines;
-past either the answer is 431 and the connection closes; the line cap is http.client's), and the web config's extra headers
-on every response. Basic auth's cost limits live in exporters/webconfig.py.
+line and headers capped before authentication (``MAX_HEADER_BYTES`` in all, and http.client's
+100 header lines; past either the answer is 431 and the connection closes), and the web
+config's extra headers on every response. Basic auth's cost limits live in
+exporters/webconfig.py.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ log = logging.getLogger("verl_monitor.exporter")
 BACKLOG = 1024
 #: Bytes of request line and headers one request may send before it is answered 431.
 MAX_HEADER_BYTES = 64 * 1024
-#: Header lines one request may send.
-MAX_HEADERS = 100
 
 
 class _CappedReader:
