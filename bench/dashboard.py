@@ -18,8 +18,9 @@ appends a sample per GPU every second to the store; a heartbeat target keeps Pro
 newest sample moving), so each refresh moves the window and queries fresh data.
 
 Baseline: in the same run, an empty Streamlit page (a title and one two-point Plotly chart,
-served the same way) is timed the same way; each page's "x floor" is its URL time over the
-baseline's, the figure to read where Streamlit's own floor leaves no room under 2 s.
+served the same way) is loaded by URL right before each warm visit of a page; each page's
+"x floor" is the median of its warm URL times over the median of the empty page's, the figure
+to read where Streamlit's own floor (and a shared machine's load) leaves no room under 2 s.
 
 Usage: ``python bench/dashboard.py [--skip-store] [--skip-prometheus] [--json PATH]``
 """
@@ -231,19 +232,29 @@ def _wait_drawn(page, title: str, t0: float, what: str) -> tuple[float, int]:
     raise RuntimeError(f"{what} did not finish rendering in 120 s")
 
 
-def page_times(url: str, window: str) -> dict[str, tuple[float, float, float, int]]:
-    """(cold, warm, nav, charts) per page: seconds until every chart is drawn after loading the
-    page's URL first (cold) and again (warm), and after clicking it in the sidebar (nav)."""
+def page_times(url: str, window: str, base_url: str,
+               rounds: int = 3) -> tuple[dict[str, tuple[float, float, float, int, float]],
+                                         tuple[float, float]]:
+    """Per page (cold, warm, nav, charts, x floor): seconds until every chart is drawn after
+    loading the page's URL first (cold) and again (warm: the median of ``rounds`` visits), and
+    after clicking it in the sidebar (nav). Each warm visit follows a visit of the empty page at
+    ``base_url`` (the floor), so load on a shared machine hits both alike; "x floor" is the
+    median of the page's warm visits over the median of the empty page's. Also returns the
+    empty page's (cold, warm median)."""
     from playwright.sync_api import sync_playwright
 
     out: dict[str, list] = {}
+    floor: list[float] = []
     query = f"?window={window.replace(' ', '+')}&refresh=off"
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        for _visit in range(2):
+        for _visit in range(1 + rounds):
             for path, title in PAGES.items():
+                t0 = time.perf_counter()
+                page.goto(base_url + "/", wait_until="commit")
+                floor.append(_wait_drawn(page, BASELINE_TITLE, t0, "empty page")[0])
                 t0 = time.perf_counter()
                 page.goto(f"{url}/{path}{query}", wait_until="commit")
                 out.setdefault(path, []).append(_wait_drawn(page, title, t0, f"/{path}"))
@@ -254,32 +265,19 @@ def page_times(url: str, window: str) -> dict[str, tuple[float, float, float, in
             link.click()
             out[path].append(_wait_drawn(page, title, t0, f"/{path} (sidebar)"))
         browser.close()
-    return {p: (v[0][0], v[1][0], v[2][0], v[1][1]) for p, v in out.items()}
+    warm_floor = statistics.median(floor[len(PAGES):])
+    result = {}
+    for p, v in out.items():
+        warm = statistics.median(x[0] for x in v[1:1 + rounds])
+        result[p] = (v[0][0], warm, v[-1][0], v[1][1], warm / warm_floor)
+    return result, (floor[0], warm_floor)
 
 
-def baseline_times(workdir: Path, visits: int = 3) -> tuple[float, float]:
-    """(cold, warm median) seconds until the empty one-chart Streamlit page is drawn after
-    loading its URL: Streamlit's own floor on this machine, measured like the pages."""
-    from playwright.sync_api import sync_playwright
-
+def start_baseline(workdir: Path) -> tuple[subprocess.Popen, str]:
+    """The empty one-chart Streamlit page, served like the app: Streamlit's own floor."""
     script = workdir / "baseline_app.py"
     script.write_text(BASELINE_APP)
-    proc, url = start_app("store", str(workdir / "none.db"), script)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-                "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            times = []
-            for _ in range(visits + 1):
-                t0 = time.perf_counter()
-                page.goto(url + "/", wait_until="commit")
-                times.append(_wait_drawn(page, BASELINE_TITLE, t0, "baseline")[0])
-            browser.close()
-    finally:
-        proc.terminate()
-        proc.wait(20)
-    return times[0], statistics.median(times[1:])
+    return start_app("store", str(workdir / "none.db"), script)
 
 
 def refresh_times(url: str, window: str, refreshes: int = 3) -> dict[str, float]:
@@ -362,11 +360,12 @@ class HeartbeatTarget:
         self.server.shutdown()
 
 
-def bench(kind: str, value: str, window: str, floor_s: float) -> dict:
+def bench(kind: str, value: str, window: str, workdir: Path) -> tuple[dict, tuple]:
     proc, url = start_app(kind, value)
+    base_proc, base_url = start_baseline(workdir)
     feeder = StoreFeeder(Path(value)) if kind == "store" else None
     try:
-        pages = page_times(url, window)
+        pages, floor = page_times(url, window, base_url)
         if feeder is not None:
             feeder.start()
         refresh = refresh_times(url, window)
@@ -374,18 +373,20 @@ def bench(kind: str, value: str, window: str, floor_s: float) -> dict:
         if feeder is not None and feeder.ident is not None:
             feeder.halt.set()
             feeder.join(10)
-        proc.terminate()
-        proc.wait(20)
-    return {PAGES[p]: {"cold_s": round(c, 2), "warm_s": round(w, 2), "nav_s": round(nv, 2),
+        for p in (proc, base_proc):
+            p.terminate()
+            p.wait(20)
+    rows = {PAGES[p]: {"cold_s": round(c, 2), "warm_s": round(w, 2), "nav_s": round(nv, 2),
                        "charts": n, "refresh_server_s": round(refresh[p], 3),
-                       "warm_x_floor": round(w / floor_s, 2)}
-            for p, (c, w, nv, n) in pages.items()}
+                       "warm_x_floor": round(x, 2)}
+            for p, (c, w, nv, n, x) in pages.items()}
+    return rows, floor
 
 
 def print_table(title: str, rows: dict, floor: tuple[float, float]) -> None:
     print(f"\n{title}")
     print(f"{'page':<16}{'cold s':>8}{'warm s':>8}{'x floor':>9}{'nav s':>8}{'charts':>8}"
-          f"{'refresh s':>11}")
+          f"{'refresh s':>11}   (warm: median of 3 URL loads)")
     print(f"{'(empty page)':<16}{floor[0]:>8.2f}{floor[1]:>8.2f}{1.0:>9.2f}{'':>8}{1:>8}"
           f"{'':>11}")
     for page, r in rows.items():
@@ -408,8 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             info = build_store(tmp / "six.db")
             info["build_s"] = round(time.perf_counter() - t0, 1)
-            floor = baseline_times(tmp)
-            rows = bench("store", str(tmp / "six.db"), "6 h", floor[1])
+            rows, floor = bench("store", str(tmp / "six.db"), "6 h", tmp)
             results["store_8gpu_6h_1s"] = {"data": info, "pages": rows,
                                            "empty_page_s": {"cold": round(floor[0], 2),
                                                             "warm": round(floor[1], 2)}}
@@ -424,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                 beat = HeartbeatTarget()
                 prom, url, info = build_prometheus(workdir, args.nodes, beat.port)
                 try:
-                    floor = baseline_times(tmp)
-                    rows = bench("prometheus", url, "1 h", floor[1])
+                    rows, floor = bench("prometheus", url, "1 h", tmp)
                 finally:
                     prom.terminate()
                     prom.wait(20)
