@@ -1,0 +1,407 @@
+"""The goodput ledger: where every GPU-second of a verl run went.
+
+For each step and each GPU, the wall seconds from the end of the previous step line to the end
+of this one are split into ``productive`` time and named causes of loss (the values of the
+``cause`` label of ``verlmon_gpu_seconds_total``). Every second lands in exactly one cause, so
+the causes add up to the wall time x GPUs; what no rule explains is ``unattributed``, never
+dropped. The rules, their signals and their blind spots are written in ``docs/goodput.md``.
+
+The module is pure: steps, GPU samples and events in, a data frame out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from monitor.analysis.attribution import overlap_samples, phase_timeline, sample_period
+from monitor.logs.gaps import fill_data_wait
+from monitor.records import Event, StepRecord
+
+#: Lost causes, in the order reports list them (metric label values).
+LOST_CAUSES: tuple[str, ...] = (
+    "data_loading",
+    "rollout_long_tail",
+    "straggler_wait",
+    "weight_sync",
+    "communication",
+    "cpu_phases",
+    "validation_checkpoint",
+    "low_activity",
+    "restarts",
+)
+#: Every cause a GPU-second can go to: productive, the lost causes, then unattributed.
+CAUSES: tuple[str, ...] = ("productive",) + LOST_CAUSES + ("unattributed",)
+
+#: Phases in which the GPUs do the job's work; judged sample by sample.
+COMPUTE_PHASES: tuple[str, ...] = (
+    "gen", "old_log_prob", "ref", "values", "update_actor", "update_critic",
+)
+#: Phases whose whole time goes to one cause, whatever the GPUs show.
+PHASE_CAUSE: dict[str, str] = {
+    "reshard": "weight_sync",
+    "comm": "communication",
+    "reward": "cpu_phases",
+    "adv": "cpu_phases",
+    "testing": "validation_checkpoint",
+    "save_checkpoint": "validation_checkpoint",
+    "rollout_wait": "rollout_long_tail",
+    "other": "unattributed",
+}
+#: Events that end a run: the time from the last step line to one of them is lost work.
+CRASH_KINDS: tuple[str, ...] = (
+    "oom", "traceback", "nccl_timeout", "nccl_error", "actor_died", "worker_killed",
+    "cuda_error",
+)
+
+LEDGER_COLUMNS: list[str] = ["step", "node", "gpu", "start", "end", "wall", *CAUSES]
+
+#: Used when ``monitor/defaults.yaml`` has no ``goodput:`` section (the same values).
+DEFAULTS: dict[str, Any] = {
+    "reference_sm": {p: 0.0 for p in COMPUTE_PHASES},
+    "auto_quantile": 0.9,
+    "auto_min": 10.0,
+    "idle_util": 2.0,
+    "spin_util_min": 85.0,
+    "spin_sm_max": 10.0,
+    "straggler_gap": 15.0,
+    "peer_busy_min": 50.0,
+    "comm_util_min": 70.0,
+    "comm_sm_max": 30.0,
+    "sum_tolerance": 0.02,
+}
+
+
+def settings(cfg: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ledger's settings: ``cfg`` (a ``goodput:`` section) over :data:`DEFAULTS`."""
+    out = dict(DEFAULTS)
+    ref = dict(DEFAULTS["reference_sm"])
+    for key, val in dict(cfg or {}).items():
+        if key == "reference_sm" and isinstance(val, Mapping):
+            ref.update(val)
+        elif key == "reference_sm":
+            ref = {p: val for p in COMPUTE_PHASES}
+        else:
+            out[key] = val
+    out["reference_sm"] = ref
+    return out
+
+
+def default_settings() -> dict[str, Any]:
+    """The ``goodput:`` section of the default config merged over :data:`DEFAULTS`."""
+    from monitor.config import load_config
+
+    try:
+        return settings(load_config().section("goodput"))
+    except Exception:  # noqa: BLE001 - an unreadable config falls back to the built-in values
+        return settings()
+
+
+def _step_intervals(steps: list[StepRecord], run_end: float | None,
+                    events: list[Event]) -> pd.DataFrame:
+    """One row per step line (and a crash tail): its wall interval and what fills the gap."""
+    timed = sorted((s for s in steps if s.end_time is not None and s.total is not None),
+                   key=lambda s: float(s.end_time))
+    rows = []
+    prev_end: float | None = None
+    top = None
+    for rec in timed:
+        end = float(rec.end_time)
+        covered = float(rec.total) + sum(
+            float(rec.phases.get(p) or 0.0) for p in ("testing", "save_checkpoint")
+            if _outside_step_timer(rec))
+        resumed = top is not None and rec.step <= top
+        after_resume = resumed or (prev_end is not None and rec.data_wait is None
+                                   and _resume_between(events, prev_end, end))
+        start = end - covered if prev_end is None else prev_end
+        if prev_end is not None and end - prev_end <= 0:
+            start = end  # two lines at one instant: nothing to split
+        rows.append({"step": int(rec.step), "start": start, "end": end,
+                     "data_wait": float(rec.data_wait or 0.0) if not after_resume else 0.0,
+                     "gap_cause": "restarts" if after_resume else "unattributed",
+                     "redone": bool(resumed)})
+        prev_end = end
+        top = rec.step if top is None else max(top, rec.step)
+    if run_end is not None and prev_end is not None and run_end > prev_end:
+        crashed = any(e.kind in CRASH_KINDS and e.time is not None
+                      and prev_end < e.time <= run_end + 1e-6 for e in events)
+        rows.append({"step": int(top) + 1, "start": prev_end, "end": float(run_end),
+                     "data_wait": 0.0, "gap_cause": "restarts" if crashed else "unattributed",
+                     "redone": False})
+    return pd.DataFrame(rows, columns=["step", "start", "end", "data_wait", "gap_cause",
+                                       "redone"])
+
+
+def _outside_step_timer(rec: StepRecord) -> bool:
+    """Whether testing/save_checkpoint ran outside ``timing_s/step`` (verl 0.6+)."""
+    from monitor.logs.gaps import covered_seconds
+
+    cov = covered_seconds(rec)
+    return cov is not None and rec.total is not None and cov > float(rec.total) + 1e-9
+
+
+def _resume_between(events: list[Event], a: float, b: float) -> bool:
+    return any(e.kind in ("resume", "checkpoint_load") and e.time is not None and a < e.time <= b
+               for e in events)
+
+
+def _clip_timeline(timeline: pd.DataFrame, iv: pd.DataFrame) -> pd.DataFrame:
+    """The phases cut to their step's wall interval (the first line of a step with the same
+    number twice is measured against its own interval only)."""
+    if len(timeline) == 0 or len(iv) == 0:
+        return pd.DataFrame(columns=["step", "phase", "start", "end", "row"])
+    parts = []
+    for row, r in iv.reset_index(drop=True).iterrows():
+        tl = timeline[(timeline["step"] == r["step"]) & (timeline["end"] > r["start"])
+                      & (timeline["start"] < r["end"] + 1e-9)]
+        if len(tl) == 0:
+            continue
+        tl = tl.assign(start=tl["start"].clip(lower=r["start"]), end=tl["end"].clip(upper=r["end"]),
+                       row=row)
+        parts.append(tl[tl["end"] > tl["start"]])
+    if not parts:
+        return pd.DataFrame(columns=["step", "phase", "start", "end", "row"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def _classify(pairs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Give each (sample, compute phase) pair a cause, or ``compute`` for the work itself.
+
+    Peers are the other GPUs sampled in the same time bin.
+    """
+    p = pairs.copy()
+    has_sm = p["sm_active"].notna()
+    p["act"] = p["sm_active"].where(has_sm, p["util"]).astype(float)
+    p["util"] = p["util"].astype(float)
+    # peers: the highest activity among the other GPUs of the same time bin (one value per
+    # GPU and bin, whatever the number of phases its sample touches)
+    one = p.drop_duplicates(["tbin", "key"])[["tbin", "key", "act"]]
+    top = one.groupby("tbin")["act"].agg(
+        top1="max", top2=lambda s: s.nlargest(2).iloc[-1] if len(s) > 1 else np.nan,
+        n="size")
+    p = p.join(top, on="tbin")
+    p["peer_max"] = np.where(p["act"] >= p["top1"], p["top2"], p["top1"])
+    p["peers"] = p["n"] - 1
+    p["cause"] = "compute"
+    spin = (p["util"] >= float(cfg["spin_util_min"])) & has_sm & (
+        p["sm_active"] <= float(cfg["spin_sm_max"]))
+    idle = p["util"] <= float(cfg["idle_util"])
+    gen = p["phase"] == "gen"
+    # rollout long tail: the trailing stretch of gen in which this GPU waits (idle or
+    # spinning) while some peer is still generating
+    waiting = (spin | idle) & gen
+    p["waiting"] = waiting
+    working = p[gen & ~waiting].drop_duplicates(["tbin", "key"])
+    not_wait_peers = working.groupby("tbin")["key"].size()
+    mine = p.set_index(["tbin", "key"]).index.isin(working.set_index(["tbin", "key"]).index)
+    p["gen_peers"] = p["tbin"].map(not_wait_peers).fillna(0).to_numpy() - mine.astype(int)
+    tail = pd.Series(False, index=p.index)
+    gsub = p[gen].sort_values("ts")
+    for _, grp in gsub.groupby(["step", "key"], sort=False):
+        w = grp["waiting"].to_numpy()
+        if not w[-1]:
+            continue
+        nz = np.flatnonzero(~w)
+        first = nz[-1] + 1 if len(nz) else 0
+        tail.loc[grp.index[first:]] = True
+    p.loc[tail & (p["gen_peers"] > 0), "cause"] = "rollout_long_tail"
+    train = ~gen
+    strag = (train & has_sm & (p["peers"] > 0) & (p["util"] >= float(cfg["spin_util_min"]))
+             & (p["peer_max"] >= float(cfg["peer_busy_min"]))
+             & (p["act"] <= p["peer_max"] - float(cfg["straggler_gap"])))
+    p.loc[strag & (p["cause"] == "compute"), "cause"] = "straggler_wait"
+    comm = (train & has_sm & (p["util"] >= float(cfg["comm_util_min"]))
+            & (p["sm_active"] <= float(cfg["comm_sm_max"])))
+    p.loc[comm & (p["cause"] == "compute"), "cause"] = "communication"
+    return p
+
+
+def _references(compute: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, float]:
+    """Per compute phase, the activity counted as fully productive (set, or the run's own)."""
+    refs: dict[str, float] = {}
+    q = float(cfg["auto_quantile"])
+    floor = float(cfg["auto_min"])
+    for phase in COMPUTE_PHASES:
+        val = cfg["reference_sm"].get(phase, 0.0)
+        if val not in (None, "auto") and float(val) > 0:
+            refs[phase] = float(val)
+            continue
+        sub = compute[compute["phase"] == phase]
+        if len(sub) == 0:
+            continue
+        w = sub["overlap_s"].astype(float)
+        per = (sub.assign(aw=sub["act"] * w, w=w).groupby(["step", "key"])[["aw", "w"]].sum())
+        means = (per["aw"] / per["w"].where(per["w"] > 0)).dropna()
+        refs[phase] = max(floor, float(means.quantile(q))) if len(means) else floor
+    return refs
+
+
+def ledger(
+    steps: list[StepRecord],
+    gpu: pd.DataFrame,
+    events: list[Event] | None = None,
+    *,
+    config: Mapping[str, Any] | None = None,
+    run_end: float | None = None,
+    sample_s: float | None = None,
+) -> pd.DataFrame:
+    """Per step and GPU: wall seconds and their split into :data:`CAUSES` (columns
+    :data:`LEDGER_COLUMNS`; one row per step line and GPU sampled in the run).
+
+    ``config`` is a ``goodput:`` section (default: ``monitor/defaults.yaml``). ``run_end``, when
+    known, adds a last row from the last step line to it: ``restarts`` when a crash is logged
+    in between (the work of the unfinished step is lost), else ``unattributed``. The inputs are
+    not modified (``data_wait`` is measured on copies where missing).
+    """
+    cfg = settings(config) if config is not None else default_settings()
+    events = list(events or [])
+    steps = fill_data_wait([dataclasses.replace(s) for s in steps])
+    if gpu is None or len(gpu) == 0 or not steps:
+        return pd.DataFrame(columns=LEDGER_COLUMNS)
+    samples = gpu[["ts", "node", "gpu", "util", "sm_active"]].copy()
+    samples["node"] = samples["node"].astype(str)
+    samples["gpu"] = samples["gpu"].astype(int)
+    samples["ts"] = samples["ts"].astype(float)
+    keys = sorted({(n, int(g)) for n, g in zip(samples["node"], samples["gpu"], strict=True)})
+    iv = _step_intervals(steps, run_end, events)
+    if len(iv) == 0:
+        return pd.DataFrame(columns=LEDGER_COLUMNS)
+    iv = iv.reset_index(drop=True)
+    width = float(sample_s) if sample_s else sample_period(samples["ts"])
+    tl = _clip_timeline(phase_timeline(steps, events), iv)
+
+    nrow, nkey = len(iv), len(keys)
+    kidx = {k: i for i, k in enumerate(keys)}
+    acc = {c: np.zeros((nrow, nkey)) for c in CAUSES}
+    wall = (iv["end"] - iv["start"]).to_numpy(float)
+    # the gap before the step's first phase: the batch fetch, a restart, or unexplained
+    phase_s = tl.groupby("row")["end"].sum() - tl.groupby("row")["start"].sum() if len(tl) else (
+        pd.Series(dtype=float))
+    in_phases = phase_s.reindex(range(nrow)).fillna(0.0).to_numpy(float)
+    gap = np.clip(wall - in_phases, 0.0, None)
+    dw = np.minimum(iv["data_wait"].to_numpy(float), gap)
+    acc["data_loading"] += dw[:, None]
+    for cause in ("restarts", "unattributed"):
+        mask = (iv["gap_cause"] == cause).to_numpy()
+        acc[cause][mask] += (gap - dw)[mask, None]
+    # phases whose whole time has one cause
+    if len(tl):
+        fixed = tl[tl["phase"].map(PHASE_CAUSE).notna()]
+        for (row, phase), grp in fixed.groupby(["row", "phase"]):
+            acc[PHASE_CAUSE[phase]][int(row)] += float((grp["end"] - grp["start"]).sum())
+        comp = tl[tl["phase"].isin(COMPUTE_PHASES)].reset_index(drop=True)
+        # compute phases: sample by sample
+        if len(comp):
+            _judge_compute(comp, samples, width, cfg, kidx, acc)
+    # steps run again after a resume: all of their time is the restart's
+    redone = iv["redone"].to_numpy(bool)
+    if redone.any():
+        for c in CAUSES:
+            if c != "restarts":
+                acc["restarts"][redone] += acc[c][redone]
+                acc[c][redone] = 0.0
+    rows = []
+    for r in range(nrow):
+        for (node, g), k in kidx.items():
+            rows.append([int(iv["step"].iat[r]), node, g, float(iv["start"].iat[r]),
+                         float(iv["end"].iat[r]), float(wall[r])]
+                        + [float(acc[c][r, k]) for c in CAUSES])
+    return pd.DataFrame(rows, columns=LEDGER_COLUMNS)
+
+
+def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,
+                   cfg: dict[str, Any], kidx: dict[tuple[str, int], int],
+                   acc: dict[str, np.ndarray]) -> None:
+    """Split each compute phase's seconds per GPU (adds to ``acc`` in place)."""
+    comp = comp.assign(_pid=np.arange(len(comp)))
+    pairs = overlap_samples(samples, comp[["step", "phase", "start", "end"]].assign(
+        step=comp["_pid"]), width)
+    # overlap_samples carries the phase row's "step" column: here it holds the phase row id
+    pairs = pairs.rename(columns={"step": "_pid"})
+    pairs["_pid"] = pairs["_pid"].astype(int)
+    pairs["row"] = comp["row"].to_numpy()[pairs["_pid"].to_numpy()]
+    pairs["step"] = comp["step"].to_numpy()[pairs["_pid"].to_numpy()]
+    t0 = float(samples["ts"].min())
+    pairs["tbin"] = np.floor((pairs["ts"].astype(float) - t0) / width + 0.5).astype(np.int64)
+    pairs["key"] = list(zip(pairs["node"].astype(str), pairs["gpu"].astype(int), strict=True))
+    judged = _classify(pairs, cfg)
+    compute = judged[judged["cause"] == "compute"]
+    refs = _references(compute, cfg)
+    phase_len = (comp["end"] - comp["start"]).to_numpy(float)
+    for (pid, key), grp in judged.groupby(["_pid", "key"], sort=False):
+        k = kidx.get(key)
+        if k is None:
+            continue
+        row = int(grp["row"].iat[0])
+        seconds = grp["overlap_s"].astype(float)
+        total = float(seconds.sum())
+        length = phase_len[int(pid)]
+        scale = length / total if total > length > 0 else 1.0
+        for cause, s in seconds.groupby(grp["cause"]).sum().items():
+            if cause != "compute":
+                acc[cause][row, k] += float(s) * scale
+        work = grp[grp["cause"] == "compute"]
+        if len(work):
+            ws = work["overlap_s"].astype(float)
+            busy = float(ws.sum()) * scale
+            act = float((work["act"] * ws).sum() / ws.sum()) if ws.sum() > 0 else 0.0
+            ref = refs.get(str(work["phase"].iat[0]), float(cfg["auto_min"]))
+            share = min(1.0, act / ref) if ref > 0 and np.isfinite(act) else 0.0
+            acc["productive"][row, k] += busy * share
+            acc["low_activity"][row, k] += busy * (1.0 - share)
+        acc["unattributed"][row, k] += max(0.0, length - total * scale)
+    # phases with no sample at all on a GPU: nobody knows what it did
+    seen = judged.groupby("_pid")["key"].agg(set)
+    for pid, length in enumerate(phase_len):
+        have = seen.get(pid, set())
+        row = int(comp["row"].iat[pid])
+        for key, k in kidx.items():
+            if key not in have:
+                acc["unattributed"][row, k] += float(length)
+
+
+def totals(led: pd.DataFrame) -> dict[str, Any]:
+    """The run's sums: the ``goodput`` object of ``analyze --json``.
+
+    ``{"gpu_seconds_total", "productive", "lost": {cause: seconds}, "unattributed",
+    "goodput_share", "gpus", "steps"}``; zeros for an empty ledger.
+    """
+    total = float(led["wall"].sum()) if len(led) else 0.0
+    out: dict[str, Any] = {
+        "gpu_seconds_total": round(total, 3),
+        "productive": round(float(led["productive"].sum()) if len(led) else 0.0, 3),
+        "lost": {c: round(float(led[c].sum()) if len(led) else 0.0, 3) for c in LOST_CAUSES},
+        "unattributed": round(float(led["unattributed"].sum()) if len(led) else 0.0, 3),
+    }
+    out["goodput_share"] = round(out["productive"] / total, 4) if total > 0 else None
+    out["gpus"] = int(led.groupby(["node", "gpu"]).ngroups) if len(led) else 0
+    out["steps"] = int(led["step"].nunique()) if len(led) else 0
+    return out
+
+
+def imbalance(led: pd.DataFrame) -> float:
+    """The largest relative gap between a row's causes and its wall seconds (0 = adds up)."""
+    if len(led) == 0:
+        return 0.0
+    summed = led[list(CAUSES)].sum(axis=1)
+    total = float(led["wall"].sum())
+    return abs(float(summed.sum()) - total) / total if total > 0 else 0.0
+
+
+def by_cause(led: pd.DataFrame, group: list[str] | None = None) -> pd.DataFrame:
+    """Seconds per cause, summed over ``group`` columns (e.g. ``["node", "gpu"]``), long form:
+    the group columns, ``cause``, ``seconds``."""
+    group = list(group or [])
+    if len(led) == 0:
+        return pd.DataFrame(columns=[*group, "cause", "seconds"])
+    if group:
+        wide = led.groupby(group)[list(CAUSES)].sum().reset_index()
+    else:
+        wide = led[list(CAUSES)].sum().to_frame().T
+    long = wide.melt(id_vars=group, value_vars=list(CAUSES), var_name="cause",
+                     value_name="seconds")
+    return long.reset_index(drop=True)
