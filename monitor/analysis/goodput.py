@@ -180,9 +180,13 @@ def _classify(pairs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     # peers: the highest activity among the other GPUs of the same time bin (one value per
     # GPU and bin, whatever the number of phases its sample touches)
     one = p.drop_duplicates(["tbin", "key"])[["tbin", "key", "act"]]
-    top = one.groupby("tbin")["act"].agg(
-        top1="max", top2=lambda s: s.nlargest(2).iloc[-1] if len(s) > 1 else np.nan,
-        n="size")
+    one = one.sort_values(["tbin", "act"], ascending=[True, False], kind="stable")
+    rank = one.groupby("tbin").cumcount()
+    top = pd.DataFrame({
+        "top1": one[rank == 0].set_index("tbin")["act"],
+        "top2": one[rank == 1].set_index("tbin")["act"],
+        "n": one.groupby("tbin").size(),
+    })
     p = p.join(top, on="tbin")
     p["peer_max"] = np.where(p["act"] >= p["top1"], p["top2"], p["top1"])
     p["peers"] = p["n"] - 1
@@ -332,36 +336,36 @@ def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,
     compute = judged[judged["cause"] == "compute"]
     refs = _references(compute, cfg)
     phase_len = (comp["end"] - comp["start"]).to_numpy(float)
-    for (pid, key), grp in judged.groupby(["_pid", "key"], sort=False):
-        k = kidx.get(key)
-        if k is None:
+    judged = judged.assign(k=judged["key"].map(kidx), aw=judged["act"] * judged["overlap_s"])
+    judged = judged[judged["k"].notna()]
+    per = judged.groupby(["_pid", "k", "cause"])[["overlap_s", "aw"]].sum().reset_index()
+    seen = per.groupby(["_pid", "k"])["overlap_s"].sum()
+    pids = per["_pid"].to_numpy(int)
+    ks = per["k"].to_numpy(int)
+    length = phase_len[pids]
+    total = seen.reindex(list(zip(pids, ks, strict=True))).to_numpy(float)
+    scale = np.where(total > length, length / np.where(total > 0, total, 1.0), 1.0)
+    rows = comp["row"].to_numpy(int)[pids]
+    secs = per["overlap_s"].to_numpy(float) * scale
+    causes = per["cause"].to_numpy()
+    phases = comp["phase"].to_numpy()[pids]
+    for i in range(len(per)):
+        r, k = rows[i], ks[i]
+        if causes[i] != "compute":
+            acc[causes[i]][r, k] += secs[i]
             continue
-        row = int(grp["row"].iat[0])
-        seconds = grp["overlap_s"].astype(float)
-        total = float(seconds.sum())
-        length = phase_len[int(pid)]
-        scale = length / total if total > length > 0 else 1.0
-        for cause, s in seconds.groupby(grp["cause"]).sum().items():
-            if cause != "compute":
-                acc[cause][row, k] += float(s) * scale
-        work = grp[grp["cause"] == "compute"]
-        if len(work):
-            ws = work["overlap_s"].astype(float)
-            busy = float(ws.sum()) * scale
-            act = float((work["act"] * ws).sum() / ws.sum()) if ws.sum() > 0 else 0.0
-            ref = refs.get(str(work["phase"].iat[0]), float(cfg["auto_min"]))
-            share = min(1.0, act / ref) if ref > 0 and np.isfinite(act) else 0.0
-            acc["productive"][row, k] += busy * share
-            acc["low_activity"][row, k] += busy * (1.0 - share)
-        acc["unattributed"][row, k] += max(0.0, length - total * scale)
-    # phases with no sample at all on a GPU: nobody knows what it did
-    seen = judged.groupby("_pid")["key"].agg(set)
-    for pid, length in enumerate(phase_len):
-        have = seen.get(pid, set())
-        row = int(comp["row"].iat[pid])
-        for key, k in kidx.items():
-            if key not in have:
-                acc["unattributed"][row, k] += float(length)
+        w = float(per["overlap_s"].iat[i])
+        act = float(per["aw"].iat[i]) / w if w > 0 else 0.0
+        ref = refs.get(str(phases[i]), float(cfg["auto_min"]))
+        share = min(1.0, act / ref) if ref > 0 and np.isfinite(act) else 0.0
+        acc["productive"][r, k] += secs[i] * share
+        acc["low_activity"][r, k] += secs[i] * (1.0 - share)
+    # seconds of a phase no sample of a GPU covers: nobody knows what it did
+    covered = np.zeros((len(comp), len(kidx)))
+    for (pid, k), v in seen.items():
+        covered[int(pid), int(k)] = min(float(v), phase_len[int(pid)])
+    missing = np.clip(phase_len[:, None] - covered, 0.0, None)
+    np.add.at(acc["unattributed"], comp["row"].to_numpy(int), missing)
 
 
 def totals(led: pd.DataFrame) -> dict[str, Any]:
