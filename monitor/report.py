@@ -233,6 +233,37 @@ def _attribution_section(rows: list[dict[str, Any]] | None) -> str | None:
     return table(["phase", "GPUs", "util %", "SM active %", "lowest GPU", "spread"], out)
 
 
+def _goodput_section(gp: dict[str, Any] | None) -> str | None:
+    """'Where the GPU time went': the goodput ledger's causes, seconds, shares and cost."""
+    if gp is None:
+        return None
+    total = _num(gp.get("gpu_seconds_total")) or 0.0
+    if total <= 0:
+        return "  no step falls inside the GPU samples' time span (check --log-end / clocks)"
+    secs_by = {"productive": gp.get("productive"), **(gp.get("lost") or {}),
+               "unattributed": gp.get("unattributed")}
+    cost = (gp.get("cost") or {}).get("by_cause") or {}
+    rows = []
+    for cause, value in secs_by.items():
+        v = _num(value) or 0.0
+        if cause not in ("productive", "unattributed") and v < 0.005 * total:
+            continue  # causes under 0.5% are left out of the table (they stay in --json)
+        row = [cause, secs(v), pct(v / total)]
+        if cost:
+            row.append(num(cost.get(cause), ".2f"))
+        rows.append(row)
+    headers = ["cause", "GPU time", "share"] + (["cost"] if cost else [])
+    lines = [f"  {gp.get('gpus', '?')} GPU(s), {gp.get('steps', '?')} step(s): "
+             f"{secs(total)} of GPU time, goodput {pct(gp.get('goodput_share'))}"]
+    if gp.get("cost"):
+        c = gp["cost"]
+        lines.append(f"  at {num(gp.get('gpu_hour_cost'), '.2f')} per GPU-hour: "
+                     f"{num(c.get('total'), '.2f')} in all, {num(c.get('lost'), '.2f')} lost")
+    lines.append(table(headers, rows))
+    lines.append("  (rules and blind spots of each cause: docs/goodput.md)")
+    return "\n".join(lines)
+
+
 def scope_text(scope: dict[str, Any] | None) -> str:
     """A flag's scope for people: 'node n0, GPUs 3,5, phase gen, steps 120-140'."""
     parts = []
@@ -290,6 +321,9 @@ def render_text(doc: dict[str, Any]) -> str:
     attrib = _attribution_section(doc.get("attribution"))
     if attrib is not None:
         parts.append(_section("GPU activity per phase (from --gpu)", attrib))
+    goodput = _goodput_section(doc.get("goodput"))
+    if goodput is not None:
+        parts.append(_section("Where the GPU time went", goodput))
     flags = doc.get("flags") or []
     parts.append(_section(f"Flags ({len(flags)})", _flags_section(flags)))
     return "\n\n".join(parts) + "\n"

@@ -171,3 +171,36 @@ def _flat_gpu(t0: float, t1: float, n_gpu: int = 1, util: float = 100.0,
     df = pd.DataFrame(rows)
     df["gpu"] = df["gpu"].astype("Int64")
     return df
+
+
+def test_analyze_json_carries_the_goodput_object_and_the_text_its_section(capsys):
+    from monitor.cli import main
+
+    d = FIXTURES / "2gpu_data_stall"
+    args = ["analyze", str(d / "train.jsonl"), "--gpu", str(d / "gpu.csv")]
+    assert main([*args, "--json", "--gpu-hour-cost", "3.6"]) == 0
+    gp = json.loads(capsys.readouterr().out)["goodput"]
+    assert set(gp["lost"]) == set(LOST_CAUSES)
+    lost = sum(gp["lost"].values())
+    assert gp["productive"] + lost + gp["unattributed"] == pytest.approx(
+        gp["gpu_seconds_total"], rel=0.02)
+    assert gp["lost"]["data_loading"] > 35  # ~5 s x 4 steps x 2 GPUs
+    assert max(gp["lost"], key=gp["lost"].get) == "data_loading"
+    # 3.6 per GPU-hour is 0.001 per GPU-second
+    assert gp["cost"]["total"] == pytest.approx(gp["gpu_seconds_total"] / 1000, abs=0.01)
+    assert main(args + ["--gpu-hour-cost", "3.6"]) == 0
+    text = capsys.readouterr().out
+    section = text[text.index("Where the GPU time went"):]
+    assert "data_loading" in section and "goodput" in section and "per GPU-hour" in section
+
+
+def test_analyze_without_gpu_samples_has_no_ledger_and_a_bad_price_is_refused(capsys):
+    from monitor.cli import main
+
+    d = FIXTURES / "2gpu_healthy"
+    assert main(["analyze", str(d / "train.jsonl"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["goodput"] is None
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", str(d / "train.jsonl"), "--gpu-hour-cost", "abc"])
+    assert exc.value.code == 2
+    assert "--gpu-hour-cost" in capsys.readouterr().err

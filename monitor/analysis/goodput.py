@@ -409,3 +409,52 @@ def by_cause(led: pd.DataFrame, group: list[str] | None = None) -> pd.DataFrame:
     long = wide.melt(id_vars=group, value_vars=list(CAUSES), var_name="cause",
                      value_name="seconds")
     return long.reset_index(drop=True)
+
+
+def crash_end(steps: list[StepRecord], events: list[Event]) -> float | None:
+    """The time of the last crash logged after the last step line, or None (no crash tail)."""
+    ends = [float(s.end_time) for s in steps if s.end_time is not None]
+    if not ends:
+        return None
+    last = max(ends)
+    times = [float(e.time) for e in events
+             if e.kind in CRASH_KINDS and e.time is not None and e.time > last]
+    return max(times) if times else None
+
+
+def document(
+    steps: list[StepRecord],
+    gpu: pd.DataFrame,
+    events: list[Event] | None = None,
+    *,
+    config: Mapping[str, Any] | None = None,
+    gpu_hour_cost: float | None = None,
+    run_end: float | None = None,
+) -> dict[str, Any]:
+    """The ``goodput`` object of ``analyze --json``: :func:`totals`, each cause's share of the
+    GPU-seconds (``shares``), per-GPU sums (``per_gpu``) and, with ``gpu_hour_cost`` (money per
+    GPU-hour), the cost of the whole and of each lost cause (``cost``). ``run_end`` defaults to
+    the last crash logged after the last step (:func:`crash_end`)."""
+    events = list(events or [])
+    if run_end is None:
+        run_end = crash_end(steps, events)
+    led = ledger(steps, gpu, events, config=config, run_end=run_end)
+    out = totals(led)
+    total = out["gpu_seconds_total"]
+    secs = {"productive": out["productive"], **out["lost"], "unattributed": out["unattributed"]}
+    out["shares"] = {c: (round(v / total, 4) if total > 0 else None) for c, v in secs.items()}
+    per = by_cause(led, ["node", "gpu"])
+    out["per_gpu"] = [
+        {"node": str(node), "gpu": int(g),
+         **{str(r.cause): round(float(r.seconds), 3) for r in grp.itertuples()}}
+        for (node, g), grp in per.groupby(["node", "gpu"], sort=True)
+    ]
+    out["gpu_hour_cost"] = gpu_hour_cost
+    if gpu_hour_cost is not None:
+        rate = float(gpu_hour_cost) / 3600.0
+        out["cost"] = {"total": round(total * rate, 2),
+                       "lost": round((total - out["productive"]) * rate, 2),
+                       "by_cause": {c: round(v * rate, 2) for c, v in secs.items()}}
+    else:
+        out["cost"] = None
+    return out

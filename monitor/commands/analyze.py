@@ -90,9 +90,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="also log the per-step phase times, per-phase GPU activity and the flags "
                    "to this wandb run (resumed by id, or created in PROJECT); offline files when "
                    "there is no network or API key")
+    p.add_argument("--gpu-hour-cost", metavar="PRICE", type=_gpu_hour_cost, default=None,
+                   help="price of one GPU-hour (any currency): the 'Where the GPU time went' "
+                   "section then shows what the run and each cause of loss cost")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (steps, events, summary, flags) instead of text")
     p.set_defaults(func=run)
+
+
+def _gpu_hour_cost(text: str) -> float:
+    """``--gpu-hour-cost``: a finite number, zero or more."""
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
 
 
 def _fail(message: str) -> int:
@@ -210,6 +224,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "events", None):
         events = merge_events(events, read_events(args.events))
 
+    from monitor.analysis.goodput import document as goodput_document
     from monitor.detect import run_all
 
     flags = run_all(steps, gpu, host, events, config=config, now=_data_end(steps, gpu, host))
@@ -249,6 +264,9 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "events": [e.to_dict() for e in events],
             "summary": summarize(steps, events),
             "attribution": attribution,
+            "goodput": goodput_document(steps, gpu, events, config=config.section("goodput"),
+                                        gpu_hour_cost=getattr(args, "gpu_hour_cost", None))
+            if args.gpu else None,
             "flags": [f.to_dict() for f in flags],
         }
     )
