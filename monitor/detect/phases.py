@@ -305,8 +305,10 @@ def detect_reshard_spike(ctx: Context) -> list[Flag]:
         peak = float(rs.iloc[sl].max()) if rs.iloc[sl].notna().any() else float("nan")
         base = float(med.iloc[ep.onset]) if pd.notna(med.iloc[ep.onset]) else float("nan")
         if pd.notna(peak) and pd.notna(base):
-            parts.append(f"weight sync (reshard) took up to {peak:.1f} s vs a rolling median of "
-                         f"{base:.1f} s")
+            def _s(x: float) -> str:
+                return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.1f} s"
+            parts.append(f"weight sync (reshard) took up to {_s(peak)} vs a rolling median of "
+                         f"{_s(base)}")
         if mem.iloc[sl].notna().any() and float(mem.iloc[sl].max()) > mem_lim:
             parts.append(f"GPU memory peaked at {float(mem_peak.iloc[sl].max()) * 100:.0f}% of "
                          f"capacity during the switch, {float(mem.iloc[sl].max()) * 100:.0f} "

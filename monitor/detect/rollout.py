@@ -121,7 +121,7 @@ def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
             parts.append("the slowest agent-loop generation took "
                          f"{agent_ratio.iloc[sl].mean():.1f}x"
                          " the mean")
-        if tail.iloc[sl].notna().any():
+        if tail.iloc[sl].notna().any() and tail.iloc[sl].mean() >= 0.05:
             parts.append(f"for {tail.iloc[sl].mean() * 100:.0f}% of gen only a minority of GPUs "
                          "were still busy")
         if resp_ratio.iloc[sl].notna().any():
