@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 from prometheus_client.metrics_core import Metric
 
 #: Modules under ``exporters.collectors`` imported to fill the registry.
-COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "flags", "phase_gpu")
+COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "flags", "phase_gpu",
+                                      "goodput")
 
 
 @dataclass

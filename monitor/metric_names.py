@@ -88,6 +88,8 @@ PHASE_GPU_SECONDS = "verlmon_phase_gpu_seconds_total"  # counter {phase, gpu}
 PHASE_GPU_SM_ACTIVE_SECONDS = "verlmon_phase_gpu_sm_active_seconds_total"  # counter {phase, gpu}
 PHASE_GPU_UTIL_SECONDS = "verlmon_phase_gpu_utilization_seconds_total"  # counter {phase, gpu}
 PHASE_GPU_SAMPLES = "verlmon_phase_gpu_samples_total"  # counter {phase, gpu}
+# --- goodput ledger (exporters/collectors/goodput.py, docs/goodput.md)
+GPU_SECONDS = "verlmon_gpu_seconds_total"  # counter {cause, node, gpu}: GPU-seconds by cause
 #: Histograms: each is exposed as NAME_bucket, NAME_sum and NAME_count.
 HISTOGRAMS: tuple[str, ...] = (STEP_SECONDS,)
 

@@ -1,0 +1,169 @@
+"""Goodput collector: every GPU-second of the run, by cause, as a live counter.
+
+After each new step line (read from ``ctx.window``, where the verl log collector puts them) the
+collector runs the goodput ledger (monitor/analysis/goodput.py, docs/goodput.md) on that step
+and the steps just before it, with this node's GPU samples from the window, and adds the new
+step's seconds to ``verlmon_gpu_seconds_total{cause, node, gpu}``. Every cause of every GPU seen
+is exported from 0, so ``increase()`` counts the first seconds too, and
+``sum(rate(...{cause="productive"})) / sum(rate(...))`` is the job's goodput.
+
+A step is counted once the GPU samples reach its end (or ``WAIT_S`` after it arrived, its
+unsampled seconds then ``unattributed``). A node that follows no verl log exports nothing here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporters.registry import BaseCollector, ExporterContext, register
+from monitor import metric_names as m
+from monitor.analysis.goodput import CAUSES, default_settings, ledger
+
+log = logging.getLogger("verl_monitor.exporter")
+
+#: The counter (documented in docs/metrics.md, summed by the recording rules).
+GPU_SECONDS = m.GPU_SECONDS
+#: Steps before the new ones given to the ledger: the previous line starts the wall interval,
+#: and the run's own activity reference (``goodput.reference_sm: 0``) needs a few steps.
+CONTEXT_STEPS = 20
+#: Seconds after a step's end to wait for GPU samples before counting it anyway.
+WAIT_S = 30.0
+#: Shortest poll interval (seconds).
+MIN_POLL_S = 1.0
+
+
+class GoodputTotals:
+    """The running sums: seconds per (node, gpu, cause), and the steps already counted."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[tuple[str, int, str], float] = {}
+        self.done: set[tuple[int, float]] = set()
+        self._lock = threading.Lock()
+
+    def add(self, node: str, gpu: int, cause: str, value: float) -> None:
+        """Add ``value`` seconds (negative or non-finite values are ignored)."""
+        if not value > 0 or value == float("inf"):
+            return
+        with self._lock:
+            key = (node, gpu, cause)
+            self.seconds[key] = self.seconds.get(key, 0.0) + float(value)
+
+    def touch(self, node: str, gpu: int) -> None:
+        """Make every cause of this GPU exist (at 0 until it gets seconds)."""
+        with self._lock:
+            for cause in CAUSES:
+                self.seconds.setdefault((node, gpu, cause), 0.0)
+
+    def snapshot(self) -> dict[tuple[str, int, str], float]:
+        """A copy of the sums."""
+        with self._lock:
+            return dict(self.seconds)
+
+
+def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
+                    now: float, config: dict | None = None) -> int:
+    """Run the ledger on the steps not counted yet and add their seconds; returns how many.
+
+    Pure apart from ``totals``: the exporter's thread calls it with the window's frames.
+    """
+    timed = sorted((s for s in steps if s.end_time is not None and s.total is not None),
+                   key=lambda s: float(s.end_time))
+    if not timed or gpu is None or len(gpu) == 0:
+        return 0
+    last_sample = float(gpu["ts"].max())
+    ready = [s for s in timed if (s.step, float(s.end_time)) not in totals.done
+             and (last_sample >= float(s.end_time) or now - float(s.end_time) >= WAIT_S)]
+    if not ready:
+        return 0
+    first = timed.index(ready[0])
+    upto = timed.index(ready[-1])
+    window = timed[max(0, first - CONTEXT_STEPS):upto + 1]
+    lo = float(window[0].end_time) - float(window[0].total) - 1.0
+    gpu = gpu[gpu["ts"] >= lo]
+    led = ledger(window, gpu, events, config=config)
+    want = {(s.step, float(s.end_time)) for s in ready}
+    for row in led.itertuples(index=False):
+        if (int(row.step), float(row.end)) not in want:
+            continue
+        node, g = str(row.node), int(row.gpu)
+        totals.touch(node, g)
+        for cause in CAUSES:
+            totals.add(node, g, cause, float(getattr(row, cause)))
+    totals.done |= want
+    if len(totals.done) > 10_000:  # bounded: keep the newest
+        totals.done = set(sorted(totals.done, key=lambda k: k[1])[-1000:])
+    return len(want)
+
+
+@register("goodput", default=True,
+          help="goodput ledger: GPU-seconds of each step by cause (productive, data_loading, "
+          "rollout_long_tail, straggler_wait, ...) per GPU, from the verl log and GPU samples")
+class GoodputCollector(BaseCollector):
+    """Adds each new step's ledger to the counters, in a background thread."""
+
+    def __init__(self, ctx: ExporterContext) -> None:
+        super().__init__(ctx)
+        self.totals = GoodputTotals()
+        self.poll_s = max(float(ctx.interval), MIN_POLL_S)
+        self.config = default_settings()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_steps_added = -1
+        self._pending = False
+
+    def start(self) -> None:
+        """Start the thread that looks for new steps every ``poll_s`` seconds."""
+        self._thread = threading.Thread(target=self._loop, name="goodput", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.poll()
+                self.last_error = None
+            except Exception as exc:  # noqa: BLE001 - a bad step must not end the thread
+                msg = f"{type(exc).__name__}: {exc}"
+                if msg != self.last_error:
+                    log.warning("goodput: %s", msg)
+                self.last_error = msg
+
+    def poll(self, now: float | None = None) -> int:
+        """Count the steps that are ready; returns how many were added."""
+        window = self.ctx.window
+        added = getattr(window, "steps_added", None)
+        if added == self._last_steps_added and not self._pending:
+            return 0
+        self._last_steps_added = added
+        steps, gpu, _, events = window.frames()
+        n = count_new_steps(self.totals, steps, gpu, events,
+                            now=time.time() if now is None else now, config=self.config)
+        waiting = [s for s in steps if s.end_time is not None and s.total is not None
+                   and (s.step, float(s.end_time)) not in self.totals.done]
+        self._pending = bool(waiting)
+        return n
+
+    def collect(self) -> Iterable[Metric]:
+        """``verlmon_gpu_seconds_total{cause, node, gpu}`` (none before the first step)."""
+        snap = self.totals.snapshot()
+        if not snap:
+            return
+        fam = CounterMetricFamily(
+            GPU_SECONDS.removesuffix("_total"),
+            "GPU-seconds of the run by cause: productive, or the cause of their loss "
+            "(docs/goodput.md); the causes of a GPU add up to its wall time.",
+            labels=["cause", "node", "gpu"])
+        for (node, g, cause), value in sorted(snap.items()):
+            fam.add_metric([cause, node, str(g)], value)
+        yield fam
