@@ -105,8 +105,8 @@ def test_low_utilization_in_training_phases_for_minutes():
     assert len(flags) == 1
     f = flags[0]
     assert "45%" in f.evidence and "training phases" in f.evidence
-    # two whole steps (sooner than 120 s here): opens at the end of step 11, not at step 10
-    assert steps[10].end_time - 1 <= f.start < steps[12].end_time
+    # three whole steps (sooner than 120 s here): opens at the end of step 12, not at step 10
+    assert steps[11].end_time - 1 <= f.start < steps[13].end_time
     assert f.severity == "warning"
 
 

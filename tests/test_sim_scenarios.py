@@ -84,26 +84,28 @@ def test_problem_starts_after_a_healthy_third(name):
     )
 
 
-def test_io_starvation_pegs_a_core_adds_iowait_and_grows_other():
+def test_io_starvation_waits_between_steps_with_a_pegged_core_and_idle_gpus():
+    """As measured on the H200s: the stall is before the step timer, not inside the step."""
     run = _runs("io_starvation")
     base, bad = _split(run)
+    # the logged steps do not grow: no timer covers the batch fetch
     other = [s.durations()["other"] / s.total for s in bad]
-    assert np.mean([s.durations()["other"] / s.total for s in base]) < 0.04
-    assert other[-1] > other[0] and other[-1] > 0.25
-    mid = [(s.start + s.end) / 2 for s in bad]
+    assert max(other) < 0.05
+    # the wall time between step lines does, more each step
+    gaps = [b.start - a.end for a, b in zip(bad, bad[1:], strict=False)]
+    assert gaps[-1] > gaps[0] and gaps[-1] > 0.25 * bad[-1].total
+    base_gaps = [b.start - a.end for a, b in zip(base, base[1:], strict=False)]
+    assert max(base_gaps) < 0.01
+    mid = [(a.end + b.start) / 2 for a, b in zip(bad, bad[1:], strict=False)]
     hosts = [run.host_sample_at(t, "node0") for t in mid]
     assert min(h["cpu_max_core_pct"] for h in hosts) >= 98
-    assert np.mean([h["iowait_pct"] for h in hosts]) > 15
-    base_hosts = [run.host_sample_at((s.start + s.end) / 2, "node0") for s in base]
-    assert np.mean([h["iowait_pct"] for h in base_hosts]) < 3
-    # deep troughs inside gen: some samples idle while the phase runs
-    gen = [(a, b) for s in bad for lab, a, b in s.timeline if lab == "gen"]
-    utils = [run.gpu_sample_at(a + f * (b - a))[0]["util"] for a, b in gen for f in
-             np.linspace(0.05, 0.85, 17)]
-    assert min(utils) < 10 and max(utils) > 85
+    gpus = [r for t in mid for r in run.gpu_sample_at(t)]
+    assert max(r["util"] for r in gpus) < 15
+    assert run.truth[0]["needs"] == "times"
 
 
-def test_gpu_imbalance_one_gpu_far_below_busy_peers():
+def test_gpu_imbalance_the_straggler_keeps_busy_while_peers_spin_in_collectives():
+    """As measured on 2 H200s: waiters at ~100% utilization, SM ~0.58x the straggler's."""
     run = _runs("gpu_imbalance")
     (entry,) = run.truth
     target = entry["scope"]["gpus"][0]
@@ -111,7 +113,11 @@ def test_gpu_imbalance_one_gpu_far_below_busy_peers():
     peers = [g for g in range(4) if g != target]
     sm_target = _mean_in(run, bad, "update_actor", "sm_active", [target])
     sm_peers = _mean_in(run, bad, "update_actor", "sm_active", peers)
-    assert sm_peers > 75 and sm_target < 0.55 * sm_peers
+    util_peers = _mean_in(run, bad, "update_actor", "util", peers)
+    assert sm_target > 75 and sm_peers < 0.65 * sm_target and util_peers > 95
+    # generation is not a synchronous phase here: no waiting there
+    assert _mean_in(run, bad, "gen", "sm_active", peers) > 0.85 * _mean_in(
+        run, bad, "gen", "sm_active", [target])
 
 
 def test_gpu_imbalance_with_several_nodes_targets_one_node():
@@ -125,7 +131,7 @@ def test_gpu_imbalance_with_several_nodes_targets_one_node():
     rows = run.gpu_sample_at((a + b) / 2)
     slow = [r["sm_active"] for r in rows if r["node"] == node]
     fast = [r["sm_active"] for r in rows if r["node"] != node]
-    assert max(slow) < min(fast) * 0.6
+    assert min(slow) * 0.7 > max(fast)
 
 
 def test_rollout_long_tail_gpus_fall_idle_while_a_few_keep_working():

@@ -84,7 +84,7 @@ class PhaseSpread:
 
     step: int
     phase: str
-    straggler: str  # "node/gpu"
+    straggler: str  # "node/gpu", or several joined by ";" (a whole slow node)
     slow_act: float  # the straggler's SM activity (or util), %
     waiters: tuple[str, ...]
     wait_act: float  # the waiting GPUs' mean SM activity, %
@@ -121,13 +121,18 @@ def phase_spreads(ctx: Context) -> list[PhaseSpread]:
     for (step, phase), grp in per.groupby(["step", "phase"]):
         if len(grp) < 2 or dur.get((int(step), phase), 0.0) < min_s:
             continue
-        top = grp.loc[grp["act"].idxmax()]
-        wait = grp[(grp["act"] <= top["act"] - gap) & (grp["util"] >= util_min)]
-        if len(wait) == 0 or len(wait) < (len(grp) - 1) / 2:
-            continue  # one GPU above the rest is the pattern; a split fleet is not
-        out.append(PhaseSpread(int(step), str(phase), str(top["key"]), float(top["act"]),
-                               tuple(wait["key"]), float(wait["act"].mean()),
-                               float(wait["util"].mean()), dur.get((int(step), phase), 0.0)))
+        top = float(grp["act"].max())
+        low = grp["act"] <= top - gap
+        wait = grp[low & (grp["util"] >= util_min)]
+        busy = grp[~low]
+        if len(wait) == 0 or len(wait) < len(busy) or len(wait) < low.sum():
+            # the pattern: a few GPUs busy, the rest (all of the low ones) spinning in the
+            # collective at high utilization; a split fleet or idle GPUs are not it
+            continue
+        out.append(PhaseSpread(int(step), str(phase), ";".join(sorted(busy["key"])),
+                               float(busy["act"].mean()), tuple(wait["key"]),
+                               float(wait["act"].mean()), float(wait["util"].mean()),
+                               dur.get((int(step), phase), 0.0)))
     return out
 
 
@@ -161,19 +166,33 @@ def straggler_flags(ctx: Context) -> list[Flag]:
             mine = [best[s] for s in steps_in if s in best and best[s].straggler == key]
             phases = pd.Series([m.phase for m in mine]).value_counts()
             phase = str(phases.index[0])
-            node, gpu = key.split("/")
+            slow_keys = key.split(";")
+            node = slow_keys[0].split("/")[0]
+            gpus = sorted(int(k.split("/")[1]) for k in slow_keys if k.split("/")[0] == node)
             waiters = sorted({w for m in mine for w in m.waiters})
             slow = float(np.mean([m.slow_act for m in mine]))
             w_act = float(np.mean([m.wait_act for m in mine]))
             w_util = float(np.mean([m.wait_util for m in mine]))
-            one_node = len({k.split("/")[0] for k in waiters} | {node}) == 1
-            wait_txt = ", ".join(_gpu_name(w, one_node) for w in waiters[:8])
+            all_nodes = {k.split("/")[0] for k in waiters} | {k.split("/")[0] for k in slow_keys}
+            one_node = len(all_nodes) == 1
+            node_gpus = {k for k in waiters + slow_keys if k.split("/")[0] == node}
+            whole_node = not one_node and set(slow_keys) == node_gpus
+            if whole_node:
+                who, its = f"Node {node} ({len(gpus)} GPUs)", "their"
+            elif len(slow_keys) == 1:
+                who, its = _gpu_name(key, one_node), "its"
+            else:
+                who, its = ", ".join(_gpu_name(k, one_node) for k in slow_keys[:8]), "their"
+            n_w = len(waiters)
+            wait_txt = (", ".join(_gpu_name(w, one_node) for w in waiters[:4])
+                        + (f" and {n_w - 4} more" if n_w > 4 else ""))
+            scope = {"node": node, "gpus": gpus[:16], "phase": phase, "steps": rng}
             flag = make_flag(
-                "gpu_imbalance", "warning", start, end,
-                {"node": node, "gpus": [int(gpu)], "phase": phase, "steps": rng},
-                f"{_gpu_name(key, one_node)} is the straggler in {phase}, {steps_text(rng)}: its SM activity "
-                f"averaged {pct(slow)} while {wait_txt} averaged {pct(w_act)} SM activity at "
-                f"{pct(w_util)} utilization, spinning in collectives while waiting for it.",
+                "gpu_imbalance", "warning", start, end, scope,
+                f"{who} {'is' if its == 'its' else 'are'} the straggler in {phase}, "
+                f"{steps_text(rng)}: {its} SM activity averaged {pct(slow)} while {wait_txt} "
+                f"averaged {pct(w_act)} SM activity at {pct(w_util)} utilization, spinning in "
+                "collectives while waiting.",
             )
             flag.advice = list(STRAGGLER_ADVICE)
             flags.append(flag)

@@ -275,6 +275,12 @@ class SimRun:
             for k in range(n):
                 plan = self._base_plan(index)
                 sc.apply(plan, k, n, ctx)
+                if plan.data_wait > 0:
+                    # the batch fetch before the step timer: wall time, in no step's total
+                    dw = round(plan.data_wait * 1000)
+                    self._timeline.append(Segment(s0 + cur_ms / ms, s0 + (cur_ms + dw) / ms,
+                                                  "data_wait", index, plan, prev_mem))
+                    cur_ms += dw
                 layout, end_ms = self._layout(plan, cur_ms)
                 failing = sc.terminal == "oom" and k == min(getattr(sc, "precursor_steps", 2), n - 1)
                 if failing:

@@ -80,6 +80,11 @@ class StepPlan:
     slowest_ratio: float = 0.55  # agent loop: mean / max generate_sequences time
     tokens_factor: float = 1.0
     scenario: str = "healthy"
+    #: seconds BEFORE the step timer starts (verl fetches the next batch there; no timer covers
+    #: it): the wall time between two step lines grows, the logged step time does not
+    data_wait: float = 0.0
+    #: phases where ``gpu_factor`` applies (None: every busy phase)
+    gpu_factor_phases: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -187,43 +192,63 @@ class Healthy(Scenario):
 
 @dataclass
 class IoStarvation(Scenario):
-    """The dataloader cannot keep up: host gaps grow, GPU activity swings with deep troughs."""
+    """The dataloader cannot keep up: the batch fetch before each step's timer grows.
+
+    Fitted to the real run (bench/results/gpu_scenarios_2026-11-30_H200_*: a 5 s stall per
+    batch on 1 and 2 H200s): the stall sits between two step lines, outside every
+    ``timing_s/*`` key (verl fetches the batch before ``timing_s/step`` starts); the driver's
+    busiest core reads ~100% and the GPUs idle meanwhile; the steps themselves are unchanged.
+    Without line timestamps or arrival times it cannot be seen in the log (truth says so).
+    """
 
     name: str = "io_starvation"
     kind: str | None = "io_starvation"
-    related: tuple[str, ...] = ("throughput_regression", "low_utilization", "step_time_spikes")
+    related: tuple[str, ...] = ("throughput_regression", "low_utilization", "step_time_spikes",
+                                "stalled")
     description: str = (
-        "Dataloader starvation: growing host-side gaps (other), deep idle troughs inside busy "
-        "phases, one host core pegged near 100% and iowait 20-45%."
+        "Dataloader starvation: the batch fetch before each step's timer grows (between the "
+        "step lines, in no timer), one host core pegged near 100%, the GPUs idle meanwhile."
     )
-    gap_share_start: float = 0.15
-    gap_share_end: float = 0.45
-    troughs: float = 0.35
-    iowait: float = 32.0
+    wait_share_start: float = 0.15
+    wait_share_end: float = 0.45
+    iowait: float = 2.0  # measured: CPU-bound preprocessing, the core pegged, little iowait
 
     def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
-        """Grow the gaps step by step; add troughs and host pressure."""
+        """Grow the wait before the step step by step; the host core is pegged."""
         super().apply(plan, k, n, ctx)
-        frac = self.gap_share_start + (self.gap_share_end - self.gap_share_start) * (k + 1) / n
-        plan.gaps += frac * ctx.step_seconds
-        plan.troughs = self.troughs
-        for p in ("gen", "update_actor", "update_critic", "old_log_prob", "ref", "values"):
-            plan.durations[p] *= 1.0 + 0.5 * self.troughs
+        frac = self.wait_share_start + (self.wait_share_end - self.wait_share_start) * (k + 1) / n
+        plan.data_wait += frac * ctx.step_seconds
         plan.host = {"cpu_max": 99.5, "iowait": self.iowait, "disk_bps": 38e6, "cpu_avg": 14.0}
+
+    def truth(self, seg: SegmentInfo) -> list[dict[str, Any]]:
+        """As any scenario, marked as visible only with line timestamps or arrival times."""
+        entries = super().truth(seg)
+        for e in entries:
+            e["needs"] = "times"
+        return entries
 
 
 @dataclass
 class GpuImbalance(Scenario):
-    """One GPU (one node with several nodes) well below its peers' SM activity."""
+    """A straggler: one GPU (one node with several nodes) slows the synchronous phases.
+
+    Fitted to the real runs (bench/results/gpu_scenarios_2026-11-30_H200_2gpu_run1: one rank
+    with 2.5x the update work, and a second process on one GPU): the slow GPU keeps its SMs
+    busy (SM activity 86-96% over the update) while its peers finish first and spin in the
+    all-reduce at 99-100% utilization with SM activity 47-57% (x0.55-0.6 of the slow one);
+    the update took 2.2x longer. Utilization alone cannot tell them apart.
+    """
 
     name: str = "gpu_imbalance"
     kind: str | None = "gpu_imbalance"
-    related: tuple[str, ...] = ("low_utilization",)
-    description: str = "A straggler: SM activity about 40% of its peers' in busy phases."
-    sm_factor: float = 0.42
-    util_factor: float = 0.8
-    tensor_factor: float = 0.38
-    slowdown: float = 1.08
+    related: tuple[str, ...] = ("low_utilization", "util_overstates_sm", "step_time_spikes",
+                                "throughput_regression")
+    description: str = ("A straggler: the others wait for one GPU in collectives (util ~100%, "
+                        "SM activity ~0.58x of the straggler's) in the training phases.")
+    waiter_util: float = 1.06   # 94-95 -> ~100 (capped): spinning in the collective
+    waiter_sm: float = 0.58     # 49/87 and 57/96 measured
+    waiter_tensor: float = 0.5
+    slowdown: float = 1.6       # training phases (the update grew 2.2x, log-probs less)
 
     def setup(self, ctx: ScenarioContext) -> None:
         """Choose the straggler."""
@@ -232,11 +257,14 @@ class GpuImbalance(Scenario):
         ctx.state["global"] = _global_gpus(ctx)
 
     def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
-        """Slow the straggler's SMs; the step waits a little for it."""
+        """Everyone but the straggler waits in collectives during the training phases."""
         super().apply(plan, k, n, ctx)
-        for g in ctx.state["global"]:
-            plan.gpu_factor[g] = (self.util_factor, self.sm_factor, self.tensor_factor)
-        for p in ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor"):
+        slow = set(ctx.state["global"])
+        for g in range(ctx.n_gpus):
+            if g not in slow:
+                plan.gpu_factor[g] = (self.waiter_util, self.waiter_sm, self.waiter_tensor)
+        plan.gpu_factor_phases = ("old_log_prob", "ref", "values", "update_critic", "update_actor")
+        for p in ("old_log_prob", "ref", "values", "update_critic", "update_actor"):
             plan.durations[p] *= self.slowdown
 
     def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
