@@ -120,6 +120,21 @@ def test_a_resume_charges_the_gap_and_the_redone_steps_to_restarts():
     assert rows.loc[120.0, "productive"] > 9.0
 
 
+def test_a_resume_without_redone_steps_is_a_restart_not_a_data_stall():
+    from monitor.records import Event
+
+    gpu = _flat_gpu(0.0, 200.0)
+    # checkpoint at step 2, crash, resume at t=90 from it: step 3 is new, its gap a restart
+    steps = [_step(1, 10.0), _step(2, 20.0), _step(3, 110.0)]
+    events = [Event("resume", 90.0, step=2)]
+    led = ledger(steps, gpu, events, config={}).set_index("step")
+    assert led.loc[3, "restarts"] == pytest.approx(80.0)
+    assert led.loc[3, "data_loading"] == 0.0
+    # the same gap with nothing logged in it is a data stall (the batch fetch)
+    led = ledger(steps, gpu, [], config={}).set_index("step")
+    assert led.loc[3, "data_loading"] > 79.0 and led.loc[3, "restarts"] == 0.0
+
+
 def test_a_higher_reference_turns_the_same_busy_time_into_low_activity():
     _, _, led_auto = _real("2gpu_healthy")
     d = FIXTURES / "2gpu_healthy"

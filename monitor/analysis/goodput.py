@@ -115,7 +115,7 @@ def _step_intervals(steps: list[StepRecord], run_end: float | None,
             float(rec.phases.get(p) or 0.0) for p in ("testing", "save_checkpoint")
             if _outside_step_timer(rec))
         resumed = top is not None and rec.step <= top
-        after_resume = resumed or (prev_end is not None and rec.data_wait is None
+        after_resume = resumed or (prev_end is not None
                                    and _resume_between(events, prev_end, end))
         start = end - covered if prev_end is None else prev_end
         if prev_end is not None and end - prev_end <= 0:
@@ -145,8 +145,9 @@ def _outside_step_timer(rec: StepRecord) -> bool:
 
 
 def _resume_between(events: list[Event], a: float, b: float) -> bool:
-    return any(e.kind in ("resume", "checkpoint_load") and e.time is not None and a < e.time <= b
-               for e in events)
+    """A resume, a checkpoint load or a crash logged between two step lines."""
+    kinds = ("resume", "checkpoint_load", *CRASH_KINDS)
+    return any(e.kind in kinds and e.time is not None and a < e.time <= b for e in events)
 
 
 def _clip_timeline(timeline: pd.DataFrame, iv: pd.DataFrame) -> pd.DataFrame:
