@@ -163,7 +163,7 @@ def test_scenario_flags_arrive_live_with_advice(page: Page, demo):
 def test_every_page_renders_without_exception(page: Page, demo):
     for path, title in PAGES.items():
         _open(page, demo["url"], path)
-        expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=30_000)
+        expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
         expect(page.get_by_test_id("stException")).to_have_count(0)
         shot = _shoot(page, path or "overview")
         assert shot.stat().st_size > 10_000, title
@@ -192,7 +192,7 @@ def test_every_page_reads_prometheus_with_several_nodes(page: Page, demo):
         expect(page.get_by_test_id("stException")).to_have_count(0)
         assert _shoot(page, f"prometheus-{path or 'overview'}").stat().st_size > 10_000, title
     _open(page, demo["prom_url"], "nodes", query="?refresh=off")
-    expect(page.get_by_test_id("stMetric").filter(has_text="Nodes")).to_contain_text(
+    expect(page.get_by_test_id("stMetric").filter(has_text="Nodes").first).to_contain_text(
         str(1 + len(EXTRA_NODES)), timeout=30_000)
     _open(page, demo["prom_url"], "communication", query="?refresh=5+s")
     expect(page.get_by_test_id("stMetric").filter(has_text="Busiest collective")).to_contain_text(
