@@ -173,6 +173,20 @@ def test_simulated_runs_add_up(tmp_path, scenario):
     _adds_up(led)
 
 
+def test_simulated_long_tail_is_named_and_the_healthy_simulation_has_none(tmp_path):
+    shares = {}
+    for scenario in ("rollout_long_tail", "healthy"):
+        run = SimRun(scenario, steps=20, seed=3)
+        run.write(tmp_path / scenario)
+        parsed = parse_file(tmp_path / scenario / "train.log")
+        tot = totals(ledger(parsed.steps, read_gpu_frame(tmp_path / scenario / "gpu.csv"),
+                            parsed.events, config={}))
+        shares[scenario] = tot["lost"]["rollout_long_tail"] / tot["gpu_seconds_total"]
+    # most GPUs idle after 30-55% of a 1.7x longer gen on the second half of the run
+    assert shares["rollout_long_tail"] > 0.08, shares
+    assert shares["healthy"] < 0.01, shares
+
+
 def _step(n: int, end: float, gen: float = 6.0, upd: float = 4.0) -> StepRecord:
     return StepRecord(step=n, end_time=end, total=gen + upd, time_source="line",
                       phases={"gen": gen, "update_actor": upd})

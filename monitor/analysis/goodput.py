@@ -65,7 +65,8 @@ DEFAULTS: dict[str, Any] = {
     "reference_sm": {p: 0.0 for p in COMPUTE_PHASES},
     "auto_quantile": 0.9,
     "auto_min": 10.0,
-    "idle_util": 2.0,
+    "idle_util": 3.0,
+    "tail_share": 0.9,
     "spin_util_min": 85.0,
     "spin_sm_max": 10.0,
     "straggler_gap": 15.0,
@@ -197,23 +198,33 @@ def _classify(pairs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     idle = p["util"] <= float(cfg["idle_util"])
     gen = p["phase"] == "gen"
     # rollout long tail: the trailing stretch of gen in which this GPU waits (idle or
-    # spinning) while some peer is still generating
+    # spinning) while some peer has not reached its own trailing wait yet (still generating)
     waiting = (spin | idle) & gen
     p["waiting"] = waiting
-    working = p[gen & ~waiting].drop_duplicates(["tbin", "key"])
-    not_wait_peers = working.groupby("tbin")["key"].size()
-    mine = p.set_index(["tbin", "key"]).index.isin(working.set_index(["tbin", "key"]).index)
-    p["gen_peers"] = p["tbin"].map(not_wait_peers).fillna(0).to_numpy() - mine.astype(int)
     tail = pd.Series(False, index=p.index)
     gsub = p[gen].sort_values("ts")
-    for _, grp in gsub.groupby(["step", "key"], sort=False):
+    done_at: dict[tuple[Any, Any], float] = {}
+    trailing: dict[tuple[Any, Any], pd.Index] = {}
+    for (step, key), grp in gsub.groupby(["step", "key"], sort=False):
         w = grp["waiting"].to_numpy()
-        if not w[-1]:
+        ts = grp["ts"].to_numpy(float)
+        # the longest suffix that starts waiting and waits in tail_share of its samples (a
+        # noisy sample does not end the tail)
+        share = np.cumsum(w[::-1])[::-1] / np.arange(len(w), 0, -1)
+        ok = np.flatnonzero(w & (share >= float(cfg["tail_share"])))
+        if len(ok) == 0:
+            done_at[(step, key)] = float("inf")  # generating to the end of gen
             continue
-        nz = np.flatnonzero(~w)
-        first = nz[-1] + 1 if len(nz) else 0
-        tail.loc[grp.index[first:]] = True
-    p.loc[tail & (p["gen_peers"] > 0), "cause"] = "rollout_long_tail"
+        first = int(ok[0])
+        done_at[(step, key)] = float(ts[first])
+        trailing[(step, key)] = grp.index[first:][w[first:]]
+    for (step, key), idx in trailing.items():
+        peers = [t for (st, k), t in done_at.items() if st == step and k != key]
+        if not peers:
+            continue
+        latest = max(peers)
+        tail.loc[idx[p.loc[idx, "ts"].to_numpy(float) < latest]] = True
+    p.loc[tail, "cause"] = "rollout_long_tail"
     train = ~gen
     strag = (train & has_sm & (p["peers"] > 0) & (p["util"] >= float(cfg["spin_util_min"]))
              & (p["peer_max"] >= float(cfg["peer_busy_min"]))
