@@ -58,7 +58,8 @@ CRASH_KINDS: tuple[str, ...] = (
     "cuda_error",
 )
 
-LEDGER_COLUMNS: list[str] = ["step", "node", "gpu", "start", "end", "wall", *CAUSES]
+#: ``tail`` marks the row from the last step line to the end of the run (``run_end``).
+LEDGER_COLUMNS: list[str] = ["step", "node", "gpu", "start", "end", "tail", "wall", *CAUSES]
 
 #: Used when ``monitor/defaults.yaml`` has no ``goodput:`` section (the same values).
 DEFAULTS: dict[str, Any] = {
@@ -124,7 +125,7 @@ def _step_intervals(steps: list[StepRecord], run_end: float | None,
         rows.append({"step": int(rec.step), "start": start, "end": end,
                      "data_wait": float(rec.data_wait or 0.0) if not after_resume else 0.0,
                      "gap_cause": "restarts" if after_resume else "unattributed",
-                     "redone": bool(resumed)})
+                     "redone": bool(resumed), "tail": False})
         prev_end = end
         top = rec.step if top is None else max(top, rec.step)
     if run_end is not None and prev_end is not None and run_end > prev_end:
@@ -132,9 +133,9 @@ def _step_intervals(steps: list[StepRecord], run_end: float | None,
                       and prev_end < e.time <= run_end + 1e-6 for e in events)
         rows.append({"step": int(top) + 1, "start": prev_end, "end": float(run_end),
                      "data_wait": 0.0, "gap_cause": "restarts" if crashed else "unattributed",
-                     "redone": False})
+                     "redone": False, "tail": True})
     return pd.DataFrame(rows, columns=["step", "start", "end", "data_wait", "gap_cause",
-                                       "redone"])
+                                       "redone", "tail"])
 
 
 def _outside_step_timer(rec: StepRecord) -> bool:
@@ -324,7 +325,7 @@ def ledger(
     for r in range(nrow):
         for (node, g), k in kidx.items():
             rows.append([int(iv["step"].iat[r]), node, g, float(iv["start"].iat[r]),
-                         float(iv["end"].iat[r]), float(wall[r])]
+                         float(iv["end"].iat[r]), bool(iv["tail"].iat[r]), float(wall[r])]
                         + [float(acc[c][r, k]) for c in CAUSES])
     return pd.DataFrame(rows, columns=LEDGER_COLUMNS)
 
@@ -395,7 +396,7 @@ def totals(led: pd.DataFrame) -> dict[str, Any]:
     }
     out["goodput_share"] = round(out["productive"] / total, 4) if total > 0 else None
     out["gpus"] = int(led.groupby(["node", "gpu"]).ngroups) if len(led) else 0
-    out["steps"] = int(led["step"].nunique()) if len(led) else 0
+    out["steps"] = int(led.loc[~led["tail"].astype(bool), "step"].nunique()) if len(led) else 0
     return out
 
 
