@@ -3,8 +3,9 @@
 Each exporter runs under a detached, node-pinned Ray actor (``num_cpus=0``, so it takes no
 slot from verl's workers) that starts ``python -m monitor exporter`` on its node and stops it
 when the actor is killed. The node this script runs on (the driver's, where verl's log is
-written) gets ``--log``; the others sample GPUs and host only. Prometheus targets come from
-Ray's node list (``ray.nodes()``).
+written) gets ``--log``; the others sample GPUs and host and read the driver's phase timeline
+from its /metrics (``--phase-source``), so every node's GPUs get per-phase counters.
+Prometheus targets come from Ray's node list (``ray.nodes()``).
 
 On the head node, once ``ray start`` ran on every node::
 
@@ -138,26 +139,34 @@ def start(args: argparse.Namespace) -> int:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     names = node_names(nodes)
     actor_cls = ray.remote(num_cpus=0, max_restarts=-1)(NodeExporter)
+    ip = {n["NodeID"]: n["NodeManagerAddress"] for n in nodes}
+    # the driver's node first: the others read its phase timeline from its /metrics
+    order = sorted(nodes, key=lambda n: n["NodeID"] != driver_node)
     handles = {}
-    for n in nodes:
+    ports: dict[str, int] = {}
+    source = None
+    for n in order:
         nid = n["NodeID"]
         argv = ["--listen-address", f"0.0.0.0:{args.port}", "--node", names[nid]]
         if args.driver_log and nid == driver_node:
             argv += ["--log", args.driver_log]
+        elif source:
+            argv += ["--phase-source", source]
         argv += list(args.exporter_args)
         handles[nid] = actor_cls.options(
             name=ACTOR_PREFIX + nid[:12], lifetime="detached", get_if_exists=True,
             scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
         ).remote(argv, f"{args.out_dir}/exporter-{names[nid]}.log")
-    ports = {}
+        if nid == driver_node:
+            port = _port(ray, handles[nid], names[nid])
+            if port is not None:
+                ports[nid] = port
+                source = f"http://{ip[nid]}:{port}/metrics" if args.driver_log else None
     for nid, handle in handles.items():
-        try:
-            port = ray.get(handle.port_of.remote(), timeout=READY_S + 30)
-        except Exception as exc:  # noqa: BLE001 - one bad node must not hide the others
-            print(f"verl_monitor_ray: node {names[nid]}: {exc}", file=sys.stderr)
-            continue
-        if port is not None:
-            ports[nid] = port
+        if nid not in ports:
+            port = _port(ray, handle, names[nid])
+            if port is not None:
+                ports[nid] = port
     groups = targets_for(nodes, ports, names, args.job)
     for g in groups:
         print(f"verl_monitor_ray: exporter on {g['labels']['node']} at {g['targets'][0]}")
@@ -165,6 +174,15 @@ def start(args: argparse.Namespace) -> int:
         _write_json(args.targets_file, groups)
         print(f"verl_monitor_ray: {len(groups)} target(s) written to {args.targets_file}")
     return 0 if len(ports) == len(nodes) else 1
+
+
+def _port(ray: Any, handle: Any, name: str) -> int | None:
+    """The port of an exporter actor, or None (said on stderr) when it did not start."""
+    try:
+        return ray.get(handle.port_of.remote(), timeout=READY_S + 30)
+    except Exception as exc:  # noqa: BLE001 - one bad node must not hide the others
+        print(f"verl_monitor_ray: node {name}: {exc}", file=sys.stderr)
+        return None
 
 
 def stop(args: argparse.Namespace) -> int:

@@ -128,11 +128,11 @@ def slurm(tmp_path_factory):
 TRAINER = """\
 import os, sys, time
 for step in range(1, 400):
-    print(f"(TaskRunner pid=1) step:{step} - timing_s/gen:0.3 - timing_s/update_actor:0.1 - "
-          f"timing_s/step:0.5 - perf/throughput:1000.0 - training/global_step:{step}", flush=True)
+    time.sleep(2)
+    print(f"(TaskRunner pid=1) step:{step} - timing_s/gen:1.2 - timing_s/update_actor:0.6 - "
+          f"timing_s/step:2.0 - perf/throughput:1000.0 - training/global_step:{step}", flush=True)
     if os.path.exists(sys.argv[1]):
         sys.exit(0)
-    time.sleep(0.5)
 sys.exit(1)
 """
 
@@ -187,6 +187,11 @@ def test_sbatch_recipe_brings_up_an_exporter_per_node_scraped_via_file_sd(slurm,
                 'node:verlmon_gpu_sm_active_ratio:avg{job="grpo-e2e"}'), 30,
                 what="the recording rules over the job's GPUs")
             assert [r["metric"]["node"] for r in gpus] == [host]
+            # the node's GPUs are attributed to the phases of the captured log
+            phases = wait_until(lambda: prom.query(
+                'verlmon_phase_gpu_seconds_total{job="grpo-e2e",phase="gen"} > 0'), 30,
+                what="per-phase GPU counters")
+            assert {r["metric"]["gpu"] for r in phases} == {"0", "1"}
             assert list(targets.glob("*.json")), "targets file written while the job runs"
         finally:
             stop_file.touch()
