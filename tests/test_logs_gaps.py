@@ -46,3 +46,11 @@ def test_fill_keeps_live_values_and_the_tracker_measures_on_arrival():
     x, y = _step(1, 10.0, 5.0), _step(2, 18.0, 5.0)
     assert tr.update(x) is None
     assert round(tr.update(y), 2) == 2.95
+
+
+def test_a_replayed_simulation_scales_arrival_gaps_to_the_logs_own_seconds():
+    # 30 s steps replayed at 15x arrive 2 wall seconds apart; a 0.5 s wall gap more is 7.5 s
+    tr = DataWaitTracker(scale=15.0)
+    tr.update(_step(1, 1000.0, 30.0))
+    assert tr.update(_step(2, 1002.0, 30.0)) == 0.0
+    assert round(tr.update(_step(3, 1004.5, 30.0)), 2) == 7.45

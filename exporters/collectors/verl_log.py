@@ -141,7 +141,9 @@ class VerlLogCollector(SampledCollector):
                 elif not fol.lines and not fol.waiting_logged and not os.path.exists(fol.path):
                     log.info("verl_log: waiting for %s to appear", fol.path)
                     fol.waiting_logged = True
-            gaps = self._gaps.setdefault(fol.path, DataWaitTracker())
+            live_sim = self.ctx.extra.get("live_sim")  # a replayed sim: lines come faster
+            gaps = self._gaps.setdefault(fol.path, DataWaitTracker(
+                float(getattr(live_sim, "speed", 1.0) or 1.0)))
             for item in items:
                 if isinstance(item, StepRecord):
                     gaps.update(item)  # time before the step timer: batch fetch (data wait)

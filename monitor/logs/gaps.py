@@ -43,8 +43,12 @@ def covered_seconds(rec: StepRecord) -> float | None:
     return total if total - core >= 0.5 * extra else total + extra
 
 
-def data_wait(prev: StepRecord | None, rec: StepRecord) -> float | None:
-    """Seconds before ``rec``'s timer started that no timer covers, or None when unknowable."""
+def data_wait(prev: StepRecord | None, rec: StepRecord, scale: float = 1.0) -> float | None:
+    """Seconds before ``rec``'s timer started that no timer covers, or None when unknowable.
+
+    ``scale`` converts end-time seconds to the log's own seconds: a simulated run replayed at
+    30x writes lines 30 times faster than its step times say (1 everywhere else).
+    """
     if prev is None or prev.end_time is None or rec.end_time is None:
         return None
     if prev.time_source not in MEASURED_SOURCES or rec.time_source not in MEASURED_SOURCES:
@@ -54,7 +58,7 @@ def data_wait(prev: StepRecord | None, rec: StepRecord) -> float | None:
     covered = covered_seconds(rec)
     if covered is None:
         return None
-    gap = float(rec.end_time) - float(prev.end_time)
+    gap = (float(rec.end_time) - float(prev.end_time)) * scale
     if gap < INCONSISTENT_SHARE * covered:
         return None
     return max(0.0, gap - covered - JITTER_S)
@@ -77,13 +81,14 @@ def fill_data_wait(steps: list[StepRecord]) -> list[StepRecord]:
 class DataWaitTracker:
     """Live form: remembers the last step seen and fills ``data_wait`` on each new one."""
 
-    def __init__(self) -> None:
+    def __init__(self, scale: float = 1.0) -> None:
         self._prev: StepRecord | None = None
+        self.scale = scale
 
     def update(self, rec: StepRecord) -> float | None:
         """Measure ``rec`` against the step before it; returns the value it set."""
         if rec.data_wait is None:
-            rec.data_wait = data_wait(self._prev, rec)
+            rec.data_wait = data_wait(self._prev, rec, self.scale)
         if rec.end_time is not None:
             self._prev = rec
         return rec.data_wait
