@@ -310,6 +310,23 @@ def overview() -> dashboard.Dashboard:
                           "{{job}}"),
                         "Share of the time range spent fetching the next batch before the "
                         "step timer starts (no verl timer covers it).", span=12))
+        .with_row(dashboard.Row("Goodput: where the GPU time went"))
+        .with_panel(big("Goodput (range)", RATIO,
+                        q(f"sum by (job) (increase(verlmon_gpu_seconds_total{{{SEL},"
+                          'cause="productive"}[$__range])) / (sum by (job) (increase('
+                          f"verlmon_gpu_seconds_total{{{SEL}}}[$__range])) > 0)", "{{job}}"),
+                        "Share of the GPU-seconds in the time range spent productive (compute "
+                        "phases at the run's own activity); the rest is lost by cause "
+                        "(docs/goodput.md).", span=6))
+        .with_panel(ts("GPU-seconds by cause (stacked share)", RATIO,
+                       q(f"sum by (job, cause) (rate(verlmon_gpu_seconds_total{{{SEL}}}"
+                         "[$__rate_interval])) / on (job) group_left () (sum by (job) (rate("
+                         f"verlmon_gpu_seconds_total{{{SEL}}}[$__rate_interval])) > 0)",
+                         "{{cause}}"),
+                       description="Each cause's share of the GPU time paid for: productive, "
+                                   "each cause of loss, and what no rule explains "
+                                   "(unattributed). The stack sums to 1.",
+                       stacked=True))
         .with_row(dashboard.Row("Steps"))
         .with_panel(ts("Step time", SECONDS,
                        q(f"max by (job) (verlmon_step_duration_seconds{{{SEL}}})", "{{job}}"),
