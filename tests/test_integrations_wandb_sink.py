@@ -335,3 +335,24 @@ def test_exporter_with_wandb_raises_an_alert_for_a_critical_flag(offline, monkey
     run = _read_run(offline, "exp01")
     assert [a.level for a in run["alerts"]] == ["ERROR"]
     assert "oom" in run["alerts"][0].title
+
+
+def test_goodput_shares_per_step_from_a_real_run_reach_wandb(offline):
+    """The real 2-H200 data stall: the stalled steps log a large goodput/data_loading share,
+    each step's shares add up to 1, and a healthy step's data_loading share is near 0."""
+    from monitor.frames import read_gpu_frame
+    from monitor.logs.parse import parse_file
+
+    d = Path(__file__).parent / "fixtures" / "real_gpu" / "2gpu_data_stall"
+    steps = parse_file(str(d / "train.jsonl")).steps
+    gpu = read_gpu_frame(d / "gpu.csv")
+    with WandbSink.from_target("verlmon-test/gp01", wandb_dir=offline) as sink:
+        sink.log_analysis(steps, [], attribute(steps, gpu), gpu)
+    run = _read_run(offline, "gp01")
+    rows = {int(h["verlmon/step"]): h for h in run["history"] if "verlmon/step" in h}
+    assert set(rows) >= {3, 4, 5, 6, 7}
+    for step in (4, 5, 6, 7):
+        assert rows[step]["verlmon/goodput/data_loading"] > 0.3
+    assert rows[3]["verlmon/goodput/data_loading"] < 0.05
+    total = sum(v for k, v in rows[5].items() if k.startswith("verlmon/goodput/"))
+    assert total == pytest.approx(1.0, abs=0.02)

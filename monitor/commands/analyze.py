@@ -199,13 +199,15 @@ def attribute_rows(steps: list, gpu: pd.DataFrame) -> pd.DataFrame:
     return attribute(steps, gpu)
 
 
-def log_to_wandb(target: str, steps: list, flags: list, attribution: Any) -> None:
-    """Send the analysis to wandb; any failure is one line on stderr, never fatal."""
+def log_to_wandb(target: str, steps: list, flags: list, attribution: Any,
+                 gpu: Any = None) -> None:
+    """Send the analysis to wandb (with per-step goodput shares when ``gpu`` samples are
+    given); any failure is one line on stderr, never fatal."""
     try:
         from monitor.integrations.wandb_sink import WandbSink
 
         with WandbSink.from_target(target) as sink:
-            sink.log_analysis(steps, flags, attribution)
+            sink.log_analysis(steps, flags, attribution, gpu)
     except Exception as exc:  # noqa: BLE001 - the report must still print
         print(f"{PROG}: --wandb {target}: not logged ({exc})", file=sys.stderr)
 
@@ -234,7 +236,8 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
 
         attribution = phase_summary(attribute(steps, gpu)).to_dict("records")
     if getattr(args, "wandb", None):
-        log_to_wandb(args.wandb, steps, flags, attribute_rows(steps, gpu) if args.gpu else None)
+        log_to_wandb(args.wandb, steps, flags, attribute_rows(steps, gpu) if args.gpu else None,
+                     gpu if args.gpu else None)
     stats = parsed.stats
     return json_safe(
         {

@@ -173,6 +173,36 @@ def step_payload(
     return out
 
 
+def goodput_shares(led: pd.DataFrame) -> dict[int, dict[str, float]]:
+    """Per step: each cause's share of the step's GPU-seconds, from a goodput ledger
+    (:func:`monitor.analysis.goodput.ledger`), as ``{step: {"goodput/<cause>": share}}``."""
+    from monitor.analysis.goodput import CAUSES
+
+    if led is None or len(led) == 0:
+        return {}
+    rows = led[~led["tail"].astype(bool)] if "tail" in led.columns else led
+    per = rows.groupby("step")[["wall", *CAUSES]].sum()
+    out: dict[int, dict[str, float]] = {}
+    for step, r in per.iterrows():
+        wall = float(r["wall"])
+        if wall > 0:
+            out[int(step)] = {f"goodput/{c}": float(r[c]) / wall for c in CAUSES}
+    return out
+
+
+def _ledger_shares(steps: list[StepRecord], gpu_samples: Any) -> dict[int, dict[str, float]]:
+    """Goodput shares per step for steps and GPU samples; {} when it cannot be computed."""
+    if gpu_samples is None or len(gpu_samples) == 0 or not steps:
+        return {}
+    try:
+        from monitor.analysis.goodput import ledger
+
+        return goodput_shares(ledger(steps, gpu_samples))
+    except Exception as exc:  # the ledger is extra: log the steps regardless
+        log.debug("wandb: goodput ledger failed: %s", exc)
+        return {}
+
+
 def _flag_id(flag: Flag) -> tuple[str, str, float]:
     return (flag.kind, flag.scope_label, float(flag.start))
 
@@ -478,6 +508,7 @@ class WandbSink:
         each new step gets its per-phase GPU activity from ``attribute``. ``opened`` and
         ``closed`` are ``FlagTracker.update``'s result. Returns how many steps were logged.
         """
+        steps = list(steps)
         new = [r for r in steps if (r.step, r.end_time) not in self._logged_steps]
         if new:
             rows: Any = None
@@ -486,8 +517,10 @@ class WandbSink:
                     rows = attribute(new, gpu_samples)
                 except Exception as exc:  # attribution is extra: log the steps regardless
                     log.debug("wandb: attribution failed: %s", exc)
+            # the window's steps give each new step its predecessor (its wall time starts there)
+            shares = _ledger_shares(steps, gpu_samples)
             for rec in sorted(new, key=lambda r: (r.end_time or 0.0, r.step)):
-                self.log_step(rec, rows)
+                self.log_step(rec, rows, shares.get(int(rec.step)))
                 self._logged_steps[(rec.step, rec.end_time)] = None
             while len(self._logged_steps) > MAX_REMEMBERED_STEPS:
                 self._logged_steps.pop(next(iter(self._logged_steps)))
@@ -495,7 +528,7 @@ class WandbSink:
         return len(new)
 
     def log_analysis(self, steps: Iterable[StepRecord], flags: Iterable[Flag],
-                     attribution: Any = None) -> None:
+                     attribution: Any = None, gpu_samples: Any = None) -> None:
         """``analyze --wandb``: every step's series, the flags (table, counts, alerts), and the
         per-phase GPU activity as a table and in the run summary.
 
@@ -507,8 +540,10 @@ class WandbSink:
         by_step: dict[float, list[Mapping[str, Any]]] = {}
         for r in per_step:
             by_step.setdefault(float(r["step"]), []).append(r)
+        steps = list(steps)
+        shares = _ledger_shares(steps, gpu_samples)
         for rec in sorted(steps, key=lambda r: r.step):
-            self.log_step(rec, by_step.get(float(rec.step), []))
+            self.log_step(rec, by_step.get(float(rec.step), []), shares.get(int(rec.step)))
         flags = sorted(flags, key=lambda f: f.start)
         base = len(self._flags)
         self._flags.extend(flags)
