@@ -115,8 +115,11 @@ def phase_spreads(ctx: Context) -> list[PhaseSpread]:
     if len(tl):
         dur = {(int(r.step), r.phase): float(r.end - r.start) for r in tl.itertuples()}
     gap = float(cfg["straggler_gap"])
+    ratio = float(cfg["straggler_ratio"])
     util_min = float(cfg["waiting_util_min"])
-    min_s = float(cfg["straggler_min_phase_s"])
+    # a phase must span a few samples: a sample straddling the phase's edge must not decide
+    min_s = max(float(cfg["straggler_min_phase_s"]),
+                float(cfg["straggler_min_samples"]) * ctx.sample_interval)
     out = []
     for (step, phase), grp in per.groupby(["step", "phase"]):
         if len(grp) < 2 or dur.get((int(step), phase), 0.0) < min_s:
@@ -129,6 +132,8 @@ def phase_spreads(ctx: Context) -> list[PhaseSpread]:
             # the pattern: a few GPUs busy, the rest (all of the low ones) spinning in the
             # collective at high utilization; a split fleet or idle GPUs are not it
             continue
+        if float(wait["act"].mean()) > ratio * float(busy["act"].mean()):
+            continue  # a few points of spread between busy GPUs is noise, not waiting
         out.append(PhaseSpread(int(step), str(phase), ";".join(sorted(busy["key"])),
                                float(busy["act"].mean()), tuple(wait["key"]),
                                float(wait["act"].mean()), float(wait["util"].mean()),

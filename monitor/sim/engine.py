@@ -387,7 +387,8 @@ class SimRun:
 
         console: canonical phases; ``update_actor`` includes its collective tail; up to 0.4.0
         ``gen`` includes the weight sync (no reshard key). breakdown: ``gen``,
-        ``rollout_wait``, ``values`` (critic_score), ``update_actor`` (loss_comp, compute only)
+        ``rollout_wait``, ``values`` (critic_score: the log-prob, reference and critic passes'
+        seconds together, from the first's start), ``update_actor`` (loss_comp, compute only)
         and ``comm``; ``reshard`` too when lines carry timestamps (from [HybridEngine] lines).
         """
         iv = {label: (a, b) for label, a, b in timeline if label != "gap"}
@@ -395,8 +396,12 @@ class SimRun:
         if self.log_format == "breakdown":
             if self.timestamps:
                 out["reshard"] = iv["reshard"]
-            for p in ("gen", "rollout_wait", "values", "update_actor", "comm"):
+            for p in ("gen", "rollout_wait", "update_actor", "comm"):
                 out[p] = iv[p]
+            # critic_score: the scoring side's passes together, from the first one's start
+            a0 = iv["old_log_prob"][0]
+            out["values"] = (a0, a0 + sum(iv[p][1] - iv[p][0]
+                                          for p in ("old_log_prob", "ref", "values")))
             return dict(sorted(out.items(), key=lambda kv: kv[1][0]))
         for label, (a, b) in iv.items():
             if label == "comm":
@@ -443,7 +448,9 @@ class SimRun:
                 d = {lab: b - a for lab, a, b in st.timeline if lab != "gap"}
                 fields = {
                     "actor_gen": d["gen"],
-                    "critic_score": d["values"],
+                    # the guide's critic_score is the whole scoring side (log-prob, reference
+                    # and critic passes): its own example reads 412:387 ms, healthy ~1-3:1
+                    "critic_score": d["old_log_prob"] + d["ref"] + d["values"],
                     "rollout_wait": d["rollout_wait"],
                     "loss_comp": d["update_actor"],
                     "comm": d["comm"],
