@@ -57,7 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"))
     p.add_argument("--job-timeout", type=float, default=170.0)
     p.add_argument("--rescore", metavar="DIR", default=None,
-                   help="analyse recorded runs under DIR again (no GPU) and print the table")
+                   help="analyse recorded runs under DIR again with this checkout (no GPU): "
+                   "offline, and the live detector loop replayed step by step; print the table")
     p.add_argument("--make-fixtures", nargs=2, metavar=("SRC", "DEST"), default=None,
                    help="trim the recorded runs under SRC into test fixtures under DEST")
     p.add_argument("--budget-s", type=float, default=1e9,
@@ -244,7 +245,9 @@ def table(records: list[dict[str, Any]]) -> str:
     """The results as text: one block per scenario, the verdict first."""
     lines = []
     for r in records:
-        for mode in ("live", "offline"):
+        for mode in ("live", "replay", "offline"):
+            if mode not in r:
+                continue
             sc = r[mode]
             c = sc["caught"]
             got = (f"{c['kind']}/{c['severity']} scope={c['scope']} step {c['first_step']}"
@@ -257,8 +260,8 @@ def table(records: list[dict[str, Any]]) -> str:
     for r in records:
         lines.append(f"== {r['gpus']}gpu {r['scenario']}: {r['what']} (rc={r['rc']}, "
                      f"{r['steps_logged']} steps, {r['wall_s']} s)")
-        for mode in ("live", "offline"):
-            for f in r[mode]["flags"]:
+        for mode in ("live", "replay", "offline"):
+            for f in r.get(mode, {}).get("flags", []):
                 lines.append(f"  [{mode}] {f['kind']}/{f['severity']} {f['scope']} "
                              f"step {f['first_step']}: {f['evidence'][:220]}")
                 for a in f["advice"][:1]:
@@ -331,6 +334,40 @@ def make_fixtures(src: Path, dest: Path) -> None:
                 w.writerows(rows)
 
 
+def replay_live(export: Path, run: Path) -> list[dict[str, Any]]:
+    """The exporter's detector loop replayed with this checkout: after each step line (at the
+    time the exporter saw it arrive, plus its 2 s detector interval) ``run_all`` on what had
+    arrived by then, merged by ``FlagTracker`` as live. Returns every flag it opened."""
+    from monitor.commands.analyze import merge_events, read_events
+    from monitor.config import load_config
+    from monitor.detect import run_all
+    from monitor.detect.live import FlagTracker
+    from monitor.frames import read_gpu_frame, read_host_frame
+    from monitor.logs.parse import parse_file
+
+    steps = parse_file(str(export / "train.jsonl")).steps
+    events = read_events(str(export / "events.json"))
+    if (run / "train.log").exists():
+        end = json.loads((run / "truth.json").read_text()).get("job_end")
+        events = merge_events(events, parse_file(str(run / "train.log"), log_end=end).events)
+    gpu = read_gpu_frame(export / "gpu.csv")
+    host = read_host_frame(export / "host.csv")
+    cfg = load_config()
+    tracker = FlagTracker()
+    seen: dict[tuple, dict[str, Any]] = {}
+    ends = sorted(s.end_time for s in steps if s.end_time is not None)
+    last = float(gpu["ts"].max()) if len(gpu) else (ends[-1] if ends else 0.0)
+    for now in [*(e + 2.0 for e in ends), last]:
+        win = [s for s in steps if s.end_time is not None and s.end_time <= now]
+        ev = [e for e in events if e.time is None or e.time <= now]
+        flags = run_all(win, gpu[gpu["ts"] <= now], host[host["ts"] <= now], ev, config=cfg,
+                        now=now)
+        opened, _closed = tracker.update(flags, now)
+        for f in opened:
+            seen.setdefault((f.kind, f.scope_label, round(f.start, 1)), f.to_dict())
+    return list(seen.values())
+
+
 def rescore(src: Path) -> list[dict[str, Any]]:
     """Offline analysis of recorded runs again, with this checkout's detectors."""
     records = []
@@ -347,6 +384,7 @@ def rescore(src: Path) -> list[dict[str, Any]]:
                         "fault_rank": None if scn.rank is None else scn.rank % t["gpus"],
                         "wall_s": round(t["job_end"] - t["job_start"], 1),
                         "steps_logged": len(steps), "live": score(scn, t["gpus"], live, steps),
+                        "replay": score(scn, t["gpus"], replay_live(export, run), steps),
                         "offline": score(scn, t["gpus"], report.get("flags", []), steps),
                         "offline_summary": _summary_bits(report)})
     return records

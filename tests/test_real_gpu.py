@@ -26,7 +26,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "real_gpu"
 RUNS = sorted(p.name for p in FIXTURES.iterdir() if (p / "truth.json").exists())
 ALARM = ("warning", "critical")
 #: kinds that are true consequences of a fault, not false alarms (see bench/gpu_workload/faults.py)
-ALSO = {"long_tail": {"gpu_imbalance"}}
+ALSO = {"long_tail": {"gpu_imbalance"}, "big_collectives": {"low_utilization"}}
 
 
 def _flags(run: str):

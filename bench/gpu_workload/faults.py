@@ -63,8 +63,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("nccl_hang", "one rank stalls before the gradient all-reduce past the process "
              "group's 30 s timeout: the NCCL watchdog ends the job", steps=(4, 4), rank=-1,
              expect=("fatal_error", "stalled"), min_gpus=2, fatal=True),
-    Scenario("big_collectives", "every update all-reduces an extra 2 GiB buffer eight times",
-             steps=(4, 7), expect=("comm_heavy",), min_gpus=2),
+    Scenario("big_collectives", "every update all-reduces an extra 2 GiB buffer for ~2 s",
+             steps=(4, 7), expect=("comm_heavy",), min_gpus=2,
+             # SM activity in the training phases really is 41-44% (the update waits on the
+             # all-reduces): live, low_utilization can open a step before comm_heavy names why
+             also=("low_utilization",)),
     Scenario("tiny_micro", "log-prob and update passes run one sequence per micro-batch",
              steps=(4, 7), expect=("low_utilization", "util_overstates_sm")),
 )}

@@ -357,6 +357,9 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
     # be told from training, and a healthy step's whole-step SM activity sits below the line:
     # judge nothing here; the cross-node Prometheus rules compare such nodes with their peers.
     df = df[df["phase"].isin(TRAINING_PHASES)]
+    # the run's first steps warm up (CUDA context, allocator, kernels chosen): SM activity there
+    # says nothing about the run (real H200 runs: 37-65% in step 1, 70-78% after)
+    df = df[~(df["step"] <= int(cfg["skip_first_steps"]))]
     if len(df) == 0:
         return []
     threshold = float(cfg["threshold"])
