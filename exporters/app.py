@@ -189,6 +189,8 @@ class Exporter:
             self.ctx.extra["live_sim"] = self.live_sim
         if self.tracker is not None:
             self.ctx.extra["flag_tracker"] = self.tracker
+        if self.notifier is not None:
+            self.ctx.extra["notifier"] = self.notifier  # the goodput digest posts through it
         self._specs = load_all()
         for name in enabled_collectors(opts, self._specs):
             self.collectors[name] = self._build_collector(name)

@@ -116,6 +116,33 @@ class GoodputCollector(BaseCollector):
         self._thread: threading.Thread | None = None
         self._last_steps_added = -1
         self._pending = False
+        opts = ctx.options
+        hours = float(getattr(opts, "slack_digest_hours", 0.0) or 0.0) if opts else 0.0
+        self.digest_s = hours * 3600.0
+        self._digest_at: float | None = None  # when the current digest period started
+        self._digest_base: dict[str, float] = {}
+
+    def maybe_digest(self, now: float) -> str | None:
+        """Every ``--slack-digest-hours``: queue the period's goodput digest to Slack; returns
+        the text queued (None when off, not due, or there was no GPU time)."""
+        notifier = self.ctx.extra.get("notifier")
+        if self.digest_s <= 0 or notifier is None:
+            return None
+        from monitor.notify.digest import by_cause, digest_message, digest_text, growth
+
+        if self._digest_at is None:
+            self._digest_at, self._digest_base = now, by_cause(self.totals.snapshot())
+            return None
+        if now - self._digest_at < self.digest_s:
+            return None
+        current = by_cause(self.totals.snapshot())
+        text = digest_text(growth(self._digest_base, current), self.digest_s / 3600.0)
+        key = f"{self.ctx.node}|{int(now)}"
+        self._digest_at, self._digest_base = now, current
+        if text is None:
+            return None
+        notifier.notify_digest(digest_message(text, run=getattr(notifier, "run", None)), key)
+        return text
 
     def start(self) -> None:
         """Start the thread that looks for new steps every ``poll_s`` seconds."""
@@ -132,6 +159,7 @@ class GoodputCollector(BaseCollector):
         while not self._stop.wait(self.poll_s):
             try:
                 self.poll()
+                self.maybe_digest(time.time())
                 self.last_error = None
             except Exception as exc:  # noqa: BLE001 - a bad step must not end the thread
                 msg = f"{type(exc).__name__}: {exc}"

@@ -97,6 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="file holding a Slack incoming-webhook URL: flags opened and resolved "
                    "are posted there (with --store, messages not yet delivered survive a "
                    "restart in the store's outbox)")
+    p.add_argument("--slack-digest-hours", metavar="HOURS", type=float, default=0.0,
+                   help="with --slack-webhook-file: every HOURS post where the GPU time went "
+                   "over that period (goodput and the top causes of loss; default 0: off)")
     p.add_argument("--wandb", metavar="PROJECT[/RUN_ID]",
                    help="also log the monitor's derived series (per-phase GPU activity, comm "
                    "share, flags) to this wandb run, resumed by id or created in PROJECT, and "

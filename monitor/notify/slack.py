@@ -277,6 +277,13 @@ class SlackNotifier:
         """Queue a "flag opened" message; None when filtered out or a duplicate."""
         return self._enqueue(flag, "opened")
 
+    def notify_digest(self, payload: dict[str, Any], key: str) -> int | None:
+        """Queue a message that is not a flag's (the goodput digest), once per ``key``."""
+        dedupe = f"digest|{key}"
+        if self.outbox.outbox_status(dedupe) is not None:
+            return None
+        return self.outbox.outbox_add(payload, dedupe_key=dedupe, created=time.time())
+
     def notify_resolved(self, flag: Flag) -> int | None:
         """Queue a "flag resolved" message (shows the duration); None when filtered/duplicate."""
         return self._enqueue(flag, "resolved")
