@@ -35,6 +35,10 @@ WINDOWS: dict[str, float | None] = {
 REFRESHES: dict[str, float | None] = {"2 s": 2.0, "5 s": 5.0, "15 s": 15.0, "60 s": 60.0,
                                       "off": None}
 MAX_POINTS = 1000
+#: How long a loaded frame is kept. The key holds the window, snapped to the refresh interval
+#: and ending at the newest sample, so new data is a new key: the entry can never show stale
+#: data, and a page opened again later reuses it.
+DATA_TTL_S = 600
 
 
 @dataclass(frozen=True)
@@ -194,7 +198,7 @@ def show_status(status: SourceStatus) -> None:
 
 
 @_snap
-@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=64)
 def load_gpu(key: str, start: float, end: float, max_points: int = MAX_POINTS,
              node: str | None = None) -> pd.DataFrame:
     """GPU frame of the window, downsampled by the source."""
@@ -202,7 +206,7 @@ def load_gpu(key: str, start: float, end: float, max_points: int = MAX_POINTS,
 
 
 @_snap
-@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=64)
 def load_host(key: str, start: float, end: float, max_points: int = MAX_POINTS,
               node: str | None = None) -> pd.DataFrame:
     """Host frame of the window."""
@@ -210,7 +214,7 @@ def load_host(key: str, start: float, end: float, max_points: int = MAX_POINTS,
 
 
 @_snap
-@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=64)
 def load_steps(key: str, start: float | None, end: float | None) -> list[StepRecord]:
     """Steps that ended in the window, without their raw metrics dict (the pages read only
     phases, totals and throughput; this keeps the cached value small to copy)."""
@@ -223,7 +227,7 @@ def steps_frame(steps: list[StepRecord]) -> pd.DataFrame:
 
 
 @_snap
-@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=64)
 def load_steps_frame(key: str, start: float | None, end: float | None) -> pd.DataFrame:
     """Steps of the window as a flat frame (cached)."""
     return steps_to_frame(load_steps(key, start, end))
@@ -253,7 +257,7 @@ def _attribution_samples(key: str, steps: list[StepRecord], start: float, end: f
 
 
 @_snap
-@st.cache_data(ttl=120, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
 def load_attribution(key: str, start: float, end: float, last_step_end: float,
                      node: str | None = None, n_steps: int = ATTRIB_STEPS,
                      fleet: bool = False) -> pd.DataFrame:
@@ -314,28 +318,28 @@ def flags_on_gpu(flags: list[Flag], node: str, gpu: int, single_node: bool) -> l
 
 
 @_snap
-@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=64)
 def load_nccl(key: str, start: float, end: float, max_points: int = MAX_POINTS) -> pd.DataFrame:
     """NCCL frame of the window."""
     return get_source().nccl_frame(start, end, max_points)
 
 
 @_snap
-@st.cache_data(ttl=30, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
 def load_node_summary(key: str, start: float, end: float) -> pd.DataFrame:
     """Per-node aggregates over the window."""
     return get_source().node_summary(start, end)
 
 
 @_snap
-@st.cache_data(ttl=30, show_spinner=False, max_entries=32)
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
 def load_node_frame(key: str, start: float, end: float, max_points: int = 300) -> pd.DataFrame:
     """Per-node mean utilization over time."""
     return get_source().node_frame(start, end, max_points)
 
 
 @_snap
-@st.cache_data(ttl=30, show_spinner=False, max_entries=64)
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=64)
 def load_fleet(key: str, start: float, end: float, max_points: int = MAX_POINTS,
                node: str | None = None) -> pd.DataFrame:
     """Mean and lowest GPU utilization across GPUs (or one node's) over time."""

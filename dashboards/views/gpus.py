@@ -116,7 +116,8 @@ def live(start: float, end: float, key: str) -> None:
     if not steps or steps[-1].end_time is None:
         st.info("No steps in this window to attribute GPU time to.")
         return
-    summary = common.load_attribution(key, start, end, steps[-1].end_time, node_choice)
+    last_end = float(steps[-1].end_time)
+    summary = common.load_attribution(key, start, min(end, last_end), last_end, node_choice)
     st.plotly_chart(charts.phase_attribution_bars(summary), key="gpu_attrib")
     st.caption(common.attribution_caption(summary, min(len(steps), common.ATTRIB_STEPS)))
 

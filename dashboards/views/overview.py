@@ -76,8 +76,10 @@ def live(start: float, end: float, key: str) -> None:
     n_steps = min(len(df), common.ATTRIB_STEPS)
     summary = pd.DataFrame()
     if n_steps and pd.notna(df["end_time"].iloc[-1]):
-        summary = common.load_attribution(key, start, end, float(df["end_time"].iloc[-1]),
-                                          fleet=True)
+        last_end = float(df["end_time"].iloc[-1])
+        # up to the last step's end: samples after it change nothing, so a refresh without a
+        # new step reuses the cached attribution
+        summary = common.load_attribution(key, start, min(end, last_end), last_end, fleet=True)
     seconds, util = gpu_time(df, summary, n_steps) if n_steps else ({}, {})
     st.plotly_chart(charts.gpu_time_bar(seconds, util), key="ov_gpu_time", width="stretch")
     st.caption(f"Mean of the last {n_steps} steps: each phase's share of the step times the "
