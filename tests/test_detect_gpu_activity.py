@@ -105,8 +105,8 @@ def test_low_utilization_in_training_phases_for_minutes():
     assert len(flags) == 1
     f = flags[0]
     assert "45%" in f.evidence and "training phases" in f.evidence
-    # three whole steps (sooner than 120 s here): opens at the end of step 12, not at step 10
-    assert steps[11].end_time - 1 <= f.start < steps[13].end_time
+    # "for minutes": 120 s = four 30 s steps from step 10 (four whole steps would be as soon)
+    assert f.start >= steps[12].end_time
     assert f.severity == "warning"
 
 
@@ -222,3 +222,17 @@ def test_a_straggler_among_eight_is_named_and_an_idle_gpu_is_still_below_its_pee
     gpu2 = make_gpu(steps, n_gpus=8, interval=0.5, edit=idle)
     flags2 = detect_gpu_imbalance(_ctx(steps, gpu2))
     assert flags2 and flags2[0].scope["gpus"] == [3] and "straggler" not in flags2[0].evidence
+
+
+def test_low_utilization_with_short_steps_opens_after_four_steps_not_minutes():
+    """Steps of 10 s (the real-GPU bench): four whole steps, not 120 s, and never the warm-up."""
+    steps = make_steps(30, step_s=10.0)
+
+    def edit(df):
+        sel = df["phase"].isin(TRAINING_PHASES) & ((df["step"] >= 10) | (df["step"] == 1))
+        df.loc[sel, "sm_active"] = 30.0
+
+    (f,) = detect_low_utilization(_ctx(steps, make_gpu(steps, interval=0.5, edit=edit)))
+    assert f.severity == "critical"  # 30% is below the critical line
+    assert f.scope["steps"][0] == 10  # step 1 (warm-up) was low too, and is not judged
+    assert steps[12].end_time - 1 <= f.start < steps[14].end_time
