@@ -59,19 +59,6 @@ RESTART_PAUSE_S = 1.0
 TRIM_INTERVAL_S = 30.0
 
 
-def fix_mmap_threshold(nbytes: int = 256 * 1024) -> bool:
-    """Serve every allocation of ``nbytes`` or more by mmap, returned to the system when freed
-    (glibc ``mallopt(M_MMAP_THRESHOLD)``; False elsewhere). glibc raises this threshold after
-    each freed large block, so the detector's frame arrays end up in the heap, where they
-    fragment it; a fixed threshold keeps them out."""
-    try:
-        import ctypes
-
-        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, int(nbytes)))  # -3: M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
-
-
 def trim_heap() -> bool:
     """Give freed heap pages back to the system (glibc ``malloc_trim``); False elsewhere.
 
@@ -162,7 +149,6 @@ class Exporter:
         self._specs: dict[str, CollectorSpec] = {}
         self._stop = threading.Event()
         self._detect_lock = threading.Lock()
-        fix_mmap_threshold()
         self._threads: list[threading.Thread] = []
         #: supervised threads that raised and were restarted, by thread name
         self.thread_restarts: dict[str, int] = {}
