@@ -153,6 +153,39 @@ def phase_stacked_bars(steps: pd.DataFrame, last: int = 60) -> go.Figure:
     return _layout(fig, title, height=360, key="phase_bars")
 
 
+#: Colours of the goodput causes: productive green, losses warm, unattributed grey.
+CAUSE_COLORS: dict[str, str] = {
+    "productive": "#2ca02c", "data_loading": "#d62728", "rollout_long_tail": "#ff7f0e",
+    "straggler_wait": "#9467bd", "weight_sync": "#8c564b", "communication": "#e377c2",
+    "cpu_phases": "#bcbd22", "validation_checkpoint": "#17becf", "low_activity": "#ffbb78",
+    "restarts": "#7f0000", "unattributed": "#bbbbbb",
+}
+
+
+def goodput_bars(ledger: pd.DataFrame) -> go.Figure:
+    """Where every GPU-second went, per step: each cause's share of the step's GPU-seconds,
+    stacked to 100% (a goodput ledger, ``monitor.analysis.goodput.ledger``)."""
+    title = "Goodput: each step's GPU-seconds by cause (%)"
+    if ledger is None or len(ledger) == 0:
+        return empty_figure(title, "no steps with GPU samples yet")
+    from monitor.analysis.goodput import CAUSES
+
+    rows = ledger[~ledger["tail"].astype(bool)] if "tail" in ledger.columns else ledger
+    per = rows.groupby("step")[["wall", *CAUSES]].sum()
+    per = per[per["wall"] > 0]
+    fig = go.Figure()
+    for cause in CAUSES:
+        share = 100.0 * per[cause] / per["wall"]
+        if not (share > 0.05).any():
+            continue
+        fig.add_trace(go.Bar(x=[int(x) for x in per.index], y=share.round(2).tolist(), name=cause,
+                             marker_color=CAUSE_COLORS.get(cause, "#888")))
+    fig.update_layout(barmode="stack")
+    step_axis(fig, per.index)
+    fig.update_yaxes(title="% of GPU-seconds", range=[0, 100])
+    return _layout(fig, title, height=320, key="goodput_bars")
+
+
 def gpu_heatmap(gpu: pd.DataFrame, column: str, title: str, scale: float = 1.0,
                 zmax: float | None = 100.0, colorscale: str = "Viridis",
                 highlight: set[str] | None = None) -> go.Figure:

@@ -275,6 +275,37 @@ def load_attribution(key: str, start: float, end: float, last_step_end: float,
     return phase_summary(attribute(recent, samples))
 
 
+#: The flag kind that names each goodput cause (the Overview links the top loss to it).
+CAUSE_FLAGS: dict[str, tuple[str, ...]] = {
+    "data_loading": ("io_starvation",), "rollout_long_tail": ("rollout_long_tail",),
+    "straggler_wait": ("gpu_imbalance",), "weight_sync": ("reshard_spike",),
+    "communication": ("comm_heavy",), "cpu_phases": ("phase_imbalance",),
+    "low_activity": ("low_utilization", "util_overstates_sm"),
+    "restarts": ("fatal_error", "oom", "stalled"),
+}
+
+
+@_snap
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
+def load_goodput(key: str, start: float, end: float, last_step_end: float,
+                 n_steps: int = ATTRIB_STEPS) -> pd.DataFrame:
+    """The goodput ledger (``monitor.analysis.goodput.ledger``) of the last ``n_steps`` steps,
+    per step and GPU (the mean across GPUs from Prometheus, cheap on any cluster). Recomputed
+    only when a new step has arrived."""
+    from monitor.analysis.goodput import ledger
+
+    recent = [s for s in load_steps(key, start, end) if s.end_time is not None]
+    recent = recent[-(n_steps + 1):]  # one more: the first step's wall time starts at it
+    if len(recent) < 2:
+        return pd.DataFrame()
+    fleet = get_source().kind == "prometheus"
+    samples = _attribution_samples(key, recent, start, end, None, fleet)
+    if samples is None or len(samples) == 0:
+        return pd.DataFrame()
+    led = ledger(recent, samples)
+    return led[led["step"] != recent[0].step] if len(led) else led
+
+
 def attribution_caption(summary: pd.DataFrame, n_steps: int) -> str:
     """What the attribution figures rest on, and which phases were withheld and why."""
     text = (f"Last {n_steps} steps; each sample counts toward a phase by the time it overlaps "

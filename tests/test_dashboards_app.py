@@ -313,3 +313,20 @@ def test_nccl_busy_share_is_per_gpu_not_summed_over_ranks(monkeypatch, tmp_path)
     at = _app(monkeypatch, "communication", VERLMON_STORE=path)
     busy = _metrics(at)["NCCL busy (window mean)"]
     assert busy == "30.0% of wall time", busy
+
+
+def test_overview_shows_goodput_and_where_each_steps_gpu_seconds_went(monkeypatch, store):
+    at = _app(monkeypatch, VERLMON_STORE=store)
+    value = _metrics(at)["Goodput (last steps)"]
+    assert value.endswith("%") and 0 < int(value[:-1]) <= 100
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    bars = next(c for c in charts if c["layout"]["title"]["text"].startswith("Goodput"))
+    names = [t["name"] for t in bars["data"]]
+    assert names[0] == "productive"
+    # every step's causes stack to 100% of its GPU-seconds
+    sums: dict = {}
+    for t in bars["data"]:
+        for x, y in zip(t["x"], t["y"], strict=True):
+            sums[x] = sums.get(x, 0.0) + y
+    assert sums and all(abs(v - 100.0) < 1.0 for v in sums.values()), sums
+    assert "Top loss:" in _text(at)

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
+from monitor.analysis.goodput import totals
 from monitor.records import SEVERITIES
 
 settings = common.settings()
@@ -53,7 +54,18 @@ def live(start: float, end: float, key: str) -> None:
         words = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
         box = st.error if top.severity == "critical" else st.warning
         box(f"Needs attention: {len(flags)} open flag(s) ({words}).", icon=":material/warning:")
-    c1, c2, c3, c4 = st.columns(4)
+    # the goodput ledger of the last steps: the headline number, then its bar chart below
+    n_steps = min(len(df), common.ATTRIB_STEPS)
+    led = pd.DataFrame()
+    if n_steps and pd.notna(df["end_time"].iloc[-1]):
+        last_end = float(df["end_time"].iloc[-1])
+        led = common.load_goodput(key, start, min(end, last_end), last_end)
+    good = totals(led) if len(led) else None
+    c1, c2, c3, c4, c5 = st.columns(5)
+    c5.metric("Goodput (last steps)", "-" if not good or good["goodput_share"] is None
+              else f"{good['goodput_share'] * 100:.0f}%",
+              help="Share of the GPU-seconds of the last steps spent productive; the rest is "
+                   "lost by cause (docs/goodput.md).")
     if df.empty:
         c1.metric("Current step", "-")
         c2.metric("Step time", "-")
@@ -73,7 +85,6 @@ def live(start: float, end: float, key: str) -> None:
     c4.metric("Open flags", f"{len(flags)}")
 
     # 2. where the GPU time goes
-    n_steps = min(len(df), common.ATTRIB_STEPS)
     summary = pd.DataFrame()
     if n_steps and pd.notna(df["end_time"].iloc[-1]):
         last_end = float(df["end_time"].iloc[-1])
@@ -84,6 +95,20 @@ def live(start: float, end: float, key: str) -> None:
     st.plotly_chart(charts.gpu_time_bar(seconds, util), key="ov_gpu_time", width="stretch")
     st.caption(f"Mean of the last {n_steps} steps: each phase's share of the step times the "
                "GPUs' mean utilization in it; the rest of the step the GPUs sat idle.")
+    if good:
+        st.plotly_chart(charts.goodput_bars(led), key="ov_goodput", width="stretch")
+        lost = sorted(good["lost"].items(), key=lambda kv: -kv[1])
+        total = good["gpu_seconds_total"] or 0.0
+        if lost and total > 0 and lost[0][1] > 0:
+            cause, secs = lost[0]
+            text = f"Top loss: **{cause}**, {secs / total * 100:.0f}% of the GPU-seconds"
+            named = [f for f in flags if f.kind in common.CAUSE_FLAGS.get(cause, ())]
+            if named:
+                f = top_flag(named)
+                text += f" - flagged as `{f.kind}`"
+                if f.advice:
+                    text += f": {f.advice[0]}"
+            st.markdown(text)
 
     # 3. the top open problem, with what to do
     if top is not None:
