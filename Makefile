@@ -1,5 +1,6 @@
 # verl-monitor: `make demo` runs the main job, `make test` runs every test,
-# `make test-fast` the unit tests only (no real servers or browser; under a minute).
+# `make test-fast` the unit tests only (no e2e; on 2 workers; 16 min on the loaded 2-core devbox,
+# most of it waiting on the processes the tests start).
 # All of them create .venv and install the package with every extra (`[all]`, via `[test]`).
 # A training node needs only the core: `pip install verl-monitor` (exporter, detectors, analyze).
 
