@@ -204,6 +204,8 @@ def _events_section(summary: dict[str, Any]) -> str:
 
 
 def _attribution_section(rows: list[dict[str, Any]] | None) -> str | None:
+    """'GPU activity per phase': one row per phase (withheld phases included, with their
+    sample count), then the reason each withheld phase has no figures."""
     if rows is None:
         return None
     if not rows:
@@ -212,11 +214,19 @@ def _attribution_section(rows: list[dict[str, Any]] | None) -> str | None:
     for r in rows:
         by_phase.setdefault(str(r["phase"]), []).append(r)
     out = []
+    held: list[str] = []
     for phase, items in by_phase.items():
+        counts = [c for c in (_num(r.get("full_samples", r.get("samples"))) for r in items)
+                  if c is not None]
+        n_samples = str(int(min(counts))) if counts else "-"
         utils = [(_num(r.get("util_mean")), r) for r in items]
         utils = [(u, r) for u, r in utils if u is not None]
         sms = [v for v in (_num(r.get("sm_mean")) for r in items) if v is not None]
         if not utils:
+            reason = next((str(r["withheld"]) for r in items if r.get("withheld")),
+                          "no sample inside the phase")
+            out.append([phase, len(items), n_samples, "withheld", "-", "-", "-"])
+            held.append(f"  {phase} withheld: {reason}")
             continue
         low_u, low_r = min(utils, key=lambda x: x[0])
         high_u = max(u for u, _ in utils)
@@ -224,13 +234,19 @@ def _attribution_section(rows: list[dict[str, Any]] | None) -> str | None:
             [
                 phase,
                 len(items),
+                n_samples,
                 num(sum(u for u, _ in utils) / len(utils)),
                 num(sum(sms) / len(sms)) if sms else "-",
                 f"{low_r['node']}:{low_r['gpu']} {low_u:.1f}",
                 num(high_u - low_u),
             ]
         )
-    return table(["phase", "GPUs", "util %", "SM active %", "lowest GPU", "spread"], out)
+    text = table(["phase", "GPUs", "samples", "util %", "SM active %", "lowest GPU", "spread"],
+                 out)
+    if held:
+        text += "\n  (samples: wholly inside the phase, per GPU, summed over the steps)\n"
+        text += "\n".join(held)
+    return text
 
 
 def _goodput_section(gp: dict[str, Any] | None) -> str | None:

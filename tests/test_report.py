@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from monitor.analysis.summary import summarize
 from monitor.records import Event, Flag, StepRecord
 from monitor.report import render_text, scope_text, secs, table
@@ -87,3 +89,22 @@ def test_helpers() -> None:
     assert scope_text({"node": "n0", "gpus": [3, 5], "phase": "gen", "steps": [1, 4]}) == (
         "node n0, GPUs 3,5, phase gen, steps 1-4"
     )
+
+
+def test_report_shows_withheld_phases_with_reason_and_sample_count() -> None:
+    from monitor.analysis.attribution import phase_summary
+
+    # 'adv' had one sample wholly inside it per GPU over the steps: withheld, not dropped
+    attrib = pd.DataFrame(
+        [{"phase": p, "node": "n0", "gpu": g, "step": 1, "util_mean": u, "sm_mean": u - 5,
+          "util_p10": u, "sm_p10": u, "samples": n, "full_samples": n, "seconds": float(n)}
+         for g in range(2) for p, u, n in (("gen", 90.0, 40), ("adv", 8.0, 1))])
+    rows = phase_summary(attrib, min_samples=3).to_dict("records")
+    text = render_text(doc(steps12(), attribution=rows))
+    lines = text.splitlines()
+    adv = next(x for x in lines if x.strip().startswith("adv "))
+    assert adv.split()[:4] == ["adv", "2", "1", "withheld"]
+    gen = next(x for x in lines if x.strip().startswith("gen ") and "n0:" in x)
+    assert gen.split()[:4] == ["gen", "2", "40", "90.0"]
+    reason = next(x for x in lines if x.strip().startswith("adv withheld:"))
+    assert "1 sample(s) wholly inside the phase, fewer than 3" in reason
