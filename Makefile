@@ -1,6 +1,5 @@
 # verl-monitor: `make demo` runs the main job, `make test` runs every test,
-# `make test-fast` the unit tests only (no e2e; on 2 workers; 16 min on the loaded 2-core devbox,
-# most of it waiting on the processes the tests start).
+# `make test-fast` the unit tests that start no process (no e2e, no `slow`), on 2 workers.
 # All of them create .venv and install the package with every extra (`[all]`, via `[test]`).
 # A training node needs only the core: `pip install verl-monitor` (exporter, detectors, analyze).
 
@@ -38,12 +37,12 @@ lint: setup
 test: setup sysdeps lint
 	$(PY) -m pytest -q
 
-# Unit tests only (no tests/e2e), on FAST_WORKERS workers: the loop to run after each change.
-# Most of its time is spent waiting on the CLI, exporter, promtool and Streamlit processes the
-# tests start, not on CPU, so a machine with more cores can give it more workers.
+# Unit tests that start no process, on FAST_WORKERS workers: the loop to run after each change.
+# Tests marked `slow` (they start the CLI, an exporter, Streamlit's AppTest, promtool or
+# Prometheus) and tests/e2e run only in `make test`.
 FAST_WORKERS ?= 2
 test-fast: setup
-	$(PY) -m pytest -q -m "not e2e" -n $(FAST_WORKERS)
+	$(PY) -m pytest -q -m "not e2e and not slow" -n $(FAST_WORKERS)
 
 bench: setup
 	$(PY) bench/parse.py

@@ -21,12 +21,69 @@ class ConfigError(ValueError):
     """A config file that cannot be used; the message is one clear line."""
 
 
-class Config(dict):
-    """Nested mapping of thresholds: ``config["gpu_imbalance"]["ratio"]``."""
+_MISSING: Any = object()
 
-    def section(self, name: str) -> dict[str, Any]:
-        """The settings of one detector (or shared block), an empty dict if absent."""
-        return dict(self.get(name) or {})
+
+class Section(dict):
+    """One section of settings with typed reads: ``cfg.get_float("ratio")``.
+
+    Each ``get_*`` converts the value to its type; ``default`` is used when the key is absent
+    or its value is null, else a missing key raises ``KeyError`` naming it.
+    """
+
+    def _value(self, key: str, default: Any) -> Any:
+        value = self.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise KeyError(key)
+            return default
+        return value
+
+    def get_float(self, key: str, default: Any = _MISSING) -> float:
+        """The setting ``key`` as a float."""
+        return float(self._value(key, default))
+
+    def get_int(self, key: str, default: Any = _MISSING) -> int:
+        """The setting ``key`` as an int (a float setting is truncated, as ``int()`` does)."""
+        return int(self._value(key, default))
+
+    def get_bool(self, key: str, default: Any = _MISSING) -> bool:
+        """The setting ``key`` as a bool."""
+        return bool(self._value(key, default))
+
+    def get_str(self, key: str, default: Any = _MISSING) -> str:
+        """The setting ``key`` as a string."""
+        return str(self._value(key, default))
+
+
+class Config(dict):
+    """Nested mapping of thresholds: ``config["gpu_imbalance"]["ratio"]``, or typed:
+    ``config.get_float("gpu_imbalance.ratio")``, ``config.section("gpu_imbalance")``."""
+
+    def section(self, name: str) -> Section:
+        """The settings of one detector (or shared block), an empty section if absent."""
+        return Section(self.get(name) or {})
+
+    def _split(self, dotted: str) -> tuple[Section, str]:
+        name, sep, key = dotted.partition(".")
+        if not sep:
+            raise KeyError(f"{dotted!r} is not section.key")
+        return self.section(name), key
+
+    def get_float(self, dotted: str, default: Any = _MISSING) -> float:
+        """The setting ``"section.key"`` as a float (``default`` when absent or null)."""
+        section, key = self._split(dotted)
+        return section.get_float(key, default)
+
+    def get_int(self, dotted: str, default: Any = _MISSING) -> int:
+        """The setting ``"section.key"`` as an int (``default`` when absent or null)."""
+        section, key = self._split(dotted)
+        return section.get_int(key, default)
+
+    def get_bool(self, dotted: str, default: Any = _MISSING) -> bool:
+        """The setting ``"section.key"`` as a bool (``default`` when absent or null)."""
+        section, key = self._split(dotted)
+        return section.get_bool(key, default)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

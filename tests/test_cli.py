@@ -43,6 +43,7 @@ def test_every_subcommand_has_help_and_a_handler(name, capsys):
     assert callable(sub.choices[name].get_default("func"))
 
 
+@pytest.mark.slow
 def test_module_entry_point_reports_the_version():
     out = subprocess.run([sys.executable, "-m", "monitor", "--version"], capture_output=True,
                          text=True, timeout=60)
@@ -68,6 +69,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_exporter_with_a_log_in_a_missing_folder_warns_once_and_exports_failure(tmp_path):
     import re
     import time

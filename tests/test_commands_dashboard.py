@@ -12,6 +12,8 @@ import pytest
 
 from monitor.store.runstore import RunStore
 
+pytestmark = pytest.mark.slow  # starts processes (make test-fast skips it)
+
 CLI = [sys.executable, "-m", "monitor"]
 
 

@@ -8,6 +8,10 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes (make test-fast skips it)
+
 CLI = [sys.executable, "-m", "monitor"]
 
 

@@ -52,6 +52,7 @@ VERL_LINE = ("(TaskRunner pid=11) step:{step} - timing_s/gen:10.0 - timing_s/upd
              "timing_s/step:20.0 - perf/throughput:1234.5 - training/global_step:{step}")
 
 
+@pytest.mark.slow
 def test_output_passes_through_is_logged_followed_and_exit_code_returned(tmp_path):
     port = free_port()
     job = script(tmp_path, f"""
@@ -84,6 +85,7 @@ def test_output_passes_through_is_logged_followed_and_exit_code_returned(tmp_pat
     assert not port_open(port), "the exporter still runs after the command exited"
 
 
+@pytest.mark.slow
 def test_ctrl_c_reaches_the_job_while_the_exporter_still_runs(tmp_path):
     port = free_port()
     job = script(tmp_path, f"""
@@ -116,6 +118,7 @@ def test_ctrl_c_reaches_the_job_while_the_exporter_still_runs(tmp_path):
     assert not port_open(port)
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_no_exporter_behind(tmp_path):
     port = free_port()
     log = tmp_path / "t.log"
@@ -139,6 +142,7 @@ def test_a_killed_run_leaves_no_exporter_behind(tmp_path):
     assert not port_open(port), "the exporter outlived a SIGKILLed verl-monitor run"
 
 
+@pytest.mark.slow
 def test_job_killed_by_a_signal_reports_128_plus_n(tmp_path):
     proc = run_cli(["--no-exporter", "--log", str(tmp_path / "t.log"), "--",
                     sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
@@ -147,6 +151,7 @@ def test_job_killed_by_a_signal_reports_128_plus_n(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM
 
 
+@pytest.mark.slow
 def test_nccl_inspector_environment_reaches_the_job_and_the_exporter(tmp_path):
     plugin = tmp_path / "libnccl-profiler-inspector.so"
     plugin.write_bytes(b"\x7fELF")
@@ -179,6 +184,7 @@ def _exporter_argv_for(log: Path, plugin: Path, dump_dir: str) -> list[str]:
     return exporter_argv(args, log, "n0", dump_dir)
 
 
+@pytest.mark.slow
 def test_no_nccl_variables_without_a_plugin(tmp_path):
     proc = run_cli(["--no-exporter", "--log", str(tmp_path / "t.log"), "--", sys.executable,
                     "-c", "import os; print(sorted(k for k in os.environ if 'INSPECTOR' in k))"],
@@ -187,6 +193,7 @@ def test_no_nccl_variables_without_a_plugin(tmp_path):
     assert out.decode().strip() == "[]"
 
 
+@pytest.mark.slow
 def test_targets_file_lists_every_node_while_the_job_runs_and_goes_with_it(tmp_path):
     targets = tmp_path / "sd" / "job.json"
     nodes = "gpu-001\ngpu-002\ngpu-003"  # as `scontrol show hostnames` prints them
@@ -206,6 +213,7 @@ def test_targets_file_lists_every_node_while_the_job_runs_and_goes_with_it(tmp_p
     assert len(json.loads(targets.read_text())) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, words", [
     ([], "no command given"),
     (["--", "/nonexistent/verl-trainer"], "cannot start /nonexistent/verl-trainer"),

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from monitor.cli import main
 
 
@@ -52,6 +54,7 @@ def test_list_prints_every_scenario(capsys):
     assert "demo" in out and "rollout_long_tail" in out
 
 
+@pytest.mark.slow
 def test_console_script_runs(tmp_path):
     exe = Path(sys.executable).with_name("verl-monitor")
     proc = subprocess.run(

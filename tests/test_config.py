@@ -65,3 +65,21 @@ def test_empty_user_file_means_defaults(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("")
     assert load_config(str(path)) == load_config()
+
+
+def test_typed_reads_convert_and_name_a_missing_key(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("io_starvation:\n  min_samples: 7\n  iowait_high: 30\n")
+    cfg = load_config(str(path))
+    section = cfg.section("io_starvation")
+    assert section.get_int("min_samples") == 7
+    assert section.get_float("iowait_high") == 30.0
+    assert isinstance(section.get_float("iowait_high"), float)
+    assert cfg.get_float("io_starvation.iowait_high") == 30.0
+    assert cfg.get_int("io_starvation.min_samples") == 7
+    assert cfg.get_float("windows.no_such_key", 12.5) == 12.5
+    with pytest.raises(KeyError, match="no_such_key"):
+        section.get_float("no_such_key")
+    with pytest.raises(KeyError):
+        cfg.get_float("no_dot")
+    assert cfg.section("no_such_section") == {}

@@ -14,6 +14,8 @@ from streamlit.testing.v1 import AppTest
 from dashboards.sample_store import build_store
 from monitor.store.runstore import RunStore
 
+pytestmark = pytest.mark.slow  # starts processes (make test-fast skips it)
+
 APP = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
 END = 1_790_000_000.0
 

@@ -69,6 +69,7 @@ def test_daemonset_service_and_servicemonitor_select_the_same_pods_and_port():
     assert Path(opts.store).parent.as_posix() in mounts
 
 
+@pytest.mark.slow
 def test_pod_discovery_scrape_job_passes_promtool(tmp_path):
     if not shutil.which("promtool"):
         pytest.skip("promtool is not installed (apt-get install prometheus)")
@@ -92,6 +93,7 @@ def _unit() -> str:
     return (REPO / "deploy" / "systemd" / "verl-monitor-exporter.service").read_text()
 
 
+@pytest.mark.slow
 def test_systemd_unit_verifies(tmp_path):
     if not shutil.which("systemd-analyze"):
         pytest.skip("systemd-analyze is not installed")
@@ -103,6 +105,7 @@ def test_systemd_unit_verifies(tmp_path):
     assert done.returncode == 0 and not complaints, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_systemd_unit_options_start_a_real_exporter_that_stops_on_sigterm(tmp_path):
     env_line = next(ln for ln in _unit().splitlines()
                     if ln.startswith("Environment=") and "VERLMON_EXPORTER_ARGS=" in ln)

@@ -64,6 +64,7 @@ def test_supervised_thread_restarts_and_logs_each_reason_once(caplog):
 
 
 def test_a_dying_flusher_is_restarted_counted_and_store_up_follows_writes(tmp_path, caplog):
+@pytest.mark.slow
     """Before: the store-flusher died on the first OverflowError and /metrics kept saying
     store_up 1 with 0 write errors."""
     exporter = Exporter(options(tmp_path))

@@ -65,6 +65,7 @@ def running(tmp_path):
     exporter.stop()
 
 
+@pytest.mark.slow
 def test_everything_flows_to_metrics_and_store(running):
     exporter, tmp_path = running
     assert exporter.startup_line().startswith(f"verl-monitor exporter: serving {exporter.url}")
@@ -115,6 +116,7 @@ def test_detector_loop_raises_flags_into_metrics_and_store(tmp_path):
     assert "oom" in kinds
 
 
+@pytest.mark.slow
 def test_new_steps_trigger_the_detectors(tmp_path):
     # the tick is parked at 600 s: any run here comes from steps arriving in the log
     exporter = Exporter(parse_options([
@@ -231,6 +233,7 @@ def test_startup_problems_are_one_line(tmp_path, argv, message):
         busy.close()
 
 
+@pytest.mark.slow
 def test_a_throughput_drop_stays_flagged_after_the_runs_start_leaves_the_window(tmp_path):
     from detect_builders import make_steps
 

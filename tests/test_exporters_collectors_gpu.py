@@ -77,6 +77,7 @@ def test_registered_as_gpu_and_on_by_default():
 
 
 def test_sim_exposition_has_every_gpu_and_passes_promtool(sim_run):
+@pytest.mark.slow
     ctx = _ctx()
     col = GpuCollector(ctx, backend=SimBackend(run=sim_run))
     col.sample_once()

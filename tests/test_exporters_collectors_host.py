@@ -76,6 +76,7 @@ def test_values_are_sane_and_a_host_row_is_recorded():
 
 
 def test_training_process_tree_by_pid(trainer):
+@pytest.mark.slow
     col, reg, _ = make(Namespace(train_pid=trainer.pid))
     col.sample_once()
     time.sleep(0.3)
@@ -88,6 +89,7 @@ def test_training_process_tree_by_pid(trainer):
 
 
 def test_trainer_found_by_command_line(trainer):
+@pytest.mark.slow
     pids = {p.pid for p in trainer_candidates(exclude={os.getpid()})}
     assert trainer.pid in pids
     assert os.getpid() not in pids

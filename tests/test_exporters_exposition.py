@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from argparse import Namespace
 from pathlib import Path
+import pytest
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import exposition as pe
@@ -68,6 +69,7 @@ def promtool(text: bytes) -> subprocess.CompletedProcess:
     return subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
                           timeout=60)
 
+@pytest.mark.slow
 
 def test_a_raising_collector_is_reported_and_the_rest_served(tmp_path):
     exp = exposition(tmp_path)

@@ -196,6 +196,7 @@ def test_bcrypt_checks_run_one_at_a_time(auth_config):
     assert calls["n"] == 8 and calls["max_active"] == webconfig.BCRYPT_CONCURRENCY == 1
 
 
+@pytest.mark.slow
 def test_wrong_passwords_cannot_flush_the_good_entry(auth_config):
     """Before: 1,100 distinct wrong passwords flushed the 1,024-entry cache."""
     web, calls = auth_config

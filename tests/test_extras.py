@@ -40,6 +40,7 @@ def test_installed_extra_passes_and_a_blocked_module_is_reported(monkeypatch):
     assert info.value.missing == ["plotly"] and info.value.extra == "dashboard"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("blocked", "argv", "line"),
     [

@@ -45,6 +45,7 @@ def _exprs(board: dict) -> list[str]:
     return [t["expr"] for p in _panels(board) for t in p["targets"]]
 
 
+@pytest.mark.slow
 def test_regenerated_json_matches_the_committed_files(tmp_path):
     proc = subprocess.run([sys.executable, str(BUILD), "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
@@ -58,6 +59,7 @@ def test_regenerated_json_matches_the_committed_files(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_check_flags_an_edited_dashboard_and_passes_a_fresh_one(tmp_path):
     shutil.copytree(COMMITTED, tmp_path / "d")
     ok = subprocess.run([sys.executable, str(BUILD), "--check", "--out", str(tmp_path / "d")],
@@ -71,6 +73,7 @@ def test_check_flags_an_edited_dashboard_and_passes_a_fresh_one(tmp_path):
     assert "verlmon-gpus.json" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_unwritable_output_is_one_line_and_status_2(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
@@ -218,6 +221,7 @@ def test_render_is_deterministic():
         assert build.render(board) == build.render(board)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_every_query_parses_as_promql(tmp_path):
     """promtool parses each panel query (variables filled in as Grafana would)."""

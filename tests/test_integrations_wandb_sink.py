@@ -156,6 +156,7 @@ def test_step_payload_shares_and_per_phase_activity():
 # ------------------------------------------------------------------ real offline runs
 
 
+@pytest.mark.slow
 def test_live_logging_read_back_from_the_offline_run(offline):
     steps = _steps()
     sink = WandbSink("verlmon-test", "live01", init_timeout=30, wandb_dir=offline)
@@ -194,6 +195,7 @@ def test_live_logging_read_back_from_the_offline_run(offline):
                       ("gpu_imbalance", "critical", "open")]
 
 
+@pytest.mark.slow
 def test_log_analysis_logs_every_step_and_alerts_once_per_flag(offline):
     steps = _steps()
     flags = [_flag("gpu_imbalance", "warning", T0 + 5, end=T0 + 15),
@@ -216,6 +218,7 @@ def test_log_analysis_logs_every_step_and_alerts_once_per_flag(offline):
     assert {"gen", "update_actor", "comm", "other"} <= phases
 
 
+@pytest.mark.slow
 def test_log_analysis_accepts_a_phase_summary(offline):
     steps = _steps()
     summary = phase_summary(attribute(steps, _gpu_frame()))
@@ -262,6 +265,7 @@ def _run_isolated(tmp_path: Path, run_id: str, env: dict[str, str], prelude: str
     return json.loads(proc.stdout.strip().splitlines()[-1]), ours, elapsed
 
 
+@pytest.mark.slow
 def test_online_without_api_key_falls_back_to_offline_without_hanging(tmp_path):
     out, lines, elapsed = _run_isolated(tmp_path, "nokey01", {})
     assert out["enabled"] and out["mode"] == "offline"
@@ -271,6 +275,7 @@ def test_online_without_api_key_falls_back_to_offline_without_hanging(tmp_path):
     assert [h["verlmon/step_time_s"] for h in run["history"]] == [10.0]
 
 
+@pytest.mark.slow
 def test_unreachable_server_falls_back_to_offline_within_the_init_timeout(tmp_path):
     import socket
 
@@ -284,6 +289,7 @@ def test_unreachable_server_falls_back_to_offline_within_the_init_timeout(tmp_pa
     assert _read_run(tmp_path, "nonet01")["history"][0]["verlmon/step"] == 1
 
 
+@pytest.mark.slow
 def test_without_the_wandb_package_it_disables_itself_in_one_line(tmp_path):
     out, lines, _ = _run_isolated(tmp_path, "nopkg01", {},
                                   prelude="import sys; sys.modules['wandb'] = None\n")
@@ -292,6 +298,7 @@ def test_without_the_wandb_package_it_disables_itself_in_one_line(tmp_path):
     assert len(lines) == 1 and "not installed" in lines[0]
 
 
+@pytest.mark.slow
 def test_analyze_with_wandb_logs_the_run_it_analyzed(offline, monkeypatch, tmp_path, capsys):
     """``verl-monitor analyze --wandb PROJECT/RUN`` sends every parsed step and the flags of
     a simulated gpu_imbalance run to a real (offline) wandb run, and still prints its report."""
@@ -310,6 +317,7 @@ def test_analyze_with_wandb_logs_the_run_it_analyzed(offline, monkeypatch, tmp_p
     assert any(a.title and "gpu_imbalance" in a.title for a in run["alerts"])
 
 
+@pytest.mark.slow
 def test_exporter_with_wandb_raises_an_alert_for_a_critical_flag(offline, monkeypatch):
     """``verl-monitor exporter --wandb PROJECT/RUN``: a flag the live detectors open reaches
     the wandb run as a run.alert, and stopping the exporter closes the run."""
@@ -324,10 +332,10 @@ def test_exporter_with_wandb_raises_an_alert_for_a_critical_flag(offline, monkey
     exporter.start()
     try:
         deadline = time.monotonic() + 60
-        while exporter.wandb_sink is None:
+        while exporter.monitor.wandb_sink is None:
             assert time.monotonic() < deadline, "wandb sink never became ready"
             time.sleep(0.1)
-        exporter.window.add_events([Event("oom", time.time(), 3, "CUDA out of memory")])
+        exporter.monitor.window.add_events([Event("oom", time.time(), 3, "CUDA out of memory")])
         opened, _ = exporter.detect_once()
         assert "oom" in [f.kind for f in opened]
     finally:
@@ -337,6 +345,7 @@ def test_exporter_with_wandb_raises_an_alert_for_a_critical_flag(offline, monkey
     assert "oom" in run["alerts"][0].title
 
 
+@pytest.mark.slow
 def test_goodput_shares_per_step_from_a_real_run_reach_wandb(offline):
     """The real 2-H200 data stall: the stalled steps log a large goodput/data_loading share,
     each step's shares add up to 1, and a healthy step's data_loading share is near 0."""

@@ -524,6 +524,7 @@ def test_missing_file_is_one_line_error_naming_it(tmp_path: Path) -> None:
         parse_file(tmp_path)
 
 
+@pytest.mark.slow
 def test_unreadable_file_is_a_log_read_error(tmp_path: Path) -> None:
     """A file the user may not read is one clear line. Root reads anything, so as root (CI)
     the check runs in a child process without the DAC-override capabilities (setpriv)."""

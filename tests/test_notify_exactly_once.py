@@ -120,6 +120,7 @@ def test_resolved_without_opened_is_not_sent(tmp_path, hook):
     assert n.outcomes["skipped"] == 1 and n.pending == 0
 
 
+@pytest.mark.slow
 def test_a_slow_answer_never_causes_a_second_post(tmp_path, hook, caplog):
     """Before: answers after the 5 s timeout were retried: the same body up to 10 times."""
     hook.plan = [(200, 2.5, b"ok")]

@@ -31,6 +31,7 @@ def load() -> dict:
     return yaml.safe_load(CONFIG.read_text())
 
 
+@pytest.mark.slow
 @needs_amtool
 def test_config_passes_amtool_check() -> None:
     res = amtool("check-config", str(CONFIG))
@@ -39,6 +40,7 @@ def test_config_passes_amtool_check() -> None:
     assert "3 receivers" in res.stdout
 
 
+@pytest.mark.slow
 @needs_amtool
 @pytest.mark.parametrize(
     ("labels", "receiver"),
@@ -61,6 +63,7 @@ def test_routes_send_each_severity_to_its_receiver(labels: list[str], receiver: 
     assert res.stdout.strip() == receiver
 
 
+@pytest.mark.slow
 @needs_amtool
 def test_routes_test_rejects_a_wrong_receiver() -> None:
     res = amtool("config", "routes", "test", f"--config.file={CONFIG}",
@@ -70,6 +73,7 @@ def test_routes_test_rejects_a_wrong_receiver() -> None:
     assert "did not match" in res.stdout
 
 
+@pytest.mark.slow
 @needs_amtool
 def test_a_broken_config_is_rejected(tmp_path: Path) -> None:
     cfg = load()

@@ -65,6 +65,7 @@ def runbook_anchors() -> set[str]:
     return anchors
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_example_prometheus_config_is_valid() -> None:
     res = promtool("check", "config", str(PROM / "prometheus.yml"))
@@ -72,12 +73,14 @@ def test_example_prometheus_config_is_valid() -> None:
     assert "SUCCESS" in res.stdout + res.stderr
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_rules_pass_promtool_lint() -> None:
     res = promtool("check", "rules", "--lint-fatal", *map(str, RULE_FILES))
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.slow
 @needs_promtool
 @pytest.mark.parametrize("test_file", TEST_FILES, ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(test_file: Path) -> None:
@@ -85,6 +88,7 @@ def test_promtool_unit_tests_pass(test_file: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_promtool_catches_a_broken_threshold(tmp_path: Path) -> None:
     """The unit tests really constrain the rules: loosening the cross-node busy guard fails."""
@@ -186,6 +190,7 @@ def test_scrape_config_gives_every_target_a_node_label() -> None:
             assert group["labels"]["node"] and group["targets"]
 
 
+@pytest.mark.slow
 def test_every_alert_has_unit_tests_for_firing_and_quiet() -> None:
     """Each alert name appears in the promtool tests both with expected alerts and with none."""
     fires: set[str] = set()

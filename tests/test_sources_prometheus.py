@@ -82,6 +82,7 @@ def live(tmp_path_factory):
                 proc.kill()
 
 
+@pytest.mark.slow
 def test_status_time_range_and_nodes(live):
     src, _ = live
     status = src.status()
@@ -102,6 +103,7 @@ def test_status_time_range_and_nodes(live):
     assert src.scrape_interval() == 1.0
 
 
+@pytest.mark.slow
 def test_gpu_frame_has_every_gpu_and_honours_max_points(live):
     src, _ = live
     lo, hi = src.time_range()
@@ -114,6 +116,7 @@ def test_gpu_frame_has_every_gpu_and_honours_max_points(live):
     assert (coarse["util_min"] <= coarse["util"] + 1e-9).all()
 
 
+@pytest.mark.slow
 def test_steps_rebuilt_from_gauges_match_the_exporters_store(live):
     src, store_path = live
     rebuilt = src.steps()
@@ -126,6 +129,7 @@ def test_steps_rebuilt_from_gauges_match_the_exporters_store(live):
         assert rec.end_time == pytest.approx(stored[rec.step].end_time, abs=1.0)
 
 
+@pytest.mark.slow
 def test_flags_come_from_flag_active_with_advice(live):
     src, _ = live
     flags = _wait(lambda: [f for f in src.flags() if f.kind == "io_starvation"], 90,
@@ -138,6 +142,7 @@ def test_flags_come_from_flag_active_with_advice(live):
     assert flag.scope["node"] == "node0"
 
 
+@pytest.mark.slow
 def test_host_nccl_and_node_aggregates(live):
     src, _ = live
     lo, hi = src.time_range()
@@ -151,6 +156,7 @@ def test_host_nccl_and_node_aggregates(live):
     assert set(frame["node"]) == {"node0"} and len(frame) <= 21
 
 
+@pytest.mark.slow
 def test_a_day_at_one_second_steps_stays_under_the_point_limit(live):
     src, _ = live
     now = time.time()
@@ -158,6 +164,7 @@ def test_a_day_at_one_second_steps_stays_under_the_point_limit(live):
     assert res and max(len(r["values"]) for r in res) <= 11_000
 
 
+@pytest.mark.slow
 def test_job_filter_and_unreachable_server(live):
     src, _ = live
     assert PrometheusSource(src.url, job="someone-else").status().message == "no data yet"
@@ -174,6 +181,7 @@ def test_duration_and_run_helpers():
     assert _runs([0, 1, 2, 10, 11], 1.0) == [(0, 2), (10, 11)]
 
 
+@pytest.mark.slow
 def test_server_that_is_not_prometheus(tmp_path):
     # an HTTP server answering HTML: the source says so in one line
     port = _free_port()
@@ -199,6 +207,7 @@ def _up(port: int) -> bool:
 
 
 
+@pytest.mark.slow
 def test_frames_end_at_now_without_lookback_tails(live):
     src, _store = live
     now = time.time()

@@ -106,6 +106,7 @@ def test_the_buffer_bound_is_counted_while_writes_fail(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
     """Before: two exporters on one store doubled every row without a word."""
     holder = subprocess.Popen(

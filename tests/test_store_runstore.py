@@ -184,6 +184,7 @@ print(" ".join(map(str, seen)))
 """
 
 
+@pytest.mark.slow
 def test_reader_in_other_process_sees_only_whole_batches(tmp_path: Path) -> None:
     path = tmp_path / "run.db"
     store = RunStore(path)
@@ -212,6 +213,7 @@ print(len(store.gpu_frame()), len(store.steps()))
 """
 
 
+@pytest.mark.slow
 def test_reader_works_while_writer_holds_a_transaction(tmp_path: Path) -> None:
     path = tmp_path / "run.db"
     store = RunStore(path)

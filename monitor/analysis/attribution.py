@@ -329,7 +329,6 @@ def default_min_phase_samples() -> int:
     from monitor.config import load_config
 
     try:
-        return int(load_config().section("dashboard").get("phase_min_samples",
-                                                             DEFAULT_MIN_PHASE_SAMPLES))
+        return load_config().get_int("dashboard.phase_min_samples", DEFAULT_MIN_PHASE_SAMPLES)
     except (KeyError, ValueError, TypeError):
         return DEFAULT_MIN_PHASE_SAMPLES

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.analysis.attribution import overlap_samples, phase_timeline, sample_period
+from monitor.config import Section
 from monitor.logs.gaps import fill_data_wait
 from monitor.records import Event, StepRecord
 
@@ -78,7 +79,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def settings(cfg: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def settings(cfg: Mapping[str, Any] | None = None) -> Section:
     """The ledger's settings: ``cfg`` (a ``goodput:`` section) over :data:`DEFAULTS`."""
     out = dict(DEFAULTS)
     ref = dict(DEFAULTS["reference_sm"])
@@ -90,10 +91,10 @@ def settings(cfg: Mapping[str, Any] | None = None) -> dict[str, Any]:
         else:
             out[key] = val
     out["reference_sm"] = ref
-    return out
+    return Section(out)
 
 
-def default_settings() -> dict[str, Any]:
+def default_settings() -> Section:
     """The ``goodput:`` section of the default config merged over :data:`DEFAULTS`."""
     from monitor.config import load_config
 
@@ -171,7 +172,7 @@ def _clip_timeline(timeline: pd.DataFrame, iv: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def _classify(pairs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def _classify(pairs: pd.DataFrame, cfg: Section) -> pd.DataFrame:
     """Give each (sample, compute phase) pair a cause, or ``compute`` for the work itself.
 
     Peers are the other GPUs sampled in the same time bin.
@@ -194,9 +195,9 @@ def _classify(pairs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     p["peer_max"] = np.where(p["act"] >= p["top1"], p["top2"], p["top1"])
     p["peers"] = p["n"] - 1
     p["cause"] = "compute"
-    spin = (p["util"] >= float(cfg["spin_util_min"])) & has_sm & (
-        p["sm_active"] <= float(cfg["spin_sm_max"]))
-    idle = p["util"] <= float(cfg["idle_util"])
+    spin = (p["util"] >= cfg.get_float("spin_util_min")) & has_sm & (
+        p["sm_active"] <= cfg.get_float("spin_sm_max"))
+    idle = p["util"] <= cfg.get_float("idle_util")
     gen = p["phase"] == "gen"
     # rollout long tail: the trailing stretch of gen in which this GPU waits (idle or
     # spinning) while some peer has not reached its own trailing wait yet (still generating)
@@ -212,7 +213,7 @@ def _classify(pairs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
         # the longest suffix that starts waiting and waits in tail_share of its samples (a
         # noisy sample does not end the tail)
         share = np.cumsum(w[::-1])[::-1] / np.arange(len(w), 0, -1)
-        ok = np.flatnonzero(w & (share >= float(cfg["tail_share"])))
+        ok = np.flatnonzero(w & (share >= cfg.get_float("tail_share")))
         if len(ok) == 0:
             done_at[(step, key)] = float("inf")  # generating to the end of gen
             continue
@@ -227,21 +228,21 @@ def _classify(pairs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
         tail.loc[idx[p.loc[idx, "ts"].to_numpy(float) < latest]] = True
     p.loc[tail, "cause"] = "rollout_long_tail"
     train = ~gen
-    strag = (train & has_sm & (p["peers"] > 0) & (p["util"] >= float(cfg["spin_util_min"]))
-             & (p["peer_max"] >= float(cfg["peer_busy_min"]))
-             & (p["act"] <= p["peer_max"] - float(cfg["straggler_gap"])))
+    strag = (train & has_sm & (p["peers"] > 0) & (p["util"] >= cfg.get_float("spin_util_min"))
+             & (p["peer_max"] >= cfg.get_float("peer_busy_min"))
+             & (p["act"] <= p["peer_max"] - cfg.get_float("straggler_gap")))
     p.loc[strag & (p["cause"] == "compute"), "cause"] = "straggler_wait"
-    comm = (train & has_sm & (p["util"] >= float(cfg["comm_util_min"]))
-            & (p["sm_active"] <= float(cfg["comm_sm_max"])))
+    comm = (train & has_sm & (p["util"] >= cfg.get_float("comm_util_min"))
+            & (p["sm_active"] <= cfg.get_float("comm_sm_max")))
     p.loc[comm & (p["cause"] == "compute"), "cause"] = "communication"
     return p
 
 
-def _references(compute: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, float]:
+def _references(compute: pd.DataFrame, cfg: Section) -> dict[str, float]:
     """Per compute phase, the activity counted as fully productive (set, or the run's own)."""
     refs: dict[str, float] = {}
-    q = float(cfg["auto_quantile"])
-    floor = float(cfg["auto_min"])
+    q = cfg.get_float("auto_quantile")
+    floor = cfg.get_float("auto_min")
     for phase in COMPUTE_PHASES:
         val = cfg["reference_sm"].get(phase, 0.0)
         if val not in (None, "auto") and float(val) > 0:
@@ -331,7 +332,7 @@ def ledger(
 
 
 def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,
-                   cfg: dict[str, Any], kidx: dict[tuple[str, int], int],
+                   cfg: Section, kidx: dict[tuple[str, int], int],
                    acc: dict[str, np.ndarray]) -> None:
     """Split each compute phase's seconds per GPU (adds to ``acc`` in place)."""
     comp = comp.assign(_pid=np.arange(len(comp)))
@@ -369,7 +370,7 @@ def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,
             continue
         w = float(per["overlap_s"].iat[i])
         act = float(per["aw"].iat[i]) / w if w > 0 else 0.0
-        ref = refs.get(str(phases[i]), float(cfg["auto_min"]))
+        ref = refs.get(str(phases[i]), cfg.get_float("auto_min"))
         share = min(1.0, act / ref) if ref > 0 and np.isfinite(act) else 0.0
         acc["productive"][r, k] += secs[i] * share
         acc["low_activity"][r, k] += secs[i] * (1.0 - share)

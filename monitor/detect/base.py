@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from monitor.analysis.attribution import label_samples, phase_timeline
-from monitor.config import Config
+from monitor.config import Config, Section
 from monitor.detect import window as W
 from monitor.detect.advice import advice_for
 from monitor.detect.persistence import Episode, episodes
@@ -33,7 +33,7 @@ class Context:
     #: (the run's own baseline for throughput_regression); empty when ``steps`` is the whole run.
     reference_steps: list[StepRecord] = field(default_factory=list)
 
-    def cfg(self, section: str) -> dict[str, Any]:
+    def cfg(self, section: str) -> Section:
         """One detector's settings."""
         return self.config.section(section)
 
@@ -82,7 +82,7 @@ class Context:
 
         Columns start, end, step (NaN for fixed windows), sorted, not overlapping.
         """
-        length = float(self.config.section("windows").get("length_s", 30.0))
+        length = self.config.get_float("windows.length_s", 30.0)
         if self.median_step:
             length = max(length, min(self.median_step, 4 * length))
         parts = []
@@ -130,7 +130,7 @@ class Context:
         """Typical window length in seconds."""
         win = self.windows
         if len(win) == 0:
-            return float(self.config.section("windows").get("length_s", 30.0))
+            return self.config.get_float("windows.length_s", 30.0)
         return float(max(1e-3, (win["end"] - win["start"]).median()))
 
 
@@ -187,6 +187,60 @@ def step_range(steps: pd.Series, ep: Episode) -> list[int] | None:
     return [int(lo), int(hi)]
 
 
+def window_steps(ctx: Context, onset: int, last: int) -> list[int] | None:
+    """[first, last] step numbers of the analysis windows ``onset..last`` (None if no window
+    there belongs to a step)."""
+    s = ctx.windows["step"].iloc[onset:last + 1].dropna()
+    return [int(s.min()), int(s.max())] if len(s) else None
+
+
+class EpisodeSpan(NamedTuple):
+    """Several overlapping episodes seen as one: the earliest onset and opening, the latest
+    last point, and whether any of them is still open."""
+
+    onset: int
+    opened: int
+    last: int
+    still_open: bool
+
+
+def merge_episodes(eps: list[Episode]) -> EpisodeSpan:
+    """The span of overlapping episodes (one flag for several GPUs' episodes)."""
+    return EpisodeSpan(
+        onset=min(ep.onset for ep in eps),
+        opened=min(ep.opened for ep in eps),
+        last=max(ep.last for ep in eps),
+        still_open=any(ep.closed is None for ep in eps),
+    )
+
+
+class EventTime(NamedTuple):
+    """When an event happened; ``known`` is False where the log gave no time of its own."""
+
+    time: float
+    known: bool
+
+
+class TimedEvent(NamedTuple):
+    """An event with its time (see ``EventTime``)."""
+
+    time: float
+    known: bool
+    event: Event
+
+
+def group_by_time(timed: list[TimedEvent], group_s: float) -> list[list[TimedEvent]]:
+    """Events in time order, grouped into bursts: an event within ``group_s`` seconds of the
+    previous one joins its burst."""
+    groups: list[list[TimedEvent]] = []
+    for item in sorted(timed, key=lambda it: it.time):
+        if groups and item.time - groups[-1][-1].time <= group_s:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
+
+
 def steps_text(rng: list[int] | None) -> str:
     """"steps 41-60" or "step 41" or ""."""
     if not rng:
@@ -201,10 +255,19 @@ def pct(x: float) -> str:
     return f"{x:.0f}%"
 
 
+class StepEpisode(NamedTuple):
+    """An episode of a per-step condition: the flag's start and end times, its step range."""
+
+    episode: Episode
+    start: float
+    end: float | None
+    steps: list[int]
+
+
 def step_episodes(
     ctx: Context, cond: list[object], open_after: int, close_after: int
-) -> list[tuple[Episode, float, float | None, list[int]]]:
-    """Episodes of a per-step condition (aligned with ``ctx.sf``): (episode, start, end, steps)."""
+) -> list[StepEpisode]:
+    """Episodes of a per-step condition (aligned with ``ctx.sf``)."""
     sf = ctx.sf
     ends = sf["end"].to_numpy(float)
     stepnos = sf["step"].to_numpy()
@@ -212,5 +275,5 @@ def step_episodes(
     for ep in episodes(cond, open_after, close_after):
         start = float(ends[ep.opened])
         end = None if ep.closed is None else float(ends[ep.last])
-        out.append((ep, start, end, [int(stepnos[ep.onset]), int(stepnos[ep.last])]))
+        out.append(StepEpisode(ep, start, end, [int(stepnos[ep.onset]), int(stepnos[ep.last])]))
     return out

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from monitor.detect.advice import failure_advice
-from monitor.detect.base import Context, make_flag, steps_text
-from monitor.detect.health import event_time, untimed_note
+from monitor.detect.base import Context, group_by_time, make_flag, steps_text
+from monitor.detect.health import event_time, timed_events, untimed_note
 from monitor.logs.failures import FAILURE_KINDS, describe
 from monitor.records import Event, Flag
 
@@ -61,31 +61,21 @@ def detect_fatal_error(ctx: Context) -> list[Flag]:
     """One critical flag per burst of fatal failure events; closed when a later step completes
     (the run went on, e.g. after an automatic restart), else open."""
     cfg = ctx.cfg("fatal_error")
-    group_s = float(cfg["group_seconds"])
-    after_oom_s = float(cfg["after_oom_seconds"])
-    oom_times = sorted(event_time(ctx, e)[0] for e in ctx.events if e.kind == "oom")
-    timed = []
-    for e in ctx.events:
-        if not _is_fatal(e):
-            continue
-        t, known = event_time(ctx, e)
-        if any(0.0 <= t - o <= after_oom_s for o in oom_times):
-            continue  # a consequence of an out-of-memory error, which the oom flag reports
-        timed.append((t, known, e))
-    timed.sort(key=lambda p: p[0])
-    groups: list[list[tuple[float, bool, Event]]] = []
-    for item in timed:
-        if groups and item[0] - groups[-1][-1][0] <= group_s:
-            groups[-1].append(item)
-        else:
-            groups.append([item])
+    group_s = cfg.get_float("group_seconds")
+    after_oom_s = cfg.get_float("after_oom_seconds")
+    oom_times = sorted(event_time(ctx, e).time for e in ctx.events if e.kind == "oom")
+    timed = [
+        it for it in timed_events(ctx, [e for e in ctx.events if _is_fatal(e)])
+        # a consequence of an out-of-memory error, which the oom flag reports
+        if not any(0.0 <= it.time - o <= after_oom_s for o in oom_times)
+    ]
     ends = ctx.sf["end"].to_numpy(float) if len(ctx.sf) else np.array([])
     flags: list[Flag] = []
-    for grp in groups:
-        events = [e for _, _, e in grp]
-        untimed = not all(known for _, known, _ in grp)
-        t0 = grp[0][0]
-        later = ends[ends > grp[-1][0]]
+    for grp in group_by_time(timed, group_s):
+        events = [it.event for it in grp]
+        untimed = not all(it.known for it in grp)
+        t0 = grp[0].time
+        later = ends[ends > grp[-1].time]
         end = float(later[0]) if len(later) and not untimed else None
         cause = _cause(events)
         stepnos = [e.step for e in events if e.step is not None]

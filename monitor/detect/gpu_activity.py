@@ -15,12 +15,14 @@ from monitor.detect.base import (
     Context,
     episode_times,
     make_flag,
+    merge_episodes,
     pct,
     severity_for,
     step_episodes,
     steps_text,
+    window_steps,
 )
-from monitor.detect.persistence import episodes
+from monitor.detect.persistence import Episode, episodes
 from monitor.records import TRAINING_PHASES, Flag
 
 
@@ -39,14 +41,6 @@ def _wide(ctx: Context, value: str = "act") -> pd.DataFrame:
     return wide.join(meta)
 
 
-def _range_steps(ctx: Context, onset: int, last: int) -> list[int] | None:
-    win = ctx.windows
-    s = win["step"].iloc[onset:last + 1].dropna()
-    if len(s) == 0:
-        return None
-    return [int(s.min()), int(s.max())]
-
-
 def _phase_words(ctx: Context, onset: int, last: int) -> str:
     win = ctx.windows
     lo, hi = float(win["start"].iloc[onset]), float(win["end"].iloc[last])
@@ -57,12 +51,38 @@ def _phase_words(ctx: Context, onset: int, last: int) -> str:
     return str(sub["phase"].value_counts().index[0])
 
 
-def _group_overlapping(items: list, episode_of, close_n: int) -> list[list]:
+@dataclass(frozen=True)
+class GpuEpisode:
+    """One GPU's episode below its peers: its mean activity and the peers' median over it."""
+
+    node: str
+    gpu: int
+    episode: Episode
+    own: float
+    peer: float
+
+
+@dataclass(frozen=True)
+class OverstatedEpisode:
+    """One GPU's episode of high utilization with low SM activity, and the phases it covers
+    (most samples first)."""
+
+    node: str
+    gpu: int
+    episode: Episode
+    util: float
+    sm: float
+    phases: list[str]
+
+
+def _group_overlapping(
+    items: list[GpuEpisode] | list[OverstatedEpisode], close_n: int
+) -> list[list]:
     """Items (one per GPU episode) grouped so that episodes starting within ``close_n`` bins of
     the group's latest end become one flag; groups in onset order."""
     groups: list[list] = []
-    for it in sorted(items, key=lambda it: episode_of(it).onset):
-        if groups and episode_of(it).onset <= max(episode_of(x).last for x in groups[-1]) + close_n:
+    for it in sorted(items, key=lambda it: it.episode.onset):
+        if groups and it.episode.onset <= max(x.episode.last for x in groups[-1]) + close_n:
             groups[-1].append(it)
         else:
             groups.append([it])
@@ -109,17 +129,17 @@ def phase_spreads(ctx: Context) -> list[PhaseSpread]:
     df = df.assign(key=df["node"].astype(str) + "/" + df["gpu"].astype(str))
     g = df.groupby(["step", "phase", "key"])
     per = pd.DataFrame({"act": g["act"].mean(), "util": g["util"].mean(), "n": g.size()})
-    per = per[per["n"] >= int(cfg["straggler_min_samples"])].reset_index()
+    per = per[per["n"] >= cfg.get_int("straggler_min_samples")].reset_index()
     tl = ctx.timeline
     dur = {}
     if len(tl):
         dur = {(int(r.step), r.phase): float(r.end - r.start) for r in tl.itertuples()}
-    gap = float(cfg["straggler_gap"])
-    ratio = float(cfg["straggler_ratio"])
-    util_min = float(cfg["waiting_util_min"])
+    gap = cfg.get_float("straggler_gap")
+    ratio = cfg.get_float("straggler_ratio")
+    util_min = cfg.get_float("waiting_util_min")
     # a phase must span a few samples: a sample straddling the phase's edge must not decide
-    min_s = max(float(cfg["straggler_min_phase_s"]),
-                float(cfg["straggler_min_samples"]) * ctx.sample_interval)
+    min_s = max(cfg.get_float("straggler_min_phase_s"),
+                cfg.get_float("straggler_min_samples") * ctx.sample_interval)
     out = []
     for (step, phase), grp in per.groupby(["step", "phase"]):
         if len(grp) < 2 or dur.get((int(step), phase), 0.0) < min_s:
@@ -165,8 +185,8 @@ def straggler_flags(ctx: Context) -> list[Flag]:
                 cond.append(best[st].straggler == key)
             else:
                 cond.append(False if st in judged else None)
-        for ep, start, end, rng in step_episodes(ctx, cond, int(cfg["straggler_open_after_steps"]),
-                                                 int(cfg["straggler_close_after_steps"])):
+        for ep, start, end, rng in step_episodes(ctx, cond, cfg.get_int("straggler_open_after_steps"),
+                                                 cfg.get_int("straggler_close_after_steps")):
             steps_in = [int(x) for x in sf["step"].iloc[ep.onset:ep.last + 1]]
             mine = [best[s] for s in steps_in if s in best and best[s].straggler == key]
             phases = pd.Series([m.phase for m in mine]).value_counts()
@@ -238,12 +258,12 @@ def _below_peers(ctx: Context) -> list[Flag]:
     nwin = len(ctx.windows)
     vals = wide[keys].to_numpy(float)
     winidx = wide["win"].to_numpy(int)
-    busy_min = float(cfg["peer_busy_min"])
-    ratio = float(cfg["ratio"])
-    gap = float(cfg["gap"])
-    min_busy_frac = float(cfg["min_busy_fraction"])
-    open_n = ctx.windows_for(float(cfg["open_after_s"]))
-    close_n = ctx.windows_for(float(cfg["close_after_s"]))
+    busy_min = cfg.get_float("peer_busy_min")
+    ratio = cfg.get_float("ratio")
+    gap = cfg.get_float("gap")
+    min_busy_frac = cfg.get_float("min_busy_fraction")
+    open_n = ctx.windows_for(cfg.get_float("open_after_s"))
+    close_n = ctx.windows_for(cfg.get_float("close_after_s"))
     source = "SM activity" if (ctx.act["act_source"] == "sm").any() else "utilization"
     flags: list[Flag] = []
 
@@ -279,9 +299,9 @@ def _below_peers(ctx: Context) -> list[Flag]:
                 start, end = episode_times(ep, starts, ends)
                 own_m = float(np.nanmean(own_w[ep.onset:ep.last + 1]))
                 peer_m = float(np.nanmean(peer_w[ep.onset:ep.last + 1]))
-                rng = _range_steps(ctx, ep.onset, ep.last)
+                rng = window_steps(ctx, ep.onset, ep.last)
                 sev = severity_for(own_m / peer_m if peer_m else 0.0, ratio,
-                                   float(cfg["critical_ratio"]), higher_is_worse=False)
+                                   cfg.get_float("critical_ratio"), higher_is_worse=False)
                 sev = "warning" if sev == "info" else sev
                 node_flags.setdefault(n, []).append((starts[ep.onset], ends[ep.last]))
                 flags.append(make_flag(
@@ -290,7 +310,7 @@ def _below_peers(ctx: Context) -> list[Flag]:
                     f"the other nodes, {steps_text(rng) or _for_seconds(start, end, ctx.now)}.",
                 ))
     # per GPU, against the median of every other GPU
-    per_gpu: list[tuple[str, int, object, float, float]] = []
+    per_gpu: list[GpuEpisode] = []
     for i, key in enumerate(keys):
         others = np.delete(vals, i, axis=1)
         peer = np.nanmedian(others, axis=1) if others.shape[1] else np.full(len(vals), np.nan)
@@ -298,26 +318,24 @@ def _below_peers(ctx: Context) -> list[Flag]:
         for ep in episodes(cond, open_n, close_n):
             own_m = float(np.nanmean(own_w[ep.onset:ep.last + 1]))
             peer_m = float(np.nanmean(peer_w[ep.onset:ep.last + 1]))
-            per_gpu.append((key.split("/")[0], int(key.split("/")[1]), ep, own_m, peer_m))
+            node, gpu = key.split("/")[0], int(key.split("/")[1])
+            per_gpu.append(GpuEpisode(node, gpu, ep, own_m, peer_m))
     # merge overlapping GPU episodes of one node into one flag
-    by_node: dict[str, list] = {}
-    for node, g, ep, own_m, peer_m in per_gpu:
-        lo, hi = starts[ep.onset], ends[ep.last]
-        if any(lo < b and hi > a for a, b in node_flags.get(node, [])):
+    by_node: dict[str, list[GpuEpisode]] = {}
+    for item in per_gpu:
+        lo, hi = starts[item.episode.onset], ends[item.episode.last]
+        if any(lo < b and hi > a for a, b in node_flags.get(item.node, [])):
             continue  # the whole node is already flagged
-        by_node.setdefault(node, []).append((g, ep, own_m, peer_m))
+        by_node.setdefault(item.node, []).append(item)
     for node, items in by_node.items():
-        for grp in _group_overlapping(items, lambda it: it[1], close_n):
-            onset = min(x[1].onset for x in grp)
-            opened = min(x[1].opened for x in grp)
-            last = max(x[1].last for x in grp)
-            still_open = any(x[1].closed is None for x in grp)
-            gpus = sorted({x[0] for x in grp})
-            own_m = float(np.mean([x[2] for x in grp]))
-            peer_m = float(np.mean([x[3] for x in grp]))
-            rng = _range_steps(ctx, onset, last)
+        for grp in _group_overlapping(items, close_n):
+            onset, opened, last, still_open = merge_episodes([x.episode for x in grp])
+            gpus = sorted({x.gpu for x in grp})
+            own_m = float(np.mean([x.own for x in grp]))
+            peer_m = float(np.mean([x.peer for x in grp]))
+            rng = window_steps(ctx, onset, last)
             sev = severity_for(own_m / peer_m if peer_m else 0.0, ratio,
-                               float(cfg["critical_ratio"]), higher_is_worse=False)
+                               cfg.get_float("critical_ratio"), higher_is_worse=False)
             sev = "warning" if sev == "info" else sev
             phase = _phase_words(ctx, onset, last)
             label = _gpu_label(gpus)
@@ -359,10 +377,10 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
     df = df[df["phase"].isin(TRAINING_PHASES)]
     # the run's first steps warm up (CUDA context, allocator, kernels chosen): SM activity there
     # says nothing about the run (real H200 runs: 37-65% in step 1, 70-78% after)
-    df = df[~(df["step"] <= int(cfg["skip_first_steps"]))]
+    df = df[~(df["step"] <= cfg.get_int("skip_first_steps"))]
     if len(df) == 0:
         return []
-    threshold = float(cfg["threshold"])
+    threshold = cfg.get_float("threshold")
     nodes = sorted(df["node"].unique())
     nwin = len(ctx.windows)
     starts = ctx.windows["start"].to_numpy(float)
@@ -370,9 +388,9 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
     # "for minutes" or for a few whole steps, whichever comes first: each step window averages
     # every training phase, so short steps (seconds each, as on the real-GPU bench) need not
     # wait minutes, and long ones (verl's usual minutes) open after the same time as before
-    open_n = min(ctx.windows_for(float(cfg["open_after_s"])), int(cfg["open_after_steps"]))
-    close_n = ctx.windows_for(float(cfg["close_after_s"]))
-    min_samples = int(cfg["min_samples"])
+    open_n = min(ctx.windows_for(cfg.get_float("open_after_s")), cfg.get_int("open_after_steps"))
+    close_n = ctx.windows_for(cfg.get_float("close_after_s"))
+    min_samples = cfg.get_int("min_samples")
     source = "SM activity" if (df["act_source"] == "sm").any() else "utilization"
     flags = []
     groups = [(None, df)] if len(nodes) == 1 else list(df.groupby("node"))
@@ -385,8 +403,8 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
         for ep in episodes(cond, open_n, close_n):
             start, end = episode_times(ep, starts, ends)
             m = float(mean.iloc[ep.onset:ep.last + 1].mean())
-            sev = severity_for(m, threshold, float(cfg["critical_below"]), higher_is_worse=False)
-            rng = _range_steps(ctx, ep.onset, ep.last)
+            sev = severity_for(m, threshold, cfg.get_float("critical_below"), higher_is_worse=False)
+            rng = window_steps(ctx, ep.onset, ep.last)
             phases = "training phases"
             who = f"Node {node} GPUs" if node is not None else "The GPUs"
             flags.append(make_flag(
@@ -405,21 +423,21 @@ def detect_util_overstates_sm(ctx: Context) -> list[Flag]:
     if len(df) == 0 or df["sm_active"].notna().sum() == 0:
         return []
     df = df[(df["win"] >= 0) & df["sm_active"].notna() & df["util"].notna()]
-    util_min = float(cfg["util_min"])
-    sm_max = float(cfg["sm_max"])
-    gap = float(cfg["gap"])
+    util_min = cfg.get_float("util_min")
+    sm_max = cfg.get_float("sm_max")
+    gap = cfg.get_float("gap")
     nwin = len(ctx.windows)
     starts = ctx.windows["start"].to_numpy(float)
     ends = ctx.windows["end"].to_numpy(float)
-    open_n = ctx.windows_for(float(cfg["open_after_s"]))
-    close_n = ctx.windows_for(float(cfg["close_after_s"]))
-    min_n = int(cfg["min_phase_samples"])
+    open_n = ctx.windows_for(cfg.get_float("open_after_s"))
+    close_n = ctx.windows_for(cfg.get_float("close_after_s"))
+    min_n = cfg.get_int("min_phase_samples")
     df = df.assign(phase=df["phase"].fillna("(unlabelled)"))
     agg = df.groupby(["node", "gpu", "win", "phase"], sort=False).agg(
         u=("util", "mean"), s=("sm_active", "mean"), n=("util", "size")).reset_index()
     agg = agg[agg["n"] >= min_n]
     agg["bad"] = (agg["u"] >= util_min) & (agg["s"] <= sm_max) & (agg["u"] - agg["s"] >= gap)
-    per: list[tuple[str, int, object, float, float, list[str]]] = []
+    per: list[OverstatedEpisode] = []
     for (node, gpu), sub in agg.groupby(["node", "gpu"], sort=True):
         anybad = sub.groupby("win")["bad"].any().reindex(range(nwin))
         cond = [None if pd.isna(v) else bool(v) for v in anybad]
@@ -431,23 +449,20 @@ def detect_util_overstates_sm(ctx: Context) -> list[Flag]:
             u = float((bad["u"] * w).sum() / w.sum())
             sm = float((bad["s"] * w).sum() / w.sum())
             phases = bad.groupby("phase")["n"].sum().sort_values(ascending=False).index.tolist()
-            per.append((str(node), int(gpu), ep, u, sm, phases))
+            per.append(OverstatedEpisode(str(node), int(gpu), ep, u, sm, phases))
     flags = []
-    for node in sorted({p[0] for p in per}):
-        items = [p for p in per if p[0] == node]
-        for grp in _group_overlapping(items, lambda it: it[2], close_n):
-            onset = min(x[2].onset for x in grp)
-            opened = min(x[2].opened for x in grp)
-            last = max(x[2].last for x in grp)
-            still_open = any(x[2].closed is None for x in grp)
-            gpus = sorted({x[1] for x in grp})
-            u = float(np.mean([x[3] for x in grp]))
-            sm = float(np.mean([x[4] for x in grp]))
+    for node in sorted({p.node for p in per}):
+        items = [p for p in per if p.node == node]
+        for grp in _group_overlapping(items, close_n):
+            onset, opened, last, still_open = merge_episodes([x.episode for x in grp])
+            gpus = sorted({x.gpu for x in grp})
+            u = float(np.mean([x.util for x in grp]))
+            sm = float(np.mean([x.sm for x in grp]))
             phases: list[str] = []
             for x in grp:
-                phases += [p for p in x[5] if p not in phases]
-            rng = _range_steps(ctx, onset, last)
-            sev = severity_for(sm, sm_max, float(cfg["critical_sm_below"]), higher_is_worse=False)
+                phases += [p for p in x.phases if p not in phases]
+            rng = window_steps(ctx, onset, last)
+            sev = severity_for(sm, sm_max, cfg.get_float("critical_sm_below"), higher_is_worse=False)
             sev = "warning" if sev == "info" else sev
             label = _gpu_label(gpus)
             where = f" during {', '.join(phases[:3])}" if phases != ["(unlabelled)"] else ""

@@ -6,9 +6,18 @@ import numpy as np
 import pandas as pd
 
 from monitor.detect.advice import oom_advice
-from monitor.detect.base import Context, episode_times, make_flag, steps_text
+from monitor.detect.base import (
+    Context,
+    EventTime,
+    TimedEvent,
+    episode_times,
+    group_by_time,
+    make_flag,
+    steps_text,
+    window_steps,
+)
 from monitor.detect.persistence import episodes
-from monitor.records import TRAINING_PHASES, Flag
+from monitor.records import TRAINING_PHASES, Event, Flag
 
 GIB = 1024**3
 
@@ -18,11 +27,6 @@ THROTTLE_BITS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown",
 THROTTLE_WORDS = ("hw_slowdown", "thermal", "power_brake", "hw_power")
 
 
-def _range_steps(ctx: Context, onset: int, last: int) -> list[int] | None:
-    s = ctx.windows["step"].iloc[onset:last + 1].dropna()
-    return [int(s.min()), int(s.max())] if len(s) else None
-
-
 def detect_memory_pressure(ctx: Context) -> list[Flag]:
     """GPU memory near capacity, or verl's reserved peak near it, for several windows."""
     cfg = ctx.cfg("memory_pressure")
@@ -30,20 +34,20 @@ def detect_memory_pressure(ctx: Context) -> list[Flag]:
     nwin = len(win)
     if nwin == 0:
         return []
-    lim = float(cfg["used_fraction"])
+    lim = cfg.get_float("used_fraction")
     frac_gpu = pd.Series(np.nan, index=range(nwin), dtype=float)
     worst_gpu: dict[int, list[int]] = {}
     df = ctx.act_windowed
-    capacity = float(cfg.get("capacity_bytes") or 0.0)
+    capacity = cfg.get_float("capacity_bytes", 0.0)
     if len(df) and df["mem_total_bytes"].notna().any():
         sub = df[(df["win"] >= 0) & df["mem_total_bytes"].gt(0)]
-        if bool(cfg["training_phases_only"]) and sub["phase"].notna().any():
+        if cfg.get_bool("training_phases_only") and sub["phase"].notna().any():
             # the rollout engine preallocates its KV cache by design
             # (actor_rollout_ref.rollout.gpu_memory_utilization): pressure is judged where the
             # trainer works; samples outside any step (after the log stops) still count
             sub = sub[sub["phase"].isin(TRAINING_PHASES) | sub["step"].isna()]
         sub = sub.assign(frac=sub["mem_used_bytes"] / sub["mem_total_bytes"])
-        q = float(cfg["quantile"])
+        q = cfg.get_float("quantile")
         per = sub.groupby(["win", "node", "gpu"])["frac"].quantile(q)
         frac_gpu = per.groupby(level="win").max().reindex(range(nwin))
         hot = per[per >= lim].reset_index()
@@ -62,13 +66,13 @@ def detect_memory_pressure(ctx: Context) -> list[Flag]:
     starts = win["start"].to_numpy(float)
     ends = win["end"].to_numpy(float)
     flags = []
-    for ep in episodes(cond, ctx.windows_for(float(cfg["open_after_s"])),
-                       ctx.windows_for(float(cfg["close_after_s"]))):
+    for ep in episodes(cond, ctx.windows_for(cfg.get_float("open_after_s")),
+                       ctx.windows_for(cfg.get_float("close_after_s"))):
         start, end = episode_times(ep, starts, ends)
         sl = slice(ep.onset, ep.last + 1)
         peak = float(both.iloc[sl].max())
         gpus = sorted({g for w in range(ep.onset, ep.last + 1) for g in worst_gpu.get(w, [])})
-        rng = _range_steps(ctx, ep.onset, ep.last)
+        rng = window_steps(ctx, ep.onset, ep.last)
         parts = []
         if frac_gpu.iloc[sl].notna().any() and float(frac_gpu.iloc[sl].max()) >= lim:
             who = "GPU " + ",".join(map(str, gpus[:8])) if gpus else "GPU memory"
@@ -78,7 +82,7 @@ def detect_memory_pressure(ctx: Context) -> list[Flag]:
             peak_res = float(frac_step.iloc[sl].max()) * 100
             parts.append(f"verl's reserved peak reached {peak_res:.0f}%"
                          f" of {capacity / GIB:.0f} GiB")
-        sev = "critical" if peak >= float(cfg["critical_fraction"]) else "warning"
+        sev = "critical" if peak >= cfg.get_float("critical_fraction") else "warning"
         flags.append(make_flag(
             "memory_pressure", sev, start, end, {"gpus": gpus[:16], "steps": rng},
             _cap("; ".join(parts)) + (f", {steps_text(rng)}" if rng else "")
@@ -87,14 +91,19 @@ def detect_memory_pressure(ctx: Context) -> list[Flag]:
     return flags
 
 
-def event_time(ctx: Context, event: object) -> tuple[float, bool]:
-    """``(time, known)``: an event's time, or ``ctx.now`` (the end of the data) when the log
-    gave none; ``known`` is False then, and also when the parser placed it at the log's end."""
+def event_time(ctx: Context, event: object) -> EventTime:
+    """An event's time, or ``ctx.now`` (the end of the data) when the log gave none;
+    ``known`` is False then, and also when the parser placed it at the log's end."""
     t = getattr(event, "time", None)
     data = getattr(event, "data", {}) or {}
     if t is None:
-        return float(ctx.now), False
-    return float(t), data.get("time_from") != "log_end"
+        return EventTime(float(ctx.now), False)
+    return EventTime(float(t), data.get("time_from") != "log_end")
+
+
+def timed_events(ctx: Context, events: list[Event]) -> list[TimedEvent]:
+    """Each event with its time (see ``event_time``)."""
+    return [TimedEvent(*event_time(ctx, e), e) for e in events]
 
 
 def untimed_note(ctx: Context, events: list) -> str:
@@ -138,22 +147,15 @@ def detect_oom(ctx: Context) -> list[Flag]:
     later step completes. Evidence quotes what was asked and what was free, and the phase the
     traceback names; the advice fits that phase."""
     cfg = ctx.cfg("oom")
-    group_s = float(cfg["group_seconds"])
-    timed = sorted(((event_time(ctx, e), e) for e in ctx.events if e.kind == "oom"),
-                   key=lambda p: p[0][0])
+    group_s = cfg.get_float("group_seconds")
+    timed = timed_events(ctx, [e for e in ctx.events if e.kind == "oom"])
     ends = ctx.sf["end"].to_numpy(float) if len(ctx.sf) else np.array([])
     flags: list[Flag] = []
-    groups: list[list] = []
-    for (t, known), e in timed:
-        if groups and t - groups[-1][-1][0] <= group_s:
-            groups[-1].append((t, known, e))
-        else:
-            groups.append([(t, known, e)])
-    for grp in groups:
-        t0 = grp[0][0]
-        later = ends[ends > grp[-1][0]]
-        end = float(later[0]) if len(later) and all(k for _, k, _ in grp) else None
-        events = [e for _, _, e in grp]
+    for grp in group_by_time(timed, group_s):
+        t0 = grp[0].time
+        later = ends[ends > grp[-1].time]
+        end = float(later[0]) if len(later) and all(it.known for it in grp) else None
+        events = [it.event for it in grp]
         stepnos = [e.step for e in events if e.step is not None]
         rng = [min(stepnos), max(stepnos)] if stepnos else None
         first = next((e for e in events if e.data.get("tried_gib") is not None), events[0])
@@ -219,10 +221,10 @@ def detect_gpu_fault(ctx: Context) -> list[Flag]:
         return []
     gpu = gpu.sort_values("ts", kind="stable")
     flags: list[Flag] = []
-    hold = float(cfg["xid_hold_seconds"])
+    hold = cfg.get_float("xid_hold_seconds")
     interval = ctx.sample_interval
-    open_n = max(1, int(np.ceil(float(cfg["open_after_s"]) / interval)))
-    close_n = max(1, int(np.ceil(float(cfg["close_after_s"]) / interval)))
+    open_n = max(1, int(np.ceil(cfg.get_float("open_after_s") / interval)))
+    close_n = max(1, int(np.ceil(cfg.get_float("close_after_s") / interval)))
     last_ts = float(gpu["ts"].max())
     live_ts = np.unique(gpu.loc[gpu["util"].notna(), "ts"].to_numpy(float))
     for (node, idx), sub in gpu.groupby(["node", "gpu"], sort=True):
@@ -273,7 +275,7 @@ def detect_gpu_fault(ctx: Context) -> list[Flag]:
                     f"{_clock(ts[ep.onset])}: it runs slower than its peers.",
                 ))
         # a GPU that stops reporting while the others keep going
-        gap_lim = float(cfg["silent_seconds"])
+        gap_lim = cfg.get_float("silent_seconds")
         if last_ts - ts[-1] > gap_lim and len(ts):
             flags.append(make_flag(
                 "gpu_fault", "critical", float(ts[-1]) + gap_lim, None, scope,
@@ -309,7 +311,7 @@ def detect_stalled(ctx: Context) -> list[Flag]:
                      if e.kind == "progress" and e.time is not None})
     med = ctx.median_step
     if life and med:
-        lim = max(float(cfg["median_multiple"]) * med, float(cfg["min_seconds"]))
+        lim = max(cfg.get_float("median_multiple") * med, cfg.get_float("min_seconds"))
         marks = life + [float(ctx.now)]
         step_ends = sf["end"].to_numpy(float)
         for a, b in zip(marks[:-1], marks[1:], strict=True):
@@ -319,7 +321,7 @@ def detect_stalled(ctx: Context) -> list[Flag]:
             last_step = sf["step"][sf["end"] <= a + 1e-6]
             after = f" after step {int(last_step.iloc[-1])}" if len(last_step) else ""
             gap = b - a
-            sev = "critical" if gap >= float(cfg["critical_multiple"]) * lim else "warning"
+            sev = "critical" if gap >= cfg.get_float("critical_multiple") * lim else "warning"
             flags.append(make_flag(
                 "stalled", sev, a + lim, b if resumed else None, {},
                 f"No new step for {gap / 60:.1f} min{after} (median step time {med:.0f} s)"
@@ -328,15 +330,15 @@ def detect_stalled(ctx: Context) -> list[Flag]:
     # all GPUs idle while nothing arrives in the log (works without any step yet)
     df = ctx.act
     if len(df):
-        idle_level = float(cfg["idle_level"])
+        idle_level = cfg.get_float("idle_level")
         bin_s = max(ctx.sample_interval, 1e-3)
         tb = np.floor(df["ts"].to_numpy(float) / bin_s).astype(np.int64)
         peak = pd.Series(df["act"].to_numpy(float)).groupby(tb).max()
         idle = (peak <= idle_level).to_numpy()
         times = peak.index.to_numpy(np.int64) * bin_s
-        need = float(cfg["idle_seconds"])
+        need = cfg.get_float("idle_seconds")
         if med:
-            need = max(need, float(cfg["idle_median_multiple"]) * med)
+            need = max(need, cfg.get_float("idle_median_multiple") * med)
         i = 0
         while i < len(idle):
             if not idle[i]:

@@ -42,25 +42,25 @@ def detect_io_starvation(ctx: Context) -> list[Flag]:
         fleet = pd.DataFrame({"tb": tb, "win": sub["win"].to_numpy(), "act": sub["act"].to_numpy()})
         fleet = fleet.groupby(["win", "tb"])["act"].mean().reset_index()
         g = fleet.groupby("win")["act"]
-        lo = g.quantile(float(cfg["trough_quantile"])).reindex(range(nwin))
-        hi = g.quantile(float(cfg["peak_quantile"])).reindex(range(nwin))
+        lo = g.quantile(cfg.get_float("trough_quantile")).reindex(range(nwin))
+        hi = g.quantile(cfg.get_float("peak_quantile")).reindex(range(nwin))
         n = g.size().reindex(range(nwin)).fillna(0)
         host = _host_windows(ctx)
-        pegged = host["cpu_max"] >= float(cfg["cpu_core_pegged"])
-        iow = host["iowait"] >= float(cfg["iowait_high"])
+        pegged = host["cpu_max"] >= cfg.get_float("cpu_core_pegged")
+        iow = host["iowait"] >= cfg.get_float("iowait_high")
         cond = []
         for i in range(nwin):
-            if n.iloc[i] < int(cfg["min_samples"]) or (
+            if n.iloc[i] < cfg.get_int("min_samples") or (
                 pd.isna(host["cpu_max"].iloc[i]) and pd.isna(host["iowait"].iloc[i])
             ):
                 cond.append(None)
                 continue
-            swing = lo.iloc[i] <= float(cfg["trough_max"]) and hi.iloc[i] >= float(cfg["peak_min"])
+            swing = lo.iloc[i] <= cfg.get_float("trough_max") and hi.iloc[i] >= cfg.get_float("peak_min")
             cond.append(bool(swing and (pegged.iloc[i] or iow.iloc[i])))
         starts = ctx.windows["start"].to_numpy(float)
         ends = ctx.windows["end"].to_numpy(float)
-        for ep in episodes(cond, ctx.windows_for(float(cfg["open_after_s"])),
-                           ctx.windows_for(float(cfg["close_after_s"]))):
+        for ep in episodes(cond, ctx.windows_for(cfg.get_float("open_after_s")),
+                           ctx.windows_for(cfg.get_float("close_after_s"))):
             start, end = episode_times(ep, starts, ends)
             sl = slice(ep.onset, ep.last + 1)
             s = ctx.windows["step"].iloc[sl].dropna()
@@ -82,20 +82,20 @@ def detect_io_starvation(ctx: Context) -> list[Flag]:
     if len(sf) >= 2 and "other" in sf.columns:
         total = W.core_total(sf)
         share = sf["other"].astype(float) / total.where(total > 0)
-        med, _ = W.rolling_baseline(share, int(cfg["history_steps"]),
-                                    min_periods=int(cfg["min_history_steps"]))
+        med, _ = W.rolling_baseline(share, cfg.get_int("history_steps"),
+                                    min_periods=cfg.get_int("min_history_steps"))
         base = med
-        lim_abs = float(cfg["other_share_min"])
-        rise = float(cfg["other_share_rise"])
+        lim_abs = cfg.get_float("other_share_min")
+        rise = cfg.get_float("other_share_rise")
         cond = [None if pd.isna(s) or pd.isna(b) else bool(s >= lim_abs and s >= b + rise)
                 for s, b in zip(share, base, strict=True)]
         for ep, start, end, rng in step_episodes(
-            ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+            ctx, cond, cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
         ):
             sl = slice(ep.onset, ep.last + 1)
             m = float(share.iloc[sl].mean())
             secs = float(sf["other"].iloc[sl].mean())
-            sev = "critical" if m >= float(cfg["critical_other_share"]) else "warning"
+            sev = "critical" if m >= cfg.get_float("critical_other_share") else "warning"
             flags.append(make_flag(
                 "io_starvation", sev, start, end, {"phase": "other", "steps": rng},
                 f"{secs:.1f} s per step ({m * 100:.0f}% of the step) went to no logged phase, "
@@ -127,13 +127,13 @@ def _data_wait_flags(ctx: Context) -> list[Flag]:
     wait = sf["data_wait"].astype(float)
     wall = wait + W.core_total(sf).astype(float)
     share = wait / wall.where(wall > 0)
-    lim_s = float(cfg["data_wait_min_s"])
-    lim_share = float(cfg["data_wait_share"])
+    lim_s = cfg.get_float("data_wait_min_s")
+    lim_share = cfg.get_float("data_wait_share")
     cond = [None if pd.isna(w) or pd.isna(sh) else bool(w >= lim_s and sh >= lim_share)
             for w, sh in zip(wait, share, strict=True)]
     out = []
-    for ep, _start, end, rng in step_episodes(ctx, cond, int(cfg["data_wait_open_after_steps"]),
-                                              int(cfg["data_wait_close_after_steps"])):
+    for ep, _start, end, rng in step_episodes(ctx, cond, cfg.get_int("data_wait_open_after_steps"),
+                                              cfg.get_int("data_wait_close_after_steps")):
         sl = slice(ep.onset, ep.last + 1)
         rows = sf.iloc[sl]
         # the gaps themselves: from the previous step's end to this step's timer start
@@ -142,7 +142,7 @@ def _data_wait_flags(ctx: Context) -> list[Flag]:
                  if pd.notna(w) and w > 0]
         m_wait = float(wait.iloc[sl].mean())
         m_share = float(share.iloc[sl].mean())
-        sev = "critical" if m_share >= float(cfg["critical_data_wait_share"]) else "warning"
+        sev = "critical" if m_share >= cfg.get_float("critical_data_wait_share") else "warning"
         bits = []
         cpu = _mean_in(ctx.host, "cpu_max_core_pct", spans)
         if not np.isnan(cpu):

@@ -41,13 +41,13 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
     critic = values.where(values > 0)
     breakdown = _from_breakdown(ctx)
     gen_over = gen.where(gen > 0) / critic
-    guide_lim = float(cfg["gen_over_critic_max"])
-    verl_lim = float(cfg["verl_gen_over_values_max"])
+    guide_lim = cfg.get_float("gen_over_critic_max")
+    verl_lim = cfg.get_float("verl_gen_over_values_max")
     lim = pd.Series(np.where(breakdown, guide_lim, verl_lim if verl_lim > 0 else np.inf),
                     index=sf.index)
     slow_scoring = critic / gen.where(gen > 0)
-    score_lim = float(cfg["values_over_gen_max"])
-    open_n, close_n = int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+    score_lim = cfg.get_float("values_over_gen_max")
+    open_n, close_n = cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
 
     cond = [None if pd.isna(r) else bool(r >= li) for r, li in zip(gen_over, lim, strict=True)]
     for ep, start, end, rng in step_episodes(ctx, cond, open_n, close_n):
@@ -57,7 +57,7 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
         guide = bool(breakdown.iloc[sl].any())
         names = ("actor_gen", "critic_score") if guide else ("generation", "the critic's scoring")
         limit = guide_lim if guide else verl_lim
-        sev = "critical" if ratio >= float(cfg["critical_gen_over_critic"]) else "warning"
+        sev = "critical" if ratio >= cfg.get_float("critical_gen_over_critic") else "warning"
         flags.append(make_flag(
             "phase_imbalance", sev, start, end, {"phase": "gen", "steps": rng},
             f"{_cap(names[0])} took {g:.1f} s per step vs {c:.1f} s for {names[1]} "
@@ -70,7 +70,7 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
         g = float(gen.where(gen > 0).iloc[sl].mean())
         c = float(critic.iloc[sl].mean())
         sev = ("critical" if float(slow_scoring.iloc[sl].mean())
-               >= float(cfg["critical_values_over_gen"]) else "warning")
+               >= cfg.get_float("critical_values_over_gen") else "warning")
         flags.append(make_flag(
             "phase_imbalance", sev, start, end, {"phase": "values", "steps": rng},
             f"The critic's scoring took longer than generation: {c:.1f} s per step vs {g:.1f} s "
@@ -78,28 +78,28 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
         ))
     # a phase whose share of the step jumps against its own history
     total = W.core_total(sf)
-    window = int(cfg["history_steps"])
-    k = float(cfg["mad_k"])
-    min_jump = float(cfg["share_jump_min"])
-    jump_ratio = float(cfg["share_jump_ratio"])
+    window = cfg.get_int("history_steps")
+    k = cfg.get_float("mad_k")
+    min_jump = cfg.get_float("share_jump_min")
+    jump_ratio = cfg.get_float("share_jump_ratio")
     for name in [c for c in sf.columns if c in W.ALL_PHASES and c not in OWN_DETECTOR_PHASES]:
         share = sf[name].astype(float) / total.where(total > 0)
 
         def limit(med, mad):
             return np.maximum(med + k * 1.4826 * mad, np.maximum(med + min_jump, med * jump_ratio))
 
-        med, mad = W.frozen_baseline(share, window, int(cfg["min_history_steps"]),
+        med, mad = W.frozen_baseline(share, window, cfg.get_int("min_history_steps"),
                                      lambda v, m, d: v > limit(m, d))
         lim = limit(med, mad)
         cond = [None if pd.isna(s) or pd.isna(m) else bool(s > li)
                 for s, m, li in zip(share, med, lim, strict=True)]
         for ep, start, end, rng in step_episodes(
-            ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+            ctx, cond, cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
         ):
             sl = slice(ep.onset, ep.last + 1)
             now_share = float(share.iloc[sl].mean())
             before = float(med.iloc[ep.onset])
-            sev = ("critical" if now_share - before >= float(cfg["critical_share_jump"])
+            sev = ("critical" if now_share - before >= cfg.get_float("critical_share_jump")
                    else "warning")
             text = (f"{name} took {now_share * 100:.0f}% of the step, {steps_text(rng)}, vs "
                     f"{before * 100:.0f}% in the steps before.")
@@ -138,15 +138,15 @@ def gpu_comm_seconds(ctx: Context) -> pd.Series:
                           "tb": tb, "util": df["util"].to_numpy(float),
                           "sm": df["sm_active"].to_numpy(float)})
     fleet = fleet.groupby(["step", "phase", "tb"], sort=False)[["util", "sm"]].mean().reset_index()
-    sig = (fleet["util"] >= float(cfg["signature_util_min"])) & (
-        fleet["sm"] <= float(cfg["signature_sm_max"])
+    sig = (fleet["util"] >= cfg.get_float("signature_util_min")) & (
+        fleet["sm"] <= cfg.get_float("signature_sm_max")
     )
     fleet["sig"] = sig
     update = fleet[fleet["phase"].isin(("update_actor", "update_critic"))]
     forward = fleet[fleet["phase"].isin(("old_log_prob", "ref", "values"))]
     comm_s = update.groupby("step")["sig"].sum() * bin_s
     fwd_share = forward.groupby("step")["sig"].mean()
-    limit = float(cfg["forward_signature_max"])
+    limit = cfg.get_float("forward_signature_max")
     pos = {int(s): i for i, s in enumerate(sf["step"].to_numpy())}
     for step, secs in comm_s.items():
         if int(step) not in pos:
@@ -170,10 +170,10 @@ def detect_comm_heavy(ctx: Context) -> list[Flag]:
     if from_gpu:
         comm = gpu_comm_seconds(ctx)
     comm_share = comm / total.where(total > 0)
-    nccl = W.step_metrics(ctx.steps, str(cfg["nccl_share_metric"]))
+    nccl = W.step_metrics(ctx.steps, cfg.get_str("nccl_share_metric"))
     nccl = nccl.reindex(sf["step"].to_numpy()).reset_index(drop=True)
-    c_lim = float(cfg["comm_share_max"])
-    n_lim = float(cfg["nccl_share_max"])
+    c_lim = cfg.get_float("comm_share_max")
+    n_lim = cfg.get_float("nccl_share_max")
     cond = []
     for c, n in zip(comm_share, nccl, strict=True):
         if pd.isna(c) and pd.isna(n):
@@ -182,7 +182,7 @@ def detect_comm_heavy(ctx: Context) -> list[Flag]:
             cond.append(bool((pd.notna(c) and c > c_lim) or (pd.notna(n) and n > n_lim)))
     flags = []
     for ep, start, end, rng in step_episodes(
-        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+        ctx, cond, cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
     ):
         sl = slice(ep.onset, ep.last + 1)
         parts = []
@@ -199,7 +199,7 @@ def detect_comm_heavy(ctx: Context) -> list[Flag]:
             worst = max(worst, n)
             parts.append(f"NCCL time was {n * 100:.0f}% of the window (bad above "
                          f"{n_lim * 100:.0f}%)")
-        sev = "critical" if worst >= float(cfg["critical_share"]) else "warning"
+        sev = "critical" if worst >= cfg.get_float("critical_share") else "warning"
         flags.append(make_flag(
             "comm_heavy", sev, start, end, {"phase": "comm", "steps": rng},
             f"{_cap(steps_text(rng))}: " + "; ".join(parts) + ".",
@@ -272,21 +272,21 @@ def detect_reshard_spike(ctx: Context) -> list[Flag]:
     if len(sf) < 2:
         return []
     rs = reshard_series(ctx)
-    k = float(cfg["mad_k"])
-    floor_s = float(cfg["floor_seconds"])
-    floor_r = float(cfg["floor_ratio"])
+    k = cfg.get_float("mad_k")
+    floor_s = cfg.get_float("floor_seconds")
+    floor_r = cfg.get_float("floor_ratio")
 
     def limit(med, mad):
         return np.maximum(med + k * 1.4826 * mad, np.maximum(med + floor_s, med * floor_r))
 
-    med, mad = W.frozen_baseline(rs, int(cfg["history_steps"]), int(cfg["min_history_steps"]),
+    med, mad = W.frozen_baseline(rs, cfg.get_int("history_steps"), cfg.get_int("min_history_steps"),
                                  lambda v, m, d: v > limit(m, d))
     lim = limit(med, mad)
-    mem_peak = reshard_memory_peak(ctx, int(cfg["memory_min_samples"]))
-    jump = float(cfg["memory_jump_fraction"])
-    mem_med, _ = W.frozen_baseline(mem_peak, int(cfg["history_steps"]),
-                                   int(cfg["min_history_steps"]), lambda v, m, d: v > m + jump)
-    mem = (mem_peak - mem_med).where(mem_peak >= float(cfg["memory_peak_min"]))
+    mem_peak = reshard_memory_peak(ctx, cfg.get_int("memory_min_samples"))
+    jump = cfg.get_float("memory_jump_fraction")
+    mem_med, _ = W.frozen_baseline(mem_peak, cfg.get_int("history_steps"),
+                                   cfg.get_int("min_history_steps"), lambda v, m, d: v > m + jump)
+    mem = (mem_peak - mem_med).where(mem_peak >= cfg.get_float("memory_peak_min"))
     mem_lim = jump
     cond = []
     for r, li, mj in zip(rs, lim, mem, strict=True):
@@ -298,7 +298,7 @@ def detect_reshard_spike(ctx: Context) -> list[Flag]:
             cond.append(bool(hit_t or hit_m))
     flags = []
     for ep, start, end, rng in step_episodes(
-        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+        ctx, cond, cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
     ):
         sl = slice(ep.onset, ep.last + 1)
         parts = []
@@ -314,7 +314,7 @@ def detect_reshard_spike(ctx: Context) -> list[Flag]:
                          f"capacity during the switch, {float(mem.iloc[sl].max()) * 100:.0f} "
                          "points above its usual peak")
         ratio = peak / base if pd.notna(peak) and base and base > 0 else 0.0
-        sev = "critical" if ratio >= float(cfg["critical_ratio"]) else "warning"
+        sev = "critical" if ratio >= cfg.get_float("critical_ratio") else "warning"
         flags.append(make_flag(
             "reshard_spike", sev, start, end, {"phase": "reshard", "steps": rng},
             f"{_cap(steps_text(rng))}: " + "; ".join(parts or ["reshard spike"]) + ".",

@@ -35,7 +35,7 @@ def gen_tail_share(ctx: Context) -> pd.Series:
     gen = df[df["phase"] == "gen"]
     if len(gen) == 0:
         return out
-    busy_level = float(cfg["gpu_busy_level"])
+    busy_level = cfg.get_float("gpu_busy_level")
     bin_s = max(ctx.sample_interval, 1e-3)
     tbin = np.floor((gen["ts"].to_numpy(float) - gen["ts"].min()) / bin_s).astype(int)
     tmp = pd.DataFrame({"step": gen["step"].to_numpy(), "tbin": tbin,
@@ -44,7 +44,7 @@ def gen_tail_share(ctx: Context) -> pd.Series:
     ngpu = df.groupby(["node", "gpu"]).ngroups
     if ngpu < 2:
         return out
-    frac_hi = float(cfg["tail_busy_fraction"])
+    frac_hi = cfg.get_float("tail_busy_fraction")
     per_bin["tail"] = (per_bin["frac"] > 0) & (per_bin["frac"] < frac_hi)
     per_bin["some"] = per_bin["frac"] > 0
     g = per_bin.groupby(level="step")
@@ -64,14 +64,14 @@ def _grown_tail(ctx: Context, resp_ratio: pd.Series) -> pd.Series:
     out = pd.Series(False, index=resp_ratio.index, dtype=bool)
     if gen.isna().all() or resp_ratio.isna().all():
         return out
-    r_grow = float(cfg["response_ratio_growth"])
-    g_grow = float(cfg["gen_growth"])
-    hist = int(cfg["history_steps"])
-    minp = int(cfg["min_history_steps"])
+    r_grow = cfg.get_float("response_ratio_growth")
+    g_grow = cfg.get_float("gen_growth")
+    hist = cfg.get_int("history_steps")
+    minp = cfg.get_int("min_history_steps")
     r_base, _ = W.frozen_baseline(resp_ratio.reset_index(drop=True), hist, minp,
                                   lambda v, m, _mad: v >= m * r_grow)
     g_base, _ = W.frozen_baseline(gen, hist, minp, lambda v, m, _mad: v >= m * g_grow)
-    r_min = float(cfg["tail_min_response_ratio"])
+    r_min = cfg.get_float("tail_min_response_ratio")
     vals = [bool(pd.notna(r) and pd.notna(rb) and pd.notna(g) and pd.notna(gb)
                  and r >= max(r_min, rb * r_grow) and g >= gb * g_grow)
             for r, rb, g, gb in zip(resp_ratio.reset_index(drop=True), r_base, gen, g_base,
@@ -92,10 +92,10 @@ def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
     rmean = _metric(ctx, RESP_MEAN)
     resp_ratio = rmax / rmean.where(rmean > 0)
     tail = gen_tail_share(ctx)
-    a_lim = float(cfg["agent_slowest_over_mean"])
-    r_lim = float(cfg["response_max_over_mean"])
-    t_lim = float(cfg["tail_share"])
-    t_rmin = float(cfg["tail_min_response_ratio"])
+    a_lim = cfg.get_float("agent_slowest_over_mean")
+    r_lim = cfg.get_float("response_max_over_mean")
+    t_lim = cfg.get_float("tail_share")
+    t_rmin = cfg.get_float("tail_min_response_ratio")
     grown = _grown_tail(ctx, resp_ratio)
     cond: list[object] = []
     for a, r, t, g in zip(agent_ratio, resp_ratio, tail, grown, strict=True):
@@ -113,7 +113,7 @@ def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
         cond.append(bool(hit))
     flags = []
     for ep, start, end, rng in step_episodes(
-        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+        ctx, cond, cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
     ):
         sl = slice(ep.onset, ep.last + 1)
         parts = []
@@ -136,8 +136,8 @@ def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
         worst_tail = float(tail.iloc[sl].mean()) if tail.iloc[sl].notna().any() else 0.0
         known = agent_ratio.iloc[sl].notna().any()
         worst_agent = float(agent_ratio.iloc[sl].mean()) if known else 0.0
-        sev = "critical" if (worst_tail >= float(cfg["critical_tail_share"])
-                             or worst_agent >= float(cfg["critical_agent_ratio"])) else "warning"
+        sev = "critical" if (worst_tail >= cfg.get_float("critical_tail_share")
+                             or worst_agent >= cfg.get_float("critical_agent_ratio")) else "warning"
         flags.append(make_flag(
             "rollout_long_tail", sev, start, end, {"phase": "gen", "steps": rng},
             f"Rollout long tail, {steps_text(rng)}: " + "; ".join(parts) + ".",
@@ -152,15 +152,15 @@ def detect_rollout_wait(ctx: Context) -> list[Flag]:
     if len(sf) == 0 or "rollout_wait" not in sf.columns:
         return []
     wait = sf["rollout_wait"].astype(float)
-    lim = float(cfg["max_seconds"])
+    lim = cfg.get_float("max_seconds")
     cond = [None if pd.isna(w) else bool(w > lim) for w in wait]
     flags = []
     for ep, start, end, rng in step_episodes(
-        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+        ctx, cond, cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
     ):
         m = float(wait.iloc[ep.onset:ep.last + 1].mean())
         share = m / float(sf["total"].iloc[ep.onset:ep.last + 1].mean() or np.nan)
-        sev = "critical" if share >= float(cfg["critical_share"]) else "warning"
+        sev = "critical" if share >= cfg.get_float("critical_share") else "warning"
         flags.append(make_flag(
             "rollout_wait", sev, start, end, {"phase": "rollout_wait", "steps": rng},
             f"The trainer waited {m * 1000:.0f} ms per step for rollout batches "

@@ -21,9 +21,9 @@ def spike_steps(ctx: Context) -> pd.Series:
     cfg = ctx.cfg("step_time_spikes")
     sf = ctx.sf
     total = W.core_total(sf)
-    med, mad = W.rolling_baseline(total, int(cfg["history_steps"]),
-                                  min_periods=int(cfg["min_history_steps"]))
-    lim = np.maximum(med + float(cfg["mad_k"]) * 1.4826 * mad, med * float(cfg["ratio"]))
+    med, mad = W.rolling_baseline(total, cfg.get_int("history_steps"),
+                                  min_periods=cfg.get_int("min_history_steps"))
+    lim = np.maximum(med + cfg.get_float("mad_k") * 1.4826 * mad, med * cfg.get_float("ratio"))
     high = [None if pd.isna(t) or pd.isna(li) else bool(t > li)
             for t, li in zip(total, lim, strict=True)]
     # a spike is a step that is high while the next one is back to normal: a lasting change of
@@ -38,7 +38,7 @@ def spike_steps(ctx: Context) -> pd.Series:
             continue
         nxt = total.iloc[i + 1]
         prev = total.iloc[i - 1] if i > 0 else np.nan
-        drop = float(cfg["neighbour_ratio"])
+        drop = cfg.get_float("neighbour_ratio")
         back = pd.notna(nxt) and pd.notna(lim.iloc[i]) and nxt <= lim.iloc[i]
         # both neighbours clearly lower: a spike, not the edge of a change of level
         apart = (pd.notna(nxt) and nxt * drop <= total.iloc[i]
@@ -63,18 +63,18 @@ def detect_step_time_spikes(ctx: Context) -> list[Flag]:
     """Repeated steps far above the rolling median; says whether they are periodic."""
     cfg = ctx.cfg("step_time_spikes")
     sf = ctx.sf
-    if len(sf) < int(cfg["min_history_steps"]) + 1:
+    if len(sf) < cfg.get_int("min_history_steps") + 1:
         return []
     spikes = spike_steps(ctx)
-    window = int(cfg["count_window_steps"])
-    need = int(cfg["min_spikes"])
+    window = cfg.get_int("count_window_steps")
+    need = cfg.get_int("min_spikes")
     is_spike = spikes.map(lambda v: bool(v) if v is not None else False).astype(int)
     recent = is_spike.rolling(window, min_periods=1).sum()
     cond = [None if spikes.iloc[i] is None and recent.iloc[i] == 0 else bool(recent.iloc[i] >= need)
             for i in range(len(sf))]
     total = W.core_total(sf)
-    med, _ = W.rolling_baseline(total, int(cfg["history_steps"]),
-                                min_periods=int(cfg["min_history_steps"]))
+    med, _ = W.rolling_baseline(total, cfg.get_int("history_steps"),
+                                min_periods=cfg.get_int("min_history_steps"))
     flags = []
     for ep, start, end, _rng in step_episodes(ctx, cond, 1, window):
         lo = max(0, ep.onset - window + 1)
@@ -91,7 +91,7 @@ def detect_step_time_spikes(ctx: Context) -> list[Flag]:
         end = None if ep.closed is None else float(sf["end"].iloc[min(idx[-1] + 1, len(sf) - 1)])
         kind = (f"periodic, every {period} steps" if period
                 else "irregular (no fixed period)")
-        sev = "critical" if worst >= float(cfg["critical_ratio"]) else "warning"
+        sev = "critical" if worst >= cfg.get_float("critical_ratio") else "warning"
         flags.append(make_flag(
             "step_time_spikes", sev, start, end, {"steps": rng},
             f"{len(idx)} steps ran up to {worst:.1f}x the rolling median step time "
@@ -141,29 +141,29 @@ def detect_throughput_regression(ctx: Context) -> list[Flag]:
     cfg = ctx.cfg("throughput_regression")
     sf = ctx.sf
     tp, unit = throughput(ctx)
-    if tp.notna().sum() < int(cfg["warmup_steps"]) + int(cfg["baseline_steps"]) + 1:
+    if tp.notna().sum() < cfg.get_int("warmup_steps") + cfg.get_int("baseline_steps") + 1:
         return []
-    skip = int(cfg["warmup_steps"])
-    n_base = int(cfg["baseline_steps"])
+    skip = cfg.get_int("warmup_steps")
+    n_base = cfg.get_int("baseline_steps")
     valid = tp.dropna()
     base_vals = valid.iloc[skip:skip + n_base]
     baseline = float(base_vals.median())
     if not baseline or baseline <= 0:
         return []
-    smooth = tp.rolling(int(cfg["smooth_steps"]), min_periods=1).median()
+    smooth = tp.rolling(cfg.get_int("smooth_steps"), min_periods=1).median()
     drop = 1.0 - smooth / baseline
-    lim = float(cfg["drop"])
+    lim = cfg.get_float("drop")
     first_after = base_vals.index[-1]
     cond = [None if (pd.isna(d) or i <= first_after) else bool(d >= lim)
             for i, d in enumerate(drop)]
     flags = []
     for ep, start, end, rng in step_episodes(
-        ctx, cond, int(cfg["open_after_steps"]), int(cfg["close_after_steps"])
+        ctx, cond, cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
     ):
         sl = slice(ep.onset, ep.last + 1)
         cur = float(tp.iloc[sl].median())
         d = 1.0 - cur / baseline
-        sev = "critical" if d >= float(cfg["critical_drop"]) else "warning"
+        sev = "critical" if d >= cfg.get_float("critical_drop") else "warning"
         b_lo, b_hi = int(sf["step"].iloc[base_vals.index[0]]), int(sf["step"].iloc[first_after])
         flags.append(make_flag(
             "throughput_regression", sev, start, end, {"steps": rng},
