@@ -5,7 +5,7 @@ passes Prometheus's 11,000-point limit, and downsample with ``avg_over_time`` pl
 ``min_over_time`` (activity dips) and ``max_over_time`` (memory spikes), matching
 :mod:`monitor.downsample`. Steps are rebuilt from the step gauges: a new step is a change of
 ``verlmon_training_step`` (or of the last-step timestamp). Flags are the runs of
-``verlmon_flag_active == 1``.
+``verlmon_flag_active == 1``, open while the series is there at the window's end.
 """
 
 from __future__ import annotations
@@ -360,41 +360,49 @@ class PrometheusSource:
     def flags(
         self, active_only: bool = False, start: float | None = None, end: float | None = None
     ) -> list[Flag]:
-        """Flags as the runs of ``verlmon_flag_active == 1``; evidence says where they came
-        from, advice comes from the detectors' advice table when it is installed."""
+        """Flags as the runs of ``verlmon_flag_active == 1``; evidence and first advice from
+        ``verlmon_flag_info``, then the detectors' advice table.
+
+        Whether a flag is open is the exporter's own answer at the window's end: its series is
+        in the instant vector there. The exporter drops the series the moment the flag closes
+        and Prometheus marks it stale at that scrape, so a flag that closed reads closed from
+        the first scrape after it closed (not after a run of missing range-query steps)."""
         rng = self._window(start, end)
         if rng is None:
             return []
         lo, hi = rng
-        interval = self.scrape_interval()
         step = self._step(lo, hi, 2000)
-        res = self.query_range(f"{m.FLAG_ACTIVE}{self._sel()} == 1", lo, hi, step)
+        sel = self._sel()
         window = max(int(hi - lo), step)
-        notes = {_flag_identity(s["metric"]): s["metric"] for s in self.query(
-            f"last_over_time({m.FLAG_INFO}{self._sel()}[{window}s])", at=hi)}
+        futures = {
+            "runs": self._pool.submit(self.query_range, f"{m.FLAG_ACTIVE}{sel} == 1", lo, hi,
+                                      step),
+            "open": self._pool.submit(self.query, f"{m.FLAG_ACTIVE}{sel} == 1", hi),
+            "notes": self._pool.submit(
+                self.query, f"last_over_time({m.FLAG_INFO}{sel}[{window}s])", hi),
+        }
+        res = futures["runs"].result()
+        open_now = {_flag_identity(s["metric"]): float(s["value"][0])
+                    for s in futures["open"].result()}
+        notes = {_flag_identity(s["metric"]): s["metric"] for s in futures["notes"].result()}
         flags: list[Flag] = []
+        seen: set[tuple[str, ...]] = set()
         for series in res:
             labels = series["metric"]
+            ident = _flag_identity(labels)
+            seen.add(ident)
             times = [float(t) for t, _v in series.get("values", [])]
-            for run_start, run_end in _runs(times, step):
-                still_open = hi - run_end <= max(step, 2 * interval)
-                scope = _flag_scope(labels)
-                note = notes.get(_flag_identity(labels), {})
-                minutes = (run_end - run_start) / 60.0
-                flags.append(
-                    Flag(
-                        kind=labels.get("kind", "unknown"),
-                        severity=labels.get("severity", "warning"),
-                        start=run_start,
-                        end=None if still_open else run_end,
-                        scope=scope,
-                        evidence=note.get("evidence") or (
-                            f"verlmon_flag_active was 1 for {minutes:.1f} min "
-                            f"(from Prometheus; the exporter's store has the full evidence)"
-                        ),
-                        advice=_flag_advice(labels.get("kind", ""), note.get("advice", "")),
-                    )
-                )
+            runs = _runs(times, step)
+            for i, (run_start, run_end) in enumerate(runs):
+                # the last run is open while the series is there at the window's end
+                still_open = i == len(runs) - 1 and ident in open_now
+                flags.append(_flag_from(labels, notes.get(ident, {}), run_start,
+                                        None if still_open else run_end))
+        for ident, at in open_now.items():  # opened after the range query's last step
+            if ident not in seen:
+                labels = next(s["metric"] for s in futures["open"].result()
+                              if _flag_identity(s["metric"]) == ident)
+                flags.append(_flag_from(labels, notes.get(ident, {}), at, None))
         if active_only:
             flags = [f for f in flags if f.end is None]
         return sorted(flags, key=lambda f: f.start, reverse=True)
@@ -489,6 +497,24 @@ def _flag_scope(labels: dict) -> dict:
     if labels.get("phase"):
         scope["phase"] = str(labels["phase"])
     return scope
+
+
+def _flag_from(labels: dict, note: dict, start: float, end: float | None) -> Flag:
+    """One flag from its ``verlmon_flag_active`` labels and its ``verlmon_flag_info`` labels
+    (``note``; evidence and advice), open when ``end`` is None."""
+    minutes = ((end if end is not None else time.time()) - start) / 60.0
+    return Flag(
+        kind=labels.get("kind", "unknown"),
+        severity=labels.get("severity", "warning"),
+        start=start,
+        end=end,
+        scope=_flag_scope(labels),
+        evidence=note.get("evidence") or (
+            f"verlmon_flag_active was 1 for {minutes:.1f} min "
+            f"(from Prometheus; the exporter's store has the full evidence)"
+        ),
+        advice=_flag_advice(labels.get("kind", ""), note.get("advice", "")),
+    )
 
 
 def _flag_identity(labels: dict) -> tuple[str, ...]:

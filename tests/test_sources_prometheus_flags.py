@@ -1,0 +1,131 @@
+"""Open and closed flags read back from a real Prometheus scraping a real FlagsCollector: a flag
+is open on a page exactly while it is open in the exporter."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import fields
+
+import pytest
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from exporters.collectors.flags import FlagsCollector
+from exporters.registry import ExporterContext
+from exporters.window import RollingWindow
+from monitor import metric_names as m
+from monitor.detect.live import FlagTracker
+from monitor.records import Flag
+from monitor.sources.prometheus import PrometheusSource
+
+pytestmark = [
+    pytest.mark.skipif(subprocess.run(["which", "prometheus"], capture_output=True).returncode
+                       != 0, reason="prometheus binary not installed (make sysdeps)"),
+    pytest.mark.slow,  # starts Prometheus (make test-fast skips it)
+]
+
+#: Scrape interval of the test's Prometheus (s): long enough that "a scrape or two late"
+#: cannot pass for "at the first scrape".
+SCRAPE_S = 3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _context(tracker: FlagTracker) -> ExporterContext:
+    """The exporter context holding ``tracker`` (a field of its own, or ``extra`` before)."""
+    if "tracker" in {f.name for f in fields(ExporterContext)}:
+        return ExporterContext(node="node0", interval=1.0, tracker=tracker)
+    return ExporterContext(node="node0", interval=1.0, window=RollingWindow(),
+                           extra={"flag_tracker": tracker})
+
+
+@pytest.fixture(scope="module")
+def exporter_and_prometheus(tmp_path_factory):
+    """A FlagsCollector over a real FlagTracker served over HTTP, scraped by Prometheus."""
+    tmp = tmp_path_factory.mktemp("promflags")
+    tracker = FlagTracker()
+    reg = CollectorRegistry()
+    reg.register(FlagsCollector(_context(tracker)))
+    Gauge(m.BUILD_INFO, "build", ["version"], registry=reg).labels("test").set(1)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
+    target = f"127.0.0.1:{server.server_port}"
+    port = _free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(
+        f"global:\n  scrape_interval: {SCRAPE_S}s\n"
+        "scrape_configs:\n  - job_name: verlmon\n    static_configs:\n"
+        f"      - targets: ['{target}']\n        labels: {{node: node0}}\n")
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready():
+        try:
+            return urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200
+        except OSError:
+            return False
+
+    src = PrometheusSource(url)
+    try:
+        _wait(ready, 90, "Prometheus to be ready")
+        _wait(lambda: src.time_range(), 90, "the first scrape")
+        yield tracker, src
+    finally:
+        src.close()
+        prom.terminate()
+        try:
+            prom.wait(10)
+        except subprocess.TimeoutExpired:
+            prom.kill()
+        server.shutdown()
+
+
+def _scraped_after(src: PrometheusSource, t: float) -> float | None:
+    """The newest scrape time when it is later than ``t``."""
+    rng = src.time_range()
+    return rng[1] if rng and rng[1] > t else None
+
+
+def test_flag_opens_and_closes_at_the_first_scrape_after_it_does(exporter_and_prometheus):
+    tracker, src = exporter_and_prometheus
+    flag = Flag("gpu_imbalance", "warning", start=time.time(), end=None,
+                scope={"node": "node0", "gpus": [3]}, evidence="GPU 3 at 40% vs 90%")
+    opened_at = time.time()
+    tracker.update([flag], now=opened_at)
+    _wait(lambda: _scraped_after(src, opened_at), 20, "a scrape after the flag opened")
+    # open from the first scrape that saw it, with the exporter's evidence
+    now_open = src.flags(active_only=True)
+    assert [(f.kind, f.scope.get("gpus")) for f in now_open] == [("gpu_imbalance", [3])]
+    assert now_open[0].evidence == "GPU 3 at 40% vs 90%"
+    # let it stay open a few scrapes, then the problem ends in the exporter
+    time.sleep(2.5 * SCRAPE_S)
+    assert len(src.flags(active_only=True)) == 1
+    closed_at = time.time()
+    tracker.update([], now=closed_at)
+    scrape = _wait(lambda: _scraped_after(src, closed_at), 20, "a scrape after the flag closed")
+    # closed at that first scrape: no page can show it open any more
+    assert src.flags(active_only=True) == []
+    history = [f for f in src.flags() if f.kind == "gpu_imbalance"]
+    assert len(history) == 1 and history[0].end is not None
+    assert opened_at - SCRAPE_S <= history[0].start < history[0].end <= scrape
+    # a window ending before it closed still reads it open then
+    earlier = src.flags(active_only=True, start=history[0].start - 60, end=closed_at - 1)
+    assert [f.kind for f in earlier] == ["gpu_imbalance"]
