@@ -35,8 +35,6 @@ import pandas as pd
 from monitor import metric_names as m
 from monitor.records import StepRecord
 
-#: Seconds between looks for a new step (own log or the driver's /metrics).
-MIN_POLL_S = 1.0
 #: Seconds a fetch of the driver's /metrics may take.
 FETCH_TIMEOUT_S = 3.0
 

@@ -17,9 +17,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from prometheus_client.metrics_core import Metric
+
+from exporters.options import ExporterOptions
+from exporters.sink import NullSink, Sink
+
+if TYPE_CHECKING:
+    from exporters.gpu.backend import GpuBackend
+    from exporters.window import RollingWindow
+    from monitor.detect.live import FlagTracker
+    from monitor.notify.slack import SlackNotifier
+    from monitor.sim.live import LiveSim
 
 #: Modules under ``exporters.collectors`` imported to fill the registry.
 COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "flags", "phase_gpu",
@@ -28,19 +38,25 @@ COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "flags"
 
 @dataclass
 class ExporterContext:
-    """What every collector receives: settings plus the shared sinks.
+    """What every collector receives: its settings, where to publish, what it may read.
 
-    ``window`` is the in-memory rolling window the detectors read (exporters/window.py);
-    ``store`` is the run-store writer (may be None when ``--store`` is off); ``options`` holds
-    the parsed command-line namespace for collector-specific settings.
+    ``sink`` is where collectors publish samples, steps and events (exporters/sink.py; the
+    monitor side implements it). ``options`` are the typed command-line options. The rest is
+    shared state that some collectors read: ``window`` (recent samples and steps, for the
+    goodput and per-phase counters), ``tracker`` (the open flags), ``notifier`` (Slack, for the
+    goodput digest), ``live_sim`` (the simulator writing ``--sim-log``), and ``gpu_backend``
+    (set by the GPU collector; the host collector reads the simulated host from it).
     """
 
     node: str
     interval: float
-    window: Any
-    store: Any | None = None
-    options: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    sink: Sink = field(default_factory=NullSink)
+    options: ExporterOptions = field(default_factory=ExporterOptions)
+    window: RollingWindow | None = None
+    tracker: FlagTracker | None = None
+    notifier: SlackNotifier | None = None
+    live_sim: LiveSim | None = None
+    gpu_backend: GpuBackend | None = None
 
 
 class BaseCollector:

@@ -11,8 +11,9 @@ import time
 import httpx
 import pytest
 
-from exporters import app as app_mod
-from exporters.app import Exporter, ExporterError, supervised
+from exporters import live_monitor as monitor_mod
+from exporters.app import Exporter, ExporterError
+from exporters.live_monitor import supervised
 from monitor.commands.exporter import parse_options
 from monitor.records import StepRecord
 from monitor.store import RunStore
@@ -52,25 +53,25 @@ def test_supervised_thread_restarts_and_logs_each_reason_once(caplog):
             return
         raise RuntimeError("boom")
 
-    app_mod.RESTART_PAUSE_S, saved = 0.01, app_mod.RESTART_PAUSE_S
+    monitor_mod.RESTART_PAUSE_S, saved = 0.01, monitor_mod.RESTART_PAUSE_S
     try:
         with caplog.at_level(logging.ERROR, logger="verl_monitor.exporter"):
             supervised("worker", target, stop, restarts)
     finally:
-        app_mod.RESTART_PAUSE_S = saved
+        monitor_mod.RESTART_PAUSE_S = saved
     assert len(calls) == 4 and restarts == {"worker": 3}
     assert [r.getMessage() for r in caplog.records] == [
         "thread worker failed (RuntimeError: boom); restarting it"]
 
 
-def test_a_dying_flusher_is_restarted_counted_and_store_up_follows_writes(tmp_path, caplog):
 @pytest.mark.slow
+def test_a_dying_flusher_is_restarted_counted_and_store_up_follows_writes(tmp_path, caplog):
     """Before: the store-flusher died on the first OverflowError and /metrics kept saying
     store_up 1 with 0 write errors."""
     exporter = Exporter(options(tmp_path))
     exporter.start()
     try:
-        real_flush = exporter.store.flush
+        real_flush = exporter.monitor.store.flush
         broken = {"left": 2}
 
         def flaky_flush():
@@ -79,16 +80,16 @@ def test_a_dying_flusher_is_restarted_counted_and_store_up_follows_writes(tmp_pa
                 raise OverflowError("Python int too large to convert to SQLite INTEGER")
             return real_flush()
 
-        exporter.store.flush = flaky_flush
+        exporter.monitor.store.flush = flaky_flush
         text = wait_for(lambda: (t := httpx.get(exporter.url, timeout=10).text) and value(
             t, 'verlmon_exporter_thread_restarts_total{thread="store-flusher"}') == 2 and t)
         assert value(text, "verlmon_store_up") == 1.0
         assert text.count('verlmon_exporter_thread_restarts_total{thread="store-flusher"}') == 1
         # a store that refuses writes (its page cap reached): store_up 0, errors counting
         with caplog.at_level(logging.INFO, logger="verl_monitor.exporter"):
-            exporter.run_store.set_page_limit(
-                exporter.run_store._conn().execute("PRAGMA page_count").fetchone()[0])
-            exporter.store.put_steps([StepRecord(step=i, end_time=float(i), total=1.0,
+            exporter.monitor.run_store.set_page_limit(
+                exporter.monitor.run_store._conn().execute("PRAGMA page_count").fetchone()[0])
+            exporter.monitor.store.put_steps([StepRecord(step=i, end_time=float(i), total=1.0,
                                                  metrics={"pad": "x" * 4000})
                                       for i in range(200)])
             text = wait_for(lambda: (t := httpx.get(exporter.url, timeout=10).text) and value(
@@ -96,13 +97,13 @@ def test_a_dying_flusher_is_restarted_counted_and_store_up_follows_writes(tmp_pa
             assert value(text, "verlmon_store_up") == 0.0
             full = [r for r in caplog.records if "disk" in r.getMessage()]
             assert len(full) == 1  # once per episode, not every second
-            exporter.run_store.set_page_limit(None)
+            exporter.monitor.run_store.set_page_limit(None)
             wait_for(lambda: value(httpx.get(exporter.url, timeout=10).text,
                                    "verlmon_store_up") == 1.0)
             wait_for(lambda: any("writes work again" in r.getMessage()
                                  for r in caplog.records))
         # a step past 64 bits: dropped and counted, the store stays up
-        exporter.store.put_steps([StepRecord(step=2**63, end_time=1.0, total=1.0)])
+        exporter.monitor.store.put_steps([StepRecord(step=2**63, end_time=1.0, total=1.0)])
         text = httpx.get(exporter.url, timeout=10).text
         assert value(text, 'verlmon_store_dropped_rows_total{reason="invalid"}') == 1.0
         assert value(text, 'verlmon_window_dropped_rows_total{kind="gpu"}') == 0.0
@@ -137,7 +138,7 @@ def test_a_second_exporter_on_the_store_is_refused_and_the_node_name_kept(tmp_pa
 def test_the_window_says_when_it_cannot_hold_the_window(tmp_path, caplog):
     opts = options(tmp_path, "--window", "1800")
     exporter = Exporter(opts)
-    exporter.window._gpu = type(exporter.window._gpu)(maxlen=1000)  # 1000 rows: 100 s of 2 GPUs
+    exporter.monitor.window._gpu = type(exporter.monitor.window._gpu)(maxlen=1000)  # 1000 rows: 100 s of 2 GPUs
     with caplog.at_level(logging.WARNING, logger="verl_monitor.exporter"):
         exporter.start()
     exporter.stop()

@@ -100,7 +100,7 @@ def test_detector_loop_raises_flags_into_metrics_and_store(tmp_path):
         "--store", str(tmp_path / "run.db"), "--detect-interval", "600"]))
     exporter.start()
     try:
-        exporter.window.add_events([Event("oom", time.time(), 3, "CUDA out of memory")])
+        exporter.monitor.window.add_events([Event("oom", time.time(), 3, "CUDA out of memory")])
         opened, _ = exporter.detect_once()
         assert "oom" in [f.kind for f in opened]
         text = scrape(exporter)
@@ -125,9 +125,9 @@ def test_new_steps_trigger_the_detectors(tmp_path):
         "--interval", "0.2", "--detect-interval", "600"]))
     exporter.start()
     try:
-        wait_for(lambda: exporter.detect_runs >= 2)
-        assert exporter.window.steps_added >= 2
-        assert exporter.detect_errors == 0
+        wait_for(lambda: exporter.monitor.detect_runs >= 2)
+        assert exporter.monitor.window.steps_added >= 2
+        assert exporter.monitor.detect_errors == 0
     finally:
         exporter.stop()
 
@@ -181,9 +181,9 @@ def test_flags_reach_slack_and_the_url_stays_secret(tmp_path):
         "--detect-interval", "600"]))
     exporter.start()
     try:
-        exporter.window.add_events([Event("oom", time.time(), 7, "CUDA out of memory")])
+        exporter.monitor.window.add_events([Event("oom", time.time(), 7, "CUDA out of memory")])
         exporter.detect_once()
-        assert exporter.notifier.deliver() == 1
+        assert exporter.monitor.notifier.deliver() == 1
         text = scrape(exporter)
     finally:
         exporter.stop()
@@ -244,13 +244,13 @@ def test_a_throughput_drop_stays_flagged_after_the_runs_start_leaves_the_window(
     steps = make_steps(70, throughput=lambda i: 1000.0 if i <= 32 else 600.0)
     exporter.start()
     try:
-        exporter.window.add_steps(steps[:32])
+        exporter.monitor.window.add_steps(steps[:32])
         time.sleep(1.5)
-        exporter.window.add_steps(steps[32:])
-        assert [s.step for s in exporter.window.frames()[0]][0] == 33
+        exporter.monitor.window.add_steps(steps[32:])
+        assert [s.step for s in exporter.monitor.window.frames()[0]][0] == 33
         exporter.detect_once()
         # the detector loop may have run on the new steps first: read the open flags
-        active = list(exporter.tracker.active())
+        active = list(exporter.monitor.tracker.active())
     finally:
         exporter.stop()
     (flag,) = [f for f in active if f.kind == "throughput_regression"]

@@ -6,15 +6,13 @@ from prometheus_client import CollectorRegistry
 
 from exporters.collectors.flags import FlagsCollector
 from exporters.registry import ExporterContext
-from exporters.window import RollingWindow
 from monitor.detect.live import FlagTracker
 from monitor.records import FLAG_KINDS, SEVERITIES, Flag
 
 
 def make():
     tracker = FlagTracker()
-    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow(),
-                          extra={"flag_tracker": tracker})
+    ctx = ExporterContext(node="n0", interval=1.0, tracker=tracker)
     reg = CollectorRegistry()
     reg.register(FlagsCollector(ctx))
     return tracker, reg
@@ -47,7 +45,7 @@ def test_open_flags_and_raised_counts():
 
 
 def test_without_a_tracker_nothing_is_exported():
-    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow())
+    ctx = ExporterContext(node="n0", interval=1.0)
     reg = CollectorRegistry()
     reg.register(FlagsCollector(ctx))
     assert reg.get_sample_value("verlmon_flags_raised_total",

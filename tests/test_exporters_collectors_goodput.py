@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters.collectors.goodput import GPU_SECONDS, GoodputCollector
+from exporters.live_monitor import Recorder
 from exporters.registry import ExporterContext, load_all
 from exporters.window import RollingWindow
 from monitor.analysis.goodput import CAUSES
@@ -22,7 +23,7 @@ def _setup():
     gpu = read_gpu_frame(RUN / "gpu.csv")
     end = float(gpu["ts"].max())
     window = RollingWindow(clock=lambda: end + 1.0)
-    ctx = ExporterContext(node="gpu-node", interval=1.0, window=window)
+    ctx = ExporterContext(node="gpu-node", interval=1.0, sink=Recorder(window), window=window)
     collector = GoodputCollector(ctx)
     reg = CollectorRegistry()
     reg.register(collector)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import time
@@ -14,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporters.collectors.gpu import GpuCollector, reading_to_row
 from exporters.gpu.backend import GpuIdentity, GpuReading
 from exporters.gpu.sim import SimBackend
+from exporters.live_monitor import Recorder
+from exporters.options import ExporterOptions
 from exporters.registry import REGISTRY, ExporterContext, load_all
 from exporters.window import RollingWindow
 from monitor import metric_names as mn
@@ -40,11 +41,11 @@ class ListBackend:
 
 
 def _ctx(**options) -> ExporterContext:
-    opts = argparse.Namespace(gpu_backend="sim", scenario="healthy", sim_gpus=4, seed=0,
-                              node=None, dcgm_compat=False)
-    for k, v in options.items():
-        setattr(opts, k, v)
-    return ExporterContext(node="node-a", interval=0.05, window=RollingWindow(), options=opts)
+    opts = ExporterOptions(**{"gpu_backend": "sim", "scenario": "healthy", "sim_gpus": 4,
+                              "seed": 0, **options})
+    window = RollingWindow()
+    return ExporterContext(node="node-a", interval=0.05, sink=Recorder(window), options=opts,
+                           window=window)
 
 
 def _exposition(collector: GpuCollector) -> str:
@@ -76,8 +77,8 @@ def test_registered_as_gpu_and_on_by_default():
     assert spec.default is True and "GPU" in spec.help
 
 
-def test_sim_exposition_has_every_gpu_and_passes_promtool(sim_run):
 @pytest.mark.slow
+def test_sim_exposition_has_every_gpu_and_passes_promtool(sim_run):
     ctx = _ctx()
     col = GpuCollector(ctx, backend=SimBackend(run=sim_run))
     col.sample_once()
@@ -161,7 +162,7 @@ def test_background_thread_samples_and_stops(sim_run):
 def test_window_failure_marks_collector_unhealthy_in_words():
     ok = GpuReading(index=0, ts=1.0, util=0.2)
     ctx = _ctx()
-    ctx.window = object()  # not a window: add_gpu is missing
+    ctx.sink = Recorder(object())  # not a window: add_gpu is missing
     col = GpuCollector(ctx, backend=ListBackend([[ok]]))
     assert col.sample_once() is False
     assert not col.healthy()

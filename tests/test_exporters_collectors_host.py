@@ -6,13 +6,14 @@ import os
 import subprocess
 import sys
 import time
-from argparse import Namespace
 
 import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters.collectors.host import HostCollector, trainer_candidates
+from exporters.live_monitor import Recorder
+from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
 from exporters.window import RollingWindow
 
@@ -40,8 +41,8 @@ def trainer():
 
 def make(options=None):
     window = RollingWindow()
-    ctx = ExporterContext(node="n0", interval=1.0, window=window,
-                          options=options or Namespace())
+    ctx = ExporterContext(node="n0", interval=1.0, sink=Recorder(window),
+                          options=options or ExporterOptions())
     col = HostCollector(ctx)
     reg = CollectorRegistry()
     reg.register(col)
@@ -75,9 +76,9 @@ def test_values_are_sane_and_a_host_row_is_recorded():
     assert 0 <= row["cpu_avg_pct"] <= 100 and row["cpu_max_core_pct"] >= row["cpu_avg_pct"]
 
 
-def test_training_process_tree_by_pid(trainer):
 @pytest.mark.slow
-    col, reg, _ = make(Namespace(train_pid=trainer.pid))
+def test_training_process_tree_by_pid(trainer):
+    col, reg, _ = make(ExporterOptions(train_pid=trainer.pid))
     col.sample_once()
     time.sleep(0.3)
     col.sample_once()
@@ -88,8 +89,8 @@ def test_training_process_tree_by_pid(trainer):
     assert col.snapshot.train_pid == trainer.pid
 
 
-def test_trainer_found_by_command_line(trainer):
 @pytest.mark.slow
+def test_trainer_found_by_command_line(trainer):
     pids = {p.pid for p in trainer_candidates(exclude={os.getpid()})}
     assert trainer.pid in pids
     assert os.getpid() not in pids
@@ -101,7 +102,7 @@ def test_trainer_found_by_command_line(trainer):
 
 
 def test_no_trainer_means_absent_series():
-    col, reg, _ = make(Namespace(train_pid=2**22 + 12345))  # no such process
+    col, reg, _ = make(ExporterOptions(train_pid=2**22 + 12345))  # no such process
     col.sample_once()
     col.sample_once()
     assert reg.get_sample_value("verlmon_training_process_cpu_ratio") is None
@@ -120,8 +121,7 @@ def test_simulated_gpus_bring_the_scenarios_host_signature():
     backend = SimBackend(run=run, clock=lambda: run.start_time)
     backend._t0 = run.start_time - (mid - run.start_time)  # clock sits mid-problem
     window = RollingWindow()
-    ctx = ExporterContext(node="node0", interval=1.0, window=window, options=Namespace())
-    ctx.extra["gpu_backend"] = backend
+    ctx = ExporterContext(node="node0", interval=1.0, sink=Recorder(window), gpu_backend=backend)
     col = HostCollector(ctx)
     reg = CollectorRegistry()
     reg.register(col)

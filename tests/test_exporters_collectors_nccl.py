@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters.collectors.nccl import NcclCollector
+from exporters.live_monitor import Recorder
+from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
 from exporters.window import RollingWindow
 from monitor.store import RunStore, StoreWriter
@@ -32,8 +33,8 @@ def record(coll="AllReduce", comm="DP Group 0", exec_us=1000, size=1 << 20, busb
 
 
 def make(tmp_path, directory, store=None, window_s=10.0):
-    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow(), store=store,
-                          options=Namespace(nccl_dir=str(directory), nccl_window=window_s))
+    ctx = ExporterContext(node="n0", interval=1.0, sink=Recorder(RollingWindow(), store),
+                          options=ExporterOptions(nccl_dir=str(directory), nccl_window=window_s))
     collector = NcclCollector(ctx)
     reg = CollectorRegistry()
     reg.register(collector)
@@ -119,7 +120,7 @@ def test_rows_reach_the_store(tmp_path):
 
 
 def test_without_a_directory_it_exports_nothing(tmp_path):
-    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow(), options=Namespace())
+    ctx = ExporterContext(node="n0", interval=1.0)
     col = NcclCollector(ctx)
     assert col.sample_once()
     assert list(col.collect()) == []

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import time
-from argparse import Namespace
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters.collectors.verl_log import StepTotals, VerlLogCollector
+from exporters.live_monitor import Recorder
+from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
 from exporters.window import RollingWindow
 from monitor.records import ALL_PHASES, StepRecord
@@ -24,8 +25,8 @@ def line(step: int, gen: float = 10.0, total: float = 20.0, extra: str = "") -> 
 
 def make(paths, store=None):
     window = RollingWindow()
-    ctx = ExporterContext(node="n0", interval=1.0, window=window, store=store,
-                          options=Namespace(log=[str(p) for p in paths]))
+    ctx = ExporterContext(node="n0", interval=1.0, sink=Recorder(window, store),
+                          options=ExporterOptions(log=tuple(str(p) for p in paths)))
     col = VerlLogCollector(ctx)
     reg = CollectorRegistry()
     reg.register(col)
@@ -109,8 +110,8 @@ def test_jsonl_log_and_store(tmp_path):
 
 @pytest.mark.parametrize("paths", [[], None])
 def test_no_logs_no_series(paths):
-    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow(),
-                          options=Namespace(log=paths))
+    ctx = ExporterContext(node="n0", interval=1.0, sink=Recorder(RollingWindow()),
+                          options=ExporterOptions(log=tuple(paths or ())))
     col = VerlLogCollector(ctx)
     assert col.sample_once()
     assert list(col.collect()) == []

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from argparse import Namespace
 from pathlib import Path
-import pytest
 
+import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client import exposition as pe
 from prometheus_client.core import (
@@ -18,9 +17,9 @@ from prometheus_client.core import (
 
 from exporters.collectors.nccl import NcclCollector
 from exporters.exposition import Exposition, _Families, format_families
+from exporters.options import ExporterOptions
 from exporters.registry import BaseCollector, ExporterContext
 from exporters.sampling import SampledCollector
-from exporters.window import RollingWindow
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nccl_inspector" / "gpu-node-01-pid4242.log"
 
@@ -49,8 +48,8 @@ class Fine(BaseCollector):
 
 def exposition(tmp_path, store=None) -> Exposition:
     shutil.copy(FIXTURE, tmp_path / FIXTURE.name)
-    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow(),
-                          options=Namespace(nccl_dir=str(tmp_path)))
+    ctx = ExporterContext(node="n0", interval=1.0,
+                          options=ExporterOptions(nccl_dir=str(tmp_path)))
     nccl = NcclCollector(ctx)
     nccl.sample_once()
     failing = FailingSampler(ctx)
@@ -69,8 +68,8 @@ def promtool(text: bytes) -> subprocess.CompletedProcess:
     return subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
                           timeout=60)
 
-@pytest.mark.slow
 
+@pytest.mark.slow
 def test_a_raising_collector_is_reported_and_the_rest_served(tmp_path):
     exp = exposition(tmp_path)
     text = exp.render()

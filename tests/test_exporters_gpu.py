@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from exporters.gpu import BACKENDS, default_backend_name, make_backend
+from exporters.options import ExporterOptions
 
 
 def test_default_is_nvml_never_silently_sim(monkeypatch):
@@ -23,7 +22,7 @@ def test_environment_can_choose_sim(monkeypatch):
 
 
 def test_sim_backend_from_exporter_options():
-    opts = argparse.Namespace(scenario="healthy", sim_gpus=5, seed=1, node="node0")
+    opts = ExporterOptions(scenario="healthy", sim_gpus=5, seed=1, node="node0")
     backend = make_backend("sim", opts)
     assert backend.name == "sim"
     assert len(backend.devices()) == 5

@@ -109,11 +109,8 @@ def test_row_conversion_turns_nan_into_none_and_keeps_down_gpus():
 
 
 def test_from_options_reads_the_exporter_flags():
-    class Opts:
-        scenario = "healthy"
-        sim_gpus = 3
-        seed = 4
-        node = None
+    from monitor.commands.exporter import parse_options
 
-    be = SimBackend.from_options(Opts())
+    be = SimBackend.from_options(parse_options(["--scenario", "healthy", "--sim-gpus", "3",
+                                                "--seed", "4"]))
     assert len(be.sample()) == 3

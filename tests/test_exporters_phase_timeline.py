@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import SimpleNamespace
 
 import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from exporters.collectors.phase_gpu import PhaseGpuCollector
+from exporters.options import ExporterOptions
 from exporters.phase_timeline import (
     PhaseGpuTotals,
     PhaseSourceError,
@@ -121,7 +121,7 @@ class _Driver:
 
 def _collector(window: RollingWindow, source: str | None) -> PhaseGpuCollector:
     ctx = ExporterContext(node="node3", interval=1.0, window=window,
-                          options=SimpleNamespace(phase_source=source))
+                          options=ExporterOptions(phase_source=source))
     return PhaseGpuCollector(ctx)
 
 

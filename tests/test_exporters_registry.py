@@ -29,7 +29,7 @@ def test_register_names_the_class_and_a_base_collector_is_healthy_and_empty():
     try:
         assert Dummy.name == "test_only_collector"
         assert REGISTRY["test_only_collector"].default is False
-        c = Dummy(ExporterContext(node="n0", interval=1.0, window=None))
+        c = Dummy(ExporterContext(node="n0", interval=1.0))
         assert c.healthy() and list(c.collect()) == []
         c.last_error = "NVML call failed"
         assert not c.healthy()

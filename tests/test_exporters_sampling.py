@@ -7,7 +7,6 @@ import time
 
 from exporters.registry import ExporterContext
 from exporters.sampling import SampledCollector
-from exporters.window import RollingWindow
 
 
 class Flaky(SampledCollector):
@@ -29,7 +28,7 @@ class Flaky(SampledCollector):
 
 
 def ctx(interval: float = 0.1) -> ExporterContext:
-    return ExporterContext(node="n0", interval=interval, window=RollingWindow())
+    return ExporterContext(node="n0", interval=interval)
 
 
 def wait_for(check, timeout: float = 30.0) -> None:

@@ -15,7 +15,6 @@ from exporters.exposition import Exposition
 from exporters.registry import BaseCollector, ExporterContext
 from exporters.server import MetricsServer, parse_listen_address
 from exporters.webconfig import load_web_config
-from exporters.window import RollingWindow
 
 
 class Fine(BaseCollector):
@@ -26,7 +25,7 @@ class Fine(BaseCollector):
 
 
 def exposition(_tmp_path=None) -> Exposition:
-    ctx = ExporterContext(node="n0", interval=1.0, window=RollingWindow())
+    ctx = ExporterContext(node="n0", interval=1.0)
     return Exposition({"fine": Fine(ctx)}, node="n0", version="9.9", backend="sim")
 
 

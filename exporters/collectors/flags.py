@@ -1,7 +1,7 @@
 """Flags collector: the detectors' open flags, their evidence and advice, and counts raised.
 
-The exporter's detector loop (exporters/app.py) keeps a ``FlagTracker`` in
-``ctx.extra["flag_tracker"]``; this collector only reads it. Series:
+The monitor's detector loop (exporters/live_monitor.py) keeps a ``FlagTracker`` in
+``ctx.tracker``; this collector only reads it. Series:
 
 - ``verlmon_flag_active{kind, severity, node, gpu, phase}``: 1 per open flag. The scope is in
   separate labels (``gpu`` is the GPU index, or indices joined by commas; empty labels are
@@ -25,7 +25,6 @@ from exporters.registry import BaseCollector, ExporterContext, register
 from monitor import metric_names as m
 from monitor.records import FLAG_KINDS, SEVERITIES, Flag
 
-TRACKER_KEY = "flag_tracker"
 #: Scope labels of the flag series, in order.
 SCOPE_LABELS: tuple[str, ...] = ("node", "gpu", "phase")
 #: Longest evidence or advice text carried by ``verlmon_flag_info`` (characters).
@@ -76,7 +75,7 @@ class FlagsCollector(BaseCollector):
     def collect(self) -> Iterable[Metric]:
         """``verlmon_flag_active`` and ``verlmon_flag_info`` for open flags, and the
         ``verlmon_flags_raised_total`` counters (every kind and severity)."""
-        tracker = self.ctx.extra.get(TRACKER_KEY)
+        tracker = self.ctx.tracker
         if tracker is None:
             return
         labels = ["kind", "severity", *SCOPE_LABELS]

@@ -13,7 +13,6 @@ unsampled seconds then ``unattributed``). A node that follows no verl log export
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -21,11 +20,10 @@ from collections.abc import Iterable
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporters.registry import BaseCollector, ExporterContext, register
+from exporters.registry import ExporterContext, register
+from exporters.sampling import PollingCollector
 from monitor import metric_names as m
 from monitor.analysis.goodput import CAUSES, default_settings, ledger
-
-log = logging.getLogger("verl_monitor.exporter")
 
 #: The counter (documented in docs/metrics.md, summed by the recording rules).
 GPU_SECONDS = m.GPU_SECONDS
@@ -34,8 +32,6 @@ GPU_SECONDS = m.GPU_SECONDS
 CONTEXT_STEPS = 20
 #: Seconds after a step's end to wait for GPU samples before counting it anyway.
 WAIT_S = 30.0
-#: Shortest poll interval (seconds).
-MIN_POLL_S = 1.0
 
 
 class GoodputTotals:
@@ -104,28 +100,25 @@ def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
 @register("goodput", default=True,
           help="goodput ledger: GPU-seconds of each step by cause (productive, data_loading, "
           "rollout_long_tail, straggler_wait, ...) per GPU, from the verl log and GPU samples")
-class GoodputCollector(BaseCollector):
+class GoodputCollector(PollingCollector):
     """Adds each new step's ledger to the counters, in a background thread."""
+
+    thread_name = "goodput"
 
     def __init__(self, ctx: ExporterContext) -> None:
         super().__init__(ctx)
         self.totals = GoodputTotals()
-        self.poll_s = max(float(ctx.interval), MIN_POLL_S)
         self.config = default_settings()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._last_steps_added = -1
         self._pending = False
-        opts = ctx.options
-        hours = float(getattr(opts, "slack_digest_hours", 0.0) or 0.0) if opts else 0.0
-        self.digest_s = hours * 3600.0
+        self.digest_s = float(ctx.options.slack_digest_hours or 0.0) * 3600.0
         self._digest_at: float | None = None  # when the current digest period started
         self._digest_base: dict[str, float] = {}
 
     def maybe_digest(self, now: float) -> str | None:
         """Every ``--slack-digest-hours``: queue the period's goodput digest to Slack; returns
         the text queued (None when off, not due, or there was no GPU time)."""
-        notifier = self.ctx.extra.get("notifier")
+        notifier = self.ctx.notifier
         if self.digest_s <= 0 or notifier is None:
             return None
         from monitor.notify.digest import by_cause, digest_message, digest_text, growth
@@ -144,33 +137,17 @@ class GoodputCollector(BaseCollector):
         notifier.notify_digest(digest_message(text, run=getattr(notifier, "run", None)), key)
         return text
 
-    def start(self) -> None:
-        """Start the thread that looks for new steps every ``poll_s`` seconds."""
-        self._thread = threading.Thread(target=self._loop, name="goodput", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            try:
-                self.poll()
-                self.maybe_digest(time.time())
-                self.last_error = None
-            except Exception as exc:  # noqa: BLE001 - a bad step must not end the thread
-                msg = f"{type(exc).__name__}: {exc}"
-                if msg != self.last_error:
-                    log.warning("goodput: %s", msg)
-                self.last_error = msg
+    def poll_once(self) -> None:
+        """Count the steps that are ready, then queue the digest when it is due."""
+        self.poll()
+        self.maybe_digest(time.time())
 
     def poll(self, now: float | None = None) -> int:
         """Count the steps that are ready; returns how many were added."""
         window = self.ctx.window
-        added = getattr(window, "steps_added", None)
+        if window is None:
+            return 0
+        added = window.steps_added
         if added == self._last_steps_added and not self._pending:
             return 0
         self._last_steps_added = added

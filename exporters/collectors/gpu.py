@@ -2,12 +2,12 @@
 
 Every ``ctx.interval`` seconds the sampler thread reads all GPUs once, keeps the readings as
 the latest snapshot, and pushes interchange rows (``monitor.frames.GPU_COLUMNS`` plus ``up``,
-``xid_total``, ``throttle``) to the rolling window and the run store. A scrape only turns the
+``xid_total``, ``throttle``) to the sink (the monitor's window and run store). A scrape only turns the
 snapshot into metric families; it never touches the GPU.
 
 Options read from ``ctx.options``: ``gpu_backend`` (``nvml``/``sim``), ``dcgm_compat``, and
-what the chosen backend reads (see ``exporters.gpu.make_backend``). ``ctx.extra`` may carry a
-ready ``gpu_backend`` object or a shared ``live_sim`` clock.
+what the chosen backend reads (see ``exporters.gpu.make_backend``). ``ctx.gpu_backend`` may be
+a ready backend and ``ctx.live_sim`` a shared simulator clock.
 """
 
 from __future__ import annotations
@@ -93,14 +93,14 @@ class GpuCollector(SampledCollector):
     def __init__(self, ctx: ExporterContext, backend: GpuBackend | None = None) -> None:
         super().__init__(ctx)
         if backend is None:
-            backend = ctx.extra.get("gpu_backend")
+            backend = ctx.gpu_backend
         if backend is None:
-            name = getattr(ctx.options, "gpu_backend", None) or default_backend_name()
-            backend = make_backend(name, ctx.options, live_sim=ctx.extra.get("live_sim"))
+            name = ctx.options.gpu_backend or default_backend_name()
+            backend = make_backend(name, ctx.options, live_sim=ctx.live_sim)
         self.backend: GpuBackend = backend
-        ctx.extra.setdefault("gpu_backend_name", backend.name)
-        ctx.extra.setdefault("gpu_backend", backend)
-        self.dcgm_compat = bool(getattr(ctx.options, "dcgm_compat", False))
+        if ctx.gpu_backend is None:
+            ctx.gpu_backend = backend  # the host collector reads the simulated host from it
+        self.dcgm_compat = ctx.options.dcgm_compat
         self._identities: dict[int, GpuIdentity] = {d.index: d for d in backend.devices()}
         self._lock = threading.Lock()
         self._snapshot: list[GpuReading] = []
@@ -110,10 +110,10 @@ class GpuCollector(SampledCollector):
 
     # ---------------------------------------------------------------- sampling
     def sample(self) -> None:
-        """Read every GPU once, keep the snapshot, push rows to the window and store.
+        """Read every GPU once, keep the snapshot, publish the rows to the sink.
 
-        Raises (after the snapshot is kept) when the window or store refused the rows, so
-        the failure shows as ``collector_success 0`` with the reason in words.
+        Raises (after the snapshot is kept) when the sink refused the rows, so the failure
+        shows as ``collector_success 0`` with the reason in words.
         """
         cpu0 = time.thread_time()
         readings = self.backend.sample()
@@ -127,20 +127,10 @@ class GpuCollector(SampledCollector):
             if any(not self._identities.get(r.index, _NO_ID).uuid for r in readings if r.up):
                 self._identities = {d.index: d for d in self.backend.devices()}
         rows = [reading_to_row(r, self.ctx.node) for r in readings]
-        problems = []
-        for what, sink, method in (
-            ("window", self.ctx.window, "add_gpu"),
-            ("run store", self.ctx.store, "put_gpu"),
-        ):
-            if sink is None:
-                continue
-            try:
-                getattr(sink, method)(rows)
-            except Exception as exc:  # noqa: BLE001 - keep sampling; say what broke
-                problems.append(f"GPU rows not written to the {what}: {exc}")
-        self.sample_cpu_s += time.thread_time() - cpu0
-        if problems:
-            raise RuntimeError("; ".join(problems))
+        try:
+            self.ctx.sink.add_gpu(rows)
+        finally:
+            self.sample_cpu_s += time.thread_time() - cpu0
 
     def close(self) -> None:
         """Release the backend (NVML handles, event set)."""

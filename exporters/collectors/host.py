@@ -25,7 +25,7 @@ from monitor import metric_names as m
 #: Substrings of a command line that mark verl's trainer process.
 TRAINER_MARKERS: tuple[str, ...] = ("main_ppo", "verl.trainer", "TaskRunner", "main_task")
 #: Our own tools: never taken for the trainer even when their arguments name a verl log.
-_OWN_MARKERS: tuple[str, ...] = ("verl-monitor", "verl_monitor", "monitor.cli", "pytest")
+_OWN_MARKERS: tuple[str, ...] = ("verl-monitor", "verl_monitor", "monitor.cli")
 #: Seconds between searches for the trainer while none is found.
 RESCAN_S = 10.0
 #: Seconds after which processes found not to be the trainer are looked at again.
@@ -117,8 +117,7 @@ class HostCollector(SampledCollector):
         self._prev_cores = None
         self._prev_total = None
         self._prev_disk_read: tuple[float, float] | None = None
-        opts = ctx.options
-        self._pinned_pid: int | None = getattr(opts, "train_pid", None) if opts else None
+        self._pinned_pid: int | None = ctx.options.train_pid
         self._trainer: psutil.Process | None = None
         self._next_scan = 0.0
         self._proc_cpu: dict[int, float] = {}
@@ -130,7 +129,7 @@ class HostCollector(SampledCollector):
     # --- sampling
 
     def sample(self) -> None:
-        """Read psutil once; push a host row to the window and the store."""
+        """Read psutil once; publish a host row to the sink."""
         now = time.time()
         snap = HostSnapshot(ts=now)
         cores = psutil.cpu_times(percpu=True)
@@ -180,14 +179,12 @@ class HostCollector(SampledCollector):
                 "iowait_pct": snap.iowait * 100.0 if snap.iowait is not None else None,
                 "disk_read_bps": snap.disk_read_bps,
             }
-            self.ctx.window.add_host([row])
-            if self.ctx.store is not None:
-                self.ctx.store.put_host([row])
+            self.ctx.sink.add_host([row])
 
     def _apply_simulated_host(self, snap: HostSnapshot) -> None:
         """With the simulated GPU backend, report the scenario's host CPU, iowait and disk
         reads instead of this machine's, so GPU and host signatures belong to the same run."""
-        backend = self.ctx.extra.get("gpu_backend")
+        backend = self.ctx.gpu_backend
         host_sample = getattr(backend, "host_sample", None)
         if host_sample is None:
             return

@@ -85,9 +85,8 @@ class NcclCollector(SampledCollector):
 
     def __init__(self, ctx: ExporterContext) -> None:
         super().__init__(ctx)
-        opts = ctx.options
-        self.directory: str | None = getattr(opts, "nccl_dir", None) if opts else None
-        self.window_s = float(getattr(opts, "nccl_window", None) or DEFAULT_WINDOW_S)
+        self.directory: str | None = ctx.options.nccl_dir
+        self.window_s = float(ctx.options.nccl_window or DEFAULT_WINDOW_S)
         self.max_series = MAX_SERIES
         self.series_ttl_s = SERIES_TTL_S
         self.records = 0
@@ -223,8 +222,8 @@ class NcclCollector(SampledCollector):
             files=len(self._files),
             dropped=dict(self.dropped),
         )
-        if delta and self.ctx.store is not None:
-            self.ctx.store.put_nccl([
+        if delta:
+            self.ctx.sink.add_nccl([
                 {"ts": now, "node": self.ctx.node, "coll": coll, "comm": comm, "ops": t.ops,
                  "bytes": t.bytes, "exec_s": t.exec_s, "busbw_bps": t.busbw}
                 for (coll, comm), t in delta.items()

@@ -8,74 +8,49 @@ counters. A node with neither exports nothing here and is reported healthy.
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
 
 from exporters.phase_timeline import (
-    MIN_POLL_S,
     PhaseGpuTotals,
     PhaseSourceError,
     families,
     fetch_step,
 )
-from exporters.registry import BaseCollector, ExporterContext, register
+from exporters.registry import ExporterContext, register
+from exporters.sampling import PollingCollector
 from monitor.records import StepRecord
-
-log = logging.getLogger("verl_monitor.exporter")
 
 
 @register("phase_gpu", default=True,
           help="per-phase GPU activity counters: the driver's phase timeline (own log, or "
           "--phase-source) joined with this node's GPU samples")
-class PhaseGpuCollector(BaseCollector):
+class PhaseGpuCollector(PollingCollector):
     """Adds each new step's per-phase GPU activity to counters, in a background thread."""
+
+    thread_name = "phase-gpu"
 
     def __init__(self, ctx: ExporterContext) -> None:
         super().__init__(ctx)
-        self.source = getattr(ctx.options, "phase_source", None) if ctx.options else None
+        self.source = ctx.options.phase_source
         self.totals = PhaseGpuTotals()
-        self.poll_s = max(float(ctx.interval), MIN_POLL_S)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._done: set[tuple[int, float]] = set()
         self._last_steps_added = -1
-        self._logged_error: str | None = None
 
-    def start(self) -> None:
-        """Start the thread that looks for new steps every ``poll_s`` seconds."""
-        self._thread = threading.Thread(target=self._loop, name="phase-gpu", daemon=True)
-        self._thread.start()
+    def poll_once(self) -> None:
+        """Attribute the new steps."""
+        self.poll()
 
-    def stop(self) -> None:
-        """Stop the thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        # wait one poll first: the step's last GPU samples are still arriving when it ends
-        while not self._stop.wait(self.poll_s):
-            try:
-                self.poll()
-                self.last_error = None
-                self._logged_error = None
-            except PhaseSourceError as exc:
-                self.last_error = str(exc)
-                if self._logged_error != self.last_error:
-                    log.warning("phase_gpu: %s", exc)
-                    self._logged_error = self.last_error
-            except Exception as exc:  # noqa: BLE001 - a bad step must not end the thread
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                if self._logged_error != self.last_error:
-                    log.warning("phase_gpu: %s", self.last_error)
-                    self._logged_error = self.last_error
+    def error_text(self, exc: Exception) -> str:
+        """A phase source's error says it all in words; others get their type."""
+        return str(exc) if isinstance(exc, PhaseSourceError) else super().error_text(exc)
 
     def poll(self) -> int:
         """Attribute every step not done yet; returns how many steps were added."""
         window = self.ctx.window
+        if window is None:
+            return 0
         new: list[StepRecord] = []
         if self.source:
             rec = fetch_step(self.source)

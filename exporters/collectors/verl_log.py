@@ -103,9 +103,8 @@ class VerlLogCollector(SampledCollector):
 
     def __init__(self, ctx: ExporterContext) -> None:
         super().__init__(ctx)
-        opts = ctx.options
-        paths = list(getattr(opts, "log", None) or []) if opts else []
-        start_at_end = bool(getattr(opts, "log_from_end", False)) if opts else False
+        paths = list(ctx.options.log)
+        start_at_end = ctx.options.log_from_end
         self.logs = [
             _Followed(path=str(p), follower=LogFollower(str(p), start_at_end=start_at_end),
                       parser=LogParser(str(p)))
@@ -141,7 +140,7 @@ class VerlLogCollector(SampledCollector):
                 elif not fol.lines and not fol.waiting_logged and not os.path.exists(fol.path):
                     log.info("verl_log: waiting for %s to appear", fol.path)
                     fol.waiting_logged = True
-            live_sim = self.ctx.extra.get("live_sim")  # a replayed sim: lines come faster
+            live_sim = self.ctx.live_sim  # a replayed sim: lines come faster
             gaps = self._gaps.setdefault(fol.path, DataWaitTracker(
                 float(getattr(live_sim, "speed", 1.0) or 1.0)))
             for item in items:
@@ -157,15 +156,9 @@ class VerlLogCollector(SampledCollector):
             self._last = new_steps[-1]
             for step in new_steps:
                 self._totals.add(step)
-            self.ctx.window.add_steps(new_steps)
+            self.ctx.sink.add_steps(new_steps)
         if new_events:
-            self.ctx.window.add_events(new_events)
-        store = self.ctx.store
-        if store is not None:
-            if new_steps:
-                store.put_steps(new_steps)
-            if new_events:
-                store.put_events(new_events)
+            self.ctx.sink.add_events(new_events)
         self.snapshot = LogSnapshot(
             last=self._last,
             steps=self._steps,

@@ -7,9 +7,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from exporters.gpu.backend import BackendUnavailable, GpuBackend, GpuIdentity, GpuReading
+from exporters.options import ExporterOptions
+
+if TYPE_CHECKING:
+    from monitor.sim.live import LiveSim
 
 #: Backend names accepted by ``--gpu-backend``.
 BACKENDS: tuple[str, ...] = ("nvml", "sim")
@@ -35,26 +39,24 @@ def default_backend_name() -> str:
     return env if env in BACKENDS else "nvml"
 
 
-def make_backend(name: str, options: Any = None, *, live_sim: Any = None) -> GpuBackend:
-    """Build the backend called ``name`` from parsed options (an argparse namespace or None).
+def make_backend(name: str, options: ExporterOptions | None = None, *,
+                 live_sim: LiveSim | None = None) -> GpuBackend:
+    """Build the backend called ``name`` from the exporter's options (None: the defaults).
 
     nvml reads ``gpu_energy_interval`` (seconds, default 10); sim reads ``scenario``,
-    ``sim_nodes``/``nodes``, ``sim_gpus``/``gpus_per_node``/``gpus``, ``node``, ``seed`` and
-    takes its clock from ``live_sim`` when the exporter shares one. Raises BackendUnavailable
+    ``sim_gpus``, ``node``, ``seed`` and takes its clock from ``live_sim`` when the exporter
+    shares one. Raises BackendUnavailable
     when the backend cannot run here and ValueError for an unknown name.
     """
     name = (name or default_backend_name()).lower()
+    options = options or ExporterOptions()
     if name == "nvml":
         from exporters.gpu.nvml import NvmlBackend
 
-        return NvmlBackend(energy_interval=float(_opt(options, "gpu_energy_interval", 10.0)))
+        return NvmlBackend(energy_interval=float(options.gpu_energy_interval))
     if name == "sim":
         from exporters.gpu.sim import SimBackend
 
         return SimBackend.from_options(options, live_sim=live_sim)
     raise ValueError(f"unknown GPU backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
-
-def _opt(options: Any, key: str, default: Any) -> Any:
-    value = getattr(options, key, None) if options is not None else None
-    return default if value is None else value

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from exporters.gpu.backend import GpuIdentity, GpuReading
+from exporters.options import ExporterOptions
 
 #: Name reported in ``verlmon_gpu_info`` for simulated GPUs.
 SIM_GPU_NAME = "NVIDIA H200 (simulated)"
@@ -96,22 +97,13 @@ class SimBackend:
         ]
 
     @classmethod
-    def from_options(cls, options: Any, live_sim: Any = None) -> SimBackend:
-        """Build from the exporter's options: scenario, sim nodes/GPUs, node, seed."""
-
-        def opt(*keys: str, default: Any = None) -> Any:
-            for key in keys:
-                value = getattr(options, key, None) if options is not None else None
-                if value is not None:
-                    return value
-            return default
-
+    def from_options(cls, options: ExporterOptions, live_sim: Any = None) -> SimBackend:
+        """Build from the exporter's options: scenario, GPUs per node, node, seed."""
         return cls(
-            scenario=opt("scenario", default="healthy"),
-            nodes=int(opt("sim_nodes", "nodes", default=1)),
-            gpus_per_node=int(opt("sim_gpus", "gpus_per_node", "gpus", default=8)),
-            node=opt("node"),
-            seed=int(opt("seed", default=0)),
+            scenario=options.scenario or "healthy",
+            gpus_per_node=int(options.sim_gpus if options.sim_gpus is not None else 8),
+            node=options.node,
+            seed=int(options.seed or 0),
             live_sim=live_sim,
         )
 

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any
 
-DEFAULT_LISTEN = "0.0.0.0:9048"
+from exporters.options import DEFAULT_LISTEN, ExporterOptions
 
 
 def _collector_specs() -> list[tuple[str, str, bool]]:
@@ -128,24 +128,25 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def parse_options(argv: list[str]) -> argparse.Namespace:
+def parse_options(argv: list[str]) -> ExporterOptions:
     """Parse exporter arguments (no subcommand word) into the options ``Exporter`` takes."""
     parser = argparse.ArgumentParser(prog="verl-monitor exporter")
     add_arguments(parser)
-    return parser.parse_args(argv)
+    return ExporterOptions.from_namespace(parser.parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the exporter and serve until SIGINT/SIGTERM/SIGHUP; 0 on a clean stop, 2 on bad
     input."""
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+    options = ExporterOptions.from_namespace(args)  # once: nothing after reads the namespace
+    logging.basicConfig(level=logging.DEBUG if options.verbose else logging.INFO,
                         format="verl-monitor exporter: %(message)s", stream=sys.stderr)
     from exporters.app import Exporter, ExporterError
     from monitor.extras import explain_missing
 
-    for flag, extra in (("wandb", "wandb"), ("slack_webhook_file", "slack")):
-        missing = getattr(args, flag, None) and explain_missing(
-            extra, "--" + flag.replace("_", "-"))
+    for given, flag, extra in ((options.wandb, "--wandb", "wandb"),
+                               (options.slack_webhook_file, "--slack-webhook-file", "slack")):
+        missing = given and explain_missing(extra, flag)
         if missing:
             print(f"verl-monitor exporter: {missing}", file=sys.stderr)
             return 2
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     exporter = None
     try:
         try:
-            exporter = Exporter(args)
+            exporter = Exporter(options)
             exporter.start()
         except ExporterError as exc:
             print(f"verl-monitor exporter: {exc}", file=sys.stderr)

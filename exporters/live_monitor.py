@@ -1,0 +1,441 @@
+"""The monitor side of the exporter process: window, detectors, flags, store, Slack, wandb.
+
+:class:`Recorder` is the :class:`~exporters.sink.Sink` the collectors publish to: each row,
+step and event goes to the rolling window the detectors read and, with ``--store``, to the
+run-store writer. :class:`LiveMonitor` is a Recorder that also owns the run store, runs the
+detectors on the window (``run_all``, ``FlagTracker.update``), writes the flags to the store,
+posts them to Slack and logs them to wandb, each on its own supervised thread.
+
+The exporter (exporters/app.py: collectors and /metrics) and this monitor meet only through the
+Sink and the read-only parts collectors export (the window for the goodput and phase counters,
+the tracker for the flag series, the notifier for the goodput digest).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from exporters.options import ExporterOptions
+from exporters.sink import Row
+from exporters.window import RollingWindow
+from monitor.records import Event, StepRecord
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from monitor.config import Config
+    from monitor.detect.live import FlagTracker
+    from monitor.integrations.wandb_sink import WandbSink
+    from monitor.notify.slack import SlackNotifier
+    from monitor.records import Flag
+    from monitor.store import RunStore, StoreWriter
+    from monitor.store.lock import StoreLock
+
+log = logging.getLogger("verl_monitor.exporter")
+
+#: The detector loop never runs more often than this (seconds), whatever the interval.
+MIN_DETECT_INTERVAL_S = 1.0
+#: Seconds between Slack deliveries (queued messages; retries back off on their own).
+NOTIFY_INTERVAL_S = 5.0
+#: Seconds a supervised thread waits before it starts again after an exception.
+RESTART_PAUSE_S = 1.0
+#: Seconds between returns of freed heap memory to the system (see ``trim_heap``).
+TRIM_INTERVAL_S = 30.0
+
+
+class MonitorError(RuntimeError):
+    """The monitor cannot start; the message is one line saying why and what to do."""
+
+
+def trim_heap() -> bool:
+    """Give freed heap pages back to the system (glibc ``malloc_trim``); False elsewhere.
+
+    Each detector run builds and drops frames of up to the window's 200,000 rows; glibc keeps
+    the freed pages in its arenas, so without this the RSS creeps up run after run although
+    nothing is kept (bench/soak.py shows it at 64 GPUs every 0.1 s)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
+def supervised(name: str, target: Callable[[], object], stop: threading.Event,
+               restarts: dict[str, int]) -> None:
+    """Run ``target()`` until it returns with ``stop`` set; restart it after an exception.
+
+    Each exception adds one to ``restarts[name]`` and is logged with its reason (once per
+    distinct reason); the thread then pauses ``RESTART_PAUSE_S`` and runs ``target`` again.
+    A target that returns while ``stop`` is not set is restarted too (it must not end)."""
+    logged: set[str] = set()
+    while True:
+        try:
+            target()
+        except Exception as exc:  # noqa: BLE001 - the point: this thread must not die
+            reason = f"{exc.__class__.__name__}: {str(exc)[:200]}"
+            restarts[name] = restarts.get(name, 0) + 1
+            if reason not in logged:
+                logged.add(reason)
+                log.error("thread %s failed (%s); restarting it", name, reason)
+        if stop.wait(RESTART_PAUSE_S):
+            return
+
+
+class Recorder:
+    """The Sink behind the collectors: the rolling window, then the store writer (if any).
+
+    A part that refuses the rows does not keep them from the other; the call then raises one
+    error naming what was not written, so the collector reports it as
+    ``collector_success 0`` with the reason in words."""
+
+    def __init__(self, window: RollingWindow, store: StoreWriter | None = None) -> None:
+        self.window = window
+        self.store = store
+
+    def _both(self, what: str, to_window: Callable[[], None] | None,
+              to_store: Callable[[], None] | None) -> None:
+        problems = []
+        for part, write in (("window", to_window), ("run store", to_store)):
+            if write is None:
+                continue
+            try:
+                write()
+            except Exception as exc:  # noqa: BLE001 - keep the other part; say what broke
+                problems.append(f"{what} not written to the {part}: {exc}")
+        if problems:
+            raise RuntimeError("; ".join(problems))
+
+    def _store(self, method: str, items: Sequence) -> Callable[[], None] | None:
+        store = self.store
+        if store is None:
+            return None
+        return lambda: getattr(store, method)(items)
+
+    def add_gpu(self, rows: Sequence[Row]) -> None:
+        """GPU rows to the window and the store."""
+        self._both("GPU rows", lambda: self.window.add_gpu(rows), self._store("put_gpu", rows))
+
+    def add_host(self, rows: Sequence[Row]) -> None:
+        """Host rows to the window and the store."""
+        self._both("host rows", lambda: self.window.add_host(rows),
+                   self._store("put_host", rows))
+
+    def add_steps(self, steps: Sequence[StepRecord]) -> None:
+        """Steps to the window and the store."""
+        self._both("steps", lambda: self.window.add_steps(steps),
+                   self._store("put_steps", steps))
+
+    def add_events(self, events: Sequence[Event]) -> None:
+        """Events to the window and the store."""
+        self._both("events", lambda: self.window.add_events(events),
+                   self._store("put_events", events))
+
+    def add_nccl(self, rows: Sequence[Row]) -> None:
+        """NCCL growth rows to the store (the detectors read the exported share instead)."""
+        self._both("NCCL rows", None, self._store("put_nccl", rows))
+
+
+class LiveMonitor(Recorder):
+    """The detectors and their outputs on this node; ``open()``, ``start()``, ``stop()``."""
+
+    def __init__(self, options: ExporterOptions, node: str, interval: float) -> None:
+        super().__init__(RollingWindow(max_age_s=float(options.window)))
+        self.options = options
+        self.node = node
+        self.interval = interval
+        self.detect_interval = max(options.effective_detect_interval(), MIN_DETECT_INTERVAL_S)
+        self.run_store: RunStore | None = None
+        self.tracker: FlagTracker | None = None
+        self.notifier: SlackNotifier | None = None
+        self.wandb_sink: WandbSink | None = None
+        self.detect_config: Config | None = None
+        self.detect_errors = 0
+        self.detect_runs = 0
+        #: supervised threads that raised and were restarted, by thread name
+        self.thread_restarts: dict[str, int] = {}
+        self._run_all: Callable[..., list[Flag]] | None = None
+        self._stop = threading.Event()
+        self._detect_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._integrity_checked = False
+        self._last_trim = 0.0
+        self._store_error_logged: str | None = None
+        self._store_lock: StoreLock | None = None
+        self._stopped = False
+
+    # ------------------------------------------------------------------ open and start
+
+    def open(self) -> None:
+        """Open the store and load the detectors (and Slack); raises MonitorError."""
+        self._open_store()
+        self._load_detectors()
+
+    def start(self) -> None:
+        """Start the detector loop, wandb, Slack deliveries and the store flusher."""
+        self._spawn("detector-loop", self._detect_loop)
+        if self.options.wandb:
+            self._spawn("wandb-init", self._start_wandb, supervise=False)
+        if self.notifier is not None:
+            self.notifier.start(interval_s=NOTIFY_INTERVAL_S)  # its own thread: retries wait
+        if self.store is not None:
+            self._spawn("store-flusher", self._flush_loop)
+
+    def _open_store(self) -> None:
+        path = self.options.store
+        if not path:
+            return
+        from monitor.store import RunStore, StoreError, StoreWriter
+        from monitor.store.lock import StoreLock, StoreLocked
+
+        lock = StoreLock(path)
+        try:  # one writer per store: a second exporter would double every row
+            lock.acquire()
+        except StoreLocked as exc:
+            raise MonitorError(f"--store {exc}") from None
+        except OSError as exc:
+            raise MonitorError(f"--store {path}: cannot create its lock file "
+                               f"({exc.strerror or exc})") from None
+        self._store_lock = lock
+        try:
+            self.run_store = RunStore(path)
+        except StoreError as exc:
+            raise MonitorError(f"--store {exc}") from None
+        except OSError as exc:
+            raise MonitorError(f"--store {path}: cannot open ({exc.strerror or exc})") from None
+        try:
+            owner = self.run_store.meta().get("node")
+        except Exception:  # noqa: BLE001 - an unreadable meta table shows in the integrity check
+            owner = None
+        if owner not in (None, "", self.node):
+            raise MonitorError(f"--store {path} holds node {owner}'s run (this exporter is node "
+                               f"{self.node}); give it another --store, or --node {owner}")
+        self.store = StoreWriter(self.run_store)
+        self.store.set_meta("node", self.node)
+
+    def _load_detectors(self) -> None:
+        from monitor.config import load_config
+        from monitor.detect import run_all
+        from monitor.detect.live import FlagTracker
+
+        cfg_path = self.options.config
+        try:
+            self.detect_config = load_config(cfg_path)
+        except FileNotFoundError:
+            raise MonitorError(f"--config {cfg_path}: no such file") from None
+        except (ValueError, OSError) as exc:
+            raise MonitorError(f"--config {exc}") from None
+        self._run_all = run_all
+        self.tracker = FlagTracker()
+        hook = self.options.slack_webhook_file
+        if hook:
+            try:
+                from monitor.notify.slack import SlackNotifier
+
+                # the outbox lives in the run store when there is one (survives restarts)
+                self.notifier = SlackNotifier(hook, self.run_store)
+            except ImportError:
+                from monitor.extras import missing_extra_message
+
+                raise MonitorError(missing_extra_message("--slack-webhook-file", "slack")
+                                   ) from None
+            except (ValueError, OSError) as exc:
+                raise MonitorError(f"--slack-webhook-file {exc}") from None
+
+    def _start_wandb(self) -> None:
+        """Open the wandb run off the main path: ``wandb.init`` may wait for its timeout
+        before falling back to offline, and metrics must be served meanwhile."""
+        target = self.options.wandb
+        try:
+            from monitor.integrations.wandb_sink import WandbSink
+
+            sink = WandbSink.from_target(target)
+        except Exception as exc:  # noqa: BLE001 - wandb never takes the exporter down
+            log.warning("--wandb %s: disabled (%s)", target, exc)
+            return
+        if self._stopped:
+            sink.close()
+            return
+        self.wandb_sink = sink
+
+    # ------------------------------------------------------------------ loops
+
+    def _spawn(self, name: str, target: Callable[[], object], supervise: bool = True) -> None:
+        """Run ``target`` on a daemon thread; supervised, an exception is counted in
+        ``thread_restarts`` (``verlmon_exporter_thread_restarts_total``), logged once per
+        distinct reason, and the target starts again after a pause, until ``stop()``."""
+        body = (lambda: supervised(name, target, self._stop, self.thread_restarts)
+                ) if supervise else target
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def now(self) -> float:
+        """The detectors' clock: the wall clock, the time base of every sample and step.
+
+        (With ``--sim-log`` the simulated log carries no timestamps, so its steps too are
+        timed by arrival, on the wall clock.)"""
+        return time.time()
+
+    def detect_once(self) -> tuple[list[Flag], list[Flag]]:
+        """Run the detectors on the window once; returns (opened, closed) flags."""
+        if self._run_all is None or self.tracker is None:
+            return [], []
+        with self._detect_lock:  # one run at a time: the window read and the update pair up
+            now = self.now()
+            steps, gpu_df, host_df, events = self.window.frames()
+            flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
+                                  now=now, reference_steps=self.window.first_steps())
+            opened, closed = self.tracker.update(flags, now)
+            self.detect_runs += 1
+        sink = self.wandb_sink
+        if sink is not None:
+            try:
+                sink.log_window(steps, gpu_df, opened, closed)
+            except Exception as exc:  # noqa: BLE001 - the sink counts and disables itself
+                log.warning("wandb: %s", exc)
+        if self.store is not None:
+            changed = list(self.tracker.active()) + list(closed)
+            if changed:
+                self.store.put_flags(changed)
+        if self.notifier is not None:
+            for flag in opened:
+                self.notifier.notify_opened(flag)
+            for flag in closed:
+                self.notifier.notify_resolved(flag)
+        return opened, closed
+
+    def _detect_loop(self) -> None:
+        """Run the detectors every ``detect_interval`` seconds, and also soon after a new step
+        arrives (at most once a second): step-based flags follow the log without the cost of
+        running every detector at the sampling rate."""
+        last_error = None
+        last_run = time.monotonic()
+        seen_steps = self.window.steps_added
+        tick = min(1.0, self.detect_interval)
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            new_steps = self.window.steps_added != seen_steps
+            if now - last_run < self.detect_interval and not (
+                    new_steps and now - last_run >= MIN_DETECT_INTERVAL_S):
+                continue
+            seen_steps = self.window.steps_added
+            last_run = now
+            try:
+                self.detect_once()
+                last_error = None
+                if time.monotonic() - self._last_trim >= TRIM_INTERVAL_S:
+                    self._last_trim = time.monotonic()
+                    trim_heap()
+            except Exception as exc:  # noqa: BLE001 - detectors never take the exporter down
+                self.detect_errors += 1
+                message = f"{exc.__class__.__name__}: {exc}"
+                if message != last_error:
+                    log.warning("detector loop failed: %s", message)
+                    last_error = message
+
+    def _flush_loop(self) -> None:
+        """Flush the store every second or so. A failure is logged once per episode (the
+        message again only when it changes), and once more when writes work again."""
+        store = self.store
+        if store is None:
+            return
+        if not self._integrity_checked:
+            self._integrity_checked = True
+            if not store.check_integrity():
+                log.error("run store: %s", store.integrity_error)
+        period = max(1.0, self.interval)
+        while not self._stop.wait(period):
+            self._flush_and_report(store)
+
+    def _flush_and_report(self, store: StoreWriter) -> bool:
+        ok = store.flush()
+        error = store.last_error if not ok else None
+        if error and error != self._store_error_logged:
+            log.warning("run store: %s", error)
+        elif ok and self._store_error_logged:
+            log.info("run store: writes work again")
+        self._store_error_logged = error
+        return ok
+
+    # ------------------------------------------------------------------ health and stop
+
+    def restart_counts(self) -> dict[str, int]:
+        """Restarts of each of the monitor's threads (those running show 0)."""
+        out = {}
+        for name in dict.fromkeys(("detector-loop", "store-flusher",
+                                   *sorted(self.thread_restarts))):
+            if name in self.thread_restarts or any(t.name == name for t in self._threads):
+                out[name] = self.thread_restarts.get(name, 0)
+        if self.notifier is not None:
+            out["slack-sender"] = getattr(self.notifier, "thread_restarts", 0)
+        return out
+
+    def health_families(self) -> list[Metric]:
+        """The monitor's drop and delivery counters: window, Slack, store."""
+        from prometheus_client.core import CounterMetricFamily
+
+        from monitor import metric_names as m
+
+        window = CounterMetricFamily(
+            m.WINDOW_DROPPED.removesuffix("_total"),
+            "GPU/host rows the detectors' window dropped at its row cap before they aged out.",
+            labels=["kind"])
+        for kind, count in sorted(self.window.dropped.items()):
+            window.add_metric([kind], count)
+        out: list[Metric] = [window]
+        notifier = self.notifier
+        if notifier is not None:
+            messages = CounterMetricFamily(
+                m.SLACK_MESSAGES.removesuffix("_total"),
+                "Slack messages finished: sent, unknown (no answer after sending; not "
+                "retried), skipped (resolved whose opened never went).", labels=["outcome"])
+            for outcome, count in sorted(notifier.outcomes.items()):
+                messages.add_metric([outcome], count)
+            out += [messages, CounterMetricFamily(
+                m.SLACK_DROPPED.removesuffix("_total"),
+                "Slack messages the in-memory outbox dropped at its bound.",
+                value=notifier.dropped)]
+        if self.store is not None:
+            dropped = CounterMetricFamily(
+                m.STORE_DROPPED.removesuffix("_total"),
+                "Rows the run-store writer dropped: buffer_full (past its bound while writes "
+                "fail) or invalid (a value SQLite cannot hold).", labels=["reason"])
+            for reason, count in sorted(self.store.dropped.items()):
+                dropped.add_metric([reason], count)
+            out.append(dropped)
+        return out
+
+    def stop(self) -> None:
+        """Stop detecting and delivering; flush and close the store. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop.set()
+        if self.notifier is not None:
+            try:
+                self.notifier.stop()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("Slack notifier did not stop cleanly: %s", exc)
+        if self.wandb_sink is not None:
+            try:
+                self.wandb_sink.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("wandb run did not close cleanly: %s", exc)
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        if self.store is not None:
+            if not self.store.flush() and self.store.last_error:
+                log.warning("run store: last flush failed: %s", self.store.last_error)
+            if self.store.dropped_rows:
+                log.warning("run store: %s rows were dropped (%s)", self.store.dropped_rows,
+                            ", ".join(f"{k} {v}" for k, v in self.store.dropped.items() if v))
+        if self.run_store is not None:
+            self.run_store.close()
+        if self._store_lock is not None:
+            self._store_lock.release()

@@ -1,0 +1,84 @@
+"""The exporter's options: one frozen dataclass, built once from the command line.
+
+``verl-monitor exporter`` parses its flags with argparse (monitor/commands/exporter.py) and
+turns the namespace into :class:`ExporterOptions` once, with :meth:`ExporterOptions.from_namespace`;
+everything after that (the exporter, the monitor side, each collector, the GPU backends) reads
+typed fields, never the namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+
+#: Default listen address: a port outside the crowded 9100-9999 exporter range.
+DEFAULT_LISTEN = "0.0.0.0:9048"
+#: Default seconds between detector runs: ``run_all`` on a 30-minute window of 8 GPUs costs
+#: about 0.4 s of CPU (bench/exporter.py), so every 30 s costs ~1.3% of a core; a new step in
+#: the log also triggers a run (at most one a second), so step-based flags do not wait for it.
+DEFAULT_DETECT_INTERVAL_S = 30.0
+
+
+@dataclass(frozen=True)
+class ExporterOptions:
+    """Every ``verl-monitor exporter`` setting (see ``verl-monitor exporter --help``).
+
+    ``collectors`` holds the explicit ``--collector.NAME`` / ``--no-collector.NAME`` choices;
+    a collector not named there runs when it is on by default.
+    """
+
+    listen_address: str = DEFAULT_LISTEN
+    interval: float = 1.0
+    log: tuple[str, ...] = ()
+    log_from_end: bool = False
+    nccl_dir: str | None = None
+    nccl_window: float = 30.0
+    store: str | None = None
+    gpu_backend: str | None = None
+    gpu_energy_interval: float = 10.0
+    scenario: str | None = None
+    sim_gpus: int | None = None
+    seed: int | None = None
+    sim_log: str | None = None
+    sim_speed: float = 1.0
+    phase_source: str | None = None
+    node: str | None = None
+    train_pid: int | None = None
+    web_config_file: str | None = None
+    dcgm_compat: bool = False
+    config: str | None = None
+    detect_interval: float | None = None
+    window: float = 1800.0
+    slack_webhook_file: str | None = None
+    slack_digest_hours: float = 0.0
+    wandb: str | None = None
+    verbose: bool = False
+    collectors: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> ExporterOptions:
+        """The options of a parsed ``verl-monitor exporter`` command line (None: default)."""
+        values = vars(ns)
+        kwargs = {f.name: values[f.name] for f in fields(cls)
+                  if f.name != "collectors" and values.get(f.name) is not None}
+        if "log" in kwargs:
+            kwargs["log"] = tuple(str(p) for p in kwargs["log"])
+        chosen = {key.removeprefix("collector_"): bool(value) for key, value in values.items()
+                  if key.startswith("collector_") and value is not None}
+        return cls(**kwargs, collectors=MappingProxyType(chosen))
+
+    def collector_enabled(self, name: str, default: bool) -> bool:
+        """Whether collector ``name`` runs: the flag that named it, else its default."""
+        return self.collectors.get(name, default)
+
+    def effective_detect_interval(self) -> float:
+        """``--detect-interval``, else the default (never below the sampling interval)."""
+        if self.detect_interval is not None:
+            return float(self.detect_interval)
+        return max(float(self.interval), DEFAULT_DETECT_INTERVAL_S)
+
+    def with_log(self, path: str) -> ExporterOptions:
+        """These options following one more log (the simulator's ``--sim-log``)."""
+        return replace(self, log=(*self.log, str(path)))
