@@ -1,0 +1,221 @@
+"""Multi-line constructs of a console log: validation metrics printed by pprint over several
+lines, Python tracebacks (chained, and Ray's re-raised ones), and HybridEngine switches (the
+``[HybridEngine]`` lines of one resharding, timed from the first to the last)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.logs.stats import SAMPLE_CHARS, Item
+from monitor.logs.values import to_number
+from monitor.records import Event
+
+VALIDATION_START = ("Initial validation metrics:", "Final validation metrics:")
+TRACEBACK_START = "Traceback (most recent call last):"
+_CHAIN_MARKERS = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
+_PPRINT_PAIR_RE = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:np\.\w+\()?[-+\w.]+\)?)")
+#: Lines one block may hold.
+_MAX_BLOCK_LINES = 10000
+
+#: Called with a traceback's exception line, its time, the output list and the block's lines.
+ExceptionHook = Callable[[str, "float | None", list[Item], list[str]], None]
+
+
+@dataclass
+class _Block:
+    """A multi-line construct in progress."""
+
+    kind: str
+    time: float | None
+    lines: list[str] = field(default_factory=list)
+    last_time: float | None = None
+    exception: str | None = None
+    awaiting_chain: bool = False
+    chained: int = 0
+
+
+class BlockReader:
+    """The validation block or traceback open in a log, fed line by line."""
+
+    def __init__(self, on_exception: ExceptionHook) -> None:
+        self._block: _Block | None = None
+        self._on_exception = on_exception
+
+    @property
+    def open(self) -> bool:
+        """Whether a block is in progress."""
+        return self._block is not None
+
+    def start_traceback(self, text: str, when: float | None, out: list[Item],
+                        step: int | None) -> None:
+        """Close the open block, open a traceback at its first line."""
+        self.close(out, step)
+        self._block = _Block("traceback", when, [text])
+
+    def start_validation(self, text: str, when: float | None, out: list[Item],
+                         step: int | None) -> None:
+        """Close the open block, open a validation block (closed at once when it fits on its
+        first line)."""
+        self.close(out, step)
+        self._block = _Block("validation", when, [text])
+        if _validation_complete(text, first=True):
+            self.close(out, step)
+
+    def feed(self, text: str, when: float | None, out: list[Item], step: int | None) -> bool:
+        """Feed a line to the open block; False when the line is not part of it (the block is
+        then closed and the caller handles the line normally)."""
+        block = self._block
+        assert block is not None
+        if block.kind == "validation":
+            continues = text.startswith(" ") or (len(block.lines) == 1 and text.startswith("{"))
+            if (continues and not text.lstrip().startswith("step:")
+                    and len(block.lines) < _MAX_BLOCK_LINES):
+                block.lines.append(text)
+                if _validation_complete(text, first=False):
+                    self.close(out, step)
+                return True
+            self.close(out, step)
+            return False
+        # traceback
+        stripped = text.strip()
+        if block.awaiting_chain:
+            if not stripped:
+                return True
+            if stripped.startswith(_CHAIN_MARKERS) or stripped.startswith(TRACEBACK_START):
+                block.awaiting_chain = False
+                block.chained += 1
+                block.lines.append(stripped)
+                return True
+            if text[0].isspace() and len(block.lines) < _MAX_BLOCK_LINES:
+                if stripped.startswith('File "'):
+                    # Ray re-raises a worker's exception with the worker's own frames after it
+                    # (RayTaskError(X): ray::...): the traceback goes on to the root cause.
+                    block.awaiting_chain = False
+                    block.chained += 1
+                    block.lines.append(text)
+                    return True
+                if text[0] == "\t":  # Ray's detail lines (class_name:, pid:, ip:)
+                    block.lines.append(text)
+                    return True
+            self.close(out, step)
+            return False
+        if text.startswith("step:") or len(block.lines) > _MAX_BLOCK_LINES:
+            self.close(out, step)
+            return False
+        if not stripped or text[0].isspace() or stripped.startswith(TRACEBACK_START):
+            block.lines.append(text)
+            return True
+        if stripped.startswith(_CHAIN_MARKERS):
+            block.chained += 1
+            return True
+        # The first unindented line ends the traceback: the exception itself.
+        block.exception = stripped
+        block.lines.append(stripped)
+        block.awaiting_chain = True
+        self._on_exception(stripped, when, out, block.lines)
+        return True
+
+    def close(self, out: list[Item], step: int | None) -> None:
+        """End the open block (if any): a ``validation`` or ``traceback`` event at ``step``."""
+        block = self._block
+        if block is None:
+            return
+        self._block = None
+        if block.kind == "validation":
+            metrics = _pprint_metrics(block.lines)
+            which = "final" if block.lines[0].find("Final validation") >= 0 else "initial"
+            out.append(
+                Event(
+                    "validation",
+                    block.time,
+                    step,
+                    block.lines[0][:SAMPLE_CHARS],
+                    {"metrics": metrics, "origin": f"{which}_block"},
+                )
+            )
+            return
+        exception = block.exception or ""
+        exc_type = exception.split(":", 1)[0].strip() if exception else ""
+        data = {"exception": exception, "type": exc_type, "lines": len(block.lines)}
+        if block.chained:
+            data["chained"] = block.chained
+        out.append(Event("traceback", block.time, step, exception, data))
+
+
+class HybridSwitch:
+    """The ``[HybridEngine]`` lines of one switch between training and generation."""
+
+    def __init__(self) -> None:
+        self._switch: _Block | None = None
+
+    @property
+    def open(self) -> bool:
+        """Whether a switch is in progress."""
+        return self._switch is not None
+
+    def feed(self, text: str, when: float | None, out: list[Item],
+             step: int | None) -> float | None:
+        """Add a ``[HybridEngine]`` line; a ``Resharding`` line starts a new switch. Returns the
+        seconds of a switch this line closed (None otherwise)."""
+        seconds = None
+        if self._switch is not None and "Resharding" in text:
+            seconds = self.close(out, step)
+        switch = self._switch
+        if switch is None:
+            self._switch = _Block("hybrid", when, [text], last_time=when)
+            return seconds
+        switch.lines.append(text)
+        if when is not None:
+            switch.last_time = when
+        return seconds
+
+    def close(self, out: list[Item], step: int | None) -> float | None:
+        """End the switch (if any): a ``reshard`` event; returns its seconds when timed."""
+        switch = self._switch
+        if switch is None:
+            return None
+        self._switch = None
+        seconds: float | None = None
+        if switch.time is not None and switch.last_time is not None and len(switch.lines) > 1:
+            seconds = max(0.0, switch.last_time - switch.time)
+        data = {"seconds": seconds, "source": "hybrid_engine", "lines": len(switch.lines)}
+        out.append(Event("reshard", switch.time, step, switch.lines[0], data))
+        return seconds
+
+
+def _validation_complete(text: str, *, first: bool) -> bool:
+    s = text.strip()
+    if first:
+        if s.startswith("("):
+            return s.endswith(")")
+        if s[:1] in ("'", '"'):
+            return len(s) > 1 and s.endswith(s[0])
+        if "{" in s:
+            return s.count("{") <= s.count("}")
+        return False
+    return s.endswith(")") or s.endswith("}") or s.endswith("}'") or s.endswith('}"')
+
+
+def _pprint_metrics(lines: list[str]) -> dict[str, Any]:
+    """Metric pairs from a pprint validation block (a dict, or pprint's split-string form)."""
+    text = "\n".join(line.strip() for line in lines)
+    if text[:1] in ("(", "'", '"'):
+        try:
+            value = ast.literal_eval(text)
+            if isinstance(value, str):
+                text = value
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            pass
+    metrics: dict[str, Any] = {}
+    for key, raw in _PPRINT_PAIR_RE.findall(text):
+        num = to_number(raw)
+        if num is not None:
+            metrics[key] = num
+    return metrics

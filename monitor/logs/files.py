@@ -1,0 +1,135 @@
+"""Whole log files: ``parse_file`` streams a file through a ``LogParser``, tells console from
+JSONL by content, and fills in the end times the lines did not give."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitor.logs.follow import iter_lines
+from monitor.logs.parser import LogParser
+from monitor.logs.stats import Item, LogReadError, ParsedLog
+from monitor.records import Event, StepRecord
+
+
+def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> ParsedLog:
+    """Parse a whole verl log (console or JSONL, told apart by content), streaming it.
+
+    Step end times come from line timestamps (``time_source="line"``); the others are rebuilt
+    from cumulative step totals ending at ``log_end`` (default: the file's modification time),
+    ``time_source="rebuilt"``. Events without a time take the end time of the step before
+    them; in a log with neither timestamps nor steps, they take ``log_end`` (their data then
+    says ``time_from: "log_end"``). Raises ``LogReadError`` for a missing or unreadable file.
+    """
+    p = Path(path)
+    try:
+        mtime = os.stat(p).st_mtime
+    except OSError as exc:
+        raise _open_error(p, exc) from exc
+    parser = LogParser(source=str(p))
+    ordered: list[Item] = []
+    fmt = "empty"
+    first_line_seen = False
+    for item in _iter_with_format(p, parser):
+        if isinstance(item, str):
+            if not first_line_seen:
+                fmt = _detect_format(item)
+                first_line_seen = True
+            continue
+        ordered.append(item)
+    steps = [item for item in ordered if isinstance(item, StepRecord)]
+    end = log_end if log_end is not None else mtime
+    _rebuild_times(steps, end)
+    events = _time_events(ordered, end)
+    return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt)
+
+
+def _open_error(path: Path, exc: OSError) -> LogReadError:
+    if isinstance(exc, FileNotFoundError):
+        reason = "no such file"
+    elif isinstance(exc, IsADirectoryError):
+        reason = "is a directory"
+    elif isinstance(exc, PermissionError):
+        reason = "permission denied"
+    else:
+        reason = (exc.strerror or exc.__class__.__name__).strip().splitlines()[0]
+    return LogReadError(f"{path}: cannot read log ({reason})")
+
+
+def _detect_format(line: str) -> str:
+    text = line.strip()
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return "console"
+        if isinstance(obj, dict) and "step" in obj:
+            return "jsonl"
+    return "console"
+
+
+@dataclass
+class _ReaderCounts:
+    """What ``iter_lines`` counts; bad UTF-8 is counted by the parser itself (U+FFFD)."""
+
+    bad_utf8_lines: int = 0
+    oversize_lines: int = 0
+
+
+def _iter_with_format(path: Path, parser: LogParser) -> Iterator[Item | str]:
+    """Like ``iter_items`` but first yields the first non-blank line (a str) for detection."""
+    seen = False
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory", str(path))
+        counts = _ReaderCounts()
+        for line in iter_lines(path, stats=counts):
+            if not seen and line.strip():
+                seen = True
+                yield line
+            yield from parser.feed(line)
+    except OSError as exc:
+        raise _open_error(path, exc) from exc
+    parser.stats.oversize_lines += counts.oversize_lines
+    yield from parser.flush()
+
+
+def _rebuild_times(steps: list[StepRecord], log_end: float) -> None:
+    """Fill missing end times backwards from ``log_end`` using each step's total."""
+    known = [s.total for s in steps if s.total is not None and s.total >= 0]
+    fallback = sorted(known)[len(known) // 2] if known else 0.0
+    anchor = log_end
+    for record in reversed(steps):
+        if record.end_time is not None and record.time_source == "line":
+            anchor = record.end_time
+        else:
+            record.end_time = anchor
+            record.time_source = "rebuilt"
+        total = record.total if record.total is not None and record.total >= 0 else fallback
+        anchor = record.end_time - total
+
+
+def _time_events(ordered: list[Item], log_end: float | None = None) -> list[Event]:
+    """Events in log order; those without a time get the previous step's end time, or
+    ``log_end`` where no step has a time (a traceback pasted on its own)."""
+    events: list[Event] = []
+    last_end: float | None = None
+    first_step = next((item for item in ordered if isinstance(item, StepRecord)), None)
+    if first_step is not None and first_step.end_time is not None:
+        last_end = first_step.end_time - (first_step.total or 0.0)
+    for item in ordered:
+        if isinstance(item, StepRecord):
+            last_end = item.end_time
+            continue
+        if item.time is None and last_end is not None:
+            item.time = last_end
+            item.data.setdefault("time_rebuilt", True)
+        elif item.time is None and log_end is not None:
+            item.time = log_end
+            item.data.setdefault("time_rebuilt", True)
+            item.data.setdefault("time_from", "log_end")
+        events.append(item)
+    return events
