@@ -19,7 +19,7 @@ from monitor.sim.scenarios import (
     resolve_script,
 )
 
-PROBLEMS = [name for name in SCENARIOS if name != "healthy"]
+PROBLEMS = [name for name, sc in SCENARIOS.items() if name != "healthy" and sc.kind is not None]
 
 
 def _runs(name: str, **kw) -> SimRun:
@@ -64,8 +64,8 @@ def test_every_scenario_writes_all_files_with_matching_truth(name, tmp_path):
     truth = json.loads((tmp_path / "truth.json").read_text())["truth"]
     kinds = {e["kind"] for e in truth}
     assert kinds <= set(FLAG_KINDS)
-    if name == "healthy":
-        assert truth == []
+    if name == "healthy" or (name in SCENARIOS and SCENARIOS[name].kind is None):
+        assert truth == []  # nothing wrong on this node (straggler_elsewhere: it only waits)
     elif name in SCENARIOS:
         assert name in kinds
     else:

@@ -273,6 +273,38 @@ class GpuImbalance(Scenario):
 
 
 @dataclass
+class StragglerElsewhere(GpuImbalance):
+    """This node's GPUs all wait for a straggling GPU on another node of the job.
+
+    For a job simulated one node per process (each exporter runs its own simulator, as on a
+    real cluster each node samples its own GPUs): the straggler's node runs ``gpu_imbalance``
+    (one GPU at full SM activity, its node peers waiting), every other node runs this. In a
+    data-parallel job every rank waits for the slowest in the gradient all-reduce, so every GPU
+    here shows the waiters' signature of the real run (bench/results/gpu_scenarios_2026-11-30_
+    H200_2gpu_run1: util 99-100%, SM activity 47-57% against the straggler's 86-96%) and the
+    training phases stretch by the same ``slowdown`` as on the straggler's node, so the nodes'
+    step timelines stay together. Nothing is wrong with this node itself (``kind`` None).
+    """
+
+    name: str = "straggler_elsewhere"
+    kind: str | None = None
+    related: tuple[str, ...] = ()
+    description: str = ("Every GPU here waits in collectives for a straggler on another node "
+                        "(util ~100%, SM activity ~0.58x) in the training phases.")
+
+    def setup(self, ctx: ScenarioContext) -> None:
+        """No straggler on this node."""
+        ctx.state["node"] = 0
+        ctx.state["gpus"] = []
+        ctx.state["node_name"] = ctx.node_names[0]
+        ctx.state["global"] = []
+
+    def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
+        """The waiting node (no GPU of its own at fault)."""
+        return {"node": ctx_state.get("node_name", "node0"), "gpus": []}
+
+
+@dataclass
 class RolloutLongTail(Scenario):
     """During gen most GPUs fall idle one by one while a few keep decoding long responses."""
 
@@ -600,6 +632,7 @@ SCENARIOS: dict[str, Scenario] = {
         Healthy(),
         IoStarvation(),
         GpuImbalance(),
+        StragglerElsewhere(),
         RolloutLongTail(),
         ReshardSpike(),
         CommHeavy(),
