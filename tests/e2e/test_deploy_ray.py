@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dashboard_check import chromium_missing, nodes_shown_by_dashboard
 from procs import RULES_DIR, start_prometheus, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -70,6 +71,8 @@ def _open(target: str) -> bool:
 
 
 def test_an_exporter_on_every_ray_node_scraped_and_stopped(ray_cluster, tmp_path):
+    if chromium_missing():
+        pytest.skip(chromium_missing())
     targets = tmp_path / "targets" / "grpo.json"
     log = tmp_path / "driver" / "train.log"
     log.parent.mkdir()
@@ -106,6 +109,8 @@ def test_an_exporter_on_every_ray_node_scraped_and_stopped(ray_cluster, tmp_path
             steps = wait_until(lambda: prom.query(
                 'verlmon_training_step{job="grpo-ray"} == 3'), 30, what="the driver's steps")
             assert len(steps) == 1 and steps[0]["metric"]["node"] in names
+            # the dashboard on this Prometheus lists both Ray nodes
+            assert nodes_shown_by_dashboard(prom.url, tmp_path / "dash", names) == names
             # `start` again (nodes joining) finds the running actors instead of doubling them
             again = _script("start", ray_cluster, "--port", "0", "--targets-file",
                             str(targets), "--job", "grpo-ray", "--out-dir",

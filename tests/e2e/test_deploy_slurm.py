@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dashboard_check import chromium_missing, nodes_shown_by_dashboard
 from procs import RULES_DIR, free_port, start_prometheus, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -147,6 +148,8 @@ def _job_field(env: dict, job_id: str, name: str) -> str:
 
 
 def test_sbatch_recipe_brings_up_an_exporter_per_node_scraped_via_file_sd(slurm, tmp_path):
+    if chromium_missing():
+        pytest.skip(chromium_missing())
     env, host = slurm["env"], slurm["host"]
     targets = tmp_path / "targets"
     targets.mkdir()
@@ -193,6 +196,8 @@ def test_sbatch_recipe_brings_up_an_exporter_per_node_scraped_via_file_sd(slurm,
                 what="per-phase GPU counters")
             assert {r["metric"]["gpu"] for r in phases} == {"0", "1"}
             assert list(targets.glob("*.json")), "targets file written while the job runs"
+            # the dashboard on this Prometheus lists every node of the job
+            assert nodes_shown_by_dashboard(prom.url, tmp_path / "dash", [host]) == [host]
         finally:
             stop_file.touch()
         wait_until(lambda: _job_field(env, job_id, "JobState") in
