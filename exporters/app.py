@@ -103,7 +103,8 @@ class Exporter:
 
     def _start(self) -> None:
         try:  # bind first: a busy port fails before anything starts sampling
-            self.server = MetricsServer(self.address, self._render, self._landing, self.web)
+            self.server = MetricsServer(self.address, self._render, self._landing, self.web,
+                                        scrape=self._scrape)
         except OSError as exc:
             raise ExporterError(f"cannot listen on {self.address[0]}:{self.address[1]} "
                                 f"({exc.strerror or exc}); choose another --listen-address"
@@ -178,7 +179,12 @@ class Exporter:
                         self.interval, self.monitor.window.max_age_s / 60)
 
     def _render(self) -> bytes:
-        return self.exposition.render() if self.exposition is not None else b""
+        return self._scrape(None, False)
+
+    def _scrape(self, names: frozenset[str] | None, openmetrics: bool) -> bytes:
+        if self.exposition is None:
+            return b""
+        return self.exposition.render(names, openmetrics)
 
     def _build_collector(self, name: str) -> BaseCollector:
         try:

@@ -24,7 +24,10 @@ Clocks of the nodes must agree (NTP) to within a fraction of the shortest phase 
 from __future__ import annotations
 
 import math
+import socket
 import threading
+import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,6 +40,8 @@ from monitor.records import StepRecord
 
 #: Seconds a fetch of the driver's /metrics may take.
 FETCH_TIMEOUT_S = 3.0
+#: Seconds between two looks for the driver among several addresses (a headless Service).
+RESCAN_S = 30.0
 
 
 class PhaseSourceError(RuntimeError):
@@ -75,6 +80,87 @@ def fetch_step(url: str, timeout: float = FETCH_TIMEOUT_S) -> StepRecord | None:
     except OSError as exc:
         raise PhaseSourceError(f"cannot read {url}: {getattr(exc, 'reason', exc)}") from None
     return step_from_metrics(text)
+
+
+def _resolve(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to (one per exporter behind a headless Service)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+class PhaseSource:
+    """The driver's /metrics behind ``--phase-source``, whose host may name several exporters.
+
+    A host with one address is read as given. A host with several (a Kubernetes headless
+    Service over the DaemonSet's exporters: one address per node) is every node's exporter;
+    the driver is the one whose /metrics has steps (it follows the log). It is remembered and
+    looked for again, at most every ``rescan_s`` seconds, when it stops answering with a step.
+    ``resolve(host, port)`` lists the addresses (DNS by default).
+    """
+
+    def __init__(self, url: str, rescan_s: float = RESCAN_S,
+                 resolve=_resolve, timeout: float = FETCH_TIMEOUT_S) -> None:
+        self.url = url
+        self.rescan_s = rescan_s
+        self.timeout = timeout
+        self._resolve = resolve
+        self.driver: str | None = None
+        self._next_scan = 0.0
+
+    def candidates(self) -> list[str]:
+        """The URL once per address its host resolves to (the URL itself for one address)."""
+        parts = urllib.parse.urlsplit(self.url)
+        host = parts.hostname or ""
+        try:
+            addrs = self._resolve(host, parts.port or 80)
+        except OSError as exc:
+            raise PhaseSourceError(f"cannot resolve {host}: {exc}") from None
+        if len(addrs) <= 1:
+            return [self.url]
+        netloc = parts.netloc.rsplit("@", 1)[-1]
+        out = []
+        for addr in addrs:
+            name = f"[{addr}]" if ":" in addr else addr
+            port = f":{parts.port}" if parts.port else ""
+            out.append(urllib.parse.urlunsplit(parts._replace(
+                netloc=parts.netloc.replace(netloc, f"{name}{port}"))))
+        return out
+
+    def fetch(self) -> StepRecord | None:
+        """The driver's last step (None before the first step or while no address has one)."""
+        if self.driver is not None:
+            try:
+                rec = fetch_step(self.driver, self.timeout)
+                if rec is not None:
+                    return rec
+            except PhaseSourceError:
+                pass
+            self.driver = None
+        urls = self.candidates()
+        if len(urls) == 1:
+            rec = fetch_step(urls[0], self.timeout)
+            self.driver = urls[0] if rec is not None else None
+            return rec
+        now = time.monotonic()
+        if now < self._next_scan:
+            return None
+        self._next_scan = now + self.rescan_s
+        best: tuple[str, StepRecord] | None = None
+        errors: list[str] = []
+        for url in urls:
+            try:
+                rec = fetch_step(url, self.timeout)
+            except PhaseSourceError as exc:
+                errors.append(str(exc))
+                continue
+            if rec is not None and (best is None or (rec.end_time or 0) > (best[1].end_time or 0)):
+                best = (url, rec)
+        if best is None:
+            if len(errors) == len(urls):
+                raise PhaseSourceError(errors[0])
+            return None
+        self.driver = best[0]
+        return best[1]
 
 
 @dataclass

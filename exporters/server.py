@@ -1,6 +1,11 @@
 """The exporter's web server: ``/metrics`` (gzip when asked), ``/`` (landing page), 404
 elsewhere; over HTTPS and with basic auth when the web config (exporters/webconfig.py) says so.
 
+Given a ``scrape`` callable (the exporter's ``Exposition.render``), ``/metrics`` answers in
+OpenMetrics when the Accept header asks for it (text format 0.0.4 otherwise) and keeps only the
+families named by ``name[]`` in the URL (``/metrics?name[]=verlmon_gpu_up``), as
+prometheus_client's own server does.
+
 The server thread sleeps until a client connects (no periodic polling); each request is served
 on its own thread. TLS handshakes run in the request's thread, under a timeout, so a silent
 client blocks nobody.
@@ -27,8 +32,9 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
-from exporters.exposition import CONTENT_TYPE
+from exporters.exposition import CONTENT_TYPE, negotiate
 from exporters.webconfig import WebConfig
 
 log = logging.getLogger("verl_monitor.exporter")
@@ -127,8 +133,15 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/":
             self._send(200, self.server.landing(), "text/html; charset=utf-8")
             return
+        ctype = CONTENT_TYPE
         try:
-            body = self.server.render()
+            if self.server.scrape is None:
+                body = self.server.render()
+            else:
+                openmetrics, ctype = negotiate(self.headers.get("Accept"))
+                query = parse_qs(self.path.split("?", 1)[1]) if "?" in self.path else {}
+                names = frozenset(query["name[]"]) if "name[]" in query else None
+                body = self.server.scrape(names, openmetrics)
         except Exception as exc:  # noqa: BLE001 - answer 500 in words, keep serving
             log.error("scrape failed: %s: %s", exc.__class__.__name__, exc)
             self._send(500, b"scrape failed; see the exporter's log\n",
@@ -138,7 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
         if "gzip" in (self.headers.get("Accept-Encoding") or ""):
             body = gzip.compress(body, compresslevel=1)
             headers["Content-Encoding"] = "gzip"
-        self._send(200, body, CONTENT_TYPE, headers)
+        self._send(200, body, ctype, headers)
 
     do_HEAD = do_GET  # noqa: N815
 
@@ -148,11 +161,12 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = BACKLOG  # listen() backlog (socketserver's default is 5)
 
-    def __init__(self, address, render, landing, web: WebConfig) -> None:
+    def __init__(self, address, render, landing, web: WebConfig, scrape=None) -> None:
         host = address[0]
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__(address, _Handler)
         self.render = render
+        self.scrape = scrape
         self.landing = landing
         self.web = web
         if web.ssl_context is not None:
@@ -180,7 +194,11 @@ def parse_listen_address(value: str) -> tuple[str, int]:
 
 
 class MetricsServer:
-    """Serves /metrics and / on a background thread; ``port`` is the bound port (0 resolved)."""
+    """Serves /metrics and / on a background thread; ``port`` is the bound port (0 resolved).
+
+    ``render()`` gives the /metrics text (format 0.0.4); with ``scrape(names, openmetrics)``
+    instead, each scrape's Accept header and ``name[]`` filter are passed on.
+    """
 
     def __init__(
         self,
@@ -188,9 +206,10 @@ class MetricsServer:
         render: Callable[[], bytes],
         landing: Callable[[], bytes],
         web: WebConfig | None = None,
+        scrape: Callable[[frozenset[str] | None, bool], bytes] | None = None,
     ) -> None:
         self.web = web or WebConfig()
-        self._server = _Server(address, render, landing, self.web)
+        self._server = _Server(address, render, landing, self.web, scrape)
         self._server.timeout = 0.5  # handle_request() never blocks longer than this
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread: threading.Thread | None = None

@@ -14,9 +14,10 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     InfoMetricFamily,
 )
+from prometheus_client.openmetrics.exposition import generate_latest as om_generate_latest
 
 from exporters.collectors.nccl import NcclCollector
-from exporters.exposition import Exposition, _Families, format_families
+from exporters.exposition import EOF, Exposition, _Families, format_families
 from exporters.options import ExporterOptions
 from exporters.registry import BaseCollector, ExporterContext
 from exporters.sampling import SampledCollector
@@ -127,3 +128,6 @@ def test_fast_formatter_matches_prometheus_client():
     ]
     families[8].add_metric(["v"], 7)
     assert format_families(families) == pe.generate_latest(_Families(families))
+    # OpenMetrics (what Prometheus asks for first): the bytes of prometheus_client's writer
+    assert format_families(families, openmetrics=True) + EOF == \
+        om_generate_latest(_Families(families))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import shutil
 import ssl
 
 import bcrypt
@@ -108,3 +109,118 @@ def test_listen_addresses(text, expected):
 def test_bad_listen_addresses(text):
     with pytest.raises(ValueError, match="listen address"):
         parse_listen_address(text)
+
+
+def _gpu_exposition(gpus: int = 2) -> Exposition:
+    """The real gpu collector on simulated GPUs, sampled once, behind an Exposition."""
+    from exporters.collectors.gpu import GpuCollector
+    from exporters.gpu.sim import SimBackend
+
+    ctx = ExporterContext(node="n0", interval=1.0)
+    gpu = GpuCollector(ctx, backend=SimBackend("healthy", gpus_per_node=gpus, seed=0))
+    gpu.sample_once()
+    return Exposition({"gpu": gpu, "fine": Fine(ctx)}, node="n0", version="9.9", backend="sim")
+
+
+@pytest.fixture
+def negotiating_server():
+    exp = _gpu_exposition()
+    server = MetricsServer(("127.0.0.1", 0), exp.render, lambda: b"landing", scrape=exp.render)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_openmetrics_when_asked_with_the_same_series_as_the_text_format(negotiating_server):
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+    from prometheus_client.parser import text_string_to_metric_families as text_parse
+
+    url = negotiating_server.url
+    with httpx.Client(timeout=10) as client:
+        om = client.get(url, headers={"Accept": "application/openmetrics-text; version=1.0.0",
+                                      "Accept-Encoding": "gzip"})
+        text = client.get(url)
+    assert om.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert om.headers["content-encoding"] == "gzip"
+    assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert om.text.endswith("# EOF\n") and "# EOF" not in text.text
+    om_samples = {(s.name, tuple(sorted(s.labels.items())), s.value)
+                  for f in om_parse(om.text) for s in f.samples}
+    text_samples = {(s.name, tuple(sorted(s.labels.items())), s.value)
+                    for f in text_parse(text.text) for s in f.samples}
+    # the duration gauge differs from scrape to scrape; every other sample is the same
+    assert {s for s in om_samples if "duration" not in s[0]} == \
+        {s for s in text_samples if "duration" not in s[0]}
+
+
+def test_name_filter_keeps_only_the_named_series(negotiating_server):
+    url = negotiating_server.url
+    with httpx.Client(timeout=10) as client:
+        one = client.get(url, params=[("name[]", "verlmon_gpu_up")]).text
+        two = client.get(url, params=[("name[]", "verlmon_test_fine"),
+                                      ("name[]", "verlmon_collector_errors_total")]).text
+        om = client.get(url, params=[("name[]", "verlmon_gpu_up")],
+                        headers={"Accept": "application/openmetrics-text"}).text
+    names = {line.split("{")[0].split()[0] for line in one.splitlines() if line[0] != "#"}
+    assert names == {"verlmon_gpu_up"} and one.count("verlmon_gpu_up{") == 2
+    names = {line.split("{")[0].split()[0] for line in two.splitlines() if line[0] != "#"}
+    assert names == {"verlmon_test_fine", "verlmon_collector_errors_total"}
+    assert om.endswith("# EOF\n") and "verlmon_gpu_up{" in om and "verlmon_build" not in om
+
+
+@pytest.mark.slow  # starts Prometheus
+@pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus is not installed")
+def test_prometheus_scrapes_the_openmetrics_exposition(tmp_path):
+    """A real Prometheus (which asks for OpenMetrics first) scrapes the exporter's server:
+    the answer is OpenMetrics, the target is up without a scrape error and the GPU series are
+    stored."""
+    import socket
+    import subprocess
+    import time
+
+    exp = _gpu_exposition()
+    formats: list[bool] = []
+
+    def scrape(names, openmetrics):
+        formats.append(openmetrics)
+        return exp.render(names, openmetrics)
+
+    negotiating_server = MetricsServer(("127.0.0.1", 0), exp.render, lambda: b"", scrape=scrape)
+    negotiating_server.start()
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: verlmon\n"
+                      "    static_configs:\n      - targets: "
+                      f"['127.0.0.1:{negotiating_server.port}']\n")
+    prom = subprocess.Popen(["prometheus", f"--config.file={config}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        deadline = time.monotonic() + 90
+        target: dict = {}
+        while time.monotonic() < deadline:
+            try:
+                active = httpx.get(f"{api}/targets", timeout=2).json()["data"]["activeTargets"]
+                target = active[0] if active else {}
+            except (httpx.HTTPError, ValueError, KeyError, IndexError):  # not ready yet
+                target = {}
+            if target.get("health") == "up":
+                break
+            time.sleep(0.5)
+        assert target.get("health") == "up", target.get("lastError")
+        result = httpx.get(f"{api}/query", params={"query": "verlmon_gpu_up"},
+                           timeout=5).json()["data"]["result"]
+        assert sorted(r["metric"]["gpu"] for r in result) == ["0", "1"]
+        assert formats and all(formats)  # every scrape answered in OpenMetrics
+    finally:
+        negotiating_server.stop()
+        prom.terminate()
+        try:
+            prom.wait(10)
+        except subprocess.TimeoutExpired:
+            prom.kill()

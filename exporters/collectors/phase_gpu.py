@@ -14,9 +14,9 @@ from prometheus_client.metrics_core import Metric
 
 from exporters.phase_timeline import (
     PhaseGpuTotals,
+    PhaseSource,
     PhaseSourceError,
     families,
-    fetch_step,
 )
 from exporters.registry import ExporterContext, register
 from exporters.sampling import PollingCollector
@@ -52,8 +52,8 @@ class PhaseGpuCollector(PollingCollector):
         if window is None:
             return 0
         new: list[StepRecord] = []
-        if self.source:
-            rec = fetch_step(self.source)
+        if self._source is not None:
+            rec = self._source.fetch()
             if rec is not None and rec.end_time is not None:
                 new = [rec]
         elif window.steps_added != self._last_steps_added:
