@@ -1,8 +1,14 @@
 """Shared test set-up.
 
 Every test under ``tests/e2e/`` is marked ``e2e`` whether or not its module says so, so the
-fast loop (``make test-fast``, which runs ``-m "not e2e"``) never picks up a slow end-to-end
-test by accident, and ``make test`` still runs everything.
+fast loop (``make test-fast``, which runs ``-m "not e2e and not slow"``) never picks up an
+end-to-end test by accident, and ``make test`` still runs everything. Unit tests that start
+processes (the CLI, an exporter, Streamlit's AppTest, promtool, Prometheus, wandb's service)
+or wait on purpose carry ``@pytest.mark.slow`` themselves.
+
+Helpers shared by test modules live beside this file and are imported by name:
+``ports.free_port`` (a free TCP port), ``detect_builders`` (frames for the detectors),
+``tls_cert`` (a throw-away certificate).
 """
 
 from __future__ import annotations

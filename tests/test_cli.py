@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from ports import free_port
 
 from monitor import __version__
 from monitor.cli import COMMANDS, build_parser, main
@@ -61,21 +62,13 @@ def test_unknown_option_of_a_subcommand_prints_that_subcommands_usage(capsys):
     assert "unrecognized arguments: --bogus" in err
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_exporter_with_a_log_in_a_missing_folder_warns_once_and_exports_failure(tmp_path):
     import re
     import time
     import urllib.request
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "monitor", "exporter", "--gpu-backend", "sim", "--scenario",
          "healthy", "--sim-gpus", "1", "--interval", "0.2", "--listen-address",

@@ -9,18 +9,13 @@ import sys
 import urllib.request
 
 import pytest
+from ports import free_port
 
 from monitor.store.runstore import RunStore
 
 pytestmark = pytest.mark.slow  # starts processes (make test-fast skips it)
 
 CLI = [sys.executable, "-m", "monitor"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -48,7 +43,7 @@ def test_source_is_required():
 
 
 def _serve(args: list[str]) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*CLI, "dashboard", *args, "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -9,20 +9,15 @@ import sys
 import urllib.request
 
 import pytest
+from ports import free_port
 
 pytestmark = pytest.mark.slow  # starts processes (make test-fast skips it)
 
 CLI = [sys.executable, "-m", "monitor"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_demo_serves_dashboard_and_metrics_then_stops_on_ctrl_c(tmp_path):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*CLI, "demo", "--speed", "20", "--port", str(port), "--dir",
                              str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -72,7 +67,7 @@ def test_bad_speed_and_bad_dir_are_exit_2(tmp_path):
 
 
 def test_demo_with_prometheus_points_the_dashboard_there(tmp_path):
-    port, prom_port = _free_port(), _free_port()
+    port, prom_port = free_port(), free_port()
     prom = f"http://127.0.0.1:{prom_port}"
     proc = subprocess.Popen([*CLI, "demo", "--speed", "20", "--port", str(port), "--dir",
                              str(tmp_path), "--prometheus", prom], stdout=subprocess.PIPE,
@@ -104,7 +99,7 @@ def test_demo_removes_its_temp_dir_when_it_stops(tmp_path):
     import os
 
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*CLI, "demo", "--speed", "20", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env=env)

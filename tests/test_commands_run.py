@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from monitor.commands.run import (
     RunError,
@@ -24,12 +25,6 @@ from monitor.commands.run import (
 
 #: The exporter child without GPUs (none on a CI machine) and with a fast detector loop.
 EXPORTER_ARGS = "--exporter-args=--no-collector.gpu --interval 0.2"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_cli(args: list[str], cwd: Path, **kw) -> subprocess.Popen:

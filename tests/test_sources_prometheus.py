@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -10,6 +9,7 @@ import urllib.request
 
 import httpx
 import pytest
+from ports import free_port
 
 from monitor.sources.base import NCCL_COLUMNS
 from monitor.sources.prometheus import PrometheusSource, _duration_seconds, _runs
@@ -19,12 +19,6 @@ pytestmark = pytest.mark.skipif(
     subprocess.run(["which", "prometheus"], capture_output=True).returncode != 0,
     reason="prometheus binary not installed (make sysdeps)",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(predicate, timeout: float, what: str):
@@ -49,7 +43,7 @@ def live(tmp_path_factory):
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = exporter.stdout.readline()
     target = line.split("serving http://", 1)[1].split("/metrics", 1)[0]
-    port = _free_port()
+    port = free_port()
     config = tmp / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -168,7 +162,7 @@ def test_a_day_at_one_second_steps_stays_under_the_point_limit(live):
 def test_job_filter_and_unreachable_server(live):
     src, _ = live
     assert PrometheusSource(src.url, job="someone-else").status().message == "no data yet"
-    dead = PrometheusSource(f"http://127.0.0.1:{_free_port()}")
+    dead = PrometheusSource(f"http://127.0.0.1:{free_port()}")
     status = dead.status()
     assert not status.ok and status.message.startswith("Prometheus unreachable at http://127.0.0.1:")
 
@@ -184,7 +178,7 @@ def test_duration_and_run_helpers():
 @pytest.mark.slow
 def test_server_that_is_not_prometheus(tmp_path):
     # an HTTP server answering HTML: the source says so in one line
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
                              "127.0.0.1", "--directory", str(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -203,8 +197,6 @@ def _up(port: int) -> bool:
         return True
     except httpx.HTTPError:
         return False
-
-
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ a resume in progress, a reshard or validation waiting for the next step record.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from monitor.logs.blocks import TRACEBACK_START, VALIDATION_START, BlockReader, HybridSwitch
@@ -34,6 +33,7 @@ from monitor.logs.keys import other_seconds, phases_and_total
 from monitor.logs.prefix import unwrap
 from monitor.logs.stats import Item, ParseStats
 from monitor.logs.vocabulary import Vocabulary
+from monitor.numbers import finite_float
 from monitor.records import Event, StepRecord
 
 _GIB = float(2**30)
@@ -283,7 +283,7 @@ class LogParser:
             end_time=end_time,
             total=total,
             phases=phases,
-            throughput=_finite(metrics.get("perf/throughput")),
+            throughput=finite_float(metrics.get("perf/throughput")),
             mem_allocated_peak_bytes=_gib_bytes(metrics, "max_memory_allocated_gb"),
             mem_reserved_peak_bytes=_gib_bytes(metrics, "max_memory_reserved_gb"),
             metrics=metrics,
@@ -353,15 +353,8 @@ class LogParser:
             )
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def _gib_bytes(metrics: dict[str, Any], name: str) -> float | None:
-    value = _finite(metrics.get("perf/" + name))
+    value = finite_float(metrics.get("perf/" + name))
     if value is None:
-        value = _finite(metrics.get("actor/perf/" + name))
+        value = finite_float(metrics.get("actor/perf/" + name))
     return None if value is None else value * _GIB
