@@ -34,6 +34,7 @@ class PhaseGpuCollector(PollingCollector):
     def __init__(self, ctx: ExporterContext) -> None:
         super().__init__(ctx)
         self.source = ctx.options.phase_source
+        self._source = PhaseSource(self.source) if self.source else None
         self.totals = PhaseGpuTotals()
         self._done: set[tuple[int, float]] = set()
         self._last_steps_added = -1
