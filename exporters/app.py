@@ -130,7 +130,11 @@ class Exporter:
         self.exposition = Exposition(self.collectors, node=self.node, version=__version__,
                                      backend=str(backend), store=monitor.store)
         self.exposition.extra = self._health_families
-        self._warn_window_coverage()
+        from exporters.collectors.gpu import GpuCollector
+
+        collector = self.collectors.get("gpu")
+        monitor.warn_window_coverage(len(collector.snapshot())  # the GPUs of its last sample
+                                     if isinstance(collector, GpuCollector) else 0)
         monitor.start()
         self.server.start()
 
@@ -150,8 +154,10 @@ class Exporter:
         for name, count in counts.items():
             restarts.add_metric([name], count)
         out = [restarts, *self.monitor.health_families()]
+        from exporters.collectors.verl_log import VerlLogCollector
+
         collector = self.collectors.get("verl_log")
-        logs = getattr(collector, "logs", None)
+        logs = collector.logs if isinstance(collector, VerlLogCollector) else []
         if logs:
             oversize = CounterMetricFamily(
                 m.LOG_DROPPED.removesuffix("_total"),
@@ -161,22 +167,6 @@ class Exporter:
                 oversize.add_metric([str(followed.path)], followed.follower.oversize_lines)
             out.append(oversize)
         return out
-
-    def _warn_window_coverage(self) -> None:
-        """Say so at startup when the window's row cap cannot hold ``--window`` of GPU rows
-        at this interval (64 GPUs every 0.1 s fill 200,000 rows in about 5 minutes)."""
-        collector = self.collectors.get("gpu")
-        snapshot = getattr(collector, "snapshot", None)
-        gpus = len(snapshot()) if callable(snapshot) else 0  # the GPUs of its last sample
-        cap = getattr(getattr(self.monitor.window, "_gpu", None), "maxlen", None)
-        if not gpus or not cap:
-            return
-        covered = cap / (gpus / self.interval)
-        if covered < self.monitor.window.max_age_s:
-            log.warning("the detectors' window holds %d GPU rows: %.1f min of %d GPUs every "
-                        "%g s, not --window's %.0f min; older rows are dropped (counted in "
-                        "verlmon_window_dropped_rows_total)", cap, covered / 60, gpus,
-                        self.interval, self.monitor.window.max_age_s / 60)
 
     def _render(self) -> bytes:
         return self._scrape(None, False)

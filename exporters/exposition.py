@@ -23,7 +23,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import exposition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -32,6 +32,9 @@ from prometheus_client.openmetrics import exposition as om_exposition
 
 from exporters.registry import BaseCollector
 from monitor import metric_names as m
+
+if TYPE_CHECKING:
+    from monitor.store import StoreWriter
 
 log = logging.getLogger("verl_monitor.exporter")
 
@@ -157,7 +160,7 @@ class Exposition:
         node: str,
         version: str,
         backend: str = "none",
-        store: Any | None = None,
+        store: StoreWriter | None = None,
     ) -> None:
         self.collectors = collectors
         self.node = node
@@ -245,9 +248,9 @@ class Exposition:
         yield errors
         if self.store is not None:
             yield GaugeMetricFamily(m.STORE_UP, "1 while the run store accepts writes.",
-                                    value=1.0 if getattr(self.store, "up", False) else 0.0)
+                                    value=1.0 if self.store.up else 0.0)
             yield CounterMetricFamily(m.STORE_WRITE_ERRORS.removesuffix("_total"),
                                       "Failed run-store writes (disk full, database locked).",
-                                      value=float(getattr(self.store, "write_errors", 0) or 0))
+                                      value=float(self.store.write_errors))
         if self.extra is not None:
             yield from self.extra()

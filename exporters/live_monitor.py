@@ -363,6 +363,19 @@ class LiveMonitor(Recorder):
         self._store_error_logged = error
         return ok
 
+    def warn_window_coverage(self, gpus: int) -> None:
+        """Say so at startup when the window's row cap cannot hold ``--window`` of ``gpus``
+        GPUs' rows at this interval (64 GPUs every 0.1 s fill 200,000 rows in 5 minutes)."""
+        cap = self.window.max_rows
+        if not gpus or not cap:
+            return
+        covered = cap / (gpus / self.interval)
+        if covered < self.window.max_age_s:
+            log.warning("the detectors' window holds %d GPU rows: %.1f min of %d GPUs every "
+                        "%g s, not --window's %.0f min; older rows are dropped (counted in "
+                        "verlmon_window_dropped_rows_total)", cap, covered / 60, gpus,
+                        self.interval, self.window.max_age_s / 60)
+
     # ------------------------------------------------------------------ health and stop
 
     def restart_counts(self) -> dict[str, int]:

@@ -76,6 +76,11 @@ class RollingWindow:
         #: step records added so far (the detector loop runs soon after a new step)
         self.steps_added = 0
 
+    @property
+    def max_rows(self) -> int:
+        """GPU (and host) rows kept at most; older ones are dropped before they age out."""
+        return self._gpu.maxlen or 0
+
     # --- writers (collector threads)
 
     def add_gpu(self, rows: Iterable[Mapping[str, Any]]) -> None:

@@ -142,7 +142,7 @@ class VerlLogCollector(SampledCollector):
                     fol.waiting_logged = True
             live_sim = self.ctx.live_sim  # a replayed sim: lines come faster
             gaps = self._gaps.setdefault(fol.path, DataWaitTracker(
-                float(getattr(live_sim, "speed", 1.0) or 1.0)))
+                float(live_sim.speed) if live_sim is not None else 1.0))
             for item in items:
                 if isinstance(item, StepRecord):
                     gaps.update(item)  # time before the step timer: batch fetch (data wait)
