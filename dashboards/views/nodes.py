@@ -9,6 +9,10 @@ import streamlit as st
 from dashboards import charts, common
 from monitor.sources.base import mark_outliers
 
+#: Width of the Nodes table's "open flags" column (px): the other columns and this one fit the
+#: main area of a 1400 px window.
+NODE_FLAGS_PX = 260
+
 settings = common.settings()
 st.title("Nodes")
 
@@ -29,27 +33,29 @@ def live(start: float, end: float, key: str) -> None:
     c3.metric("Nodes with open flags", f"{len(marked)}")
     for row in marked.itertuples():
         st.warning(f"**{row.node}**: {row.reason}", icon=":material/warning:")
-    table = summary.assign(status=["flagged" if o else "ok" for o in summary["outlier"]])
-    table["mem_used_max_ratio"] = 100 * table["mem_used_max_ratio"]
+    table = summary.assign(mem_used_max_ratio=100 * summary["mem_used_max_ratio"])
+    # every column, the open flags last, fits a 1400 px window: the flags' words are cut
+    # inside their cell at worst (they are in full in the warnings above), never the column
     st.dataframe(
-        table[["node", "status", "gpus", "util_mean", "util_min_gpu", "util_max_gpu",
-               "util_spread", "sm_active_mean", "mem_used_max_ratio", "iowait_mean", "reason"]],
-        hide_index=True, key="node_table",
+        table[["node", "gpus", "util_mean", "util_min_gpu", "util_spread", "sm_active_mean",
+               "mem_used_max_ratio", "iowait_mean", "reason"]],
+        hide_index=True, key="node_table", width="stretch",
         column_config={
             "node": st.column_config.TextColumn("node"),
-            "status": st.column_config.TextColumn("status", width="small",
-                                                  help="flagged while an open flag names the node"),
             "gpus": st.column_config.NumberColumn("GPUs", format="%d"),
             "util_mean": st.column_config.ProgressColumn("util %", min_value=0, max_value=100,
-                                                         format="%.0f"),
+                                                         format="%.0f", width=110),
             "util_min_gpu": st.column_config.NumberColumn("lowest GPU %", format="%.0f",
                                                           help="lowest GPU's window mean"),
-            "util_max_gpu": st.column_config.NumberColumn("highest GPU %", format="%.0f"),
-            "util_spread": st.column_config.NumberColumn("spread pts", format="%.0f"),
+            "util_spread": st.column_config.NumberColumn(
+                "spread pts", format="%.0f",
+                help="highest GPU's window mean minus the lowest's (points)"),
             "sm_active_mean": st.column_config.NumberColumn("SM active %", format="%.0f"),
             "mem_used_max_ratio": st.column_config.NumberColumn("peak mem %", format="%.0f"),
             "iowait_mean": st.column_config.NumberColumn("iowait %", format="%.1f"),
-            "reason": st.column_config.TextColumn("open flags"),
+            "reason": st.column_config.TextColumn(
+                "open flags", width=NODE_FLAGS_PX,
+                help="open flags naming the node (empty: none, the node is ok)"),
         },
     )
     st.plotly_chart(charts.end_at(charts.node_heatmap(frame), start, end), key="node_heat")
