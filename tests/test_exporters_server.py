@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import shutil
 import ssl
 
 import bcrypt
@@ -166,61 +165,3 @@ def test_name_filter_keeps_only_the_named_series(negotiating_server):
     names = {line.split("{")[0].split()[0] for line in two.splitlines() if line[0] != "#"}
     assert names == {"verlmon_test_fine", "verlmon_collector_errors_total"}
     assert om.endswith("# EOF\n") and "verlmon_gpu_up{" in om and "verlmon_build" not in om
-
-
-@pytest.mark.slow  # starts Prometheus
-@pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus is not installed")
-def test_prometheus_scrapes_the_openmetrics_exposition(tmp_path):
-    """A real Prometheus (which asks for OpenMetrics first) scrapes the exporter's server:
-    the answer is OpenMetrics, the target is up without a scrape error and the GPU series are
-    stored."""
-    import socket
-    import subprocess
-    import time
-
-    exp = _gpu_exposition()
-    formats: list[bool] = []
-
-    def scrape(names, openmetrics):
-        formats.append(openmetrics)
-        return exp.render(names, openmetrics)
-
-    negotiating_server = MetricsServer(("127.0.0.1", 0), exp.render, lambda: b"", scrape=scrape)
-    negotiating_server.start()
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = tmp_path / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: verlmon\n"
-                      "    static_configs:\n      - targets: "
-                      f"['127.0.0.1:{negotiating_server.port}']\n")
-    prom = subprocess.Popen(["prometheus", f"--config.file={config}",
-                             f"--storage.tsdb.path={tmp_path / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    api = f"http://127.0.0.1:{port}/api/v1"
-    try:
-        deadline = time.monotonic() + 90
-        target: dict = {}
-        while time.monotonic() < deadline:
-            try:
-                active = httpx.get(f"{api}/targets", timeout=2).json()["data"]["activeTargets"]
-                target = active[0] if active else {}
-            except (httpx.HTTPError, ValueError, KeyError, IndexError):  # not ready yet
-                target = {}
-            if target.get("health") == "up":
-                break
-            time.sleep(0.5)
-        assert target.get("health") == "up", target.get("lastError")
-        result = httpx.get(f"{api}/query", params={"query": "verlmon_gpu_up"},
-                           timeout=5).json()["data"]["result"]
-        assert sorted(r["metric"]["gpu"] for r in result) == ["0", "1"]
-        assert formats and all(formats)  # every scrape answered in OpenMetrics
-    finally:
-        negotiating_server.stop()
-        prom.terminate()
-        try:
-            prom.wait(10)
-        except subprocess.TimeoutExpired:
-            prom.kill()

@@ -152,3 +152,42 @@ def test_no_gpu_says_how_to_simulate(tmp_path):
     assert "--gpu-backend sim" in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) <= 2
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed")
+def test_prometheus_scrapes_the_exporter_in_openmetrics_with_the_rules_loaded(tmp_path):
+    """A real Prometheus (it asks for OpenMetrics first) with the repository's rules scrapes
+    the exporter: the answer is OpenMetrics, the target is up without a scrape error, the GPU
+    series are stored and the recording rules evaluate without error."""
+    from procs import start_prometheus, wait_until
+
+    proc, url = start(["--listen-address", "127.0.0.1:0", "--gpu-backend", "sim",
+                       "--scenario", "healthy", "--sim-gpus", "2", "--node", "om-node",
+                       "--interval", "0.5", "--no-collector.host"], tmp_path)
+    try:
+        asked = httpx.get(url, headers={"Accept": "application/openmetrics-text"}, timeout=10)
+        assert asked.headers["content-type"].startswith("application/openmetrics-text")
+        assert asked.text.endswith("# EOF\n")
+        target = url.split("/")[2]
+        with start_prometheus(tmp_path / "prom", scrape_targets=[target]) as prom:
+            def up() -> dict | None:
+                active = httpx.get(f"{prom.url}/api/v1/targets", timeout=5).json()
+                found = active["data"]["activeTargets"]
+                return found[0] if found and found[0]["health"] == "up" else None
+
+            wait_until(up, timeout=60)
+            gpus = wait_until(lambda: prom.query("verlmon_gpu_up"), timeout=30)
+            assert sorted(r["metric"]["gpu"] for r in gpus) == ["0", "1"]
+            def rules_evaluated() -> list | None:
+                answer = httpx.get(f"{prom.url}/api/v1/rules", timeout=5).json()
+                groups = answer["data"]["groups"]
+                done = all(r["lastEvaluation"].startswith("20")
+                           for g in groups for r in g["rules"])
+                return groups if groups and done else None
+
+            groups = wait_until(rules_evaluated, timeout=30)
+            errors = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"]
+                      if r.get("lastError")]
+            assert groups and not errors
+    finally:
+        assert stop(proc) == 0
