@@ -150,6 +150,8 @@ def analyze(export: Path, run: Path) -> dict[str, Any]:
     """``verl-monitor analyze --json`` on the exported store (the step times it recorded)."""
     cmd = _monitor("analyze", str(export / "train.jsonl"), "--gpu", str(export / "gpu.csv"),
                    "--host", str(export / "host.csv"), "--events", str(export / "events.json"),
+                   *(["--nccl", str(export / "nccl.csv")] if (export / "nccl.csv").exists()
+                     else []),
                    "--json")
     res = subprocess.run(cmd, env=_env(), cwd=str(ROOT), capture_output=True, text=True,
                          check=False)
@@ -319,8 +321,9 @@ def make_fixtures(src: Path, dest: Path) -> None:
         t = json.loads(truth.read_text())
         out = dest / f"{t['gpus']}gpu_{run.name}"
         out.mkdir(parents=True, exist_ok=True)
-        for name in ("gpu.csv", "host.csv", "train.jsonl", "events.json"):
-            shutil.copy(run / "export" / name, out / name)
+        for name in ("gpu.csv", "host.csv", "train.jsonl", "events.json", "nccl.csv"):
+            if (run / "export" / name).exists():
+                shutil.copy(run / "export" / name, out / name)
         shutil.copy(run / "export" / "flags.json", out / "flags_live.json")
         shutil.copy(run / "train.log", out / "train.log")
         keep = {k: t[k] for k in ("name", "what", "steps", "rank", "expect", "expect_scope",
@@ -342,7 +345,7 @@ def replay_live(export: Path, run: Path) -> list[dict[str, Any]]:
     from monitor.config import load_config
     from monitor.detect import run_all
     from monitor.detect.live import FlagTracker
-    from monitor.frames import read_gpu_frame, read_host_frame
+    from monitor.frames import empty_nccl_frame, read_gpu_frame, read_host_frame, read_nccl_frame
     from monitor.logs.parse import parse_file
 
     steps = parse_file(str(export / "train.jsonl")).steps
@@ -352,6 +355,8 @@ def replay_live(export: Path, run: Path) -> list[dict[str, Any]]:
         events = merge_events(events, parse_file(str(run / "train.log"), log_end=end).events)
     gpu = read_gpu_frame(export / "gpu.csv")
     host = read_host_frame(export / "host.csv")
+    nccl = (read_nccl_frame(export / "nccl.csv") if (export / "nccl.csv").exists()
+            else empty_nccl_frame())
     cfg = load_config()
     tracker = FlagTracker()
     seen: dict[tuple, dict[str, Any]] = {}
@@ -361,7 +366,7 @@ def replay_live(export: Path, run: Path) -> list[dict[str, Any]]:
         win = [s for s in steps if s.end_time is not None and s.end_time <= now]
         ev = [e for e in events if e.time is None or e.time <= now]
         flags = run_all(win, gpu[gpu["ts"] <= now], host[host["ts"] <= now], ev, config=cfg,
-                        now=now)
+                        now=now, nccl=nccl[nccl["ts"] <= now])
         opened, _closed = tracker.update(flags, now)
         for f in opened:
             seen.setdefault((f.kind, f.scope_label, round(f.start, 1)), f.to_dict())

@@ -36,6 +36,15 @@ HOST_COLUMNS: tuple[str, ...] = (
 )
 HOST_REQUIRED: tuple[str, ...] = ("ts", "node", "cpu_max_core_pct", "cpu_avg_pct")
 
+#: NCCL Inspector records as the store keeps them: per node, collective and communicator, the
+#: operations, bytes and execution seconds (summed over the node's ranks) of one dump interval.
+NCCL_COLUMNS: tuple[str, ...] = ("ts", "node", "coll", "comm", "ops", "bytes", "exec_s",
+                                 "busbw_bps")
+NCCL_REQUIRED: tuple[str, ...] = ("ts", "node", "coll", "exec_s")
+
+#: Columns kept as text; every other column is a number.
+_TEXT_COLUMNS = ("node", "coll", "comm")
+
 
 class FrameError(ValueError):
     """A telemetry file that cannot be read; the message names the file and the problem."""
@@ -51,12 +60,19 @@ def empty_host_frame() -> pd.DataFrame:
     return _normalise(pd.DataFrame(columns=list(HOST_COLUMNS)), HOST_COLUMNS)
 
 
+def empty_nccl_frame() -> pd.DataFrame:
+    """An empty NCCL frame with the canonical columns."""
+    return _normalise(pd.DataFrame(columns=list(NCCL_COLUMNS)), NCCL_COLUMNS)
+
+
 def cast_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
-    """The canonical dtypes, in place: ``node`` str, ``gpu`` nullable Int64, every other
-    column of ``columns`` float64 (the values must already be numbers or NaN)."""
-    df["node"] = df["node"].astype(str)
+    """The canonical dtypes, in place: ``node`` (and ``coll``, ``comm``) str, ``gpu`` nullable
+    Int64, every other column of ``columns`` float64 (the values must already be numbers or NaN)."""
+    for col in _TEXT_COLUMNS:
+        if col in columns:
+            df[col] = df[col].astype(str)
     for col in columns:
-        if col not in ("node", "gpu"):
+        if col not in ("gpu", *_TEXT_COLUMNS):
             df[col] = df[col].astype("float64")
     if "gpu" in columns:
         df["gpu"] = df["gpu"].astype("Int64")
@@ -69,7 +85,7 @@ def _normalise(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
             df[col] = float("nan")
     df = df[list(columns)].copy()
     for col in columns:
-        if col != "node":
+        if col not in _TEXT_COLUMNS:
             df[col] = pd.to_numeric(df[col], errors="coerce")
     cast_columns(df, columns)
     return df.sort_values("ts", kind="stable").reset_index(drop=True)
@@ -81,7 +97,7 @@ def _read(path: str | Path, columns: tuple[str, ...], required: tuple[str, ...])
         if path.suffix == ".parquet":
             df = pd.read_parquet(path)
         else:
-            df = pd.read_csv(path, dtype={"node": str})
+            df = pd.read_csv(path, dtype={c: str for c in _TEXT_COLUMNS})
     except FileNotFoundError as exc:
         raise FrameError(f"{path}: no such file") from exc
     except Exception as exc:  # noqa: BLE001 - any reader failure becomes one clear line
@@ -100,6 +116,11 @@ def read_gpu_frame(path: str | Path) -> pd.DataFrame:
 def read_host_frame(path: str | Path) -> pd.DataFrame:
     """Read host samples (CSV or Parquet) into the canonical frame; raises FrameError."""
     return _read(path, HOST_COLUMNS, HOST_REQUIRED)
+
+
+def read_nccl_frame(path: str | Path) -> pd.DataFrame:
+    """Read NCCL Inspector records (``nccl.csv`` of ``verl-monitor export``); raises FrameError."""
+    return _read(path, NCCL_COLUMNS, NCCL_REQUIRED)
 
 
 def write_frame(df: pd.DataFrame, path: str | Path) -> None:

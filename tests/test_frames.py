@@ -78,3 +78,15 @@ def test_empty_frames_have_the_canonical_columns():
     assert list(empty_gpu_frame().columns) == list(GPU_COLUMNS)
     assert list(empty_host_frame().columns) == list(HOST_COLUMNS)
     assert empty_gpu_frame().empty and empty_host_frame().empty
+
+
+def test_nccl_csv_keeps_collective_and_communicator_as_text(tmp_path):
+    from monitor.frames import read_nccl_frame
+
+    path = tmp_path / "nccl.csv"
+    path.write_text("ts,node,coll,comm,ops,bytes,exec_s,busbw_bps\n"
+                    "2.0,n0,AllReduce,0x7f,8,1e9,0.5,3e11\n1.0,n0,Broadcast,unknown,2,x,0.1,\n")
+    df = read_nccl_frame(path)
+    assert df["coll"].tolist() == ["Broadcast", "AllReduce"]
+    assert df["comm"].tolist() == ["unknown", "0x7f"]
+    assert df["exec_s"].tolist() == [0.1, 0.5] and pd.isna(df["bytes"].iloc[0])

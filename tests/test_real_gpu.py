@@ -3,8 +3,9 @@
 Each folder under ``tests/fixtures/real_gpu`` is one run of ``bench/gpu_scenarios.py`` (the
 exporter's store exported, trimmed by ``--make-fixtures``): ``train.jsonl`` with the step end
 times the exporter saw, ``gpu.csv``/``host.csv`` sampled by NVML + GPM at 0.2 s, the console
-``train.log`` (tracebacks and NCCL watchdog lines), ``events.json``, the large collectives the
-NCCL Inspector recorded per rank, and ``truth.json``: what was injected, on which steps and
+``train.log`` (tracebacks and NCCL watchdog lines), ``events.json``, the store's NCCL Inspector
+rows (``nccl.csv``, in runs recorded since it was kept), the large collectives the Inspector
+recorded per rank, and ``truth.json``: what was injected, on which steps and
 rank, and which flags are the right diagnosis. A detector is right when it is right here.
 """
 
@@ -19,7 +20,7 @@ import pytest
 from monitor.commands.analyze import merge_events, read_events
 from monitor.config import load_config
 from monitor.detect import run_all
-from monitor.frames import read_gpu_frame, read_host_frame
+from monitor.frames import read_gpu_frame, read_host_frame, read_nccl_frame
 from monitor.logs.parse import parse_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_gpu"
@@ -38,7 +39,8 @@ def _flags(run: str):
                           console.events)
     gpu = read_gpu_frame(d / "gpu.csv")
     host = read_host_frame(d / "host.csv")
-    flags = run_all(parsed.steps, gpu, host, events, config=load_config())
+    nccl = read_nccl_frame(d / "nccl.csv") if (d / "nccl.csv").exists() else None
+    flags = run_all(parsed.steps, gpu, host, events, config=load_config(), nccl=nccl)
     return parsed.steps, flags
 
 

@@ -25,6 +25,7 @@ from monitor.frames import (
     empty_host_frame,
     read_gpu_frame,
     read_host_frame,
+    read_nccl_frame,
 )
 from monitor.records import Event
 
@@ -80,6 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--events", metavar="EVENTS.json", help="events written by `verl-monitor "
                    "export` (events.json), added to those found in LOG: OOMs and resumes a "
                    "train.jsonl cannot carry")
+    p.add_argument("--nccl", metavar="NCCL.csv", help="NCCL Inspector records written by "
+                   "`verl-monitor export` (nccl.csv); measures each step's time in collectives "
+                   "for the communication detector")
     p.add_argument("--log-end", metavar="TIME", type=_log_end, default=None,
                    help="when the log's last step ended (unix seconds or ISO 8601, naive = UTC); "
                    "used to rebuild step times of logs without timestamps (default: the file's "
@@ -218,6 +222,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
 
     gpu = read_gpu_frame(args.gpu) if args.gpu else empty_gpu_frame()
     host = read_host_frame(args.host) if args.host else empty_host_frame()
+    nccl = read_nccl_frame(args.nccl) if getattr(args, "nccl", None) else None
     from monitor.config import load_config
 
     config = load_config(args.config)
@@ -229,7 +234,8 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     from monitor.analysis.goodput import document as goodput_document
     from monitor.detect import run_all
 
-    flags = run_all(steps, gpu, host, events, config=config, now=_data_end(steps, gpu, host))
+    flags = run_all(steps, gpu, host, events, config=config, now=_data_end(steps, gpu, host),
+                    nccl=nccl)
     attribution = None
     if args.gpu:
         from monitor.analysis.attribution import attribute, phase_summary

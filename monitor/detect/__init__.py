@@ -34,7 +34,14 @@ from monitor.detect.phases import detect_comm_heavy, detect_phase_imbalance, det
 from monitor.detect.rollout import detect_rollout_long_tail, detect_rollout_wait
 from monitor.detect.steps import detect_step_time_spikes, detect_throughput_regression
 from monitor.detect.window import latest_time
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, empty_gpu_frame, empty_host_frame
+from monitor.frames import (
+    GPU_COLUMNS,
+    HOST_COLUMNS,
+    NCCL_COLUMNS,
+    empty_gpu_frame,
+    empty_host_frame,
+    empty_nccl_frame,
+)
 from monitor.logs.gaps import fill_data_wait
 from monitor.records import Event, Flag, StepRecord
 
@@ -69,10 +76,12 @@ def make_context(
     config: Config | None = None,
     now: float | None = None,
     reference_steps: list[StepRecord] | None = None,
+    nccl: pd.DataFrame | None = None,
 ) -> Context | None:
     """The shared detector context, or None when there is nothing to look at.
 
-    ``reference_steps``: the run's first steps when ``steps`` is only a recent window of it."""
+    ``reference_steps``: the run's first steps when ``steps`` is only a recent window of it;
+    ``nccl``: NCCL Inspector records (the store's ``nccl.csv``), when the plugin ran."""
     gpu = empty_gpu_frame() if gpu is None else _with_columns(gpu, GPU_COLUMNS)
     host = empty_host_frame() if host is None else _with_columns(host, HOST_COLUMNS)
     steps = fill_data_wait(list(steps or []))  # the batch fetch before each step's timer
@@ -83,8 +92,9 @@ def make_context(
         now = 0.0  # only events, none with a time (a pasted traceback): they are placed at 0
     if now is None:
         return None
+    nccl = empty_nccl_frame() if nccl is None else _with_columns(nccl, NCCL_COLUMNS)
     return Context(steps, gpu, host, events, config or load_config(), float(now),
-                   reference_steps=list(reference_steps or []))
+                   reference_steps=list(reference_steps or []), nccl=nccl)
 
 
 def _with_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -93,7 +103,7 @@ def _with_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     if missing or ("node" in df.columns and df["node"].dtype != object):
         df = df.copy()
         for c in missing:
-            df[c] = "" if c == "node" else float("nan")
+            df[c] = "" if c in ("node", "coll", "comm") else float("nan")
         df["node"] = df["node"].astype(str)
     return df
 
@@ -121,6 +131,7 @@ def run_all(
     config: Config | None = None,
     now: float | None = None,
     reference_steps: list[StepRecord] | None = None,
+    nccl: pd.DataFrame | None = None,
 ) -> list[Flag]:
     """Run every detector and return their flags, sorted by start time.
 
@@ -129,7 +140,7 @@ def run_all(
     caller whose ``steps`` are a rolling window (a throughput drop older than the window is
     still measured against the run's start, not against itself).
     """
-    ctx = make_context(steps, gpu, host, events, config, now, reference_steps)
+    ctx = make_context(steps, gpu, host, events, config, now, reference_steps, nccl)
     if ctx is None:
         return []
     flags: list[Flag] = []

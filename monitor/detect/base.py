@@ -15,6 +15,7 @@ from monitor.config import Config, Section
 from monitor.detect import window as W
 from monitor.detect.advice import advice_for
 from monitor.detect.persistence import Episode, episodes
+from monitor.frames import empty_nccl_frame
 from monitor.records import Event, Flag, StepRecord
 
 
@@ -32,6 +33,8 @@ class Context:
     #: The run's first steps, kept by a live caller after they have left its rolling window
     #: (the run's own baseline for throughput_regression); empty when ``steps`` is the whole run.
     reference_steps: list[StepRecord] = field(default_factory=list)
+    #: NCCL Inspector records (``monitor.frames.NCCL_COLUMNS``); empty without the plugin.
+    nccl: pd.DataFrame = field(default_factory=empty_nccl_frame)
 
     def cfg(self, section: str) -> Section:
         """One detector's settings."""

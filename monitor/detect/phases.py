@@ -7,6 +7,7 @@ import pandas as pd
 
 from monitor.detect import window as W
 from monitor.detect.base import Context, make_flag, step_episodes, steps_text
+from monitor.detect.nccl_time import nccl_step_share
 from monitor.records import Flag
 
 #: Phases judged by their own detectors, left out of the share-jump rule.
@@ -172,6 +173,10 @@ def detect_comm_heavy(ctx: Context) -> list[Flag]:
     comm_share = comm / total.where(total > 0)
     nccl = W.step_metrics(ctx.steps, cfg.get_str("nccl_share_metric"))
     nccl = nccl.reindex(sf["step"].to_numpy()).reset_index(drop=True)
+    inspector = nccl_step_share(ctx)
+    from_inspector = nccl.isna().all() and inspector["share"].notna().any()
+    if from_inspector:
+        nccl = inspector["share"]
     c_lim = cfg.get_float("comm_share_max")
     n_lim = cfg.get_float("nccl_share_max")
     cond = []
@@ -197,8 +202,16 @@ def detect_comm_heavy(ctx: Context) -> list[Flag]:
         if nccl.iloc[sl].notna().any():
             n = float(nccl.iloc[sl].mean())
             worst = max(worst, n)
-            parts.append(f"NCCL time was {n * 100:.0f}% of the window (bad above "
-                         f"{n_lim * 100:.0f}%)")
+            if from_inspector:
+                secs = float(inspector["seconds"].iloc[sl].mean())
+                top = inspector["top"].iloc[sl].dropna()
+                what = f", mostly {top.mode().iloc[0]}" if len(top) else ""
+                parts.append(f"the NCCL Inspector timed {secs:.2f} s of collectives per GPU "
+                             f"per step{what}: {n * 100:.0f}% of the step (bad above "
+                             f"{n_lim * 100:.0f}%)")
+            else:
+                parts.append(f"NCCL time was {n * 100:.0f}% of the window (bad above "
+                             f"{n_lim * 100:.0f}%)")
         sev = "critical" if worst >= cfg.get_float("critical_share") else "warning"
         flags.append(make_flag(
             "comm_heavy", sev, start, end, {"phase": "comm", "steps": rng},
