@@ -261,16 +261,24 @@ def phase_attribution_bars(summary: pd.DataFrame, phases: list[str] | None = Non
     return _layout(fig, title, key="attrib")
 
 
-def gpu_time_bar(phase_seconds: dict[str, float], phase_util: dict[str, float]) -> go.Figure:
+def gpu_time_bar(phase_seconds: dict[str, float], phase_util: dict[str, float],
+                 step_util: float | None = None) -> go.Figure:
     """Where the GPU time of a step goes: one horizontal bar, 100% = the step, one segment per
-    phase for the time the GPUs were busy in it (phase share x its utilization), then the idle
-    share, then phases too short to measure ("util n/a")."""
+    phase for the time the GPUs were busy in it (phase share x its utilization), then the
+    phases too short to measure one by one, then the idle share.
+
+    The short phases (no utilization in ``phase_util``: fewer samples inside them than the
+    attribution needs) are one segment. With ``step_util`` (the GPUs' mean utilization over
+    the whole steps, every sample counted) their busy share is what the step's busy time
+    leaves after the measured phases, and the rest of it joins the idle share; without it
+    the segment says "util n/a"."""
     total = sum(v for v in phase_seconds.values() if v and v > 0)
     title = "Where the GPU time goes (mean step)"
     if total <= 0:
         return empty_figure(title, "no phase timings yet")
     fig = go.Figure()
-    idle = unknown = 0.0
+    idle = unknown = measured = 0.0
+    short: list[str] = []
     for phase, secs in phase_seconds.items():
         if not secs or secs <= 0:
             continue
@@ -278,18 +286,31 @@ def gpu_time_bar(phase_seconds: dict[str, float], phase_util: dict[str, float]) 
         util = phase_util.get(phase)
         if util is None or not np.isfinite(util):
             unknown += share
+            short.append(phase)
             continue
         busy = share * min(max(util, 0.0), 100.0) / 100.0
         idle += share - busy
+        measured += busy
         fig.add_trace(go.Bar(y=["step"], x=[busy], name=phase, orientation="h",
                              marker_color=PHASE_COLORS.get(phase, "#888"),
                              hovertemplate=f"{phase}: {share:.0f}% of the step, GPUs "
                              f"{util:.0f}% busy in it<extra></extra>"))
+    short_busy = None
+    if unknown > 0 and step_util is not None and np.isfinite(step_util):
+        short_busy = min(max(min(max(step_util, 0.0), 100.0) - measured, 0.0), unknown)
+        idle += unknown - short_busy
+        in_short = 100.0 * short_busy / unknown
+        fig.add_trace(go.Bar(
+            y=["step"], x=[short_busy], orientation="h", marker={"color": "#B0B0B0"},
+            name=f"short phases ({unknown:.0f}% of the step, ~{in_short:.0f}% busy)",
+            hovertemplate=f"{', '.join(short)}: each shorter than the samples can resolve; "
+            f"together {unknown:.0f}% of the step, GPUs ~{in_short:.0f}% busy in them (the "
+            "steps' busy time less the measured phases')<extra></extra>"))
     fig.add_trace(go.Bar(y=["step"], x=[idle], name=f"idle ({idle:.0f}%)", orientation="h",
                          marker={"color": "#FFFFFF", "line": {"color": "#888", "width": 1},
                                  "pattern": {"shape": "/", "fgcolor": "#999"}},
                          hovertemplate="GPUs idle: %{x:.0f}% of the step<extra></extra>"))
-    if unknown > 0:
+    if unknown > 0 and short_busy is None:
         fig.add_trace(go.Bar(y=["step"], x=[unknown], name=f"util n/a ({unknown:.0f}%)",
                              orientation="h", marker={"color": "#E8E8E8"},
                              hovertemplate="phases shorter than the sampling interval: "

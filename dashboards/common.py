@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -273,6 +274,46 @@ def load_attribution(key: str, start: float, end: float, last_step_end: float,
         return pd.DataFrame()
     samples = _attribution_samples(key, recent, start, end, node, fleet)
     return phase_summary(attribute(recent, samples))
+
+
+@_snap
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
+def load_steps_util(key: str, start: float, end: float, last_step_end: float,
+                    n_steps: int = ATTRIB_STEPS) -> float | None:
+    """The GPUs' mean utilization (%) over the last ``n_steps`` steps, every sample inside a
+    step counted whatever its phase (the mean across GPUs; None without samples). Phases too
+    short to measure one by one get their busy share from it on the Overview."""
+    recent = [s for s in load_steps(key, start, end) if s.end_time is not None][-n_steps:]
+    if not recent:
+        return None
+    samples = _attribution_samples(key, recent, start, end, None, True)
+    if samples is None or len(samples) == 0:
+        return None
+    ts = samples["ts"].to_numpy(dtype=float)
+    inside = np.zeros(len(ts), dtype=bool)
+    for s in recent:
+        inside |= (ts >= s.end_time - (s.total or 0.0)) & (ts <= s.end_time)
+    util = samples.loc[inside, "util"].dropna()
+    return float(util.mean()) if len(util) else None
+
+
+def phase_min_samples() -> int:
+    """Samples wholly inside a phase below which its figures are withheld
+    (``dashboard.phase_min_samples`` of ``monitor/defaults.yaml``)."""
+    from monitor.analysis.attribution import default_min_phase_samples
+
+    return default_min_phase_samples()
+
+
+def withheld_text(summary: pd.DataFrame) -> str:
+    """"reward (0 samples), adv (1 sample)": the withheld phases of an attribution summary
+    with the samples wholly inside each ("" when none is withheld)."""
+    if summary is None or not len(summary) or "withheld" not in summary.columns:
+        return ""
+    held = summary[summary["withheld"] != ""]
+    counts = held.groupby("phase", sort=False)["full_samples"].min()
+    return ", ".join(f"{p} ({int(n)} sample{'' if int(n) == 1 else 's'})"
+                     for p, n in counts.items())
 
 
 #: The flag kind that names each goodput cause (the Overview links the top loss to it).

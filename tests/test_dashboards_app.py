@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -332,3 +333,20 @@ def test_overview_shows_goodput_and_where_each_steps_gpu_seconds_went(monkeypatc
             sums[x] = sums.get(x, 0.0) + y
     assert sums and all(abs(v - 100.0) < 1.0 for v in sums.values()), sums
     assert "Top loss:" in _text(at)
+
+
+def test_overview_gives_short_phases_a_busy_share_and_names_them_with_sample_counts(
+        monkeypatch, store):
+    # the demo's reward, values, adv, ... phases last under a second, shorter than the 1 s
+    # samples: they used to be a blank "util n/a" block of about a third of the step
+    at = _app(monkeypatch, VERLMON_STORE=store)
+    bar = json.loads(at.get("plotly_chart")[0].proto.spec)
+    names = [t["name"] for t in bar["data"]]
+    assert not any(n.startswith("util n/a") for n in names), names
+    short = next(t for t in bar["data"] if t["name"].startswith("short phases"))
+    assert re.search(r"short phases \(\d+% of the step, ~\d+% busy\)", short["name"])
+    assert short["x"][0] > 0
+    assert abs(sum(t["x"][0] for t in bar["data"]) - 100.0) < 0.5
+    caption = next(c.value for c in at.caption if "Short phases" in c.value)
+    assert re.search(r"\breward \(\d+ samples?\)", caption) and "adv (" in caption
+    assert "less the measured phases'" in caption

@@ -92,9 +92,23 @@ def live(start: float, end: float, key: str) -> None:
         # new step reuses the cached attribution
         summary = common.load_attribution(key, start, min(end, last_end), last_end, fleet=True)
     seconds, util = gpu_time(df, summary, n_steps) if n_steps else ({}, {})
-    st.plotly_chart(charts.gpu_time_bar(seconds, util), key="ov_gpu_time", width="stretch")
-    st.caption(f"Mean of the last {n_steps} steps: each phase's share of the step times the "
+    step_util = None
+    if n_steps and pd.notna(df["end_time"].iloc[-1]):
+        last_end = float(df["end_time"].iloc[-1])
+        step_util = common.load_steps_util(key, start, min(end, last_end), last_end)
+    st.plotly_chart(charts.gpu_time_bar(seconds, util, step_util), key="ov_gpu_time",
+                    width="stretch")
+    caption = (f"Mean of the last {n_steps} steps: each phase's share of the step times the "
                "GPUs' mean utilization in it; the rest of the step the GPUs sat idle.")
+    held = common.withheld_text(summary)
+    if held:
+        caption += (f" Short phases, with the samples wholly inside them over the steps: "
+                    f"{held}; fewer than {common.phase_min_samples()} each, so they are not "
+                    "measured one by one: ")
+        caption += ("their busy share together is the steps' mean utilization "
+                    f"({step_util:.0f}%) less the measured phases'." if step_util is not None
+                    else "no utilization sample fell inside the steps.")
+    st.caption(caption)
     if good:
         st.plotly_chart(charts.goodput_bars(led), key="ov_goodput", width="stretch")
         lost = sorted(good["lost"].items(), key=lambda kv: -kv[1])
