@@ -2,7 +2,7 @@
 driver (node0) follows the verl log. Healthy nodes without the log raise no flag and no alert;
 a slow node (node3, not the driver) is named by NodeImbalance and stays firing; every node's
 GPUs get per-phase counters from the driver's timeline. (A slow GPU is covered by the promtool
-tests: the simulator's one-node straggler also slows its node's other GPUs.)
+tests, and in real time by the second test here.)
 
 Every node runs its own simulator, all with the same seed and started together, so their steps
 run the same phases at about the same time as a real job's nodes do (with different seeds each
@@ -40,12 +40,12 @@ NODES = {
 
 
 def _start_exporter(tmp_path: Path, node: str, scenario: str, follows: bool, port: int,
-                    seed: int, driver: str) -> subprocess.Popen:
+                    seed: int, driver: str, speed: float = 10) -> subprocess.Popen:
     d = tmp_path / node
-    d.mkdir()
+    d.mkdir(parents=True)
     argv = [CLI, "exporter", "--listen-address", f"127.0.0.1:{port}", "--node", node,
             "--gpu-backend", "sim", "--scenario", scenario, "--sim-gpus", "4",
-            "--seed", str(seed), "--sim-log", str(d / "train.log"), "--sim-speed", "10",
+            "--seed", str(seed), "--sim-log", str(d / "train.log"), "--sim-speed", f"{speed:g}",
             "--interval", "1", "--detect-interval", "5", "--no-collector.nccl"]
     if not follows:  # no log here: the driver's phase timeline comes from its /metrics
         argv += ["--no-collector.verl_log", "--phase-source", driver]
@@ -74,7 +74,7 @@ def test_healthy_nodes_without_the_log_stay_quiet_and_slow_ones_are_named(tmp_pa
             while time.monotonic() < deadline:
                 for a in prom.alerts():
                     lab = a["labels"]
-                    if lab["alertname"] in ("NodeImbalance", "GPULagging"):
+                    if lab["alertname"] in ("NodeImbalance", "GPULagging", "GPUStraggler"):
                         key = (lab["alertname"], lab.get("node", ""), lab.get("gpu", ""))
                         seen.setdefault(key, set()).add(a["state"])
                         if time.monotonic() - t0 > 60:
@@ -126,3 +126,84 @@ def test_healthy_nodes_without_the_log_stay_quiet_and_slow_ones_are_named(tmp_pa
     for node in NODES:
         out = (tmp_path / node / "out.txt").read_text()
         assert re.search(r"serving http://127\.0\.0\.1:\d+/metrics", out), out[-2000:]
+
+
+#: Slow GPU: the straggler's node runs `gpu_imbalance` (one GPU busy, its node peers waiting in
+#: collectives), every other node `straggler_elsewhere` (all its GPUs waiting), as a data-
+#: parallel job does: every rank waits for the slowest. Real time (1x: 30 s steps, ~38 s once
+#: slowed), since the rule's windows are wall-clock minutes. The onset is step 4.
+GPU_ONSET_STEP = 4
+GPU_NODES = {
+    "node0": (f"healthy:{GPU_ONSET_STEP - 1},straggler_elsewhere:400", True),
+    "node1": (f"healthy:{GPU_ONSET_STEP - 1},straggler_elsewhere:400", False),
+    "node2": (f"healthy:{GPU_ONSET_STEP - 1},straggler_elsewhere:400", False),
+    "node3": (f"healthy:{GPU_ONSET_STEP - 1},gpu_imbalance:400", False),
+}
+#: Steps after the onset the alert may take, and steps it must then keep firing through.
+WITHIN_STEPS = 3
+HOLD_STEPS = 2
+
+
+def _alerts_by_key(prom) -> dict[tuple[str, str, str], str]:
+    """(alertname, node, gpu) -> state of the cross-node alerts now."""
+    return {(a["labels"]["alertname"], a["labels"].get("node", ""), a["labels"].get("gpu", "")):
+            a["state"] for a in prom.alerts()
+            if a["labels"]["alertname"] in ("GPUStraggler", "NodeImbalance", "GPULagging")}
+
+
+def test_slow_gpu_on_a_node_without_the_log_is_named_within_three_steps_and_stays(tmp_path):
+    from monitor.sim.engine import SimRun
+
+    scenario, _ = GPU_NODES["node3"]
+    truth = SimRun(scenario, nodes=1, gpus_per_node=4, seed=0).truth[0]["scope"]
+    slow = ("GPUStraggler", "node3", str(truth["gpus"][0]))
+    ports = {node: free_port() for node in GPU_NODES}
+    driver = f"http://127.0.0.1:{ports['node0']}/metrics"
+    cfg = yaml.safe_dump({
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s", "scrape_timeout": "2s"},
+        "rule_files": [str(RULES_DIR / "recording.yml"), str(RULES_DIR / "alerts.yml")],
+        "scrape_configs": [{"job_name": "grpo", "static_configs": [
+            {"targets": [f"127.0.0.1:{ports[n]}"], "labels": {"node": n}} for n in GPU_NODES]}],
+    })
+    procs = []
+    states: list[tuple[int, dict]] = []  # (driver's last step, alerts) every poll
+    try:
+        with start_prometheus(tmp_path / "prom", config_text=cfg) as prom:
+            procs = [_start_exporter(tmp_path, node, sc, follows, ports[node], 0, driver,
+                                     speed=1)
+                     for node, (sc, follows) in GPU_NODES.items()]
+            last_step = GPU_ONSET_STEP - 1 + WITHIN_STEPS + HOLD_STEPS
+            deadline = time.monotonic() + 60 + 40 * last_step
+            step = 0
+            while time.monotonic() < deadline and step < last_step:
+                got = prom.query('verlmon_training_step{node="node0"}')
+                step = int(float(got[0]["value"][1])) if got else 0
+                states.append((step, _alerts_by_key(prom)))
+                for p in procs:
+                    assert p.poll() is None, "an exporter died"
+                time.sleep(2)
+            assert step >= last_step, f"the driver reached step {step} only"
+            firing_at = [s for s, a in states if a.get(slow) == "firing"]
+            assert firing_at, f"{slow} never fired: {states[-1]}"
+            print(f"{slow} firing from the driver's step {firing_at[0]} (onset: step "
+                  f"{GPU_ONSET_STEP}) through step {states[-1][0]}")
+            # named by node and GPU within 3 steps of the onset (step N's line ends step N)
+            assert firing_at[0] <= GPU_ONSET_STEP - 1 + WITHIN_STEPS, states
+            # and it stays: firing at every look from then on (no resolve and re-fire)
+            first = next(i for i, (_, a) in enumerate(states) if a.get(slow) == "firing")
+            assert all(a.get(slow) == "firing" for _, a in states[first:]), states[first:]
+            # nobody else is named
+            others = {k for _, a in states for k, v in a.items() if k != slow and v == "firing"}
+            assert others == set(), others
+            # the straggler's node has the per-phase GPU counters of the driver's timeline
+            attributed = prom.query('count(verlmon_phase_gpu_sm_active_seconds_total'
+                                    '{node="node3",phase="update_actor"} > 0)')
+            assert attributed and float(attributed[0]["value"][1]) == 4
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
