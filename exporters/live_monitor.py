@@ -137,8 +137,9 @@ class Recorder:
                    self._store("put_events", events))
 
     def add_nccl(self, rows: Sequence[Row]) -> None:
-        """NCCL growth rows to the store (the detectors read the exported share instead)."""
-        self._both("NCCL rows", None, self._store("put_nccl", rows))
+        """NCCL growth rows to the window (each step's time in collectives) and the store."""
+        self._both("NCCL rows", lambda: self.window.add_nccl(rows),
+                   self._store("put_nccl", rows))
 
 
 class LiveMonitor(Recorder):
@@ -290,7 +291,8 @@ class LiveMonitor(Recorder):
             now = self.now()
             steps, gpu_df, host_df, events = self.window.frames()
             flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
-                                  now=now, reference_steps=self.window.first_steps())
+                                  now=now, reference_steps=self.window.first_steps(),
+                                  nccl=self.window.nccl())
             opened, closed = self.tracker.update(flags, now)
             self.detect_runs += 1
         sink = self.wandb_sink

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, nccl_frame
 from monitor.records import Event, StepRecord
 
 _NAN = float("nan")
@@ -66,13 +66,14 @@ class RollingWindow:
         self._lock = threading.Lock()
         self._gpu: deque[dict] = deque(maxlen=max_rows)
         self._host: deque[dict] = deque(maxlen=max_rows)
+        self._nccl: deque[dict] = deque(maxlen=max_rows)
         self._steps: deque[tuple[float, StepRecord]] = deque(maxlen=max_steps)
         self._first_steps: list[StepRecord] = []
         self._first_steps_max = int(first_steps)
         self._events: deque[tuple[float, Event]] = deque(maxlen=max_events)
         self._version = 0
         #: GPU/host rows dropped at the ``max_rows`` cap before they aged out
-        self.dropped = {"gpu": 0, "host": 0}
+        self.dropped = {"gpu": 0, "host": 0, "nccl": 0}
         #: step records added so far (the detector loop runs soon after a new step)
         self.steps_added = 0
 
@@ -96,6 +97,11 @@ class RollingWindow:
         The row objects are kept as they are (no copy): do not change them afterwards."""
         with self._lock:
             self._extend_rows("host", self._host, rows)
+
+    def add_nccl(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append NCCL Inspector rows (dicts with ``monitor.frames.NCCL_COLUMNS`` keys)."""
+        with self._lock:
+            self._extend_rows("nccl", self._nccl, rows)
 
     def add_steps(self, steps: Iterable[StepRecord]) -> None:
         """Append step records (kept: the newest ``max_steps`` within ``max_age_s``)."""
@@ -138,6 +144,13 @@ class RollingWindow:
             events = [e for _, e in self._events]
         return steps, _frame(gpu, GPU_COLUMNS), _frame(host, HOST_COLUMNS), events
 
+    def nccl(self) -> pd.DataFrame:
+        """The recent NCCL Inspector rows as a frame (empty without the plugin)."""
+        with self._lock:
+            self._prune_rows(self._nccl)
+            rows = list(self._nccl)
+        return nccl_frame(rows)
+
     def first_steps(self) -> list[StepRecord]:
         """The run's first step records (up to ``first_steps``), kept after they age out."""
         with self._lock:
@@ -149,6 +162,7 @@ class RollingWindow:
             return {
                 "gpu": len(self._gpu),
                 "host": len(self._host),
+                "nccl": len(self._nccl),
                 "steps": len(self._steps),
                 "events": len(self._events),
             }

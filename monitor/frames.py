@@ -65,6 +65,14 @@ def empty_nccl_frame() -> pd.DataFrame:
     return _normalise(pd.DataFrame(columns=list(NCCL_COLUMNS)), NCCL_COLUMNS)
 
 
+def nccl_frame(rows: list[dict]) -> pd.DataFrame:
+    """NCCL rows (dicts with NCCL_COLUMNS keys, as the exporter's collector makes them) as the
+    canonical frame."""
+    if not rows:
+        return empty_nccl_frame()
+    return _normalise(pd.DataFrame(rows), NCCL_COLUMNS)
+
+
 def cast_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     """The canonical dtypes, in place: ``node`` (and ``coll``, ``comm``) str, ``gpu`` nullable
     Int64, every other column of ``columns`` float64 (the values must already be numbers or NaN)."""

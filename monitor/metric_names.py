@@ -37,6 +37,7 @@ GPU_POWER = "verlmon_gpu_power_watts"  # gauge {gpu}
 GPU_ENERGY = "verlmon_gpu_energy_joules_total"  # counter {gpu}
 GPU_TEMP = "verlmon_gpu_temperature_celsius"  # gauge {gpu}
 GPU_SM_CLOCK = "verlmon_gpu_sm_clock_hertz"  # gauge {gpu}
+GPU_PROCESSES = "verlmon_gpu_compute_processes"  # gauge {gpu}
 GPU_CLOCK_EVENT = "verlmon_gpu_clock_event_active"  # gauge {gpu, reason}: 1 while active
 GPU_PCIE_TX = "verlmon_gpu_pcie_transmit_bytes_per_second"  # gauge {gpu} (GPM)
 GPU_PCIE_RX = "verlmon_gpu_pcie_receive_bytes_per_second"  # gauge {gpu} (GPM)

@@ -71,6 +71,9 @@ EVENT_KINDS: tuple[str, ...] = (
     "actor_died",  # Ray ActorDiedError / RayTaskError: exception, cause, task
     "worker_killed",  # host OOM killer, SIGKILL, segfault, SYSTEM_ERROR exit: reason, pid
     "cuda_error",  # illegal memory access, device-side assert, ECC, XID: error, xid
+    # from the exporter's GPU sampler (exporters.gpu.processes): node, gpu, pid, name, used_bytes
+    "gpu_process_started",  # a compute process appeared on a GPU after the first reading
+    "gpu_process_exited",  # ... and left it
 )
 
 

@@ -100,6 +100,7 @@ class ScriptedDriver:
         self.unsupported: set[str] = set()
         self.calls: dict[str, int] = {}
         self.xids: list[tuple[int, int]] = []  # (gpu, xid) pending events
+        self.procs: dict[int, list[tuple[int, int | None]]] = {}  # gpu -> [(pid, used bytes)]
         self.gpm_values = {2: 50.0, 3: 10.0, 5: 40.0, 10: 20.0, 20: 1.0, 21: 2.0, 60: 3.0,
                            61: 4.0}
 
@@ -155,6 +156,11 @@ class ScriptedDriver:
     def nvmlDeviceGetClockInfo(self, h: int, _clock: int) -> int:
         self._h(h, "sm_clock")
         return 1980
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list:
+        i = self._h(h, "processes")
+        return [pynvml.c_nvmlProcessInfo_t(pid=pid, usedGpuMemory=used)
+                for pid, used in self.procs.get(i, [])]
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
         self._h(h, "energy")
@@ -290,3 +296,16 @@ def test_gpu_that_never_opened_is_down_with_words():
     assert not r[0].up and "GPU is lost" in (r[0].error or "")
     assert r[1].up
     assert [d.index for d in be.devices()] == [0, 1]
+
+
+def test_compute_processes_are_read_once_a_second_and_kept_between():
+    driver = ScriptedDriver(count=2)
+    driver.procs = {0: [(4242, 2 << 30), (17, 1 << 30)]}
+    be = _backend(driver, process_interval=3600.0)
+    r = be.sample()
+    assert [(p.pid, p.used_bytes) for p in r[0].processes] == [(17, 1 << 30), (4242, 2 << 30)]
+    assert r[1].processes == ()
+    driver.procs = {}
+    assert len(be.sample()[0].processes) == 2  # the list is kept until the next read is due
+    assert driver.calls["processes"] == 2  # once per GPU
+    assert _backend(ScriptedDriver(count=1), process_interval=0).sample()[0].processes is None

@@ -81,3 +81,16 @@ def test_the_runs_first_steps_are_kept_after_they_age_out():
     assert w.frames()[0] == []
     # the baseline for throughput_regression: the first three steps, not the latest
     assert [s.step for s in w.first_steps()] == [1, 2, 3]
+
+
+def test_nccl_rows_reach_the_detectors_as_a_frame_and_age_out():
+    clock = [1000.0]
+    w = RollingWindow(max_age_s=60.0, clock=lambda: clock[0])
+    assert w.nccl().empty and "exec_s" in w.nccl().columns
+    w.add_nccl([{"ts": 990.0, "node": "n0", "coll": "AllReduce", "comm": "0x1", "ops": 8,
+                 "bytes": 1e9, "exec_s": 2.5, "busbw_bps": 3e11}])
+    df = w.nccl()
+    assert df[["coll", "comm"]].values.tolist() == [["AllReduce", "0x1"]]
+    assert df["exec_s"].tolist() == [2.5] and w.sizes()["nccl"] == 1
+    clock[0] = 1100.0
+    assert w.nccl().empty

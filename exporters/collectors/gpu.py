@@ -24,6 +24,7 @@ from exporters.dcgm import dcgm_families, latest_xid
 from exporters.gpu import default_backend_name, make_backend
 from exporters.gpu.backend import GpuBackend, GpuIdentity, GpuReading
 from exporters.gpu.nvml import throttled
+from exporters.gpu.processes import ProcessWatch
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector
 from monitor import metric_names as mn
@@ -105,6 +106,7 @@ class GpuCollector(SampledCollector):
         self._lock = threading.Lock()
         self._snapshot: list[GpuReading] = []
         self._last_xid: dict[int, int] = {}
+        self._processes = ProcessWatch(ctx.node)
         #: the sampler thread's CPU seconds so far (for overhead figures)
         self.sample_cpu_s = 0.0
 
@@ -126,9 +128,12 @@ class GpuCollector(SampledCollector):
             self._snapshot = readings
             if any(not self._identities.get(r.index, _NO_ID).uuid for r in readings if r.up):
                 self._identities = {d.index: d for d in self.backend.devices()}
+            changes = self._processes.update(readings)
         rows = [reading_to_row(r, self.ctx.node) for r in readings]
         try:
             self.ctx.sink.add_gpu(rows)
+            if changes:
+                self.ctx.sink.add_events(changes)
         finally:
             self.sample_cpu_s += time.thread_time() - cpu0
 
@@ -148,6 +153,7 @@ class GpuCollector(SampledCollector):
             readings = list(self._snapshot)
             identities = dict(self._identities)
             last_xid = dict(self._last_xid)
+            n_procs = self._processes.counts()
         info = GaugeMetricFamily(mn.GPU_INFO, "GPU identity; always 1.",
                                  labels=["gpu", "uuid", "name"])
         up = GaugeMetricFamily(mn.GPU_UP, "1 while the GPU answers, 0 when its calls fail.",
@@ -157,6 +163,8 @@ class GpuCollector(SampledCollector):
         clock = GaugeMetricFamily(mn.GPU_CLOCK_EVENT,
                                   "1 while a clock-event (throttle) reason is active.",
                                   labels=["gpu", "reason"])
+        procs = GaugeMetricFamily(mn.GPU_PROCESSES, "Compute processes on the GPU (NVML).",
+                                  labels=["gpu"])
         energy = CounterMetricFamily(mn.GPU_ENERGY, "Energy used since the driver loaded.",
                                      labels=["gpu"])
         xid = CounterMetricFamily(mn.GPU_XID, "XID errors reported by NVML.",
@@ -178,9 +186,11 @@ class GpuCollector(SampledCollector):
                 clock.add_metric([gpu, reason], 1.0 if active else 0.0)
             if r.energy_j is not None:
                 energy.add_metric([gpu], float(r.energy_j))
+            if r.index in n_procs:
+                procs.add_metric([gpu], float(n_procs[r.index]))
         families: list[Metric] = [info, up]
         families += [f for f in gauges.values() if f.samples]
-        families += [f for f in (clock, energy, xid) if f.samples]
+        families += [f for f in (clock, energy, xid, procs) if f.samples]
         if self.dcgm_compat:
             families += dcgm_families(readings, identities, self.ctx.node, last_xid)
         return families

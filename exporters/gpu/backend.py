@@ -20,6 +20,14 @@ class GpuIdentity:
     name: str
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """One compute process on a GPU (NVML's running-process list)."""
+
+    pid: int
+    used_bytes: float | None = None  # GPU memory it holds; None where NVML cannot tell
+
+
 @dataclass
 class GpuReading:
     """One sample of one GPU. Ratios are 0..1; ``None`` means unsupported or not read."""
@@ -44,6 +52,7 @@ class GpuReading:
     nvlink_tx_bps: float | None = None
     nvlink_rx_bps: float | None = None
     xid_counts: dict[int, int] = field(default_factory=dict)  # xid -> cumulative count
+    processes: tuple[GpuProcess, ...] | None = None  # compute processes; None = not read
     error: str | None = None  # plain words when up is False
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporters.gpu.backend import BackendUnavailable, GpuIdentity, GpuReading
+from exporters.gpu.backend import BackendUnavailable, GpuIdentity, GpuProcess, GpuReading
 
 #: Clock-event (throttle) reason bits of ``nvmlDeviceGetCurrentClocksEventReasons``.
 CLOCK_EVENT_REASONS: dict[int, str] = {
@@ -123,6 +123,8 @@ class _Gpu:
     gpm_values: dict[str, float | None] = field(default_factory=dict)
     energy_j: float | None = None
     energy_next: float = 0.0
+    processes: tuple[GpuProcess, ...] | None = None
+    processes_next: float = 0.0
     mem_total: float | None = None
     xid_counts: dict[int, int] = field(default_factory=dict)
     down_error: str | None = None
@@ -138,6 +140,7 @@ class NvmlBackend:
         self,
         *,
         energy_interval: float = 10.0,
+        process_interval: float = 1.0,
         retry_every: int = 5,
         gpm: bool = True,
         xid: bool = True,
@@ -147,6 +150,7 @@ class NvmlBackend:
         """Initialise NVML and every GPU.
 
         ``energy_interval`` is the cadence of the slow energy call in seconds (0 disables it);
+        ``process_interval`` that of the running-process list (0 disables it);
         ``retry_every`` is how many ticks a failed GPU waits before its handle is tried again;
         ``nvml`` is the binding module (``pynvml`` when None).
         """
@@ -161,6 +165,7 @@ class NvmlBackend:
         self._nvml = nvml
         self._clock = clock
         self.energy_interval = float(energy_interval)
+        self.process_interval = float(process_interval)
         self.retry_every = max(1, int(retry_every))
         self._want_gpm = gpm
         try:
@@ -389,6 +394,12 @@ class NvmlBackend:
                 gpu.energy_j = energy
             gpu.energy_next = mono + self.energy_interval
         r.energy_j = gpu.energy_j
+        if self.process_interval > 0 and mono >= gpu.processes_next:
+            procs = self._optional(gpu, "processes", _processes)
+            if procs is not None:
+                gpu.processes = procs
+            gpu.processes_next = mono + self.process_interval
+        r.processes = gpu.processes
         if gpu.gpm:
             self._read_gpm(gpu, mono)
             for name, value in gpu.gpm_values.items():
@@ -509,6 +520,15 @@ def _temperature(nvml: Any, h: Any) -> float:
 
 def _sm_clock(nvml: Any, h: Any) -> float:
     return nvml.nvmlDeviceGetClockInfo(h, 1) * 1e6  # NVML_CLOCK_SM, MHz -> Hz
+
+
+def _processes(nvml: Any, h: Any) -> tuple[GpuProcess, ...]:
+    """Compute processes on the GPU; ``usedGpuMemory`` is None where the driver hides it."""
+    out = []
+    for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
+        used = getattr(p, "usedGpuMemory", None)
+        out.append(GpuProcess(pid=int(p.pid), used_bytes=None if used is None else float(used)))
+    return tuple(sorted(out, key=lambda p: p.pid))
 
 
 def _energy(nvml: Any, h: Any) -> float:

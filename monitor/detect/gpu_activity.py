@@ -22,6 +22,7 @@ from monitor.detect.base import (
     steps_text,
     window_steps,
 )
+from monitor.detect.contention import contention_flags
 from monitor.detect.persistence import Episode, episodes
 from monitor.records import TRAINING_PHASES, Flag
 
@@ -233,7 +234,17 @@ def detect_gpu_imbalance(ctx: Context) -> list[Flag]:
     """A GPU the others wait for (straggler), or a GPU or node well below its busy peers."""
     stragglers = straggler_flags(ctx)
     flags = stragglers + [f for f in _below_peers(ctx) if not _explained(f, stragglers)]
-    return flags
+    return flags + [f for f in contention_flags(ctx) if not _named(f, stragglers)]
+
+
+def _named(flag: Flag, stragglers: list[Flag]) -> bool:
+    """A contention flag on a GPU a straggler flag already names: that flag gets its evidence."""
+    for s in stragglers:
+        if s.scope.get("gpus") == flag.scope.get("gpus") and _explained(flag, [s]):
+            s.evidence += " " + flag.evidence
+            s.advice = flag.advice + [a for a in s.advice if a not in flag.advice]
+            return True
+    return False
 
 
 def _explained(flag: Flag, stragglers: list[Flag]) -> bool:
