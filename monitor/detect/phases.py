@@ -56,12 +56,13 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
         g, c = float(gen.iloc[sl].mean()), float(critic.iloc[sl].mean())
         ratio = g / c if c > 0 else float(gen_over.iloc[sl].mean())
         guide = bool(breakdown.iloc[sl].any())
-        names = ("actor_gen", "critic_score") if guide else ("generation", "the critic's scoring")
+        gen_name, critic_name = (("actor_gen", "critic_score") if guide
+                                 else ("generation", "the critic's scoring"))
         limit = guide_lim if guide else verl_lim
         sev = "critical" if ratio >= cfg.get_float("critical_gen_over_critic") else "warning"
         flags.append(make_flag(
             "phase_imbalance", sev, start, end, {"phase": "gen", "steps": rng},
-            f"{_cap(names[0])} took {g:.1f} s per step vs {c:.1f} s for {names[1]} "
+            f"{_cap(gen_name)} took {g:.1f} s per step vs {c:.1f} s for {critic_name} "
             f"({ratio:.1f}:1, {limit:g}:1 or more is out of proportion), {steps_text(rng)}: "
             "generation dominates the step; speed the rollout up or size the critic down.",
         ))
