@@ -56,6 +56,7 @@ def test_the_counter_adds_up_per_gpu_and_charges_the_waiting_gpu():
     assert _value(reg, "productive", 0) == before
 
 
+@pytest.mark.slow
 def test_steps_arriving_one_by_one_give_the_same_wall_as_all_at_once():
     steps, rows, window, collector, reg, end = _setup()
     window.add_gpu(rows)

@@ -704,6 +704,7 @@ def test_oversize_line_in_a_file_is_dropped_and_counted(tmp_path: Path) -> None:
     assert parsed.stats.oversize_lines == 1
 
 
+@pytest.mark.slow
 def test_ten_megabyte_step_line_parses(tmp_path: Path) -> None:
     path = tmp_path / "wide.log"
     fields = " - ".join(f"k{i}:{i}.5" for i in range(600_000))

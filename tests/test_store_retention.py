@@ -56,6 +56,7 @@ def test_old_samples_become_bucket_means_with_memory_peaks(tmp_path: Path) -> No
     store.close()
 
 
+@pytest.mark.slow
 def test_size_cap_drops_oldest_downsampled_first(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "r.db", retention_s=3600, downsample_s=15)
     fill(store, 3 * 3600, gpus=4)
@@ -81,6 +82,7 @@ def test_size_cap_drops_oldest_downsampled_first(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.slow
 def test_size_cap_reaches_raw_samples_when_nothing_else_is_left(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "r.db", retention_s=10 * 3600)
     fill(store, 3600, gpus=8)
