@@ -8,12 +8,13 @@ and the rest of the scrape is served. It adds ``verlmon_build_info``, ``verlmon_
 the environment or the web config reaches a label or a value.
 
 :func:`format_families` writes text format 0.0.4 itself: the same bytes as prometheus_client's
-``generate_latest`` for the families collectors build, about 3x cheaper per scrape (bench/exporter.py
-``--exposition``: 5.8 against 17.6 ms at 64 GPUs, over the 10 ms budget; so our writer stays),
-and with ``openmetrics=True`` the same bytes as prometheus_client's OpenMetrics writer, which
-costs 5x ours. :func:`negotiate` picks the format from the scrape's Accept header the way
-prometheus_client's ``choose_encoder`` does; :meth:`Exposition.render` takes the ``name[]``
-filter of the scrape's URL (only the families that have a sample of those names).
+``generate_latest`` for the families collectors build, and a whole 64-GPU scrape 1.6-3.3x
+cheaper (``bench/exporter.py --exposition``: prometheus-client 13-19 ms, over the 10 ms budget;
+so our writer stays); with ``openmetrics=True`` the same bytes as prometheus_client's
+OpenMetrics writer, which costs 3-10x ours. :func:`negotiate` picks the format from the
+scrape's Accept header the way prometheus_client's ``choose_encoder`` does;
+:meth:`Exposition.render` takes the ``name[]`` filter of the scrape's URL (only the families
+that have a sample of those names).
 """
 
 from __future__ import annotations
