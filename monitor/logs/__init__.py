@@ -1,7 +1,10 @@
 """verl log parsing and following.
 
-- ``monitor.logs.parse``: ``LogParser`` (line by line, live), ``parse_file`` (a whole file),
-  ``ParseStats``, ``ParsedLog``, ``LogReadError``.
+- ``monitor.logs.parse``: the public names: ``LogParser`` (line by line, live), ``parse_file``
+  (a whole file), ``ParseStats``, ``ParsedLog``, ``LogReadError``; its docstring lists the
+  modules the parser is split into (``prefix``, ``console``, ``jsonl``, ``blocks``, ``events``,
+  ``vocabulary``, ``parser``, ``files``, ``stats``).
 - ``monitor.logs.follow``: ``LogFollower`` (``tail -F``), ``iter_lines`` (streamed lines).
 - ``monitor.logs.keys``: ``canonical_phases``, ``normalise_key``, ``guess_version``.
+- ``monitor.logs.failures``: failure lines (NCCL, Ray, CUDA, OOM) matched and described.
 """
