@@ -6,7 +6,7 @@ import logging
 import time
 
 from exporters.registry import ExporterContext
-from exporters.sampling import SampledCollector
+from exporters.sampling import PollingCollector, SampledCollector
 
 
 class Flaky(SampledCollector):
@@ -64,3 +64,41 @@ def test_errors_are_counted_logged_once_and_recovery_clears_them(caplog):
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "flaky" in warnings[0].getMessage()
     assert any("works again" in r.getMessage() for r in caplog.records)
+
+
+class FlakyPoller(PollingCollector):
+    """Fails its first polls, then works; records whether the collector looked healthy."""
+
+    name = "poller"
+    thread_name = "test-poller"
+
+    def __init__(self, ctx, fail_first: int) -> None:
+        super().__init__(ctx)
+        self.calls = 0
+        self.fail_first = fail_first
+        self.seen_errors: list[str | None] = []
+
+    def poll_once(self) -> None:
+        self.seen_errors.append(self.last_error)  # what a scrape saw before this poll
+        self.calls += 1
+        if self.calls <= self.fail_first:
+            raise OSError("driver's /metrics refused the connection")
+
+
+def test_a_poller_reports_a_failed_round_in_words_once_and_recovers(monkeypatch, caplog):
+    import exporters.sampling as sampling
+
+    monkeypatch.setattr(sampling, "MIN_POLL_S", 0.05)
+    col = FlakyPoller(ctx(0.05), fail_first=2)
+    with caplog.at_level(logging.WARNING, logger="verl_monitor.exporter"):
+        col.start()
+        wait_for(lambda: col.calls >= 4)
+        col.stop()
+    message = "OSError: driver's /metrics refused the connection"
+    assert col.seen_errors[:4] == [None, message, message, None]
+    assert col.healthy()  # the later rounds worked
+    warnings = [r.getMessage() for r in caplog.records if "poller" in r.getMessage()]
+    assert warnings == [f"poller: {message}"]  # logged once for the repeated reason
+    calls = col.calls
+    time.sleep(0.2)
+    assert col.calls == calls  # really stopped
