@@ -1,10 +1,11 @@
 """Goodput collector: every GPU-second of the run, by cause, as a live counter.
 
-After each new step line (read from ``ctx.window``, where the verl log collector puts them) the
-collector runs the goodput ledger (monitor/analysis/goodput.py, docs/goodput.md) on that step
-and the steps just before it, with this node's GPU samples from the window, and adds the new
-step's seconds to ``verlmon_gpu_seconds_total{cause, node, gpu}``. Every cause of every GPU seen
-is exported from 0, so ``increase()`` counts the first seconds too, and
+After each new step line (read from ``ctx.window``, the monitor's window, which the verl log
+collector's steps reach through the sink) the collector runs the goodput ledger
+(monitor/analysis/goodput.py, docs/goodput.md) on that step and the steps just before it, with
+this node's GPU samples from the window, and adds the new step's seconds to
+``verlmon_gpu_seconds_total{cause, node, gpu}``. Every cause of every GPU seen is exported from
+0, so ``increase()`` counts the first seconds too, and
 ``sum(rate(...{cause="productive"})) / sum(rate(...))`` is the job's goodput.
 
 A step is counted once the GPU samples reach its end (or ``WAIT_S`` after it arrived, its
