@@ -157,8 +157,13 @@ def build_prometheus(workdir: Path, nodes: int = 128,
                           for t, v in pts)
         family(m.FLAG_ACTIVE)
         for truth in run.truth:
-            node = truth["scope"].get("node", driver)
-            label = lab(node, kind=truth["kind"], severity="warning", scope=f"node={node}")
+            scope = truth["scope"]
+            node = scope.get("node", driver)
+            # the flags collector's labels: node, gpu (indices joined by commas), phase
+            where = {"gpu": ",".join(str(g) for g in scope.get("gpus") or []),
+                     "phase": scope.get("phase") or ""}
+            label = lab(node, kind=truth["kind"], severity="warning",
+                        **{k: v for k, v in where.items() if v})
             fh.writelines(f"{m.FLAG_ACTIVE}{label} 1 {t:.3f}\n"
                           for t in grid if truth["start"] + 120 <= t <= truth["end"])
         fh.write("# EOF\n")

@@ -96,8 +96,7 @@ def live(start: float, end: float, key: str) -> None:
     if n_steps and pd.notna(df["end_time"].iloc[-1]):
         last_end = float(df["end_time"].iloc[-1])
         step_util = common.load_steps_util(key, start, min(end, last_end), last_end)
-    st.plotly_chart(charts.gpu_time_bar(seconds, util, step_util), key="ov_gpu_time",
-                    width="stretch")
+    common.chart("gpu_time_bar", seconds, util, step_util, key="ov_gpu_time")
     caption = (f"Mean of the last {n_steps} steps: each phase's share of the step times the "
                "GPUs' mean utilization in it; the rest of the step the GPUs sat idle.")
     held = common.withheld_text(summary)
@@ -110,7 +109,7 @@ def live(start: float, end: float, key: str) -> None:
                     else "no utilization sample fell inside the steps.")
     st.caption(caption)
     if good:
-        st.plotly_chart(charts.goodput_bars(led), key="ov_goodput", width="stretch")
+        common.chart("goodput_bars", led, key="ov_goodput")
         lost = sorted(good["lost"].items(), key=lambda kv: -kv[1])
         total = good["gpu_seconds_total"] or 0.0
         if lost and total > 0 and lost[0][1] > 0:
@@ -139,12 +138,15 @@ def live(start: float, end: float, key: str) -> None:
                          "Flags page", icon=":material/flag:")
 
     # 4. trends
+    # (seconds per phase, per step, is on the Steps page: one chart fewer to draw here)
     left, right = st.columns(2)
     spikes = charts.flagged_steps(window_flags, "step_time_spikes", df)
-    left.plotly_chart(charts.step_time_trend(df, flagged=spikes), key="ov_step_time",
-                      width="stretch")
-    right.plotly_chart(charts.throughput_trend(df), key="ov_throughput", width="stretch")
-    st.plotly_chart(charts.phase_stacked_bars(df), key="ov_phases", width="stretch")
+    with left:
+        common.chart("step_time_trend", df, flagged=spikes, key="ov_step_time")
+    with right:
+        common.chart("throughput_trend", df, key="ov_throughput")
+    st.page_link("views/steps.py", label="Seconds per phase, per step, on Steps & phases",
+                 icon=":material/timeline:")
     st.caption(f"Window {common.fmt_time(start)} - {common.fmt_time(end)} UTC "
                f"({settings.window_label}); {len(df)} steps.")
 

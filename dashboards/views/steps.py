@@ -33,6 +33,7 @@ def live(start: float, end: float, key: str) -> None:
     df = common.load_steps_frame(key, start, end)
     flagged = charts.flagged_steps(common.load_flags(key, False, start, end), "reshard_spike", df)
     st.plotly_chart(charts.reshard_vs_median(df, flagged=flagged), key="steps_reshard")
+    common.chart("phase_stacked_bars", df, key="steps_phases")
     st.subheader("Phase statistics over the window")
     stats = phase_table(steps)
     stats = stats.rename_axis("phase").reset_index()
