@@ -54,6 +54,17 @@ def _start_exporter(tmp_path: Path, node: str, scenario: str, follows: bool, por
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every exporter, then wait for each (SIGKILL after 30 s)."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def test_healthy_nodes_without_the_log_stay_quiet_and_slow_ones_are_named(tmp_path):
     ports = {node: free_port() for node in NODES}
     driver = f"http://127.0.0.1:{ports['node0']}/metrics"
@@ -116,13 +127,7 @@ def test_healthy_nodes_without_the_log_stay_quiet_and_slow_ones_are_named(tmp_pa
             assert sorted(r["metric"]["node"] for r in attributed) == sorted(NODES)
             assert all(float(r["value"][1]) == 4 for r in attributed)  # one series per GPU
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
     for node in NODES:
         out = (tmp_path / node / "out.txt").read_text()
         assert re.search(r"serving http://127\.0\.0\.1:\d+/metrics", out), out[-2000:]
@@ -200,10 +205,4 @@ def test_slow_gpu_on_a_node_without_the_log_is_named_within_three_steps_and_stay
                                     '{node="node3",phase="update_actor"} > 0)')
             assert attributed and float(attributed[0]["value"][1]) == 4
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
