@@ -64,3 +64,13 @@ def test_run_all_reports_it_once_on_a_single_gpu():
     flags = run_all(steps, empty_gpu_frame(), empty_host_frame(), _events(steps))
     alarms = [f for f in flags if f.severity != "info"]
     assert [f.kind for f in alarms] == ["gpu_imbalance"], [(f.kind, f.evidence) for f in flags]
+
+
+def test_the_job_restarting_is_not_another_process():
+    steps = _steps(1.4)
+    by = {s.step: s for s in steps}
+    own = {"node": "n0", "gpu": 0, "pid": 100, "name": "python3", "used_bytes": 1 << 30}
+    gone = Event("gpu_process_exited", by[3].end_time + 0.2, data=own)
+    assert _flags(steps, [gone, *_events(steps)]) == []
+    resumed = Event("resume", by[3].end_time + 0.1, step=3)
+    assert _flags(steps, [resumed, *_events(steps)]) == []

@@ -3,7 +3,8 @@
 The exporter's GPU sampler reports compute processes that start or leave a GPU after its first
 reading (``gpu_process_started``/``gpu_process_exited`` events, ``exporters.gpu.processes``).
 verl starts its workers before the first step, so a process that appears on a GPU after the
-first step has ended is not the job's. When the steps it overlaps run slower than the steps
+first step has ended is not the job's, unless the job's own processes left before it (a restart)
+or the log says it resumed. When the steps it overlaps run slower than the steps
 before it (the run's warm-up step left out), that process is why: on a single GPU there is no
 peer to compare with, and this is the one signal that names the cause. Measured on an H200
 (bench/results/gpu_scenarios_*_1gpu_*): a second process running bf16 matmuls took the step
@@ -44,10 +45,16 @@ def contention_flags(ctx: Context) -> list[Flag]:
     stepno = sf["step"].to_numpy()
     slowdown = cfg.get_float("process_slowdown")
     flags = []
-    for ev in started:
+    foreign = [e for e in started if float(e.time) > end_t[0]]
+    # the job's own processes leaving (a restart or resume), or a resume in the log: processes
+    # that start after that are the job coming back, not another process
+    restarts = [float(x.time) for x in exited if x.time > end_t[0]
+                and not any(_same(x, e) for e in foreign)]
+    restarts += [float(e.time) for e in ctx.events if e.kind == "resume" and e.time is not None]
+    for ev in foreign:
         t = float(ev.time)
-        if t <= end_t[0]:
-            continue  # present by the end of the first step: the job's own worker
+        if any(r <= t for r in restarts):
+            continue
         gone = [x.time for x in exited if _same(x, ev) and x.time >= t]
         until = min(gone) if gone else None
         before = total[1:][end_t[1:] <= t]  # the warm-up step left out
