@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
 #: Default listen address: a port outside the crowded 9100-9999 exporter range.
-DEFAULT_LISTEN = "0.0.0.0:9048"
+DEFAULT_PORT = 9048
+DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
 #: Default seconds between detector runs: ``run_all`` on a 30-minute window of 8 GPUs costs
 #: about 0.4 s of CPU (bench/exporter.py), so every 30 s costs ~1.3% of a core; a new step in
 #: the log also triggers a run (at most one a second), so step-based flags do not wait for it.

@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-#: Default port of the exporter started here (the exporter's own default).
-DEFAULT_PORT = 9048
+from exporters.options import DEFAULT_LISTEN, DEFAULT_PORT
+
 #: Seconds the exporter gets to stop after SIGTERM before it is killed.
 EXPORTER_STOP_S = 15.0
 #: Seconds to wait for the exporter's startup line before the job starts anyway.
@@ -70,8 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: verl-monitor-<node>-<time>.log in the current directory)")
     p.add_argument("--node", metavar="NAME",
                    help="this node's name for the exporter and the targets (default: hostname)")
-    p.add_argument("--listen-address", default=f"0.0.0.0:{DEFAULT_PORT}", metavar="HOST:PORT",
-                   help=f"where the exporter serves /metrics (default 0.0.0.0:{DEFAULT_PORT}; "
+    p.add_argument("--listen-address", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"where the exporter serves /metrics (default {DEFAULT_LISTEN}; "
                    "port 0 picks a free one)")
     p.add_argument("--no-exporter", action="store_true",
                    help="only capture the log: an exporter started by the platform (srun, Ray, "
