@@ -2,7 +2,7 @@
 server time one live refresh costs, at two sizes:
 
 - **store**: 8 GPUs x 6 hours of 1 s samples (172,800 GPU rows) in a run store built from the
-  simulator (``dashboards.sample_store.build_store``), window "6 h";
+  simulator (``tests/sample_store.py``), window "6 h";
 - **prometheus**: 128 nodes x 8 GPUs x 1 hour at 15 s (the simulator's ``gpu_imbalance`` run,
   node22 straggling), written as OpenMetrics text and loaded into a real Prometheus with a
   TSDB backfill (``promtool tsdb create-blocks-from openmetrics``, far lighter on 2 cores than
@@ -83,7 +83,7 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
 # ----------------------------------------------------------------------------- data
 def build_store(path: Path) -> dict:
     """8 GPUs x 6 h at 1 s, with an IO-starvation stretch and a reshard spike."""
-    from dashboards.sample_store import build_store as build
+    from tests.sample_store import build_store as build
 
     script = "healthy:240,io_starvation:60,healthy:200,reshard_spike:20,healthy:200"
     return build(path, scenario=script, step_seconds=30.0, detect=True)

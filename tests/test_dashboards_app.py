@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
+from sample_store import build_store
 from streamlit.testing.v1 import AppTest
 
-from dashboards.sample_store import build_store
 from monitor.store.runstore import RunStore
 
 pytestmark = pytest.mark.slow  # starts processes (make test-fast skips it)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from sample_store import build_store
 
-from dashboards.sample_store import build_store
 from monitor.sources import SourceError
 from monitor.sources.base import NCCL_COLUMNS, NODE_SUMMARY_COLUMNS
 from monitor.sources.store import StoreSource

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 from procs import free_port, start_process
+from sample_store import build_store
 
-from dashboards.sample_store import build_store
 from monitor.records import Flag
 from monitor.store.runstore import RunStore
 

@@ -1,8 +1,9 @@
 """Build a run store from a simulated verl run, without waiting for it to play in real time.
 
-Used by the dashboard tests and ``bench/dashboard.py``: the simulator plans the run and its
-telemetry, the log parser reads the log it wrote (as the exporter would), the detectors turn
-it into flags, and everything lands in a real :class:`~monitor.store.runstore.RunStore`.
+Test scaffolding (kept out of the shipped package), used by the dashboard and store tests and
+``bench/dashboard.py``: the simulator plans the run and its telemetry, the log parser reads the
+log it wrote (as the exporter would), the detectors turn it into flags, and everything lands in
+a real :class:`~monitor.store.runstore.RunStore`.
 """
 
 from __future__ import annotations
