@@ -3,13 +3,12 @@ is open on a page exactly while it is open in the exporter."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
-import urllib.request
 from dataclasses import fields
 
 import pytest
+from e2e.procs import start_prometheus
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from exporters.collectors.flags import FlagsCollector
@@ -29,12 +28,6 @@ pytestmark = [
 #: Scrape interval of the test's Prometheus (s): long enough that "a scrape or two late"
 #: cannot pass for "at the first scrape".
 SCRAPE_S = 3
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(predicate, timeout: float, what: str):
@@ -65,36 +58,15 @@ def exporter_and_prometheus(tmp_path_factory):
     Gauge(m.BUILD_INFO, "build", ["version"], registry=reg).labels("test").set(1)
     server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
     target = f"127.0.0.1:{server.server_port}"
-    port = _free_port()
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        f"global:\n  scrape_interval: {SCRAPE_S}s\n"
-        "scrape_configs:\n  - job_name: verlmon\n    static_configs:\n"
-        f"      - targets: ['{target}']\n        labels: {{node: node0}}\n")
-    prom = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready():
-        try:
-            return urllib.request.urlopen(url + "/-/ready", timeout=1).status == 200
-        except OSError:
-            return False
-
-    src = PrometheusSource(url)
+    prom = start_prometheus(tmp, timeout=90, scrape_targets=[target], job="verlmon",
+                            node="node0", interval=f"{SCRAPE_S}s", rule_files=())
+    src = PrometheusSource(prom.url)
     try:
-        _wait(ready, 90, "Prometheus to be ready")
         _wait(lambda: src.time_range(), 90, "the first scrape")
         yield tracker, src
     finally:
         src.close()
-        prom.terminate()
-        try:
-            prom.wait(10)
-        except subprocess.TimeoutExpired:
-            prom.kill()
+        prom.stop()
         server.shutdown()
 
 

@@ -14,6 +14,10 @@ import pytest
 from playwright.sync_api import Page, expect
 from procs import free_port, start_process
 from sample_store import build_store
+from test_dashboard_demo import (  # noqa: F401 - the suite's Chromium and 1400 px viewport
+    browser_context_args,
+    browser_type_launch_args,
+)
 
 from monitor.records import Flag
 from monitor.store.runstore import RunStore
@@ -52,22 +56,6 @@ TABLES_JS = """() => [...document.querySelectorAll('[data-testid=stDataFrame]')]
           columns: (columns || []).map(c => ({title: c.title, width: c.width,
                                               text: ctx.measureText(c.title).width}))};
 })"""
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args):
-    """Debian's Chromium (``playwright install`` cannot download browsers here)."""
-    return {
-        **browser_type_launch_args,
-        "executable_path": os.environ.get("CHROMIUM", "/usr/bin/chromium"),
-        "args": ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"],
-    }
-
-
-@pytest.fixture(scope="session")
-def browser_context_args(browser_context_args):
-    return {**browser_context_args, "viewport": {"width": 1400, "height": 1000}}
 
 
 @pytest.fixture(scope="module")
