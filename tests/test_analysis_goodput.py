@@ -60,10 +60,15 @@ def test_every_real_run_adds_up_to_wall_times_gpus(run):
 
 
 def test_the_waiting_gpu_of_a_straggler_is_charged_its_wait_not_the_busy_one():
-    _, _, led = _real("2gpu_straggler")
+    _, steps, led = _real("2gpu_straggler")
     wait = led.pivot_table(index="step", columns="gpu", values="straggler_wait")
-    # GPU 1 does 2.5x the update work on steps 4-7 (update 2.67 s vs 1.17 s): GPU 0 waits ~1.5 s
-    assert all(1.0 < wait.loc[s, 0] < 2.0 for s in (4, 5, 6, 7)), wait
+    # GPU 1 does 2.5x the update work on steps 4-7: GPU 0 waits for it in the all-reduce for
+    # about the update's growth over the healthy steps (recorded: 1.68 s against 0.74 s)
+    update = {s.step: s.phases["update_actor"] for s in steps}
+    healthy = float(np.median([update[s] for s in (2, 3, 8)]))
+    for s in (4, 5, 6, 7):
+        grown = update[s] - healthy
+        assert 0.6 * grown < wait.loc[s, 0] < 1.2 * grown, (s, grown, wait)
     assert all(wait.loc[s, 1] < 0.3 for s in (4, 5, 6, 7)), wait
     assert all(wait.loc[s, 0] < 0.3 for s in (2, 3, 8)), wait
 

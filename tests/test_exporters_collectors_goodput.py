@@ -31,6 +31,14 @@ def _setup():
     return steps, rows, window, collector, reg, end
 
 
+def _waited(steps) -> float:
+    """What GPU 0 waits in all: the growth of update_actor on steps 4-7, where GPU 1 does 2.5x
+    the update work, over the clean steps' median."""
+    upd = {s.step: s.phases["update_actor"] for s in steps}
+    clean = sorted(upd[s] for s in (2, 3, 8))[1]
+    return sum(upd[s] - clean for s in (4, 5, 6, 7))
+
+
 def _value(reg, cause, gpu):
     return reg.get_sample_value(GPU_SECONDS, {"cause": cause, "node": "gpu-node",
                                               "gpu": str(gpu)})
@@ -47,7 +55,7 @@ def test_the_counter_adds_up_per_gpu_and_charges_the_waiting_gpu():
     for g in (0, 1):
         total = sum(_value(reg, c, g) for c in CAUSES)
         assert total == pytest.approx(wall, rel=0.02)
-    assert _value(reg, "straggler_wait", 0) > 5.0  # GPU 1 does 2.5x the update on steps 4-7
+    assert _value(reg, "straggler_wait", 0) > 0.7 * _waited(steps)
     assert _value(reg, "straggler_wait", 1) < 1.0
     assert _value(reg, "restarts", 0) == 0.0  # every cause exported from 0
     # nothing new: nothing counted twice
@@ -67,7 +75,7 @@ def test_steps_arriving_one_by_one_give_the_same_wall_as_all_at_once():
     wall = max(s.end_time for s in steps) - first
     for g in (0, 1):
         assert sum(_value(reg, c, g) for c in CAUSES) == pytest.approx(wall, rel=0.02)
-    assert _value(reg, "straggler_wait", 0) > 5.0
+    assert _value(reg, "straggler_wait", 0) > 0.7 * _waited(steps)
 
 
 def test_a_step_past_the_last_sample_waits_for_its_samples():
