@@ -338,9 +338,10 @@ def load_steps_util(key: str, start: float, end: float, last_step_end: float,
     return float(util.mean()) if len(util) else None
 
 
+@functools.lru_cache(maxsize=1)
 def phase_min_samples() -> int:
     """Samples wholly inside a phase below which its figures are withheld
-    (``dashboard.phase_min_samples`` of ``monitor/defaults.yaml``)."""
+    (``dashboard.phase_min_samples`` of ``monitor/defaults.yaml``, read once)."""
     from monitor.analysis.attribution import default_min_phase_samples
 
     return default_min_phase_samples()
