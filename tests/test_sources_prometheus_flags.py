@@ -8,7 +8,7 @@ import time
 from dataclasses import fields
 
 import pytest
-from e2e.procs import start_prometheus
+from e2e.procs import start_prometheus, wait_until
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from exporters.collectors.flags import FlagsCollector
@@ -28,16 +28,6 @@ pytestmark = [
 #: Scrape interval of the test's Prometheus (s): long enough that "a scrape or two late"
 #: cannot pass for "at the first scrape".
 SCRAPE_S = 3
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _context(tracker: FlagTracker) -> ExporterContext:
@@ -62,7 +52,7 @@ def exporter_and_prometheus(tmp_path_factory):
                             node="node0", interval=f"{SCRAPE_S}s", rule_files=())
     src = PrometheusSource(prom.url)
     try:
-        _wait(lambda: src.time_range(), 90, "the first scrape")
+        wait_until(lambda: src.time_range(), 90, what="the first scrape")
         yield tracker, src
     finally:
         src.close()
@@ -82,7 +72,7 @@ def test_flag_opens_and_closes_at_the_first_scrape_after_it_does(exporter_and_pr
                 scope={"node": "node0", "gpus": [3]}, evidence="GPU 3 at 40% vs 90%")
     opened_at = time.time()
     tracker.update([flag], now=opened_at)
-    _wait(lambda: _scraped_after(src, opened_at), 20, "a scrape after the flag opened")
+    wait_until(lambda: _scraped_after(src, opened_at), 20, what="a scrape after the flag opened")
     # open from the first scrape that saw it, with the exporter's evidence
     now_open = src.flags(active_only=True)
     assert [(f.kind, f.scope.get("gpus")) for f in now_open] == [("gpu_imbalance", [3])]
@@ -92,7 +82,7 @@ def test_flag_opens_and_closes_at_the_first_scrape_after_it_does(exporter_and_pr
     assert len(src.flags(active_only=True)) == 1
     closed_at = time.time()
     tracker.update([], now=closed_at)
-    scrape = _wait(lambda: _scraped_after(src, closed_at), 20, "a scrape after the flag closed")
+    scrape = wait_until(lambda: _scraped_after(src, closed_at), 20, what="a scrape after the flag closed")
     # closed at that first scrape: no page can show it open any more
     assert src.flags(active_only=True) == []
     history = [f for f in src.flags() if f.kind == "gpu_imbalance"]
