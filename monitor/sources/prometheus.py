@@ -24,6 +24,7 @@ from monitor import metric_names as m
 from monitor.downsample import bucket_seconds
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
 from monitor.records import Flag, StepRecord
+from monitor.sources.alerts import FIRING_QUERY, SINCE_QUERY, alert_flags, alert_selector
 from monitor.sources.base import (
     FLEET_COLUMNS,
     NCCL_COLUMNS,
@@ -380,6 +381,8 @@ class PrometheusSource:
             "open": self._pool.submit(self.query, f"{m.FLAG_ACTIVE}{sel} == 1", hi),
             "notes": self._pool.submit(
                 self.query, f"last_over_time({m.FLAG_INFO}{sel}[{window}s])", hi),
+            "alerts": self._pool.submit(self.query, alert_selector(FIRING_QUERY, self.job), hi),
+            "since": self._pool.submit(self.query, alert_selector(SINCE_QUERY, self.job), hi),
         }
         res = futures["runs"].result()
         open_now = {_flag_identity(s["metric"]): float(s["value"][0])
@@ -403,6 +406,9 @@ class PrometheusSource:
                 labels = next(s["metric"] for s in futures["open"].result()
                               if _flag_identity(s["metric"]) == ident)
                 flags.append(_flag_from(labels, notes.get(ident, {}), at, None))
+        # the cross-node alerts (nodes without the log are compared in Prometheus): the pages
+        # show the same verdict as the alert while it fires
+        flags += alert_flags(futures["alerts"].result(), futures["since"].result(), hi)
         if active_only:
             flags = [f for f in flags if f.end is None]
         return sorted(flags, key=lambda f: f.start, reverse=True)
