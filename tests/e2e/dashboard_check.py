@@ -17,6 +17,7 @@ import re
 import shutil
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from procs import free_port, start_process, wait_until
@@ -58,7 +59,8 @@ def nodes_shown_by_dashboard(prometheus_url: str, workdir: Path, expected: Seque
         [CLI, "dashboard", "--prometheus", prometheus_url, "--port", str(port)],
         workdir, "dashboard", port, f"http://127.0.0.1:{port}/_stcore/health", timeout=90)
     ms = int(timeout_s * 1000)
-    try:
+
+    def browse() -> list[str]:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
@@ -72,6 +74,12 @@ def nodes_shown_by_dashboard(prometheus_url: str, workdir: Path, expected: Seque
                     raise
             finally:
                 browser.close()
+
+    try:
+        # on a thread of its own: the sync API refuses to run where an asyncio loop runs, which
+        # pytest-playwright's fixtures leave in the main thread of a session that used them
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(browse).result()
     finally:
         app.stop()
 
