@@ -74,3 +74,24 @@ def test_the_job_restarting_is_not_another_process():
     assert _flags(steps, [gone, *_events(steps)]) == []
     resumed = Event("resume", by[3].end_time + 0.1, step=3)
     assert _flags(steps, [resumed, *_events(steps)]) == []
+
+
+def test_a_straggler_on_the_shared_gpu_is_told_in_the_process_flag():
+    """Two GPUs; another process on GPU 1 slows its update (GPU 0 waits in the all-reduce):
+    one gpu_imbalance flag for GPU 1, the process's, carrying the straggler's evidence."""
+    from detect_builders import make_gpu
+
+    steps = _steps(1.4)
+
+    def slow_gpu1(df):
+        sel = (df["phase"] == "update_actor") & (df["step"] >= 4) & (df["step"] <= 7)
+        df.loc[sel & (df["gpu"] == 1), ["util", "sm_active"]] = [99.0, 92.0]
+        df.loc[sel & (df["gpu"] == 0), ["util", "sm_active"]] = [99.0, 50.0]
+
+    gpu = make_gpu(steps, n_gpus=2, interval=0.25, edit=slow_gpu1)
+    flags = [f for f in run_all(steps, gpu, empty_host_frame(), _events(steps, gpu=1))
+             if f.kind == "gpu_imbalance"]
+    assert len(flags) == 1, [(f.scope, f.evidence[:80]) for f in flags]
+    f = flags[0]
+    assert f.scope["gpus"] == [1] and "process 4242" in f.evidence
+    assert "GPU 1 is the straggler in update_actor" in f.evidence

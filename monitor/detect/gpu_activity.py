@@ -233,16 +233,20 @@ def _gpu_name(key: str, one_node: bool) -> str:
 def detect_gpu_imbalance(ctx: Context) -> list[Flag]:
     """A GPU the others wait for (straggler), or a GPU or node well below its busy peers."""
     stragglers = straggler_flags(ctx)
-    flags = stragglers + [f for f in _below_peers(ctx) if not _explained(f, stragglers)]
-    return flags + [f for f in contention_flags(ctx) if not _named(f, stragglers)]
+    contention = contention_flags(ctx)
+    flags = [s for s in stragglers if not _absorbed(s, contention)] + contention
+    return flags + [f for f in _below_peers(ctx) if not _explained(f, stragglers)]
 
 
-def _named(flag: Flag, stragglers: list[Flag]) -> bool:
-    """A contention flag on a GPU a straggler flag already names: that flag gets its evidence."""
-    for s in stragglers:
-        if s.scope.get("gpus") == flag.scope.get("gpus") and _explained(flag, [s]):
-            s.evidence += " " + flag.evidence
-            s.advice = flag.advice + [a for a in s.advice if a not in flag.advice]
+def _absorbed(straggler: Flag, contention: list[Flag]) -> bool:
+    """A straggler whose GPU another process shares at the same time: the process's flag
+    (which opens first, after one slow step) tells it, with the straggler's evidence added, so
+    a live page keeps one flag for that GPU instead of swapping one for another."""
+    for c in contention:
+        same_node = straggler.scope.get("node") in (None, c.scope.get("node"))
+        if same_node and c.scope.get("gpus") == straggler.scope.get("gpus") and _explained(
+                straggler, [c]):
+            c.evidence += " " + straggler.evidence
             return True
     return False
 
