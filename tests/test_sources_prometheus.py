@@ -114,7 +114,15 @@ def test_gpu_frame_has_every_gpu_and_honours_max_points(live):
 def test_steps_rebuilt_from_gauges_match_the_exporters_store(live):
     src, store_path = live
     rebuilt = src.steps()
-    stored = {s.step: s for s in RunStore(store_path, create=False).steps()}
+    last = max(r.step for r in rebuilt)
+
+    def stored_through_last() -> dict:
+        # the exporter's store writer flushes on its own beat: a step Prometheus has already
+        # scraped may reach SQLite a moment later
+        steps = {s.step: s for s in RunStore(store_path, create=False).steps()}
+        return steps if last in steps else {}
+
+    stored = _wait(stored_through_last, 30, f"step {last} in the exporter's store")
     assert len(rebuilt) >= 6
     for rec in rebuilt:
         assert rec.step in stored
