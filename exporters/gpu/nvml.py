@@ -121,10 +121,9 @@ class _Gpu:
     gpm_last: float = 0.0
     gpm_struct: Any = None
     gpm_values: dict[str, float | None] = field(default_factory=dict)
-    energy_j: float | None = None
-    energy_next: float = 0.0
-    processes: tuple[GpuProcess, ...] | None = None
-    processes_next: float = 0.0
+    #: reads at their own slower cadence (energy, processes): last value and when next due
+    slow_values: dict[str, Any] = field(default_factory=dict)
+    slow_next: dict[str, float] = field(default_factory=dict)
     mem_total: float | None = None
     xid_counts: dict[int, int] = field(default_factory=dict)
     down_error: str | None = None
@@ -388,24 +387,25 @@ class NvmlBackend:
         mask = self._optional(gpu, "clock_events", _clock_events)
         if mask is not None:
             r.clock_events = {name: bool(mask & bit) for bit, name in gpu.reason_bits}
-        if self.energy_interval > 0 and mono >= gpu.energy_next:
-            energy = self._optional(gpu, "energy", _energy)
-            if energy is not None:
-                gpu.energy_j = energy
-            gpu.energy_next = mono + self.energy_interval
-        r.energy_j = gpu.energy_j
-        if self.process_interval > 0 and mono >= gpu.processes_next:
-            procs = self._optional(gpu, "processes", _processes)
-            if procs is not None:
-                gpu.processes = procs
-            gpu.processes_next = mono + self.process_interval
-        r.processes = gpu.processes
+        r.energy_j = self._slow(gpu, "energy", _energy, self.energy_interval, mono)
+        r.processes = self._slow(gpu, "processes", _processes, self.process_interval, mono)
         if gpu.gpm:
             self._read_gpm(gpu, mono)
             for name, value in gpu.gpm_values.items():
                 setattr(r, name, value)
         r.xid_counts = dict(gpu.xid_counts)
         return r
+
+    def _slow(self, gpu: _Gpu, key: str, call: Callable[[Any, Any], Any], interval: float,
+              mono: float) -> Any:
+        """An optional read at its own cadence (``interval`` s; 0 disables it): read when due,
+        else (or when the read fails) the last value kept."""
+        if interval > 0 and mono >= gpu.slow_next.get(key, 0.0):
+            value = self._optional(gpu, key, call)
+            if value is not None:
+                gpu.slow_values[key] = value
+            gpu.slow_next[key] = mono + interval
+        return gpu.slow_values.get(key)
 
     def _read_gpm(self, gpu: _Gpu, mono: float) -> None:
         """Take a GPM sample (at most one per GPM_MIN_GAP_S) and compute metrics from two."""
