@@ -8,19 +8,23 @@ server time one live refresh costs, at two sizes:
   TSDB backfill (``promtool tsdb create-blocks-from openmetrics``, far lighter on 2 cores than
   128 live exporters), window "1 h".
 
-Page time: until the app is idle and every Plotly chart on the page has drawn, after loading
-the page's URL (cold: first visit after the server started; warm: second visit, caches
-filled) and after clicking the page in the sidebar (nav: how people move between pages; no
-reload of the app's JavaScript).
+Page time: until the page is usable: the app is idle, the page's live panel has finished
+(its "Refreshed in" line is there), every Plotly chart on it has drawn and every table has its
+grid; after loading the page's URL (cold: first visit after the server started; warm: later
+visits, caches filled) and after clicking the page in the sidebar (nav: how people move
+between pages; no reload of the app's JavaScript). Charts in tabs not picked and expanders
+not opened are not drawn (the pages draw one chart at a time), so they are not waited for.
 Refresh: server time of one rerun of the page's live fragment as the page reports it
 ("Refreshed in X s of server time"), median of three, while new data keeps arriving (a thread
 appends a sample per GPU every second to the store; a heartbeat target keeps Prometheus's
 newest sample moving), so each refresh moves the window and queries fresh data.
 
-Baseline: in the same run, an empty Streamlit page (a title and one two-point Plotly chart,
-served the same way) is loaded by URL right before each warm visit of a page; each page's
-"x floor" is the median of its warm URL times over the median of the empty page's, the figure
-to read where Streamlit's own floor (and a shared machine's load) leaves no room under 2 s.
+Baselines: in the same run, two near-empty Streamlit pages served the same way are loaded by
+URL right before each warm visit of a page: the "floor", a title and one two-point Plotly chart
+(Streamlit with its chart library, the least a dashboard page draws), and a "bare" page, a
+title alone. Each page's "x floor" ("x bare") is the median of its warm URL times over the
+median of that page's, the figure to read where Streamlit's own floor (and a shared machine's
+load) leaves no room under 2 s.
 
 Usage: ``python bench/dashboard.py [--skip-store] [--skip-prometheus] [--json PATH]``
 """
@@ -41,6 +45,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -51,15 +56,21 @@ VIEWS = {"": None, "gpus": "gpus", "steps": "steps", "communication": "communica
          "flags": "flags", "nodes": "nodes"}
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
-_DRAWN_JS = """(title) => {
+_READY_JS = """([title, panel]) => {
   const h1 = document.querySelector("h1");
   if (!h1 || !h1.textContent.includes(title)) return -1;
   const app = document.querySelector("[data-testid='stApp']");
   if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return -1;
   if (document.querySelector("[data-testid='stException']")) return -2;
+  // a chart or table whose code is still loading shows a skeleton in its place
+  if (document.querySelector("[data-testid='stSkeleton']")) return -1;
+  if (panel && ![...document.querySelectorAll("[data-testid='stCaptionContainer']")]
+      .some(c => c.textContent.startsWith('Refreshed in'))) return -1;
   const plots = [...document.querySelectorAll("[data-testid='stPlotlyChart']")];
-  if (plots.length === 0 || plots.some(p => !p.querySelector('.main-svg'))) return -1;
-  return plots.length;
+  if (plots.some(p => !p.querySelector('.main-svg'))) return -1;
+  const tables = [...document.querySelectorAll("[data-testid='stDataFrame']")];
+  if (tables.some(t => !t.querySelector('canvas'))) return -1;
+  return plots.length + '/' + tables.length;
 }"""
 
 
@@ -199,6 +210,11 @@ import streamlit as st
 st.title("{BASELINE_TITLE}")
 st.plotly_chart(go.Figure(go.Scatter(x=[0, 1], y=[0, 1])))
 """
+BARE_TITLE = "Bare"
+BARE_APP = f"""import streamlit as st
+
+st.title("{BARE_TITLE}")
+"""
 
 
 def start_app(env_name: str, value: str,
@@ -217,52 +233,69 @@ def start_app(env_name: str, value: str,
     return proc, url
 
 
-def _wait_drawn(page, title: str, t0: float, what: str) -> tuple[float, int]:
-    """Seconds from ``t0`` until the page shows ``title`` idle with every chart drawn (the
-    chart count must hold for 0.4 s; the time is when it was first reached)."""
+def _wait_drawn(page, title: str, t0: float, what: str,
+                panel: bool = True) -> tuple[float, str]:
+    """Seconds from ``t0`` until the page shows ``title`` usable (``_READY_JS``; with ``panel``
+    its live panel has finished too), and what it drew ("charts/tables"). What it drew must hold
+    for 0.4 s; the time is when it was first reached."""
     last, seen_at, stable_since = -1, None, None
     deadline = t0 + 120
     while time.perf_counter() < deadline:
-        n = page.evaluate(_DRAWN_JS, title)
+        n = page.evaluate(_READY_JS, [title, panel])
         now = time.perf_counter()
         if n == -2:
             raise RuntimeError(f"exception rendered on {what}")
-        if n > 0 and n == last:
+        if n != -1 and n == last:
             if now - stable_since >= 0.4:
                 return seen_at - t0, n
-        elif n > 0:
+        elif n != -1:
             seen_at, stable_since = now, now
         last = n
         time.sleep(0.05)
     raise RuntimeError(f"{what} did not finish rendering in 120 s")
 
 
-def page_times(url: str, window: str, base_url: str,
-               rounds: int = 3) -> tuple[dict[str, tuple[float, float, float, int, float]],
-                                         tuple[float, float]]:
-    """Per page (cold, warm, nav, charts, x floor): seconds until every chart is drawn after
-    loading the page's URL first (cold) and again (warm: the median of ``rounds`` visits), and
-    after clicking it in the sidebar (nav). Each warm visit follows a visit of the empty page at
-    ``base_url`` (the floor), so load on a shared machine hits both alike; "x floor" is the
-    median of the page's warm visits over the median of the empty page's. Also returns the
-    empty page's (cold, warm median)."""
+class PageTime(NamedTuple):
+    """One page's figures (seconds; ``drawn`` is "charts/tables")."""
+
+    cold: float
+    warm: float
+    nav: float
+    drawn: str
+    x_floor: float
+    x_bare: float
+
+
+def page_times(url: str, window: str, floor_url: str, bare_url: str,
+               rounds: int = 3) -> tuple[dict[str, PageTime], dict[str, tuple[float, float]]]:
+    """Per page: seconds until usable after loading the page's URL first (cold) and again
+    (warm: the median of ``rounds`` visits), and after clicking it in the sidebar (nav). Each
+    visit follows a visit of the one-chart page at ``floor_url`` and of the title-only page at
+    ``bare_url``, so load on a shared machine hits all three alike; "x floor" ("x bare") is the
+    median of the page's warm visits over the median of that page's. Also returns each
+    baseline's (cold, warm median)."""
     from playwright.sync_api import sync_playwright
 
     out: dict[str, list] = {}
-    floor: list[float] = []
+    base: dict[str, list[float]] = {"floor": [], "bare": []}
     query = f"?window={window.replace(' ', '+')}&refresh=off"
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+        def visit(target: str, title: str, what: str, panel: bool) -> tuple[float, str]:
+            t0 = time.perf_counter()
+            page.goto(target, wait_until="commit")
+            return _wait_drawn(page, title, t0, what, panel)
+
         for _visit in range(1 + rounds):
             for path, title in PAGES.items():
-                t0 = time.perf_counter()
-                page.goto(base_url + "/", wait_until="commit")
-                floor.append(_wait_drawn(page, BASELINE_TITLE, t0, "empty page")[0])
-                t0 = time.perf_counter()
-                page.goto(f"{url}/{path}{query}", wait_until="commit")
-                out.setdefault(path, []).append(_wait_drawn(page, title, t0, f"/{path}"))
+                base["floor"].append(visit(floor_url + "/", BASELINE_TITLE, "floor page",
+                                           False)[0])
+                base["bare"].append(visit(bare_url + "/", BARE_TITLE, "bare page", False)[0])
+                out.setdefault(path, []).append(visit(f"{url}/{path}{query}", title, f"/{path}",
+                                                      True))
         order = list(PAGES.items())
         for (path, title) in order[1:] + order[:1]:
             link = page.get_by_test_id("stSidebarNav").get_by_role("link", name=title)
@@ -270,18 +303,19 @@ def page_times(url: str, window: str, base_url: str,
             link.click()
             out[path].append(_wait_drawn(page, title, t0, f"/{path} (sidebar)"))
         browser.close()
-    warm_floor = statistics.median(floor[len(PAGES):])
+    warm = {k: statistics.median(v[len(PAGES):]) for k, v in base.items()}
     result = {}
     for p, v in out.items():
-        warm = statistics.median(x[0] for x in v[1:1 + rounds])
-        result[p] = (v[0][0], warm, v[-1][0], v[1][1], warm / warm_floor)
-    return result, (floor[0], warm_floor)
+        w = statistics.median(x[0] for x in v[1:1 + rounds])
+        result[p] = PageTime(v[0][0], w, v[-1][0], v[1][1], w / warm["floor"], w / warm["bare"])
+    return result, {k: (base[k][0], warm[k]) for k in base}
 
 
-def start_baseline(workdir: Path) -> tuple[subprocess.Popen, str]:
-    """The empty one-chart Streamlit page, served like the app: Streamlit's own floor."""
-    script = workdir / "baseline_app.py"
-    script.write_text(BASELINE_APP)
+def start_baseline(workdir: Path, name: str = "floor") -> tuple[subprocess.Popen, str]:
+    """A near-empty Streamlit page served like the app: ``floor`` (a title and one small
+    chart) or ``bare`` (a title alone)."""
+    script = workdir / f"{name}_app.py"
+    script.write_text(BASELINE_APP if name == "floor" else BARE_APP)
     return start_app("store", str(workdir / "none.db"), script)
 
 
@@ -365,12 +399,14 @@ class HeartbeatTarget:
         self.server.shutdown()
 
 
-def bench(kind: str, value: str, window: str, workdir: Path) -> tuple[dict, tuple]:
+def bench(kind: str, value: str, window: str,
+          workdir: Path) -> tuple[dict, dict[str, tuple[float, float]]]:
     proc, url = start_app(kind, value)
-    base_proc, base_url = start_baseline(workdir)
+    floor_proc, floor_url = start_baseline(workdir, "floor")
+    bare_proc, bare_url = start_baseline(workdir, "bare")
     feeder = StoreFeeder(Path(value)) if kind == "store" else None
     try:
-        pages, floor = page_times(url, window, base_url)
+        pages, base = page_times(url, window, floor_url, bare_url)
         if feeder is not None:
             feeder.start()
         refresh = refresh_times(url, window)
@@ -378,25 +414,35 @@ def bench(kind: str, value: str, window: str, workdir: Path) -> tuple[dict, tupl
         if feeder is not None and feeder.ident is not None:
             feeder.halt.set()
             feeder.join(10)
-        for p in (proc, base_proc):
+        for p in (proc, floor_proc, bare_proc):
             p.terminate()
             p.wait(20)
-    rows = {PAGES[p]: {"cold_s": round(c, 2), "warm_s": round(w, 2), "nav_s": round(nv, 2),
-                       "charts": n, "refresh_server_s": round(refresh[p], 3),
-                       "warm_x_floor": round(x, 2)}
-            for p, (c, w, nv, n, x) in pages.items()}
-    return rows, floor
+    rows = {PAGES[p]: {"cold_s": round(t.cold, 2), "warm_s": round(t.warm, 2),
+                       "nav_s": round(t.nav, 2), "charts/tables": t.drawn,
+                       "refresh_server_s": round(refresh[p], 3),
+                       "warm_x_floor": round(t.x_floor, 2), "warm_x_bare": round(t.x_bare, 2)}
+            for p, t in pages.items()}
+    return rows, base
 
 
-def print_table(title: str, rows: dict, floor: tuple[float, float]) -> None:
+def print_table(title: str, rows: dict, base: dict[str, tuple[float, float]]) -> None:
     print(f"\n{title}")
-    print(f"{'page':<16}{'cold s':>8}{'warm s':>8}{'x floor':>9}{'nav s':>8}{'charts':>8}"
-          f"{'refresh s':>11}   (warm: median of 3 URL loads)")
-    print(f"{'(empty page)':<16}{floor[0]:>8.2f}{floor[1]:>8.2f}{1.0:>9.2f}{'':>8}{1:>8}"
-          f"{'':>11}")
+    print(f"{'page':<16}{'cold s':>8}{'warm s':>8}{'x floor':>9}{'x bare':>8}{'nav s':>8}"
+          f"{'drawn':>8}{'refresh s':>11}   (warm: median of 3 URL loads; drawn: charts/tables)")
+    for name, label, drawn in (("floor", "(floor page)", "1/0"), ("bare", "(bare page)", "0/0")):
+        cold, warm = base[name]
+        x_floor = warm / base["floor"][1]
+        x_bare = warm / base["bare"][1]
+        print(f"{label:<16}{cold:>8.2f}{warm:>8.2f}{x_floor:>9.2f}{x_bare:>8.2f}{'':>8}"
+              f"{drawn:>8}{'':>11}")
     for page, r in rows.items():
         print(f"{page:<16}{r['cold_s']:>8.2f}{r['warm_s']:>8.2f}{r['warm_x_floor']:>9.2f}"
-              f"{r['nav_s']:>8.2f}{r['charts']:>8}{r['refresh_server_s']:>11.3f}")
+              f"{r['warm_x_bare']:>8.2f}{r['nav_s']:>8.2f}{r['charts/tables']:>8}"
+              f"{r['refresh_server_s']:>11.3f}")
+
+
+def _rounded(base: dict[str, tuple[float, float]]) -> dict:
+    return {k: {"cold": round(c, 2), "warm": round(w, 2)} for k, (c, w) in base.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -414,12 +460,11 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             info = build_store(tmp / "six.db")
             info["build_s"] = round(time.perf_counter() - t0, 1)
-            rows, floor = bench("store", str(tmp / "six.db"), "6 h", tmp)
+            rows, base = bench("store", str(tmp / "six.db"), "6 h", tmp)
             results["store_8gpu_6h_1s"] = {"data": info, "pages": rows,
-                                           "empty_page_s": {"cold": round(floor[0], 2),
-                                                            "warm": round(floor[1], 2)}}
+                                           "baseline_pages_s": _rounded(base)}
             print_table(f"run store, 8 GPUs x 6 h at 1 s ({info['gpu_samples']:,} GPU rows; "
-                        f"window 6 h)", rows, floor)
+                        f"window 6 h)", rows, base)
         if not args.skip_prometheus:
             if shutil.which("prometheus") is None or shutil.which("promtool") is None:
                 print("prometheus/promtool not installed: skipping the Prometheus case")
@@ -429,17 +474,17 @@ def main(argv: list[str] | None = None) -> int:
                 beat = HeartbeatTarget()
                 prom, url, info = build_prometheus(workdir, args.nodes, beat.port)
                 try:
-                    rows, floor = bench("prometheus", url, "1 h", tmp)
+                    rows, base = bench("prometheus", url, "1 h", tmp)
                 finally:
                     prom.terminate()
                     prom.wait(20)
                     beat.close()
                 results[f"prometheus_{args.nodes}x8_1h_15s"] = {
                     "data": info, "pages": rows,
-                    "empty_page_s": {"cold": round(floor[0], 2), "warm": round(floor[1], 2)}}
+                    "baseline_pages_s": _rounded(base)}
                 print_table(f"Prometheus (TSDB backfill), {args.nodes} nodes x 8 GPUs x 1 h at "
                             f"15 s ({info['gpu_samples']:,} GPU samples; window 1 h)", rows,
-                            floor)
+                            base)
     print(f"\nmachine: {results['cpus']} CPUs, load average {results['load_avg_1m']} "
           "(shared; figures are wall-clock)")
     if args.json:

@@ -67,6 +67,17 @@ def end_at(fig: go.Figure, start: float, end: float) -> go.Figure:
     return fig
 
 
+#: Points above which a line is drawn without a marker per point: each marker is an SVG
+#: element to style and place, about 1 ms each in Chromium on a 2-core machine, where the line
+#: is one path.
+MARKERS_MAX = 150
+
+
+def line_mode(n_points: int) -> str:
+    """``"lines+markers"`` for a short series, ``"lines"`` for a long one (``MARKERS_MAX``)."""
+    return "lines+markers" if n_points <= MARKERS_MAX else "lines"
+
+
 def empty_figure(title: str, message: str = "no data in this window") -> go.Figure:
     """A blank chart that says why it is blank."""
     fig = go.Figure()
@@ -109,7 +120,8 @@ def step_time_trend(steps: pd.DataFrame, window: int = 10,
     df = steps.dropna(subset=["total"])
     med = df["total"].rolling(window, min_periods=1).median()
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=df["step"], y=df["total"], mode="lines+markers", name="step time",
+    fig.add_trace(go.Scatter(x=df["step"], y=df["total"], mode=line_mode(len(df)),
+                             name="step time",
                              marker={"size": 4}, line={"color": "#4C78A8"}))
     fig.add_trace(go.Scatter(x=df["step"], y=med, mode="lines", name=f"rolling median ({window})",
                              line={"dash": "dot", "color": "#555"}))
@@ -261,67 +273,6 @@ def phase_attribution_bars(summary: pd.DataFrame, phases: list[str] | None = Non
     return _layout(fig, title, key="attrib")
 
 
-def gpu_time_bar(phase_seconds: dict[str, float], phase_util: dict[str, float],
-                 step_util: float | None = None) -> go.Figure:
-    """Where the GPU time of a step goes: one horizontal bar, 100% = the step, one segment per
-    phase for the time the GPUs were busy in it (phase share x its utilization), then the
-    phases too short to measure one by one, then the idle share.
-
-    The short phases (no utilization in ``phase_util``: fewer samples inside them than the
-    attribution needs) are one segment. With ``step_util`` (the GPUs' mean utilization over
-    the whole steps, every sample counted) their busy share is what the step's busy time
-    leaves after the measured phases, and the rest of it joins the idle share; without it
-    the segment says "util n/a"."""
-    total = sum(v for v in phase_seconds.values() if v and v > 0)
-    title = "Where the GPU time goes (mean step)"
-    if total <= 0:
-        return empty_figure(title, "no phase timings yet")
-    fig = go.Figure()
-    idle = unknown = measured = 0.0
-    short: list[str] = []
-    for phase, secs in phase_seconds.items():
-        if not secs or secs <= 0:
-            continue
-        share = 100.0 * secs / total
-        util = phase_util.get(phase)
-        if util is None or not np.isfinite(util):
-            unknown += share
-            short.append(phase)
-            continue
-        busy = share * min(max(util, 0.0), 100.0) / 100.0
-        idle += share - busy
-        measured += busy
-        fig.add_trace(go.Bar(y=["step"], x=[busy], name=phase, orientation="h",
-                             marker_color=PHASE_COLORS.get(phase, "#888"),
-                             hovertemplate=f"{phase}: {share:.0f}% of the step, GPUs "
-                             f"{util:.0f}% busy in it<extra></extra>"))
-    short_busy = None
-    if unknown > 0 and step_util is not None and np.isfinite(step_util):
-        short_busy = min(max(min(max(step_util, 0.0), 100.0) - measured, 0.0), unknown)
-        idle += unknown - short_busy
-        in_short = 100.0 * short_busy / unknown
-        fig.add_trace(go.Bar(
-            y=["step"], x=[short_busy], orientation="h", marker={"color": "#B0B0B0"},
-            name=f"short phases ({unknown:.0f}% of the step, ~{in_short:.0f}% busy)",
-            hovertemplate=f"{', '.join(short)}: each shorter than the samples can resolve; "
-            f"together {unknown:.0f}% of the step, GPUs ~{in_short:.0f}% busy in them (the "
-            "steps' busy time less the measured phases')<extra></extra>"))
-    fig.add_trace(go.Bar(y=["step"], x=[idle], name=f"idle ({idle:.0f}%)", orientation="h",
-                         marker={"color": "#FFFFFF", "line": {"color": "#888", "width": 1},
-                                 "pattern": {"shape": "/", "fgcolor": "#999"}},
-                         hovertemplate="GPUs idle: %{x:.0f}% of the step<extra></extra>"))
-    if unknown > 0 and short_busy is None:
-        fig.add_trace(go.Bar(y=["step"], x=[unknown], name=f"util n/a ({unknown:.0f}%)",
-                             orientation="h", marker={"color": "#E8E8E8"},
-                             hovertemplate="phases shorter than the sampling interval: "
-                             "%{x:.0f}% of the step<extra></extra>"))
-    fig.update_layout(barmode="stack")
-    fig.update_xaxes(title="% of the step", range=[0, 100])
-    fig.update_yaxes(visible=False)
-    return _layout(fig, f"{title}: GPUs idle {idle:.0f}% of the step", height=170,
-                   key="gpu_time")
-
-
 def step_timeline(timeline: pd.DataFrame, fleet: pd.DataFrame) -> go.Figure:
     """Phases of the last steps laid out in time (one bar per phase), GPU activity overlaid.
 
@@ -372,7 +323,8 @@ def reshard_vs_median(steps: pd.DataFrame, window: int = 20,
     df = steps.dropna(subset=["reshard"])
     med = df["reshard"].rolling(window, min_periods=1).median()
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=df["step"], y=df["reshard"], mode="lines+markers", name="reshard",
+    fig.add_trace(go.Scatter(x=df["step"], y=df["reshard"], mode=line_mode(len(df)),
+                             name="reshard",
                              marker={"size": 4}, line={"color": PHASE_COLORS["reshard"]}))
     fig.add_trace(go.Scatter(x=df["step"], y=med, name=f"rolling median ({window})",
                              line={"dash": "dot", "color": "#555"}))
@@ -393,7 +345,7 @@ def comm_share(steps: pd.DataFrame, nccl: pd.DataFrame) -> go.Figure:
     if not steps.empty and "comm" in steps.columns and steps["comm"].notna().any():
         df = steps.dropna(subset=["comm", "total", "end_time"])
         fig.add_trace(go.Scatter(x=to_time(df["end_time"]), y=100 * df["comm"] / df["total"],
-                                 mode="lines+markers", name="comm / step (log)"))
+                                 mode=line_mode(len(df)), name="comm / step (log)"))
     if nccl is not None and not nccl.empty:
         busy = nccl.groupby(["ts", "node"])["exec_share"].sum().groupby("ts").mean()
         fig.add_trace(go.Scatter(x=to_time(busy.index), y=100 * busy.to_numpy(), mode="lines",

@@ -275,6 +275,19 @@ def load_steps_frame(key: str, start: float | None, end: float | None) -> pd.Dat
     return steps_to_frame(load_steps(key, start, end))
 
 
+def _last_steps(key: str, start: float, end: float,
+                steps_end: float | None) -> list[StepRecord]:
+    """The steps of ``[start, end]`` for the last-steps loaders. They are called with ``end`` at
+    the last step's end (their answer holds until a new step arrives); ``steps_end``, the
+    page's own window end (left out of their cache keys: its name starts with "_"), reads the
+    steps through the page's cached ``load_steps`` call instead of a second query of its own:
+    no step ends between the last step's end and the window's end."""
+    if steps_end is None:
+        return load_steps(key, start, end)
+    return [s for s in load_steps(key, start, steps_end)
+            if s.end_time is None or s.end_time <= end]
+
+
 #: Steps the per-phase attribution and the Overview's GPU-time bar look back over.
 ATTRIB_STEPS = 20
 
@@ -302,14 +315,14 @@ def _attribution_samples(key: str, steps: list[StepRecord], start: float, end: f
 @st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
 def load_attribution(key: str, start: float, end: float, last_step_end: float,
                      node: str | None = None, n_steps: int = ATTRIB_STEPS,
-                     fleet: bool = False) -> pd.DataFrame:
+                     fleet: bool = False, _steps_end: float | None = None) -> pd.DataFrame:
     """Per phase and GPU utilization over the last ``n_steps`` steps (``phase_summary``, with
     sample counts and withheld phases); with ``fleet`` for the mean across GPUs (one row per
     phase, cheap on any cluster). Recomputed only when a new step has arrived
-    (``last_step_end`` is part of the key)."""
+    (``last_step_end`` is part of the key). See :func:`_last_steps` for ``_steps_end``."""
     from monitor.analysis.attribution import attribute, phase_summary
 
-    recent = load_steps(key, start, end)[-n_steps:]
+    recent = _last_steps(key, start, end, _steps_end)[-n_steps:]
     recent = [s for s in recent if s.end_time is not None]
     if not recent:
         return pd.DataFrame()
@@ -320,11 +333,12 @@ def load_attribution(key: str, start: float, end: float, last_step_end: float,
 @_snap
 @st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
 def load_steps_util(key: str, start: float, end: float, last_step_end: float,
-                    n_steps: int = ATTRIB_STEPS) -> float | None:
+                    n_steps: int = ATTRIB_STEPS, _steps_end: float | None = None) -> float | None:
     """The GPUs' mean utilization (%) over the last ``n_steps`` steps, every sample inside a
     step counted whatever its phase (the mean across GPUs; None without samples). Phases too
     short to measure one by one get their busy share from it on the Overview."""
-    recent = [s for s in load_steps(key, start, end) if s.end_time is not None][-n_steps:]
+    recent = [s for s in _last_steps(key, start, end, _steps_end)
+              if s.end_time is not None][-n_steps:]
     if not recent:
         return None
     samples = _attribution_samples(key, recent, start, end, None, True)
@@ -371,13 +385,13 @@ CAUSE_FLAGS: dict[str, tuple[str, ...]] = {
 @_snap
 @st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
 def load_goodput(key: str, start: float, end: float, last_step_end: float,
-                 n_steps: int = ATTRIB_STEPS) -> pd.DataFrame:
+                 n_steps: int = ATTRIB_STEPS, _steps_end: float | None = None) -> pd.DataFrame:
     """The goodput ledger (``monitor.analysis.goodput.ledger``) of the last ``n_steps`` steps,
     per step and GPU (the mean across GPUs from Prometheus, cheap on any cluster). Recomputed
     only when a new step has arrived."""
     from monitor.analysis.goodput import ledger
 
-    recent = [s for s in load_steps(key, start, end) if s.end_time is not None]
+    recent = [s for s in _last_steps(key, start, end, _steps_end) if s.end_time is not None]
     recent = recent[-(n_steps + 1):]  # one more: the first step's wall time starts at it
     if len(recent) < 2:
         return pd.DataFrame()
@@ -495,6 +509,18 @@ def chart(name: str, *args, key: str, **kwargs) -> None:
     st.plotly_chart(spec, key=key, width="stretch")
 
 
+def chosen_tab(labels: list[str], key: str):
+    """Tabs of which only the selected one runs and is drawn: returns its label and its
+    container. The choice is bound to the URL as ``key`` (a link opens the same tab), and the
+    first tab is the default. A page so draws one chart, not every chart it offers (each
+    Plotly chart costs the browser about 0.2 s on a 2-core machine; ``bench/dashboard.py``)."""
+    tabs = st.tabs(labels, key=key, bind="query-params")
+    for label, tab in zip(labels, tabs, strict=True):
+        if tab.open:
+            return label, tab
+    return labels[0], tabs[0]
+
+
 def key() -> str:
     """Cache key of the configured source."""
     return source_config().key
@@ -525,6 +551,17 @@ def flag_title(flag: Flag, severity: bool = True) -> str:
     span = f"{fmt_time(flag.start)} -> {fmt_time(flag.end)}"
     head = f"[{flag.severity.upper()}] {flag.kind}" if severity else flag.kind
     return head + (f" - {scope}" if scope else "") + f" - {span} UTC"
+
+
+def flag_card_markdown(flag: Flag, advice_label: str = "Advice") -> str:
+    """A flag as one block of Markdown: severity badge and title, evidence, advice (one element
+    for the browser to draw, where three cost three)."""
+    color = {"critical": "red", "warning": "orange"}.get(flag.severity, "blue")
+    parts = [f":{color}-badge[{flag.severity.upper()}] **{flag_title(flag, severity=False)}**",
+             f"**Evidence:** {flag.evidence}" if flag.evidence else "_no evidence_"]
+    if flag.advice:
+        parts.append(f"**{advice_label}:**\n" + "\n".join(f"- {a}" for a in flag.advice))
+    return "\n\n".join(parts)
 
 
 def settings() -> Settings:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import socket
@@ -13,6 +14,7 @@ import streamlit as st
 from sample_store import build_store
 from streamlit.testing.v1 import AppTest
 
+from dashboards.html_blocks import stat_values
 from monitor.store.runstore import RunStore
 
 pytestmark = pytest.mark.slow  # starts processes (make test-fast skips it)
@@ -53,7 +55,11 @@ def _app(monkeypatch, page: str | None = None, window: str = "all", **env) -> Ap
 
 
 def _metrics(at: AppTest) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
+    """Label -> value of every headline figure: ``st.metric`` and the HTML stat rows."""
+    out = {m.label: m.value for m in at.metric}
+    for block in at.html:
+        out.update(stat_values(block.value))
+    return out
 
 
 def _table(at: AppTest, column: str):
@@ -61,9 +67,43 @@ def _table(at: AppTest, column: str):
     return next(d.value for d in at.dataframe if column in d.value.columns)
 
 
+def _gpu_time_bar(at: AppTest) -> str:
+    """The Overview's GPU-time bar (HTML)."""
+    return next(h.value for h in at.html if "verlmon-gpu-time-bar" in h.value)
+
+
+def _bar_widths(bar: str) -> list[float]:
+    """The widths (% of the step) of the bar's blocks."""
+    return [float(w) for w in re.findall(r'<div title="[^"]*" style="width: ([0-9.]+)%', bar)]
+
+
+def _charts(at: AppTest, **params: str) -> list[dict]:
+    """The Plotly specs the page draws, after setting URL parameters (a tab picked) and
+    rerunning when any are given."""
+    if params:
+        for name, value in params.items():
+            at.query_params[name] = value
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def _title(chart: dict) -> str:
+    return chart["layout"]["title"]["text"]
+
+
+def _history(at: AppTest):
+    """The Flags page's history table, its expander opened as a user opens it."""
+    at.session_state["flag_history_open"] = True
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return _table(at, "evidence")
+
+
 def _text(at: AppTest) -> str:
     parts = [m.value for m in at.markdown] + [e.value for e in at.error]
     parts += [w.value for w in at.warning] + [i.value for i in at.info] + [s.value for s in at.success]
+    parts += [html.unescape(h.value) for h in at.html]
     return "\n".join(parts)
 
 
@@ -75,8 +115,8 @@ def test_overview_shows_current_step_throughput_and_phase_split(monkeypatch, sto
     assert metrics["Throughput (tok/s/GPU)"] == f"{steps[-1].throughput:,.0f}"
     # seconds per phase, per step: on the Steps page (one chart fewer to draw on the Overview)
     steps_page = _app(monkeypatch, "steps", VERLMON_STORE=store)
-    charts = [json.loads(c.proto.spec) for c in steps_page.get("plotly_chart")]
-    phase_chart = next(c for c in charts if "Where the time goes" in c["layout"]["title"]["text"])
+    (phase_chart,) = _charts(steps_page, steps_view="Seconds per phase")
+    assert "Where the time goes" in _title(phase_chart)
     assert {"gen", "update_actor", "reshard"} <= {t["name"] for t in phase_chart["data"]}
 
 
@@ -86,15 +126,14 @@ def test_overview_leads_with_health_gpu_time_and_the_top_problem_with_advice(mon
     open_flags = [f for f in RunStore(store, create=False).flags() if f.end is None]
     first = (at.error or at.warning or at.success)[0].value
     assert first.startswith("Needs attention" if open_flags else "Healthy")
+    # the GPU-time bar: plain HTML (no chart to draw), one bar = the whole step, idle share
+    # in its title; the trends below draw one chart, the step time, until another is picked
+    bar = _gpu_time_bar(at)
+    assert "Where the GPU time goes" in bar and "GPUs idle" in bar
+    assert 'title="gen: ' in bar and "idle (" in bar
+    assert abs(sum(_bar_widths(bar)) - 100.0) < 0.5
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    titles = [c["layout"]["title"]["text"] for c in charts]
-    # the GPU-time bar comes before the trends, with the idle share in its title
-    assert titles[0].startswith("Where the GPU time goes") and "idle" in titles[0]
-    bar = charts[0]
-    names = {t["name"] for t in bar["data"]}
-    assert "gen" in names and any(n.startswith("idle") for n in names)
-    assert abs(sum(t["x"][0] for t in bar["data"]) - 100.0) < 0.5  # one bar = the whole step
-    assert titles.index(titles[0]) < titles.index("Step time")
+    assert [c["layout"]["title"]["text"] for c in charts] == ["Step time"]
     text = _text(at)
     if open_flags:
         order = {"critical": 0, "warning": 1, "info": 2}
@@ -125,7 +164,15 @@ def test_flags_page_with_two_nodes_opening_the_same_kind_in_the_same_second(monk
     at = _app(monkeypatch, "flags", VERLMON_STORE=_flag_store(tmp_path, flags))
     text = _text(at)
     assert "low on node0" in text and "low on node1" in text
-    assert len(_table(at, "evidence")) == 2  # the history after the cards is drawn too
+    assert not any("evidence" in d.value.columns for d in at.dataframe)  # drawn when asked
+    assert len(_history(at)) == 2  # the history after the cards is drawn too
+    # the newest flag's evidence chart is drawn; the other's when its expander is opened,
+    # both on the one page without a key clash
+    assert len(_charts(at)) == 1
+    at.session_state["flag_evidence_1"] = True
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [_title(c) for c in _charts(at)] == ["low_utilization: evidence"] * 2
 
 
 def test_a_flag_is_open_on_every_page_exactly_while_open_in_the_source(monkeypatch, tmp_path):
@@ -177,7 +224,7 @@ def test_flags_page_lists_each_demo_flag_with_advice(monkeypatch, store):
         assert kind in text
     assert text.count("**Advice:**") >= 4
     assert "data.dataloader_num_workers" in text  # io_starvation's lever
-    history = _table(at, "evidence")
+    history = _history(at)
     assert len(history) == len(RunStore(store, create=False).flags())
 
 
@@ -189,7 +236,7 @@ def test_flags_page_filters_by_severity_from_the_url(monkeypatch, store):
     at.switch_page("views/flags.py")
     at.query_params["sev"] = "critical"
     at.run()
-    history = _table(at, "evidence")
+    history = _history(at)
     assert set(history["severity"]) == {"critical"}
 
 
@@ -197,20 +244,26 @@ def test_gpus_page_has_heat_maps_and_every_gpu(monkeypatch, store):
     at = _app(monkeypatch, "gpus", VERLMON_STORE=store)
     table = _table(at, "vs_peers")
     assert sorted(table["gpu"].astype(int)) == list(range(8))
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    heat = [c for c in charts if c["data"] and c["data"][0]["type"] == "heatmap"]
-    assert len(heat) == 3
-    attrib = next(c for c in charts if "per phase" in c["layout"]["title"]["text"])
+    # one chart at a time, picked in tabs (bound to the URL): utilization by default
+    views = {"Utilization": "Utilization %", "SM active": "SM active %",
+             "Memory": "Memory used (GiB)"}
+    for view, title in views.items():
+        (chart,) = _charts(at, gpu_view=view)
+        assert chart["data"][0]["type"] == "heatmap" and _title(chart).startswith(title)
+    (attrib,) = _charts(at, gpu_view="Per phase")
+    assert "per phase" in _title(attrib)
     assert {"gen", "update_actor"} <= {t["name"] for t in attrib["data"]}
 
 
 def test_steps_page_lays_out_phases_and_reshard(monkeypatch, store):
     at = _app(monkeypatch, "steps", VERLMON_STORE=store)
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    timeline = next(c for c in charts if "laid out in time" in c["layout"]["title"]["text"])
+    (timeline,) = _charts(at)  # the first tab
+    assert "laid out in time" in _title(timeline)
     assert "GPU util mean" in {t["name"] for t in timeline["data"]}
-    reshard = next(c for c in charts if "Reshard" in c["layout"]["title"]["text"])
+    (reshard,) = _charts(at, steps_view="Reshard")
+    assert "Reshard" in _title(reshard)
     assert any(t["name"].startswith("spike") for t in reshard["data"])  # the demo's spike
+    _charts(at, steps_view="Phase statistics")
     table = _table(at, "phase")
     assert "gen" in set(table.iloc[:, 0])
 
@@ -226,7 +279,13 @@ def test_nodes_page(monkeypatch, store):
     at = _app(monkeypatch, "nodes", VERLMON_STORE=store)
     metrics = _metrics(at)
     assert (metrics["Nodes"], metrics["GPUs"]) == ("1", "8")
+    (heat,) = _charts(at)  # the first tab: utilization by node
+    assert _title(heat).startswith("Mean GPU utilization by node")
+    # the drill-down to one node's GPUs is the second tab
+    (drill,) = _charts(at, nodes_view="One node")
     assert at.selectbox(key="drill").value == "node0"
+    assert _title(drill) == "node0: utilization % per GPU"
+    assert len(drill["data"][0]["y"]) == 8
 
 
 @pytest.mark.parametrize("page", [None, "gpus", "steps", "communication", "flags", "nodes"])
@@ -278,8 +337,8 @@ def test_gpus_page_warns_about_a_straggling_gpu(monkeypatch, tmp_path):
 
 def test_gpus_page_attribution_carries_sample_counts(monkeypatch, store):
     at = _app(monkeypatch, "gpus", VERLMON_STORE=store)
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    attrib = next(c for c in charts if "per phase" in c["layout"]["title"]["text"])
+    (attrib,) = _charts(at, gpu_view="Per phase")
+    assert "per phase" in _title(attrib)
     assert all("n=" in t["hovertemplate"] for t in attrib["data"])
     assert all(t["customdata"] and min(t["customdata"]) >= 3 for t in attrib["data"])
     assert any("overlaps the phase" in c.value for c in at.caption)
@@ -287,11 +346,11 @@ def test_gpus_page_attribution_carries_sample_counts(monkeypatch, store):
 
 def test_steps_phase_table_has_units_and_step_axes_whole_numbers(monkeypatch, store):
     at = _app(monkeypatch, "steps", VERLMON_STORE=store)
+    _charts(at, steps_view="Phase statistics")
     table = next(d for d in at.dataframe if "phase" in d.value.columns)
     config = json.loads(table.proto.columns)
     assert config["mean"]["label"] == "mean (s)" and config["mean"]["type_config"]["format"] == "%.2f"
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    reshard = next(c for c in charts if "Reshard" in c["layout"]["title"]["text"])
+    (reshard,) = _charts(at, steps_view="Reshard")
     assert reshard["layout"]["xaxis"]["tickformat"] == "d"
 
 
@@ -324,8 +383,14 @@ def test_overview_shows_goodput_and_where_each_steps_gpu_seconds_went(monkeypatc
     at = _app(monkeypatch, VERLMON_STORE=store)
     value = _metrics(at)["Goodput (last steps)"]
     assert value.endswith("%") and 0 < int(value[:-1]) <= 100
+    assert "Top loss:" in _text(at)
+    # the per-step ledger is the third trend tab, drawn when it is picked (from the URL)
+    at.query_params["trend"] = "Goodput per step"
+    at.run()
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    bars = next(c for c in charts if c["layout"]["title"]["text"].startswith("Goodput"))
+    assert len(charts) == 1
+    bars = charts[0]
+    assert bars["layout"]["title"]["text"].startswith("Goodput")
     names = [t["name"] for t in bars["data"]]
     assert names[0] == "productive"
     # every step's causes stack to 100% of its GPU-seconds
@@ -334,7 +399,6 @@ def test_overview_shows_goodput_and_where_each_steps_gpu_seconds_went(monkeypatc
         for x, y in zip(t["x"], t["y"], strict=True):
             sums[x] = sums.get(x, 0.0) + y
     assert sums and all(abs(v - 100.0) < 1.0 for v in sums.values()), sums
-    assert "Top loss:" in _text(at)
 
 
 def test_overview_gives_short_phases_a_busy_share_and_names_them_with_sample_counts(
@@ -342,13 +406,14 @@ def test_overview_gives_short_phases_a_busy_share_and_names_them_with_sample_cou
     # the demo's reward, values, adv, ... phases last under a second, shorter than the 1 s
     # samples: they used to be a blank "util n/a" block of about a third of the step
     at = _app(monkeypatch, VERLMON_STORE=store)
-    bar = json.loads(at.get("plotly_chart")[0].proto.spec)
-    names = [t["name"] for t in bar["data"]]
-    assert not any(n.startswith("util n/a") for n in names), names
-    short = next(t for t in bar["data"] if t["name"].startswith("short phases"))
-    assert re.search(r"short phases \(\d+% of the step, ~\d+% busy\)", short["name"])
-    assert short["x"][0] > 0
-    assert abs(sum(t["x"][0] for t in bar["data"]) - 100.0) < 0.5
-    caption = next(c.value for c in at.caption if "Short phases" in c.value)
+    bar = _gpu_time_bar(at)
+    assert "util n/a" not in bar
+    short = re.search(r"short phases \(\d+% of the step, ~\d+% busy\)", bar)
+    assert short
+    blocks = re.findall(r'<div title="([^"]*)" style="width: ([0-9.]+)%', bar)
+    assert any("each shorter than the samples can resolve" in tip and float(w) > 0
+               for tip, w in blocks)
+    assert abs(sum(float(w) for _, w in blocks) - 100.0) < 0.5
+    caption = html.unescape(bar[bar.index("Short phases"):])
     assert re.search(r"\breward \(\d+ samples?\)", caption) and "adv (" in caption
     assert "less the measured phases'" in caption

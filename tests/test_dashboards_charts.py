@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from dashboards import charts
 from monitor.records import Flag, StepRecord
@@ -159,21 +158,3 @@ def test_step_based_evidence_shades_the_flags_steps():
     (rect,) = fig.layout.shapes
     assert (rect.x0, rect.x1) == (19.5, 24.5)
     assert fig.layout.title.text == "reshard_spike: evidence"
-
-
-def test_gpu_time_bar_gives_short_phases_the_steps_leftover_busy_time() -> None:
-    from dashboards.charts import gpu_time_bar
-
-    # gen 60% of the step at 80% busy, update 20% at 90%; reward + adv (20%) too short to
-    # measure. The GPUs were 70% busy over the whole steps: 48 + 18 = 66 measured, so the
-    # short phases were busy 4 points of their 20, and the step idle 30%.
-    seconds = {"gen": 6.0, "reward": 1.0, "adv": 1.0, "update_actor": 2.0}
-    util = {"gen": 80.0, "update_actor": 90.0}
-    fig = gpu_time_bar(seconds, util, step_util=70.0)
-    parts = {t.name: t.x[0] for t in fig.data}
-    assert parts["short phases (20% of the step, ~20% busy)"] == pytest.approx(4.0)
-    assert parts["idle (30%)"] == pytest.approx(30.0)
-    assert sum(parts.values()) == pytest.approx(100.0)
-    # without the steps' utilization the block says it is not measured
-    names = [t.name for t in gpu_time_bar(seconds, util).data]
-    assert "util n/a (20%)" in names

@@ -6,6 +6,9 @@ import streamlit as st
 
 from dashboards import charts, common
 
+#: The page's charts, one drawn at a time (the first by default).
+VIEWS = ["Share over time", "Time by collective", "Bandwidth by collective", "Node skew"]
+
 settings = common.settings()
 st.title("Communication")
 
@@ -30,14 +33,20 @@ def live(start: float, end: float, key: str) -> None:
         c2.metric("Busiest collective", str(top.index[0]))
         bw = nccl["busbw_bps"].dropna()
         c3.metric("Bus bandwidth (mean)", f"{bw.mean() / 1e9:.1f} GB/s" if len(bw) else "-")
-    st.plotly_chart(charts.comm_share(steps, nccl), key="comm_share")
-    left, right = st.columns(2)
-    left.plotly_chart(charts.nccl_by_op(nccl, "exec_share", "NCCL time by collective "
-                                        "(% of wall time)", scale=100, unit="%"),
-                      key="comm_exec")
-    right.plotly_chart(charts.nccl_by_op(nccl, "busbw_bps", "Bus bandwidth by collective",
-                                         scale=1e-9, unit="GB/s"), key="comm_busbw")
-    st.plotly_chart(charts.node_skew(nccl), key="comm_skew")
+    # one chart at a time: the view picked (bound to the URL as ``comm_view``)
+    label, tab = common.chosen_tab(VIEWS, "comm_view")
+    with tab:
+        if label == "Share over time":
+            st.plotly_chart(charts.comm_share(steps, nccl), key="comm_share")
+        elif label == "Time by collective":
+            st.plotly_chart(charts.nccl_by_op(nccl, "exec_share", "NCCL time by collective "
+                                              "(% of wall time)", scale=100, unit="%"),
+                            key="comm_exec")
+        elif label == "Bandwidth by collective":
+            st.plotly_chart(charts.nccl_by_op(nccl, "busbw_bps", "Bus bandwidth by collective",
+                                              scale=1e-9, unit="GB/s"), key="comm_busbw")
+        else:
+            st.plotly_chart(charts.node_skew(nccl), key="comm_skew")
     st.caption("NCCL Inspector execution time includes waiting for peers: in a collective the "
                "rank that arrives last (the straggler) shows the shortest time.")
 

@@ -1,4 +1,5 @@
-"""Flags: each flag with its evidence chart zoomed to its window, the advice, and history."""
+"""Flags: each flag with its evidence, advice and evidence chart zoomed to its window (drawn
+for the newest flag, and for the others when asked), then the history."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import streamlit as st
 from dashboards import charts, common
 from monitor.records import FLAG_KINDS, SEVERITIES
 
-#: Evidence charts drawn at most (keeps the page light in the browser).
-MAX_CHARTS = 8
 #: Seconds shown around a flag's window.
 PAD_S = 300.0
 
@@ -35,6 +34,21 @@ def history_table(flags: list, now: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def evidence_chart(flag, key: str, end: float, i: int) -> None:
+    """The flag's evidence chart, zoomed to its window with ``PAD_S`` around it."""
+    lo = flag.start - PAD_S
+    hi = min((flag.end if flag.end is not None else end) + PAD_S, end)
+    node = flag.scope.get("node")
+    many = node is None and len(common.load_nodes(key)) > 1
+    gpu = pd.DataFrame() if many else common.load_gpu(key, lo, hi, 400, node)
+    host = common.load_host(key, lo, hi, 400, node)
+    fleet = common.load_fleet(key, lo, hi, 400, node)
+    steps = common.load_steps_frame(key, flag.start - 4 * PAD_S, hi)
+    fig = charts.flag_evidence(flag, gpu, host, steps, fleet, window=(lo, hi))
+    # the card's position keys the chart: two nodes may open the same kind in the same second
+    st.plotly_chart(fig, key=f"flag_chart_{i}")
+
+
 @common.live_panel(settings)
 def live(start: float, end: float, key: str) -> None:
     """Flag cards and history; reruns on the live refresh."""
@@ -47,27 +61,20 @@ def live(start: float, end: float, key: str) -> None:
     st.caption(f"{len(flags)} flags ({n_open} open), newest first.")
     for i, flag in enumerate(flags):
         with st.container(border=True, key=f"flag_card_{i}"):
-            color = {"critical": "red", "warning": "orange"}.get(flag.severity, "blue")
-            st.markdown(f":{color}-badge[{flag.severity.upper()}] "
-                        f"**{common.flag_title(flag, severity=False)}**")
-            st.markdown(f"**Evidence:** {flag.evidence}" if flag.evidence else "_no evidence_")
-            if flag.advice:
-                st.markdown("**Advice:**\n" + "\n".join(f"- {a}" for a in flag.advice))
-            if i < MAX_CHARTS:
-                lo = flag.start - PAD_S
-                hi = min((flag.end if flag.end is not None else end) + PAD_S, end)
-                node = flag.scope.get("node")
-                many = node is None and len(common.load_nodes(key)) > 1
-                gpu = pd.DataFrame() if many else common.load_gpu(key, lo, hi, 400, node)
-                host = common.load_host(key, lo, hi, 400, node)
-                fleet = common.load_fleet(key, lo, hi, 400, node)
-                steps = common.load_steps_frame(key, flag.start - 4 * PAD_S, hi)
-                fig = charts.flag_evidence(flag, gpu, host, steps, fleet, window=(lo, hi))
-                # the card's position keys the chart: two nodes may open the same kind in the
-                # same second
-                st.plotly_chart(fig, key=f"flag_chart_{i}")
-    st.subheader("History")
-    st.dataframe(history_table(flags, end), hide_index=True, key="flag_history")
+            st.markdown(common.flag_card_markdown(flag))
+            # the evidence chart of the newest flag is drawn; the others' when their
+            # expander is opened (each chart costs the browser about 0.2 s to draw)
+            shown = st.expander("Evidence chart", expanded=i == 0, key=f"flag_evidence_{i}",
+                                on_change="rerun")
+            if shown.open:
+                with shown:
+                    evidence_chart(flag, key, end, i)
+    # the cards above hold every flag; the table of them is drawn when asked
+    history = st.expander(f"History: the {len(flags)} flags as a table", key="flag_history_open",
+                          on_change="rerun")
+    if history.open:
+        with history:
+            st.dataframe(history_table(flags, end), hide_index=True, key="flag_history")
 
 
 live()

@@ -1,4 +1,5 @@
-"""GPUs: heat maps GPU x time, per-phase attribution, the GPUs an open flag names highlighted.
+"""GPUs: a table of every GPU, then heat maps GPU x time or the per-phase attribution (one
+chart at a time, picked in tabs), the GPUs an open flag names highlighted.
 
 The page draws no verdict of its own: a GPU is marked when an open flag (gpu_imbalance,
 low_utilization, ...) covers it, so the page and the flags always agree; the thresholds live
@@ -14,6 +15,8 @@ import streamlit as st
 from dashboards import charts, common
 from monitor.sources import SourceError
 
+#: The page's charts, one drawn at a time (the first by default).
+VIEWS = ["Utilization", "SM active", "Memory", "Per phase"]
 #: Width of the buckets behind the "lowest one-minute" column, seconds.
 LOW_BUCKET_S = 60.0
 
@@ -98,26 +101,35 @@ def live(start: float, end: float, key: str) -> None:
             "status": st.column_config.TextColumn("open flags", width="medium"),
         },
     )
-    marked = {f"{r.node}/{r.gpu}" for r in flagged.itertuples()}
-    for fig, chart_key in (
-        (charts.gpu_heatmap(gpu, "util", "Utilization % (NVML: a kernel was running)",
-                            highlight=marked), "gpu_heat_util"),
-        (charts.gpu_heatmap(gpu, "sm_active", "SM active % (GPM)", highlight=marked),
-         "gpu_heat_sm"),
-    ):
-        st.plotly_chart(charts.end_at(fig, start, end), key=chart_key)
-    mem_col = "mem_used_bytes_max" if "mem_used_bytes_max" in gpu.columns else "mem_used_bytes"
-    total = gpu["mem_total_bytes"].max()
-    st.plotly_chart(charts.end_at(charts.gpu_heatmap(
-        gpu, mem_col, "Memory used (GiB)", scale=1 / charts.GIB,
-        zmax=(total / charts.GIB) if pd.notna(total) else None, colorscale="Cividis"),
-        start, end), key="gpu_heat_mem")
-    st.subheader("Per-phase attribution")
+    # one chart at a time: the view picked (bound to the URL as ``gpu_view``)
+    label, tab = common.chosen_tab(VIEWS, "gpu_view")
+    with tab:
+        if label == "Per phase":
+            attribution(key, start, end, steps)
+            return
+        marked = {f"{r.node}/{r.gpu}" for r in flagged.itertuples()}
+        if label == "Memory":
+            mem_col = "mem_used_bytes_max" if "mem_used_bytes_max" in gpu.columns else "mem_used_bytes"
+            total = gpu["mem_total_bytes"].max()
+            fig = charts.gpu_heatmap(gpu, mem_col, "Memory used (GiB)", scale=1 / charts.GIB,
+                                     zmax=(total / charts.GIB) if pd.notna(total) else None,
+                                     colorscale="Cividis")
+        elif label == "SM active":
+            fig = charts.gpu_heatmap(gpu, "sm_active", "SM active % (GPM)", highlight=marked)
+        else:
+            fig = charts.gpu_heatmap(gpu, "util", "Utilization % (NVML: a kernel was running)",
+                                     highlight=marked)
+        st.plotly_chart(charts.end_at(fig, start, end), key="gpu_heat")
+
+
+def attribution(key: str, start: float, end: float, steps: list) -> None:
+    """Per phase and GPU: the GPUs' utilization in each phase of the last steps."""
     if not steps or steps[-1].end_time is None:
         st.info("No steps in this window to attribute GPU time to.")
         return
     last_end = float(steps[-1].end_time)
-    summary = common.load_attribution(key, start, min(end, last_end), last_end, node_choice)
+    summary = common.load_attribution(key, start, min(end, last_end), last_end, node_choice,
+                                      _steps_end=end)
     st.plotly_chart(charts.phase_attribution_bars(summary), key="gpu_attrib")
     st.caption(common.attribution_caption(summary, min(len(steps), common.ATTRIB_STEPS)))
 

@@ -9,6 +9,8 @@ import streamlit as st
 from dashboards import charts, common
 from monitor.sources.base import mark_outliers
 
+#: The page's charts, one drawn at a time (the first by default).
+VIEWS = ["By node", "One node"]
 #: Width of the Nodes table's "open flags" column (px): the other columns and this one fit the
 #: main area of a 1400 px window.
 NODE_FLAGS_PX = 260
@@ -21,7 +23,6 @@ st.title("Nodes")
 def live(start: float, end: float, key: str) -> None:
     """Node table, node heat map and one node's GPUs; reruns on the live refresh."""
     summary = common.load_node_summary(key, start, end)
-    frame = common.load_node_frame(key, start, end)
     if summary.empty:
         st.info("No GPU samples in this window yet.")
         return
@@ -58,15 +59,23 @@ def live(start: float, end: float, key: str) -> None:
                 help="open flags naming the node (empty: none, the node is ok)"),
         },
     )
-    st.plotly_chart(charts.end_at(charts.node_heatmap(frame), start, end), key="node_heat")
-    nodes = list(summary["node"])
-    default = list(marked["node"])[:1] or nodes[:1]
-    drill = st.selectbox("Drill down to node", nodes, index=nodes.index(default[0]), key="drill",
-                         bind="query-params", help="Show this node's GPUs one by one.")
-    gpu = common.load_gpu(key, start, end, 500, drill)
-    st.plotly_chart(charts.end_at(charts.gpu_heatmap(gpu, "util",
-                                                     f"{drill}: utilization % per GPU"),
-                                  start, end), key="node_drill_heat")
+    # one chart at a time: the view picked (bound to the URL as ``nodes_view``)
+    label, tab = common.chosen_tab(VIEWS, "nodes_view")
+    with tab:
+        if label == "By node":
+            frame = common.load_node_frame(key, start, end)
+            st.plotly_chart(charts.end_at(charts.node_heatmap(frame), start, end),
+                            key="node_heat")
+            return
+        nodes = list(summary["node"])
+        default = list(marked["node"])[:1] or nodes[:1]
+        drill = st.selectbox("Drill down to node", nodes, index=nodes.index(default[0]),
+                             key="drill", bind="query-params",
+                             help="Show this node's GPUs one by one.")
+        gpu = common.load_gpu(key, start, end, 500, drill)
+        st.plotly_chart(charts.end_at(charts.gpu_heatmap(gpu, "util",
+                                                         f"{drill}: utilization % per GPU"),
+                                      start, end), key="node_drill_heat")
 
 
 live()

@@ -3,17 +3,23 @@ the top open problem and what to do about it, then the trends."""
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
+from dashboards.gpu_time import gpu_time_segments, stacked_bar_html
+from dashboards.html_blocks import Stat, inline_html, stat_row_html
 from monitor.analysis.goodput import totals
 from monitor.records import SEVERITIES
 
 settings = common.settings()
 st.title("Overview")
 
+#: The trend charts, one drawn at a time (the first by default).
+TRENDS = ["Step time", "Throughput", "Goodput per step"]
 #: Severity rank, most urgent first.
 _RANK = {s: i for i, s in enumerate(reversed(SEVERITIES))}
 
@@ -39,6 +45,66 @@ def gpu_time(df: pd.DataFrame, summary: pd.DataFrame, n_steps: int) -> tuple[dic
     return seconds, util
 
 
+def headline(df: pd.DataFrame, flags: list, good: dict | None) -> list[Stat]:
+    """The row of headline figures: current step, step time against the recent median,
+    throughput, open flags and goodput."""
+    share = None if not good else good["goodput_share"]
+    goodput = Stat("Goodput (last steps)", "-" if share is None else f"{share * 100:.0f}%",
+                   help="Share of the GPU-seconds of the last steps spent productive; the rest "
+                        "is lost by cause (docs/goodput.md).")
+    flagged = Stat("Open flags", f"{len(flags)}")
+    if df.empty:
+        return [Stat("Current step", "-"), Stat("Step time", "-"),
+                Stat("Throughput (tok/s/GPU)", "-"), flagged, goodput]
+    step = Stat("Current step", f"{int(df.iloc[-1]['step'])}")
+    recent = df["total"].dropna().tail(11)
+    step_time = Stat("Step time", "-")
+    if len(recent):
+        last = float(recent.iloc[-1])
+        med = float(recent.iloc[:-1].median()) if len(recent) > 1 else last
+        step_time = Stat("Step time", common.fmt_duration(last),
+                         delta=f"{last - med:+.1f} s vs median",
+                         bad=None if abs(last - med) < 0.05 else last > med)
+    tp = df["throughput"].dropna()
+    throughput = Stat("Throughput (tok/s/GPU)", f"{tp.iloc[-1]:,.0f}" if len(tp) else "-")
+    return [step, step_time, throughput, flagged, goodput]
+
+
+def gpu_time_caption(n_steps: int, summary: pd.DataFrame, step_util: float | None) -> str:
+    """What the GPU-time bar rests on, and how the short phases got their busy share."""
+    caption = (f"Mean of the last {n_steps} steps: each phase's share of the step times the "
+               "GPUs' mean utilization in it; the rest of the step the GPUs sat idle.")
+    held = common.withheld_text(summary)
+    if held:
+        caption += (f" Short phases, with the samples wholly inside them over the steps: "
+                    f"{held}; fewer than {common.phase_min_samples()} each, so they are not "
+                    "measured one by one: ")
+        caption += ("their busy share together is the steps' mean utilization "
+                    f"({step_util:.0f}%) less the measured phases'." if step_util is not None
+                    else "no utilization sample fell inside the steps.")
+    return caption
+
+
+def top_loss(good: dict | None, flags: list) -> str:
+    """"Top loss: **cause**, N% of the GPU-seconds - flagged as `kind`: advice" (Markdown;
+    "" without a loss)."""
+    if not good:
+        return ""
+    lost = sorted(good["lost"].items(), key=lambda kv: -kv[1])
+    total = good["gpu_seconds_total"] or 0.0
+    if not lost or total <= 0 or lost[0][1] <= 0:
+        return ""
+    cause, secs = lost[0]
+    text = f"Top loss: **{cause}**, {secs / total * 100:.0f}% of the GPU-seconds"
+    named = [f for f in flags if f.kind in common.CAUSE_FLAGS.get(cause, ())]
+    if named:
+        f = top_flag(named)
+        text += f" - flagged as `{f.kind}`"
+        if f.advice:
+            text += f": {f.advice[0]}"
+    return text
+
+
 @common.live_panel(settings)
 def live(start: float, end: float, key: str) -> None:
     """The data panels; only this reruns on the live refresh."""
@@ -54,97 +120,56 @@ def live(start: float, end: float, key: str) -> None:
         words = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
         box = st.error if top.severity == "critical" else st.warning
         box(f"Needs attention: {len(flags)} open flag(s) ({words}).", icon=":material/warning:")
-    # the goodput ledger of the last steps: the headline number, then its bar chart below
+    # the headline figures, the goodput of the last steps among them
     n_steps = min(len(df), common.ATTRIB_STEPS)
+    # the last steps' figures are read up to the last step's end: samples after it change
+    # nothing, so a refresh without a new step reuses the cached answers
+    last_end = (float(df["end_time"].iloc[-1])
+                if n_steps and pd.notna(df["end_time"].iloc[-1]) else None)
     led = pd.DataFrame()
-    if n_steps and pd.notna(df["end_time"].iloc[-1]):
-        last_end = float(df["end_time"].iloc[-1])
-        led = common.load_goodput(key, start, min(end, last_end), last_end)
+    if last_end is not None:
+        led = common.load_goodput(key, start, min(end, last_end), last_end, _steps_end=end)
     good = totals(led) if len(led) else None
-    c1, c2, c3, c4, c5 = st.columns(5)
-    c5.metric("Goodput (last steps)", "-" if not good or good["goodput_share"] is None
-              else f"{good['goodput_share'] * 100:.0f}%",
-              help="Share of the GPU-seconds of the last steps spent productive; the rest is "
-                   "lost by cause (docs/goodput.md).")
-    if df.empty:
-        c1.metric("Current step", "-")
-        c2.metric("Step time", "-")
-        c3.metric("Throughput (tok/s/GPU)", "-")
-    else:
-        last = df.iloc[-1]
-        c1.metric("Current step", f"{int(last['step'])}")
-        recent = df["total"].dropna().tail(11)
-        if len(recent):
-            med = float(recent.iloc[:-1].median()) if len(recent) > 1 else float(recent.iloc[-1])
-            c2.metric("Step time", common.fmt_duration(recent.iloc[-1]),
-                      delta=f"{recent.iloc[-1] - med:+.1f} s vs median", delta_color="inverse")
-        else:
-            c2.metric("Step time", "-")
-        tp = df["throughput"].dropna()
-        c3.metric("Throughput (tok/s/GPU)", f"{tp.iloc[-1]:,.0f}" if len(tp) else "-")
-    c4.metric("Open flags", f"{len(flags)}")
+    st.html(stat_row_html(headline(df, flags, good)))
 
     # 2. where the GPU time goes
     summary = pd.DataFrame()
-    if n_steps and pd.notna(df["end_time"].iloc[-1]):
-        last_end = float(df["end_time"].iloc[-1])
-        # up to the last step's end: samples after it change nothing, so a refresh without a
-        # new step reuses the cached attribution
-        summary = common.load_attribution(key, start, min(end, last_end), last_end, fleet=True)
-    seconds, util = gpu_time(df, summary, n_steps) if n_steps else ({}, {})
     step_util = None
-    if n_steps and pd.notna(df["end_time"].iloc[-1]):
-        last_end = float(df["end_time"].iloc[-1])
-        step_util = common.load_steps_util(key, start, min(end, last_end), last_end)
-    common.chart("gpu_time_bar", seconds, util, step_util, key="ov_gpu_time")
-    caption = (f"Mean of the last {n_steps} steps: each phase's share of the step times the "
-               "GPUs' mean utilization in it; the rest of the step the GPUs sat idle.")
-    held = common.withheld_text(summary)
-    if held:
-        caption += (f" Short phases, with the samples wholly inside them over the steps: "
-                    f"{held}; fewer than {common.phase_min_samples()} each, so they are not "
-                    "measured one by one: ")
-        caption += ("their busy share together is the steps' mean utilization "
-                    f"({step_util:.0f}%) less the measured phases'." if step_util is not None
-                    else "no utilization sample fell inside the steps.")
-    st.caption(caption)
-    if good:
-        common.chart("goodput_bars", led, key="ov_goodput")
-        lost = sorted(good["lost"].items(), key=lambda kv: -kv[1])
-        total = good["gpu_seconds_total"] or 0.0
-        if lost and total > 0 and lost[0][1] > 0:
-            cause, secs = lost[0]
-            text = f"Top loss: **{cause}**, {secs / total * 100:.0f}% of the GPU-seconds"
-            named = [f for f in flags if f.kind in common.CAUSE_FLAGS.get(cause, ())]
-            if named:
-                f = top_flag(named)
-                text += f" - flagged as `{f.kind}`"
-                if f.advice:
-                    text += f": {f.advice[0]}"
-            st.markdown(text)
+    if last_end is not None:
+        summary = common.load_attribution(key, start, min(end, last_end), last_end, fleet=True,
+                                          _steps_end=end)
+        step_util = common.load_steps_util(key, start, min(end, last_end), last_end,
+                                           _steps_end=end)
+    seconds, util = gpu_time(df, summary, n_steps) if n_steps else ({}, {})
+    title, segments = gpu_time_segments(seconds, util, step_util)
+    notes = [f'<span style="font-size: 0.875rem; opacity: 0.7;">'
+             f"{html.escape(gpu_time_caption(n_steps, summary, step_util))}</span>"]
+    loss = top_loss(good, flags)
+    if loss:
+        notes.append(inline_html(loss))
+    st.html(stacked_bar_html(title, segments, tuple(notes)))
 
     # 3. the top open problem, with what to do
     if top is not None:
         st.subheader("Top open problem")
         with st.container(border=True, key="ov_top_flag"):
-            color = {"critical": "red", "warning": "orange"}.get(top.severity, "blue")
-            st.markdown(f":{color}-badge[{top.severity.upper()}] "
-                        f"**{common.flag_title(top, severity=False)}**")
-            st.markdown(f"**Evidence:** {top.evidence}" if top.evidence else "_no evidence_")
-            if top.advice:
-                st.markdown("**What to do:**\n" + "\n".join(f"- {a}" for a in top.advice))
+            st.markdown(common.flag_card_markdown(top, "What to do"))
         if len(flags) > 1:
             st.page_link("views/flags.py", label=f"{len(flags) - 1} more open flag(s) on the "
                          "Flags page", icon=":material/flag:")
 
-    # 4. trends
-    # (seconds per phase, per step, is on the Steps page: one chart fewer to draw here)
-    left, right = st.columns(2)
-    spikes = charts.flagged_steps(window_flags, "step_time_spikes", df)
-    with left:
-        common.chart("step_time_trend", df, flagged=spikes, key="ov_step_time")
-    with right:
-        common.chart("throughput_trend", df, key="ov_throughput")
+    # 4. trends: one chart at a time (the tab picked, bound to the URL as ``trend``)
+    label, tab = common.chosen_tab(TRENDS, "trend")
+    with tab:
+        if label == "Step time":
+            spikes = charts.flagged_steps(window_flags, "step_time_spikes", df)
+            common.chart("step_time_trend", df, flagged=spikes, key="ov_step_time")
+        elif label == "Throughput":
+            common.chart("throughput_trend", df, key="ov_throughput")
+        elif good:
+            common.chart("goodput_bars", led, key="ov_goodput")
+        else:
+            st.info("No goodput ledger yet: it needs two finished steps with GPU samples.")
     st.page_link("views/steps.py", label="Seconds per phase, per step, on Steps & phases",
                  icon=":material/timeline:")
     st.caption(f"Window {common.fmt_time(start)} - {common.fmt_time(end)} UTC "

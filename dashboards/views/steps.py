@@ -1,4 +1,5 @@
-"""Steps & phases: the last steps in time with their phases, GPU activity overlaid; reshard."""
+"""Steps & phases, one view at a time: the last steps in time with their phases and GPU
+activity overlaid, seconds per phase per step, phase statistics, reshard against its median."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from dashboards import charts, common
 from monitor.analysis.attribution import phase_timeline
 from monitor.analysis.summary import phase_table
 
+#: The page's views, one drawn at a time (the first by default).
+VIEWS = ["Timeline", "Seconds per phase", "Phase statistics", "Reshard"]
+
 settings = common.settings()
 st.title("Steps & phases")
 last_n = st.slider("Steps to lay out", min_value=2, max_value=50, value=8, key="last_steps",
@@ -17,24 +21,37 @@ last_n = st.slider("Steps to lay out", min_value=2, max_value=50, value=8, key="
 
 @common.live_panel(settings)
 def live(start: float, end: float, key: str) -> None:
-    """Timeline, reshard chart and phase table; reruns on the live refresh."""
+    """The view picked: timeline, seconds per phase, phase table or reshard; reruns on the
+    live refresh."""
     steps = common.load_steps(key, start, end)
     if not steps:
         st.info("No steps in this window yet.")
         return
-    recent = steps[-last_n:]
-    timeline = phase_timeline(recent)
-    if not timeline.empty:
-        t0, t1 = float(timeline["start"].min()), float(timeline["end"].max())
-        fleet = common.load_fleet(key, t0, t1, common.MAX_POINTS)
-    else:
-        fleet = pd.DataFrame()
-    st.plotly_chart(charts.step_timeline(timeline, fleet), key="steps_timeline")
-    df = common.load_steps_frame(key, start, end)
-    flagged = charts.flagged_steps(common.load_flags(key, False, start, end), "reshard_spike", df)
-    st.plotly_chart(charts.reshard_vs_median(df, flagged=flagged), key="steps_reshard")
-    common.chart("phase_stacked_bars", df, key="steps_phases")
-    st.subheader("Phase statistics over the window")
+    # one chart at a time: the view picked (bound to the URL as ``steps_view``)
+    label, tab = common.chosen_tab(VIEWS, "steps_view")
+    with tab:
+        if label == "Timeline":
+            timeline = phase_timeline(steps[-last_n:])
+            if not timeline.empty:
+                t0, t1 = float(timeline["start"].min()), float(timeline["end"].max())
+                fleet = common.load_fleet(key, t0, t1, common.MAX_POINTS)
+            else:
+                fleet = pd.DataFrame()
+            st.plotly_chart(charts.step_timeline(timeline, fleet), key="steps_timeline")
+        elif label == "Seconds per phase":
+            common.chart("phase_stacked_bars", common.load_steps_frame(key, start, end),
+                         key="steps_phases")
+        elif label == "Phase statistics":
+            phase_statistics(steps)
+        else:
+            df = common.load_steps_frame(key, start, end)
+            flagged = charts.flagged_steps(common.load_flags(key, False, start, end),
+                                           "reshard_spike", df)
+            st.plotly_chart(charts.reshard_vs_median(df, flagged=flagged), key="steps_reshard")
+
+
+def phase_statistics(steps: list) -> None:
+    """Per phase over the window: mean, median, p95 and max seconds, total and share."""
     stats = phase_table(steps)
     stats = stats.rename_axis("phase").reset_index()
     if "share" in stats.columns:

@@ -158,18 +158,17 @@ def _clip_timeline(timeline: pd.DataFrame, iv: pd.DataFrame) -> pd.DataFrame:
     number twice is measured against its own interval only)."""
     if len(timeline) == 0 or len(iv) == 0:
         return pd.DataFrame(columns=["step", "phase", "start", "end", "row"])
-    parts = []
-    for row, r in iv.reset_index(drop=True).iterrows():
-        tl = timeline[(timeline["step"] == r["step"]) & (timeline["end"] > r["start"])
-                      & (timeline["start"] < r["end"] + 1e-9)]
-        if len(tl) == 0:
-            continue
-        tl = tl.assign(start=tl["start"].clip(lower=r["start"]), end=tl["end"].clip(upper=r["end"]),
-                       row=row)
-        parts.append(tl[tl["end"] > tl["start"]])
-    if not parts:
+    bounds = pd.DataFrame({"step": iv["step"].to_numpy(), "_lo": iv["start"].to_numpy(float),
+                           "_hi": iv["end"].to_numpy(float), "row": np.arange(len(iv))})
+    # each phase against every interval of its step number, in interval order (stable)
+    tl = timeline.merge(bounds, on="step", how="inner", sort=False)
+    tl = tl[(tl["end"] > tl["_lo"]) & (tl["start"] < tl["_hi"] + 1e-9)]
+    tl = tl.assign(start=np.maximum(tl["start"].to_numpy(float), tl["_lo"].to_numpy(float)),
+                   end=np.minimum(tl["end"].to_numpy(float), tl["_hi"].to_numpy(float)))
+    tl = tl[tl["end"] > tl["start"]].sort_values("row", kind="stable")
+    if len(tl) == 0:
         return pd.DataFrame(columns=["step", "phase", "start", "end", "row"])
-    return pd.concat(parts, ignore_index=True)
+    return tl.drop(columns=["_lo", "_hi"]).reset_index(drop=True)
 
 
 def _classify(pairs: pd.DataFrame, cfg: Section) -> pd.DataFrame:
@@ -322,13 +321,18 @@ def ledger(
             if c != "restarts":
                 acc["restarts"][redone] += acc[c][redone]
                 acc[c][redone] = 0.0
-    rows = []
-    for r in range(nrow):
-        for (node, g), k in kidx.items():
-            rows.append([int(iv["step"].iat[r]), node, g, float(iv["start"].iat[r]),
-                         float(iv["end"].iat[r]), bool(iv["tail"].iat[r]), float(wall[r])]
-                        + [float(acc[c][r, k]) for c in CAUSES])
-    return pd.DataFrame(rows, columns=LEDGER_COLUMNS)
+    # one row per interval and GPU, intervals in order, GPUs in key order within each
+    r_at = np.repeat(np.arange(nrow), nkey)
+    k_at = np.tile(np.arange(nkey), nrow)
+    out = pd.DataFrame({
+        "step": iv["step"].to_numpy(np.int64)[r_at],
+        "node": np.array([n for n, _ in keys], dtype=object)[k_at],
+        "gpu": np.array([g for _, g in keys], dtype=np.int64)[k_at],
+        "start": iv["start"].to_numpy(float)[r_at], "end": iv["end"].to_numpy(float)[r_at],
+        "tail": iv["tail"].to_numpy(bool)[r_at], "wall": wall[r_at],
+        **{c: acc[c][r_at, k_at] for c in CAUSES},
+    })
+    return out[LEDGER_COLUMNS]
 
 
 def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,
@@ -363,17 +367,19 @@ def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,
     secs = per["overlap_s"].to_numpy(float) * scale
     causes = per["cause"].to_numpy()
     phases = comp["phase"].to_numpy()[pids]
-    for i in range(len(per)):
-        r, k = rows[i], ks[i]
-        if causes[i] != "compute":
-            acc[causes[i]][r, k] += secs[i]
-            continue
-        w = float(per["overlap_s"].iat[i])
-        act = float(per["aw"].iat[i]) / w if w > 0 else 0.0
-        ref = refs.get(str(phases[i]), cfg.get_float("auto_min"))
-        share = min(1.0, act / ref) if ref > 0 and np.isfinite(act) else 0.0
-        acc["productive"][r, k] += secs[i] * share
-        acc["low_activity"][r, k] += secs[i] * (1.0 - share)
+    for cause in set(causes) - {"compute"}:
+        hit = causes == cause
+        np.add.at(acc[cause], (rows[hit], ks[hit]), secs[hit])
+    # compute: the share of the reference activity reached is productive, the rest is not
+    hit = causes == "compute"
+    w = per["overlap_s"].to_numpy(float)[hit]
+    act = np.divide(per["aw"].to_numpy(float)[hit], w, out=np.zeros_like(w), where=w > 0)
+    auto_min = cfg.get_float("auto_min")
+    ref = np.array([refs.get(str(ph), auto_min) for ph in phases[hit]], dtype=float)
+    ok = (ref > 0) & np.isfinite(act)
+    share = np.where(ok, np.minimum(1.0, act / np.where(ref > 0, ref, 1.0)), 0.0)
+    np.add.at(acc["productive"], (rows[hit], ks[hit]), secs[hit] * share)
+    np.add.at(acc["low_activity"], (rows[hit], ks[hit]), secs[hit] * (1.0 - share))
     # seconds of a phase no sample of a GPU covers: nobody knows what it did
     covered = np.zeros((len(comp), len(kidx)))
     for (pid, k), v in seen.items():

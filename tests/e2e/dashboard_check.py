@@ -87,7 +87,9 @@ def nodes_shown_by_dashboard(prometheus_url: str, workdir: Path, expected: Seque
 def _listed_nodes(page, url: str, expected: Sequence[str], ms: int, shot: Path) -> list[str]:
     from playwright.sync_api import expect
 
-    page.goto(f"{url}/nodes?refresh=5+s")  # reruns until the window has the samples
+    # the drill-down list is on the "One node" tab; the page reruns until the window has the
+    # samples
+    page.goto(f"{url}/nodes?nodes_view=One+node&refresh=5+s")
     expect(page.get_by_role("heading", name="Nodes", level=1)).to_be_visible(timeout=ms)
     expect(page.get_by_test_id("stMetric").filter(has_text="Nodes").first).to_contain_text(
         str(len(expected)), timeout=ms)

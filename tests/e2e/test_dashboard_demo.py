@@ -169,10 +169,18 @@ def test_every_page_renders_without_exception(page: Page, demo):
         assert shot.stat().st_size > 10_000, title
     # the overview leads with health and where the GPU time goes
     _open(page, demo["url"], "")
-    expect(page.get_by_test_id("stMetric").filter(has_text="Current step")).to_contain_text(
+    expect(page.locator("[data-verlmon-stat='Current step']")).to_contain_text(
         re.compile(r"\d+"), timeout=30_000)
     expect(page.get_by_text(re.compile(r"^(Healthy|Needs attention)")).first).to_be_visible()
-    expect(page.locator(".js-plotly-plot").first).to_contain_text("Where the GPU time goes")
+    # the GPU-time bar is HTML, drawn with the page: a block per phase, each a share of the step
+    bar = page.get_by_test_id("stHtml").filter(has_text="Where the GPU time goes")
+    expect(bar).to_contain_text("GPUs idle")
+    expect(bar.locator("div[title^='gen: ']")).to_have_count(1)
+    # the trends draw one chart, the step time, until another tab is picked
+    expect(page.locator(".js-plotly-plot")).to_have_count(1)
+    page.get_by_role("tab", name="Throughput").click()
+    expect(page).to_have_url(re.compile(r"trend=Throughput"), timeout=30_000)
+    expect(page.locator(".js-plotly-plot").first).to_contain_text("Throughput", timeout=30_000)
     # the demo's simulated NCCL records fill the Communication page
     _open(page, demo["url"], "communication")
     expect(page.get_by_test_id("stMetric").filter(has_text="Busiest collective")).to_contain_text(
@@ -218,7 +226,7 @@ def test_same_app_reads_prometheus_scraping_the_demo_exporter(page: Page, demo):
                what=f"steps in Prometheus between {lo:.0f} and {hi:.0f}")
     _open(page, demo["prom_url"], "", query="?refresh=5+s")
     expect(page.get_by_test_id("stSidebar")).to_contain_text("Prometheus")
-    expect(page.get_by_test_id("stMetric").filter(has_text="Current step")).to_contain_text(
+    expect(page.locator("[data-verlmon-stat='Current step']")).to_contain_text(
         re.compile(r"\d+"), timeout=60_000)
     _open(page, demo["prom_url"], "flags", query="?refresh=5+s")
     # any of the scenario's flags read from verlmon_flag_active will do (at 10x some are
