@@ -221,12 +221,26 @@ def gpu_heatmap(gpu: pd.DataFrame, column: str, title: str, scale: float = 1.0,
         )
     )
     fig.update_yaxes(title="node/gpu", autorange="reversed", type="category")
+    _row_labels(fig, grid.index)
     for row in sorted(highlight or ()):
         if row in grid.index:
             fig.add_annotation(x=0, xref="paper", y=row, yref="y", text="LOW", showarrow=False,
                                xanchor="right", xshift=-48, font={"color": "#D62728", "size": 10})
     height = 120 + 18 * min(len(grid.index), 40)
     return _layout(fig, title, height=max(height, 240), key=f"heat_{column}")
+
+
+#: Row labels a heat map writes at most; past it every k-th is written (hover names each row):
+#: Chromium measures every label it places, about 1 ms each on a 2-core machine.
+ROW_LABELS_MAX = 32
+
+
+def _row_labels(fig: go.Figure, rows) -> None:
+    """Label every row of a categorical y axis, or every k-th when there are too many."""
+    rows = list(rows)
+    if len(rows) > ROW_LABELS_MAX:
+        every = -(-len(rows) // ROW_LABELS_MAX)
+        fig.update_yaxes(tickmode="array", tickvals=rows[::every], ticktext=rows[::every])
 
 
 def node_heatmap(frame: pd.DataFrame, title: str = "Mean GPU utilization by node (%)") -> go.Figure:
@@ -240,6 +254,7 @@ def node_heatmap(frame: pd.DataFrame, title: str = "Mean GPU utilization by node
                                colorbar={"thickness": 10},
                                hovertemplate="%{y}<br>%{x}<br>%{z:.1f}%<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
+    _row_labels(fig, grid.index)
     height = 120 + 8 * min(len(grid.index), 128)
     return _layout(fig, title, height=max(height, 260), key="node_heat")
 

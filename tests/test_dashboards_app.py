@@ -289,6 +289,16 @@ def test_nodes_page(monkeypatch, store):
 
 
 @pytest.mark.parametrize("page", [None, "gpus", "steps", "communication", "flags", "nodes"])
+def test_every_page_opens_with_at_most_one_chart_and_one_table(monkeypatch, store, page):
+    # each Plotly chart or table costs the browser 0.2-0.3 s to draw on a 2-core machine
+    # (bench/dashboard.py): the rest waits behind a tab or an expander until asked for
+    at = _app(monkeypatch, page, VERLMON_STORE=store)
+    assert len(at.get("plotly_chart")) == 1
+    assert len(at.dataframe) <= 1
+    assert at.tabs or page == "flags"
+
+
+@pytest.mark.parametrize("page", [None, "gpus", "steps", "communication", "flags", "nodes"])
 def test_missing_store_is_explained_on_every_page(monkeypatch, tmp_path, page):
     at = _app(monkeypatch, page, VERLMON_STORE=tmp_path / "missing.db")
     assert any("store missing" in w.value for w in at.warning)

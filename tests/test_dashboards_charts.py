@@ -158,3 +158,16 @@ def test_step_based_evidence_shades_the_flags_steps():
     (rect,) = fig.layout.shapes
     assert (rect.x0, rect.x1) == (19.5, 24.5)
     assert fig.layout.title.text == "reshard_spike: evidence"
+
+
+def test_a_heat_map_of_many_nodes_labels_every_kth_row() -> None:
+    ts = np.repeat([1_790_000_000.0, 1_790_000_015.0], 128)
+    nodes = [f"node{i}" for i in range(128)] * 2
+    frame = pd.DataFrame({"ts": ts, "node": nodes, "util": 50.0})
+    fig = charts.node_heatmap(frame)
+    labels = list(fig.layout.yaxis.tickvals)
+    assert 16 <= len(labels) <= charts.ROW_LABELS_MAX
+    assert labels[:2] == ["node0", "node4"]  # natural order, every 4th of 128
+    assert len(fig.data[0].y) == 128  # every row is drawn (hover names it)
+    few = charts.node_heatmap(frame[frame["node"].isin(["node0", "node1"])])
+    assert few.layout.yaxis.tickvals is None  # a few rows: each labelled
