@@ -1,16 +1,17 @@
-"""Nodes: one row per node, sortable, the nodes an open flag names marked; heat map by node;
-drill-down to one node's GPUs. Marks come from the open flags only (the detectors' thresholds
+"""Nodes, one view at a time: one row per node, sortable, the nodes an open flag names marked;
+a heat map by node over time; drill-down to one node's GPUs. Marks come from the open flags only (the detectors' thresholds
 in ``monitor/defaults.yaml``), so this page cannot contradict the Flags page."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
 from monitor.sources.base import mark_outliers
 
-#: The page's charts, one drawn at a time (the first by default).
-VIEWS = ["By node", "One node"]
+#: The page's views, one drawn at a time (the first by default).
+VIEWS = ["Table", "Over time", "One node"]
 #: Width of the Nodes table's "open flags" column (px): the other columns and this one fit the
 #: main area of a 1400 px window.
 NODE_FLAGS_PX = 260
@@ -21,7 +22,8 @@ st.title("Nodes")
 
 @common.live_panel(settings)
 def live(start: float, end: float, key: str) -> None:
-    """Node table, node heat map and one node's GPUs; reruns on the live refresh."""
+    """Headline counts and warnings, then the view picked: node table, node heat map or one
+    node's GPUs; reruns on the live refresh."""
     summary = common.load_node_summary(key, start, end)
     if summary.empty:
         st.info("No GPU samples in this window yet.")
@@ -34,6 +36,31 @@ def live(start: float, end: float, key: str) -> None:
     c3.metric("Nodes with open flags", f"{len(marked)}")
     for row in marked.itertuples():
         st.warning(f"**{row.node}**: {row.reason}", icon=":material/warning:")
+    # one view at a time, picked in tabs (bound to the URL as ``nodes_view``): the table by
+    # default (at 128 nodes it is what tells nodes apart; a chart costs the browser more)
+    label, tab = common.chosen_tab(VIEWS, "nodes_view")
+    with tab:
+        if label == "Table":
+            node_table(summary)
+            return
+        if label == "Over time":
+            frame = common.load_node_frame(key, start, end)
+            st.plotly_chart(charts.end_at(charts.node_heatmap(frame), start, end),
+                            key="node_heat")
+            return
+        nodes = list(summary["node"])
+        default = list(marked["node"])[:1] or nodes[:1]
+        drill = st.selectbox("Drill down to node", nodes, index=nodes.index(default[0]),
+                             key="drill", bind="query-params",
+                             help="Show this node's GPUs one by one.")
+        gpu = common.load_gpu(key, start, end, 500, drill)
+        st.plotly_chart(charts.end_at(charts.gpu_heatmap(gpu, "util",
+                                                         f"{drill}: utilization % per GPU"),
+                                      start, end), key="node_drill_heat")
+
+
+def node_table(summary: pd.DataFrame) -> None:
+    """One row per node over the window, the open flags naming it last."""
     table = summary.assign(mem_used_max_ratio=100 * summary["mem_used_max_ratio"])
     # every column, the open flags last, fits a 1400 px window: the flags' words are cut
     # inside their cell at worst (they are in full in the warnings above), never the column
@@ -59,23 +86,6 @@ def live(start: float, end: float, key: str) -> None:
                 help="open flags naming the node (empty: none, the node is ok)"),
         },
     )
-    # one chart at a time: the view picked (bound to the URL as ``nodes_view``)
-    label, tab = common.chosen_tab(VIEWS, "nodes_view")
-    with tab:
-        if label == "By node":
-            frame = common.load_node_frame(key, start, end)
-            st.plotly_chart(charts.end_at(charts.node_heatmap(frame), start, end),
-                            key="node_heat")
-            return
-        nodes = list(summary["node"])
-        default = list(marked["node"])[:1] or nodes[:1]
-        drill = st.selectbox("Drill down to node", nodes, index=nodes.index(default[0]),
-                             key="drill", bind="query-params",
-                             help="Show this node's GPUs one by one.")
-        gpu = common.load_gpu(key, start, end, 500, drill)
-        st.plotly_chart(charts.end_at(charts.gpu_heatmap(gpu, "util",
-                                                         f"{drill}: utilization % per GPU"),
-                                      start, end), key="node_drill_heat")
 
 
 live()

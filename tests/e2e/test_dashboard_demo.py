@@ -163,7 +163,9 @@ def test_scenario_flags_arrive_live_with_advice(page: Page, demo):
 def test_every_page_renders_without_exception(page: Page, demo):
     for path, title in PAGES.items():
         _open(page, demo["url"], path)
-        expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
+        # each page opens with its first view: a chart, or the node table on Nodes
+        expect(page.locator(".js-plotly-plot, [data-testid='stDataFrame']").first).to_be_visible(
+            timeout=60_000)
         expect(page.get_by_test_id("stException")).to_have_count(0)
         shot = _shoot(page, path or "overview")
         assert shot.stat().st_size > 10_000, title
@@ -196,7 +198,9 @@ def test_every_page_reads_prometheus_with_several_nodes(page: Page, demo):
     for path, title in PAGES.items():
         # a page opened the first time on a 3-node Prometheus: allow a loaded machine a minute
         _open(page, demo["prom_url"], path, query="?refresh=off", timeout_ms=60_000)
-        expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
+        # each page opens with its first view: a chart, or the node table on Nodes
+        expect(page.locator(".js-plotly-plot, [data-testid='stDataFrame']").first).to_be_visible(
+            timeout=60_000)
         expect(page.get_by_test_id("stException")).to_have_count(0)
         assert _shoot(page, f"prometheus-{path or 'overview'}").stat().st_size > 10_000, title
     _open(page, demo["prom_url"], "nodes", query="?refresh=off")
