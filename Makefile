@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# `make demo SCENARIO=fully_async_demo` (or agent_loop_demo, or any scenario of
+# `verl-monitor simulate --list`) plays another run; the default is the demo script.
+SCENARIO ?= demo
 demo: setup
-	$(VENV)/bin/verl-monitor demo
+	$(VENV)/bin/verl-monitor demo --scenario $(SCENARIO)
 
 # System packages the tests use: a real Prometheus, Alertmanager (and amtool), Chromium.
 sysdeps:

@@ -13,6 +13,14 @@ Three measurements, each a real ``python -m monitor exporter`` subprocess:
 
 Prints a table and writes JSON to ``--out`` (default ``bench/results/exporter_<date>.json``).
 
+``--rollout`` measures the rollout-engine collector: 64 simulated vLLM servers (real /metrics
+text, ~39 KB each) on 127.0.0.1 in a process of their own, and two exporters started at once
+on simulated GPUs with a run store, one of them also scraping the 64 servers every 5 s
+(``--rollout-server`` x64). It reports each exporter's CPU % of a core, their difference (the
+collector's cost, with its rows to the window, the store and the detectors), and the GPU
+sampling jitter of each (the gaps between a GPU's consecutive stored samples, against the
+interval), and writes a text report (``--rollout-out``).
+
 ``--exposition`` measures only the /metrics text, in this process: our writer
 (``exporters.exposition.format_families`` behind ``Exposition.render``) against
 prometheus-client's ``generate_latest`` over the same collectors (the real gpu, host and flags
@@ -22,6 +30,7 @@ text report (``--exposition-out``).
     .venv/bin/python bench/exporter.py                  # ~2 minutes here
     python3 bench/exporter.py --backend nvml --gpus 0   # on a GPU node (all its GPUs)
     .venv/bin/python bench/exporter.py --exposition     # ~20 s
+    .venv/bin/python bench/exporter.py --rollout --seconds 60   # ~80 s
 """
 
 from __future__ import annotations
@@ -278,6 +287,111 @@ def exposition_report(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+ENGINE_FLEET = """
+import sys, threading
+sys.path.insert(0, {root!r})
+from monitor.sim.engine_server import EngineServer, EngineState
+servers = [EngineServer("vllm", state=EngineState(kv_cache_usage=0.7, running=48)).start()
+           for _ in range({count})]
+print(" ".join(s.url for s in servers), flush=True)
+stop = threading.Event()
+while not stop.wait(1.0):
+    for s in servers:
+        s.advance()
+"""
+
+
+def _gpu_jitter(store_path: Path, interval: float) -> dict:
+    """Gaps between each GPU's consecutive samples in the store, against ``interval``."""
+    import sqlite3
+
+    with sqlite3.connect(store_path) as conn:
+        rows = conn.execute("SELECT gpu, ts FROM gpu_samples ORDER BY gpu, ts").fetchall()
+    gaps: list[float] = []
+    last: dict[int, float] = {}
+    for gpu, ts in rows:
+        if gpu in last:
+            gaps.append(ts - last[gpu])
+        last[gpu] = ts
+    dev = sorted(abs(g - interval) * 1000 for g in gaps)
+    if not dev:
+        return {"samples": 0}
+    return {"samples": len(gaps), "jitter_p50_ms": statistics.median(dev),
+            "jitter_p99_ms": dev[min(len(dev) - 1, int(len(dev) * 0.99))],
+            "jitter_max_ms": dev[-1], "max_gap_s": max(gaps)}
+
+
+def rollout_figures(servers: int, gpus: int, seconds: float, interval: float,
+                    rollout_interval: float, workdir: Path) -> dict:
+    """CPU and GPU sampling jitter of an exporter scraping ``servers`` engines, beside one
+    that does not, both running at once."""
+    fleet = subprocess.Popen([sys.executable, "-c", ENGINE_FLEET.format(root=str(ROOT),
+                                                                       count=servers)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    urls = fleet.stdout.readline().split()
+    assert len(urls) == servers, "the engine fleet did not start"
+    common = ["--gpu-backend", "sim", "--sim-gpus", str(gpus), "--interval", str(interval),
+              "--no-collector.verl_log", "--no-collector.nccl"]
+    workdir.mkdir(parents=True, exist_ok=True)
+    stores = {name: workdir / f"{name}.db" for name in ("without", "with")}
+    for path in stores.values():
+        for suffix in ("", "-wal", "-shm", ".lock"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    procs = {}
+    try:
+        procs["without"], _ = start_exporter([*common, "--store", str(stores["without"])])
+        with_args = [*common, "--store", str(stores["with"]),
+                     "--rollout-interval", str(rollout_interval)]
+        for url in urls:
+            with_args += ["--rollout-server", url]
+        procs["with"], url_with = start_exporter(with_args)
+        time.sleep(max(2.0, rollout_interval + 1.0))  # past startup and the first scrapes
+        c0 = {k: _cpu_seconds(p.pid) for k, p in procs.items()}
+        w0 = time.monotonic()
+        time.sleep(seconds)
+        c1 = {k: _cpu_seconds(p.pid) for k, p in procs.items()}
+        wall = time.monotonic() - w0
+        body = urllib.request.urlopen(url_with, timeout=10).read().decode()
+    finally:
+        for p in procs.values():
+            stop_exporter(p)
+        fleet.stdin.close()
+        fleet.terminate()
+        fleet.wait(timeout=30)
+    up = len(re.findall(r'^verlmon_rollout_server_up\{[^}]*\} 1\.0$', body, re.M))
+    cpu = {k: 100 * (c1[k] - c0[k]) / wall for k in procs}
+    return {"servers": servers, "servers_up": up, "gpus": gpus, "interval_s": interval,
+            "rollout_interval_s": rollout_interval, "seconds": wall,
+            "cpu_pct_without": cpu["without"], "cpu_pct_with": cpu["with"],
+            "collector_cpu_pct": cpu["with"] - cpu["without"],
+            "jitter_without": _gpu_jitter(stores["without"], interval),
+            "jitter_with": _gpu_jitter(stores["with"], interval)}
+
+
+def rollout_report(r: dict) -> str:
+    """The text report of ``--rollout``."""
+    jw, jo = r["jitter_with"], r["jitter_without"]
+    lines = [
+        f"rollout-engine collector ({os.cpu_count()} CPUs, "
+        f"{dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')})",
+        f"{r['servers']} simulated vLLM servers (real /metrics text) on 127.0.0.1, scraped every "
+        f"{r['rollout_interval_s']:g} s ({r['servers_up']} up at the end); {r['gpus']} simulated "
+        f"GPUs sampled every {r['interval_s']:g} s; run store on; {r['seconds']:.0f} s, "
+        "both exporters at once",
+        "",
+        f"{'':24} {'CPU % of a core':>16} {'GPU jitter p50 ms':>18} {'p99 ms':>8} "
+        f"{'max ms':>8} {'max gap s':>10}",
+        f"{'exporter without':24} {r['cpu_pct_without']:>16.2f} {jo['jitter_p50_ms']:>18.2f} "
+        f"{jo['jitter_p99_ms']:>8.2f} {jo['jitter_max_ms']:>8.2f} {jo['max_gap_s']:>10.3f}",
+        f"{'exporter with 64 servers':24} {r['cpu_pct_with']:>16.2f} {jw['jitter_p50_ms']:>18.2f} "
+        f"{jw['jitter_p99_ms']:>8.2f} {jw['jitter_max_ms']:>8.2f} {jw['max_gap_s']:>10.3f}",
+        "",
+        f"collector cost: {r['collector_cpu_pct']:.2f}% of a core (with - without); GPU jitter "
+        f"p99 ratio with/without: {jw['jitter_p99_ms'] / max(jo['jitter_p99_ms'], 1e-9):.2f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the measurements, print the table, write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -291,7 +405,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exposition-out", help="text report of --exposition (default "
                    "bench/results/exporter_<date>_<host>_exposition.txt)")
     p.add_argument("--host-name", default="devbox", help="machine name in the report's name")
+    p.add_argument("--rollout", action="store_true",
+                   help="only the rollout-engine collector: 64 simulated servers every 5 s")
+    p.add_argument("--rollout-servers", type=int, default=64)
+    p.add_argument("--rollout-out", help="text report of --rollout (default bench/results/"
+                   "rollout_collector_<date>_<host>.txt)")
     args = p.parse_args(argv)
+    if args.rollout:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="verlmon-rollout-bench-") as tmp:
+            r = rollout_figures(args.rollout_servers, 8, args.seconds, 1.0, 5.0, Path(tmp))
+        text = rollout_report(r)
+        print(text, end="")
+        out = Path(args.rollout_out) if args.rollout_out else ROOT / "bench" / "results" / \
+            f"rollout_collector_{dt.date.today().isoformat()}_{args.host_name}.txt"
+        out.write_text(text)
+        print(f"written {out}")
+        return 0
     if args.exposition:
         rows = [exposition_figures(int(g)) for g in args.gpus.split(",") if g]
         text = exposition_report(rows)

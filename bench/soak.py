@@ -14,6 +14,16 @@ It stops by itself after ``--minutes`` (and kills the exporter if SIGTERM does n
 
     .venv/bin/python bench/soak.py --minutes 60 > bench/results/soak_<date>_<host>.txt
     .venv/bin/python bench/soak.py --minutes 2      # a quick look
+
+``--kill-every MINUTES`` (restart mode, default 60 min with a kill every 5 min): the exporter
+is killed with SIGKILL every that many minutes and started again with the same arguments
+after ``--down-s`` seconds, while the log keeps growing. Each kill prints one line: steps the
+log had, steps stored, steps not yet stored at the kill (written in the last flush interval:
+read again after the restart) and the store's duplicate rows. At the end, after SIGTERM: steps
+lost for good (target 0) and duplicate steps (target 0), flag rows per flag (target: one row
+each) and the saved positions that could not be resumed.
+
+    .venv/bin/python bench/soak.py --kill-every 5 > bench/results/soak_restart_<date>_<host>.txt
 """
 
 from __future__ import annotations
@@ -166,6 +176,107 @@ def summarize(path: str) -> int:
     return 0
 
 
+def start_exporter(cmd: list[str], work: Path, run: int) -> tuple[subprocess.Popen, str | None]:
+    """Start the exporter; (process, /metrics URL or None when it did not start)."""
+    err = open(work / f"exporter.{run}.stderr", "w")  # noqa: SIM115 - the child writes it
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT),
+                                 "PYTHONUNBUFFERED": "1"})
+    err.close()
+    found = re.search(r"serving (http\S+/metrics)", proc.stdout.readline())
+    return proc, found.group(1) if found else None
+
+
+def store_steps(store: Path) -> tuple[list[int], int]:
+    """(step numbers of the console rows, rows of events) read from the store, read-only."""
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30) as db:
+            steps = [r[0] for r in db.execute("SELECT step FROM steps")]
+            events = db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        return steps, events
+    except sqlite3.Error:
+        return [], 0
+
+
+def restart_soak(args: argparse.Namespace, work: Path, cmd: list[str], log_path: Path,
+                 nccl_dir: Path, store: Path) -> int:
+    """The --kill-every mode: SIGKILL every N minutes, restart, count lost and doubled steps."""
+    print(f"# restart mode: SIGKILL every {args.kill_every:g} min, down {args.down_s:g} s each "
+          "time, then the same command again", flush=True)
+    writer = Writer(log_path, nccl_dir, args.step_s, args.noise_per_s)
+    t0 = time.monotonic()
+    end = t0 + args.minutes * 60
+    run, kills = 0, 0
+    proc, url = start_exporter(cmd, work, run)
+    if url is None:
+        print("exporter did not start", flush=True)
+        return 1
+    writer.start()
+    print("minute  kill  written  stored  not_yet_stored  dup_rows  restart_s", flush=True)
+    try:
+        while True:
+            next_kill = min(end, time.monotonic() + args.kill_every * 60)
+            while time.monotonic() < next_kill and proc.poll() is None:
+                time.sleep(min(1.0, max(0.0, next_kill - time.monotonic())))
+            if time.monotonic() >= end or proc.poll() is not None:
+                break
+            written = writer.steps
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            kills += 1
+            steps, _ = store_steps(store)
+            stored = len(set(steps))
+            time.sleep(args.down_s)
+            run += 1
+            t_start = time.monotonic()
+            proc, url = start_exporter(cmd, work, run)
+            took = time.monotonic() - t_start
+            print(f"{(time.monotonic() - t0) / 60:6.1f}  {kills:4d}  {written:7d}  {stored:6d}  "
+                  f"{written - stored:14d}  {len(steps) - stored:8d}  {took:9.1f}", flush=True)
+            if url is None:
+                print("# exporter did not start again", flush=True)
+                return 1
+    finally:
+        writer.stop.set()
+        writer.join(timeout=10)
+        rc = stop_exporter(proc)
+    return restart_report(store, writer.steps, kills, rc, url)
+
+
+def stop_exporter(proc: subprocess.Popen) -> int | str:
+    """SIGTERM (SIGKILL after 60 s); the exit code, or how it ended."""
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "killed after 60 s"
+
+
+def restart_report(store: Path, written: int, kills: int, rc: object, url: str | None) -> int:
+    """The end of the restart mode: lost and doubled steps, events, flags."""
+    steps, events = store_steps(store)
+    distinct = set(steps)
+    lost = sorted(set(range(1, written + 1)) - distinct)
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30) as db:
+        flag_rows = db.execute("SELECT kind, scope_label, COUNT(*), SUM(\"end\" IS NULL) "
+                               "FROM flags GROUP BY kind, scope_label").fetchall()
+        lost_events = db.execute("SELECT COUNT(*) FROM events WHERE kind = 'truncated' AND "
+                                 "data LIKE '%\"lost\"%'").fetchone()[0]
+    print(f"# {kills} kills; steps written {written}, stored {len(distinct)} distinct in "
+          f"{len(steps)} rows: lost {len(lost)} {lost[:10]}, duplicate rows "
+          f"{len(steps) - len(distinct)}", flush=True)
+    print(f"# events stored {events}; saved positions whose file was gone (unrecovered) "
+          f"{lost_events}", flush=True)
+    print("# flag rows (kind, scope, rows, open): "
+          + (", ".join(f"{k} [{s}] {n} rows {o} open" for k, s, n, o in flag_rows) or "none"),
+          flush=True)
+    print(f"# exporter exit code after the final SIGTERM: {rc}", flush=True)
+    return 0 if not lost and len(steps) == len(distinct) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=60.0)
@@ -175,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise-per-s", type=int, default=20, help="tqdm lines a second")
     ap.add_argument("--report-s", type=float, default=60.0, help="seconds between lines")
     ap.add_argument("--workdir", help="where the log, dumps and store go (default: a temp dir)")
+    ap.add_argument("--kill-every", type=float, metavar="MINUTES",
+                    help="restart mode: SIGKILL the exporter every MINUTES (e.g. 5) and start "
+                    "it again; reports steps lost and doubled")
+    ap.add_argument("--down-s", type=float, default=3.0,
+                    help="restart mode: seconds the exporter stays down after each kill")
     ap.add_argument("--summarize", metavar="FILE",
                     help="only print the RSS trend of an earlier run's output and exit")
     args = ap.parse_args(argv)
@@ -196,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
            "--gpu-backend", "sim", "--scenario", "healthy", "--sim-gpus", str(args.gpus),
            "--interval", str(args.interval), "--log", str(log_path), "--nccl-dir",
            str(nccl_dir), "--store", str(store), "--node", "soak-node"]
+    if args.kill_every:
+        return restart_soak(args, work, cmd, log_path, nccl_dir, store)
     err = open(work / "exporter.stderr", "w")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT),
@@ -250,15 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# exporter exited early with {proc.returncode}", flush=True)
     finally:
         writer.stop.set()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                rc = proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                rc = "killed after 60 s"
-        else:
-            rc = proc.returncode
+        rc = stop_exporter(proc)
         err.close()
     print("\n".join(rss_growth(rows)), flush=True)
     try:

@@ -1,7 +1,8 @@
 """verl-monitor live dashboard: ``streamlit run dashboards/app.py -- --store PATH``.
 
-Pages (``st.navigation``): Overview, GPUs, Steps & phases, Communication, Flags, Nodes. The
-sidebar's window and refresh selections are bound to the URL, so a link shares the view.
+Pages (``st.navigation``): Overview, GPUs, Steps & phases, Communication, Rollout, Flags,
+Nodes. The sidebar's window and refresh selections are bound to the URL, so a link shares the
+view.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ PAGES = [
     st.Page("views/gpus.py", title="GPUs", icon=":material/memory:", url_path="gpus"),
     st.Page("views/steps.py", title="Steps & phases", icon=":material/timeline:", url_path="steps"),
     st.Page("views/communication.py", title="Communication", icon=":material/hub:", url_path="communication"),
+    st.Page("views/rollout.py", title="Rollout", icon=":material/dynamic_feed:", url_path="rollout"),
     st.Page("views/flags.py", title="Flags", icon=":material/flag:", url_path="flags"),
     st.Page("views/nodes.py", title="Nodes", icon=":material/dns:", url_path="nodes"),
 ]

@@ -513,3 +513,68 @@ def _natural_key(label: str):
     import re
 
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(label))]
+
+
+# ------------------------------------------------------------------ rollout engines
+_NO_ENGINES = ("no rollout-engine data: point the exporter at verl's vLLM / SGLang servers "
+               "(--rollout-server URL)")
+
+
+def _server_label(df: pd.DataFrame) -> pd.Series:
+    """``server`` alone on one node, ``node/server`` across nodes."""
+    if df["node"].nunique() > 1:
+        return df["node"].astype(str) + "/" + df["server"].astype(str)
+    return df["server"].astype(str)
+
+
+def rollout_by_server(rollout: pd.DataFrame, column: str, title: str, scale: float = 1.0,
+                      unit: str = "") -> go.Figure:
+    """One line per engine server of a rollout column (``ROLLOUT_VIEW_COLUMNS``)."""
+    if rollout is None or rollout.empty or rollout[column].isna().all():
+        return empty_figure(title, _NO_ENGINES)
+    df = rollout.assign(label=_server_label(rollout)).sort_values("ts")
+    fig = go.Figure()
+    for label in sorted(df["label"].unique(), key=_natural_key):
+        part = df[df["label"] == label]
+        fig.add_trace(go.Scatter(x=to_time(part["ts"]), y=part[column] * scale, name=label,
+                                 mode=line_mode(len(part))))
+    fig.update_yaxes(title=unit, rangemode="tozero")
+    return _layout(fig, title, key=f"rollout_{column}")
+
+
+def rollout_requests(rollout: pd.DataFrame) -> go.Figure:
+    """Requests running, waiting and paused, summed over the pool's servers."""
+    title = "Requests in the rollout pool"
+    if rollout is None or rollout.empty:
+        return empty_figure(title, _NO_ENGINES)
+    tot = rollout.groupby("ts")[["running", "waiting", "paused"]].sum(min_count=1).reset_index()
+    fig = go.Figure()
+    for col, dash in (("running", "solid"), ("waiting", "dash"), ("paused", "dot")):
+        if tot[col].notna().any():
+            fig.add_trace(go.Scatter(x=to_time(tot["ts"]), y=tot[col], name=col,
+                                     mode=line_mode(len(tot)), line={"dash": dash}))
+    fig.update_yaxes(title="requests", rangemode="tozero")
+    return _layout(fig, title, key="rollout_requests")
+
+
+def rollout_tail(rollout: pd.DataFrame) -> go.Figure:
+    """The generation tail: requests still running (pool total) against the servers that
+    still run any; a long stretch of a few requests on one server is the tail."""
+    title = "Generation tail: requests running and servers busy"
+    if rollout is None or rollout.empty:
+        return empty_figure(title, _NO_ENGINES)
+    g = rollout.groupby("ts")
+    tot = pd.DataFrame({"running": g["running"].sum(min_count=1),
+                        "busy": g["running"].apply(lambda s: float((s >= 0.5).sum())),
+                        "servers": g["server"].nunique()}).reset_index()
+    x = to_time(tot["ts"])
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=x, y=tot["running"], name="requests running (pool)",
+                             mode=line_mode(len(tot))))
+    fig.add_trace(go.Scatter(x=x, y=tot["busy"], name="servers with a request running",
+                             mode=line_mode(len(tot)), yaxis="y2", line={"dash": "dash"}))
+    fig.update_layout(yaxis={"title": "requests", "rangemode": "tozero"},
+                      yaxis2={"title": "servers", "overlaying": "y", "side": "right",
+                              "rangemode": "tozero",
+                              "range": [0, float(tot["servers"].max()) + 0.5]})
+    return _layout(fig, title, key="rollout_tail")

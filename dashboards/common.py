@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from dashboards.escape import escape_markdown
 from monitor.records import Flag, StepRecord
 from monitor.sources import MetricSource, SourceError, SourceStatus, open_source, steps_to_frame
 
@@ -463,6 +464,13 @@ def load_nccl(key: str, start: float, end: float, max_points: int = MAX_POINTS) 
 
 
 @_snap
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=64)
+def load_rollout(key: str, start: float, end: float, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """Rollout engines per bucket and server (``ROLLOUT_VIEW_COLUMNS``) for the Rollout page."""
+    return get_source().rollout_frame(start, end, max_points)
+
+
+@_snap
 @st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
 def load_node_summary(key: str, start: float, end: float) -> pd.DataFrame:
     """Per-node aggregates over the window."""
@@ -555,12 +563,17 @@ def flag_title(flag: Flag, severity: bool = True) -> str:
 
 def flag_card_markdown(flag: Flag, advice_label: str = "Advice") -> str:
     """A flag as one block of Markdown: severity badge and title, evidence, advice (one element
-    for the browser to draw, where three cost three)."""
+    for the browser to draw, where three cost three). Every text of the flag is escaped
+    (``dashboards.escape``): evidence quoting a log shows as written, never as an image, a
+    link or HTML; only the badge and the bold labels are Markdown."""
     color = {"critical": "red", "warning": "orange"}.get(flag.severity, "blue")
-    parts = [f":{color}-badge[{flag.severity.upper()}] **{flag_title(flag, severity=False)}**",
-             f"**Evidence:** {flag.evidence}" if flag.evidence else "_no evidence_"]
+    severity = escape_markdown(flag.severity.upper())
+    parts = [f":{color}-badge[{severity}] **{escape_markdown(flag_title(flag, severity=False))}**",
+             f"**Evidence:** {escape_markdown(flag.evidence)}" if flag.evidence
+             else "_no evidence_"]
     if flag.advice:
-        parts.append(f"**{advice_label}:**\n" + "\n".join(f"- {a}" for a in flag.advice))
+        parts.append(f"**{advice_label}:**\n"
+                     + "\n".join(f"- {escape_markdown(a)}" for a in flag.advice))
     return "\n\n".join(parts)
 
 

@@ -104,7 +104,8 @@ class Exporter:
     def _start(self) -> None:
         try:  # bind first: a busy port fails before anything starts sampling
             self.server = MetricsServer(self.address, self._render, self._landing, self.web,
-                                        scrape=self._scrape)
+                                        scrape=self._scrape,
+                                        max_connections=self.options.web_max_connections)
         except OSError as exc:
             raise ExporterError(f"cannot listen on {self.address[0]}:{self.address[1]} "
                                 f"({exc.strerror or exc}); choose another --listen-address"
@@ -154,6 +155,8 @@ class Exporter:
         for name, count in counts.items():
             restarts.add_metric([name], count)
         out = [restarts, *self.monitor.health_families()]
+        if self.server is not None:  # HTTP connections and refusals
+            out.extend(self.server.health_families())
         from exporters.collectors.verl_log import VerlLogCollector
 
         collector = self.collectors.get("verl_log")
@@ -214,6 +217,12 @@ class Exporter:
         self.live_sim.start()
         if os.path.abspath(sim_log) not in [os.path.abspath(p) for p in opts.log]:
             self.options = opts.with_log(sim_log)
+        if self.live_sim.engine_urls and not self.options.rollout_server:
+            # an agent-loop / fully-async scenario serves its engines: the rollout collector
+            # scrapes them as it would verl's vLLM / SGLang servers
+            from dataclasses import replace
+
+            self.options = replace(self.options, rollout_server=tuple(self.live_sim.engine_urls))
 
     def _landing(self) -> bytes:
         from monitor import __version__

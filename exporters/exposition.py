@@ -14,11 +14,15 @@ so our writer stays); with ``openmetrics=True`` the same bytes as prometheus_cli
 OpenMetrics writer, which costs 3-10x ours. :func:`negotiate` picks the format from the
 scrape's Accept header the way prometheus_client's ``choose_encoder`` does;
 :meth:`Exposition.render` takes the ``name[]`` filter of the scrape's URL (only the families
-that have a sample of those names).
+that have a sample of those names). A label value longer than ``MAX_LABEL_CHARS`` (a log
+path, a communicator name from a dump) is written shortened, with a digest that keeps distinct
+values distinct, and counted (``verlmon_label_values_truncated_total``): one runaway string
+cannot make a scrape hundreds of megabytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
@@ -50,6 +54,10 @@ _TYPE_NAMES = {"unknown": "untyped", "stateset": "gauge", "gaugehistogram": "his
 _DEFERRED = ("_created", "_gsum", "_gcount")
 #: Rendered label sets: the same few hundred repeat on every scrape.
 _LABEL_CACHE: dict[tuple, str] = {}
+#: Longest label value written; longer ones (log- and dump-derived text) are shortened.
+MAX_LABEL_CHARS = 128
+#: Label sets written with a shortened value (each counted when first rendered).
+labels_truncated = 0
 
 
 def _value(v: float) -> str:
@@ -71,12 +79,57 @@ def _label_value(v: object) -> str:
     return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def shorten_label(value: str, limit: int = MAX_LABEL_CHARS) -> str:
+    """``value`` when at most ``limit`` characters, else its start, ``...#`` and 10 hex digits
+    of its SHA-256, ``limit`` characters in all: distinct long values stay distinct series."""
+    if len(value) <= limit:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{value[:limit - 14]}...#{digest}"
+
+
+def _label_set(key: tuple) -> str:
+    """The ``k="v",...`` text of one label set, long values shortened (and counted)."""
+    global labels_truncated
+    values = [str(v) for _, v in key]
+    short = [shorten_label(v) for v in values]
+    if short != values:
+        labels_truncated += 1
+    return ",".join(f'{k}="{_label_value(v)}"'
+                    for k, v in sorted(zip((k for k, _ in key), short, strict=True)))
+
+
+def qvalues(header: str | None) -> dict[str, float]:
+    """Each name of an Accept or Accept-Encoding header (lower case, parameters other than q
+    dropped) with its q-value, 0..1 (1 when not given; the highest when named twice)."""
+    out: dict[str, float] = {}
+    for item in (header or "").split(","):
+        name, *params = (part.strip() for part in item.split(";"))
+        if not name:
+            continue
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = min(1.0, max(0.0, float(value)))
+                except ValueError:
+                    q = 0.0
+                if q != q:  # NaN
+                    q = 0.0
+        name = name.lower()
+        out[name] = max(out.get(name, 0.0), q)
+    return out
+
+
 def negotiate(accept: str | None) -> tuple[bool, str]:
     """(OpenMetrics?, content type) for a scrape's Accept header: OpenMetrics when it names
-    ``application/openmetrics-text``, else text format 0.0.4 (as prometheus_client chooses)."""
-    for accepted in (accept or "").split(","):
-        if accepted.split(";")[0].strip() == "application/openmetrics-text":
-            return True, OPENMETRICS_CONTENT_TYPE
+    ``application/openmetrics-text`` with a q-value above 0 and not below text/plain's, else
+    text format 0.0.4 (prometheus_client picks OpenMetrics when it is named at all)."""
+    weights = qvalues(accept)
+    om = weights.get("application/openmetrics-text", 0.0)
+    if om > 0 and om >= weights.get("text/plain", 0.0):
+        return True, OPENMETRICS_CONTENT_TYPE
     return False, CONTENT_TYPE
 
 
@@ -116,7 +169,7 @@ def format_families(families: Iterable[Metric], openmetrics: bool = False) -> by
                 key = tuple(s.labels.items())
                 inner = _LABEL_CACHE.get(key)
                 if inner is None:
-                    inner = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(key))
+                    inner = _label_set(key)
                     if len(_LABEL_CACHE) > 50_000:  # bounded: label sets change rarely
                         _LABEL_CACHE.clear()
                     _LABEL_CACHE[key] = inner
@@ -253,5 +306,9 @@ class Exposition:
             yield CounterMetricFamily(m.STORE_WRITE_ERRORS.removesuffix("_total"),
                                       "Failed run-store writes (disk full, database locked).",
                                       value=float(self.store.write_errors))
+        yield CounterMetricFamily(m.LABELS_TRUNCATED.removesuffix("_total"),
+                                  f"Label sets with a value over {MAX_LABEL_CHARS} characters, "
+                                  "written shortened (start, ...#, digest).",
+                                  value=float(labels_truncated))
         if self.extra is not None:
             yield from self.extra()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from exporters.options import ExporterOptions
 from exporters.sink import Row
 from exporters.window import RollingWindow
+from monitor.logs.fingerprint import step_fingerprint
 from monitor.records import Event, StepRecord
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from monitor.config import Config
     from monitor.detect.live import FlagTracker
     from monitor.integrations.wandb_sink import WandbSink
+    from monitor.logs.follow import LogPosition
     from monitor.notify.slack import SlackNotifier
     from monitor.records import Flag
     from monitor.store import RunStore, StoreWriter
@@ -45,6 +47,12 @@ NOTIFY_INTERVAL_S = 5.0
 RESTART_PAUSE_S = 1.0
 #: Seconds between returns of freed heap memory to the system (see ``trim_heap``).
 TRIM_INTERVAL_S = 30.0
+#: Seconds between two log lines for the same detector failure.
+DETECT_ERROR_LOG_S = 60.0
+#: Fingerprints of recent steps remembered to drop a step the log gives again.
+RECENT_STEPS = 4096
+#: Why a flag adopted from the store at start closes when the first detector pass lacks it.
+CLOSED_AT_RESTART = "closed at restart: no longer seen"
 
 
 class MonitorError(RuntimeError):
@@ -97,6 +105,32 @@ class Recorder:
     def __init__(self, window: RollingWindow, store: StoreWriter | None = None) -> None:
         self.window = window
         self.store = store
+        self._recent_fps: dict[str, None] = {}  # insertion-ordered, bounded: RECENT_STEPS
+
+    def _new_steps(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
+        """The steps not seen before (by content: a re-read step keeps its first record)."""
+        fresh = []
+        for step in steps:
+            fp = step_fingerprint(step)
+            if fp in self._recent_fps:
+                continue
+            self._recent_fps[fp] = None
+            fresh.append(step)
+        while len(self._recent_fps) > RECENT_STEPS:
+            del self._recent_fps[next(iter(self._recent_fps))]
+        return fresh
+
+    def saved_log_positions(self) -> dict[str, LogPosition]:
+        """Where the store says each followed log was read up to (empty without a store)."""
+        store = self.store
+        return {} if store is None else store.store.log_positions()
+
+    def add_log_positions(self, positions: Sequence[LogPosition]) -> None:
+        """Positions reached in followed logs, saved with the steps and events put before."""
+        store = self.store
+        if store is not None:
+            for pos in positions:
+                store.put_position(pos)
 
     def _both(self, what: str, to_window: Callable[[], None] | None,
               to_store: Callable[[], None] | None) -> None:
@@ -127,7 +161,11 @@ class Recorder:
                    self._store("put_host", rows))
 
     def add_steps(self, steps: Sequence[StepRecord]) -> None:
-        """Steps to the window and the store."""
+        """Steps to the window and the store (a step given again is dropped: see
+        ``step_fingerprint``)."""
+        steps = self._new_steps(steps)
+        if not steps:
+            return
         self._both("steps", lambda: self.window.add_steps(steps),
                    self._store("put_steps", steps))
 
@@ -140,6 +178,11 @@ class Recorder:
         """NCCL growth rows to the window (each step's time in collectives) and the store."""
         self._both("NCCL rows", lambda: self.window.add_nccl(rows),
                    self._store("put_nccl", rows))
+
+    def add_rollout(self, rows: Sequence[Row]) -> None:
+        """Rollout-engine rows to the window (the engine detectors) and the store."""
+        self._both("rollout-engine rows", lambda: self.window.add_rollout(rows),
+                   self._store("put_rollout", rows))
 
 
 class LiveMonitor(Recorder):
@@ -157,6 +200,12 @@ class LiveMonitor(Recorder):
         self.wandb_sink: WandbSink | None = None
         self.detect_config: Config | None = None
         self.detect_errors = 0
+        #: exceptions in the detector loop by detector ("detector-loop": the loop itself)
+        self.detector_errors: dict[str, int] = {}
+        self._error_logged: dict[tuple[str, str], float] = {}
+        #: flags the store held open at start, adopted by the tracker
+        self.adopted_flags = 0
+        self._restored = False
         self.detect_runs = 0
         #: supervised threads that raised and were restarted, by thread name
         self.thread_restarts: dict[str, int] = {}
@@ -176,6 +225,7 @@ class LiveMonitor(Recorder):
         """Open the store and load the detectors (and Slack); raises MonitorError."""
         self._open_store()
         self._load_detectors()
+        self._restore()
 
     def start(self) -> None:
         """Start the detector loop, wandb, Slack deliveries and the store flusher."""
@@ -248,6 +298,57 @@ class LiveMonitor(Recorder):
             except (ValueError, OSError) as exc:
                 raise MonitorError(f"--slack-webhook-file {exc}") from None
 
+    def _restore(self) -> None:
+        """After a restart: refill the window from the store (the last ``--window`` of steps,
+        events and samples, and the run's first steps) so the first detector pass sees what
+        the last process saw, and adopt the flags it left open (same flag, same start: Slack
+        sees no second "opened"; those the first pass lacks close with CLOSED_AT_RESTART)."""
+        store = self.run_store
+        if store is None or self.tracker is None:
+            return
+        try:
+            open_flags = store.flags(active_only=True)
+            since = time.time() - self.window.max_age_s
+            first = store.steps()[: self.window.first_steps_max]
+            steps = store.steps(start=since)
+            events = store.events(start=since)
+            gpu = store.gpu_frame(start=since)
+            host = store.host_frame(start=since)
+            nccl = store.nccl_frame(start=since)
+        except Exception as exc:  # noqa: BLE001 - a store it cannot read back: start afresh
+            log.warning("run store: could not read back the last run's state (%s); "
+                        "starting with an empty window", exc)
+            return
+        self.window.seed_first_steps(first)
+        for step in steps:
+            self._recent_fps[step_fingerprint(step)] = None
+        if steps:
+            self.window.add_steps(steps)
+        if events:
+            self.window.add_events(events)
+        for frame, add in ((gpu, self.window.add_gpu), (host, self.window.add_host),
+                           (nccl, self.window.add_nccl)):
+            if len(frame):  # the window keeps at most max_rows of each: read no more
+                add(frame.tail(self.window.max_rows).to_dict("records"))
+        self.adopted_flags = self.tracker.adopt(open_flags, reason=CLOSED_AT_RESTART)
+        self._restored = bool(steps or events or len(gpu) or open_flags)
+        if self._restored:
+            log.info("run store: resumed with %d steps, %d events and %d open flags from "
+                     "the last run", len(steps), len(events), self.adopted_flags)
+
+    def _detector_failed(self, detector: str, exc: BaseException) -> None:
+        """Count a detector's exception; log it in one line, at most once a minute per reason."""
+        self.detector_errors[detector] = self.detector_errors.get(detector, 0) + 1
+        reason = f"{exc.__class__.__name__}: {str(exc)[:200]}"
+        key = (detector, reason)
+        now = time.monotonic()
+        last = self._error_logged.get(key)
+        if last is None or now - last >= DETECT_ERROR_LOG_S:
+            self._error_logged[key] = now
+            count = self.detector_errors[detector]
+            log.warning("detector %s failed (%s); %d time(s) so far, counted in "
+                        "verlmon_detector_errors_total", detector, reason, count)
+
     def _start_wandb(self) -> None:
         """Open the wandb run off the main path: ``wandb.init`` may wait for its timeout
         before falling back to offline, and metrics must be served meanwhile."""
@@ -292,7 +393,8 @@ class LiveMonitor(Recorder):
             steps, gpu_df, host_df, events = self.window.frames()
             flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
                                   now=now, reference_steps=self.window.first_steps(),
-                                  nccl=self.window.nccl())
+                                  nccl=self.window.nccl(), rollout=self.window.rollout(),
+                                  on_error=self._detector_failed)
             opened, closed = self.tracker.update(flags, now)
             self.detect_runs += 1
         sink = self.wandb_sink
@@ -316,9 +418,9 @@ class LiveMonitor(Recorder):
         """Run the detectors every ``detect_interval`` seconds, and also soon after a new step
         arrives (at most once a second): step-based flags follow the log without the cost of
         running every detector at the sampling rate."""
-        last_error = None
         last_run = time.monotonic()
-        seen_steps = self.window.steps_added
+        # after a restart with state read back: a first pass soon (adopted flags settle)
+        seen_steps = -1 if self._restored else self.window.steps_added
         tick = min(1.0, self.detect_interval)
         while not self._stop.wait(tick):
             now = time.monotonic()
@@ -330,16 +432,12 @@ class LiveMonitor(Recorder):
             last_run = now
             try:
                 self.detect_once()
-                last_error = None
                 if time.monotonic() - self._last_trim >= TRIM_INTERVAL_S:
                     self._last_trim = time.monotonic()
                     trim_heap()
             except Exception as exc:  # noqa: BLE001 - detectors never take the exporter down
                 self.detect_errors += 1
-                message = f"{exc.__class__.__name__}: {exc}"
-                if message != last_error:
-                    log.warning("detector loop failed: %s", message)
-                    last_error = message
+                self._detector_failed("detector-loop", exc)
 
     def _flush_loop(self) -> None:
         """Flush the store every second or so. A failure is logged once per episode (the
@@ -392,35 +490,38 @@ class LiveMonitor(Recorder):
         return out
 
     def health_families(self) -> list[Metric]:
-        """The monitor's drop and delivery counters: window, Slack, store."""
+        """The monitor's drop and delivery counters: window, Slack, wandb alerts, store."""
         from prometheus_client.core import CounterMetricFamily
 
         from monitor import metric_names as m
 
         window = CounterMetricFamily(
             m.WINDOW_DROPPED.removesuffix("_total"),
-            "GPU/host rows the detectors' window dropped at its row cap before they aged out.",
+            "Rows the detectors' window dropped at its cap before they aged out (samples "
+            "by kind; events: oldest non-critical first).",
             labels=["kind"])
         for kind, count in sorted(self.window.dropped.items()):
             window.add_metric([kind], count)
         out: list[Metric] = [window]
-        notifier = self.notifier
-        if notifier is not None:
-            messages = CounterMetricFamily(
-                m.SLACK_MESSAGES.removesuffix("_total"),
-                "Slack messages finished: sent, unknown (no answer after sending; not "
-                "retried), skipped (resolved whose opened never went).", labels=["outcome"])
-            for outcome, count in sorted(notifier.outcomes.items()):
-                messages.add_metric([outcome], count)
-            out += [messages, CounterMetricFamily(
-                m.SLACK_DROPPED.removesuffix("_total"),
-                "Slack messages the in-memory outbox dropped at its bound.",
-                value=notifier.dropped)]
+        errors = CounterMetricFamily(
+            m.DETECTOR_ERRORS.removesuffix("_total"),
+            "Exceptions in the detector loop, by detector (detector-loop: the loop itself).",
+            labels=["detector"])
+        for name, count in sorted(self.detector_errors.items()):
+            errors.add_metric([name], count)
+        out.append(errors)
+        from exporters.alert_paths import slack_families, wandb_families
+
+        if self.notifier is not None:  # every alert path counted (exporters/alert_paths.py)
+            out += slack_families(self.notifier)
+        if self.options.wandb:
+            out += wandb_families(self.wandb_sink)
         if self.store is not None:
             dropped = CounterMetricFamily(
                 m.STORE_DROPPED.removesuffix("_total"),
                 "Rows the run-store writer dropped: buffer_full (past its bound while writes "
-                "fail) or invalid (a value SQLite cannot hold).", labels=["reason"])
+                "fail), invalid (a value SQLite cannot hold) or unwritten_at_stop (still "
+                "buffered when the final write at stop failed).", labels=["reason"])
             for reason, count in sorted(self.store.dropped.items()):
                 dropped.add_metric([reason], count)
             out.append(dropped)
@@ -445,11 +546,15 @@ class LiveMonitor(Recorder):
         for thread in self._threads:
             thread.join(timeout=5.0)
         if self.store is not None:
-            if not self.store.flush() and self.store.last_error:
-                log.warning("run store: last flush failed: %s", self.store.last_error)
-            if self.store.dropped_rows:
-                log.warning("run store: %s rows were dropped (%s)", self.store.dropped_rows,
-                            ", ".join(f"{k} {v}" for k, v in self.store.dropped.items() if v))
+            # a volume gone read-only or full at stop: one line with the rows lost, exit 0
+            lost = None if self.store.flush() else self.store.drop_unwritten()
+            if lost:
+                log.warning("run store: %s", lost)
+            earlier = {k: v for k, v in self.store.dropped.items()
+                       if v and k != "unwritten_at_stop"}
+            if earlier:
+                log.warning("run store: %s rows were dropped (%s)", sum(earlier.values()),
+                            ", ".join(f"{k} {v}" for k, v in earlier.items()))
         if self.run_store is not None:
             self.run_store.close()
         if self._store_lock is not None:

@@ -20,6 +20,8 @@ DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
 #: about 0.4 s of CPU (bench/exporter.py), so every 30 s costs ~1.3% of a core; a new step in
 #: the log also triggers a run (at most one a second), so step-based flags do not wait for it.
 DEFAULT_DETECT_INTERVAL_S = 30.0
+#: Default HTTP connections served at once (``--web.max-connections``; exporters/server.py).
+DEFAULT_MAX_CONNECTIONS = 256
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class ExporterOptions:
     node: str | None = None
     train_pid: int | None = None
     web_config_file: str | None = None
+    web_max_connections: int = DEFAULT_MAX_CONNECTIONS
     dcgm_compat: bool = False
     config: str | None = None
     detect_interval: float | None = None
@@ -56,6 +59,14 @@ class ExporterOptions:
     slack_digest_hours: float = 0.0
     wandb: str | None = None
     verbose: bool = False
+    rollout_server: tuple[str, ...] = ()
+    rollout_discovery_file: str | None = None
+    rollout_interval: float = 5.0
+    rollout_timeout: float = 2.0
+    fr_dir: str | None = None
+    fr_pipe_prefix: str = "pipe_"
+    fr_dump_prefix: str = "fr_"
+    hang_pyspy: bool = False
     collectors: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -66,6 +77,8 @@ class ExporterOptions:
                   if f.name != "collectors" and values.get(f.name) is not None}
         if "log" in kwargs:
             kwargs["log"] = tuple(str(p) for p in kwargs["log"])
+        if "rollout_server" in kwargs:
+            kwargs["rollout_server"] = tuple(str(u) for u in kwargs["rollout_server"])
         chosen = {key.removeprefix("collector_"): bool(value) for key, value in values.items()
                   if key.startswith("collector_") and value is not None}
         return cls(**kwargs, collectors=MappingProxyType(chosen))

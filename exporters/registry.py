@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 #: Modules under ``exporters.collectors`` imported to fill the registry.
 COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "flags", "phase_gpu",
-                                      "goodput")
+                                      "goodput", "rollout_engine",
+                                      "flight_recorder")
 
 
 @dataclass

@@ -37,6 +37,9 @@ class Sink(Protocol):
     def add_nccl(self, rows: Sequence[Row]) -> None:
         """Growth of the NCCL Inspector totals per (collective, communicator) since last time."""
 
+    def add_rollout(self, rows: Sequence[Row]) -> None:
+        """One scrape of each rollout engine (``monitor.frames.ROLLOUT_COLUMNS``)."""
+
 
 class NullSink:
     """A sink that keeps nothing."""
@@ -54,4 +57,7 @@ class NullSink:
         """Drop the events."""
 
     def add_nccl(self, rows: Sequence[Row]) -> None:
+        """Drop the rows."""
+
+    def add_rollout(self, rows: Sequence[Row]) -> None:
         """Drop the rows."""

@@ -28,6 +28,13 @@ guessing passwords cannot pin every core), an unknown user costs the same bcrypt
 known one (against a dummy hash of the same cost: user names cannot be probed by timing), and
 only good credentials are cached (at most ``CACHE_SIZE``, oldest out first), under a keyed
 digest, so wrong guesses can never flush a real scraper's entry.
+
+Under a flood of logins (issue 20): at most ``BCRYPT_QUEUE`` logins wait for the bcrypt slot,
+each at most ``BCRYPT_WAIT_S``; past either :class:`LoginsBusy` is raised (the server answers
+429) instead of a wait longer than a scrape timeout, while cached credentials are answered at
+once. With users of mixed bcrypt costs, every check costs what one at the highest cost does:
+a user of cost ``c`` below the highest ``C`` is also checked against dummy hashes of costs
+``c .. C-1`` (2^c + 2^c + ... + 2^(C-1) = 2^C), so no user's cost tells that it exists.
 """
 
 from __future__ import annotations
@@ -87,6 +94,14 @@ _BCRYPT = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
 BCRYPT_CONCURRENCY = 1
 #: Good credentials remembered (keyed digests); wrong ones are never cached.
 CACHE_SIZE = 64
+#: Logins that may wait for a bcrypt slot; more are refused at once (LoginsBusy, 429).
+BCRYPT_QUEUE = 4
+#: Seconds a login waits for a bcrypt slot before it is refused (LoginsBusy, 429).
+BCRYPT_WAIT_S = 2.0
+
+
+class LoginsBusy(Exception):
+    """Too many logins are waiting for a bcrypt check: answer 429 and let the client retry."""
 
 
 class WebConfigError(ValueError):
@@ -105,6 +120,12 @@ class WebConfig:
     #: a hash of the users' cost that matches no password: unknown users are checked
     #: against it, so they take as long as known ones
     dummy_hash: bytes | None = None
+    #: cost -> a hash of that cost matching no password, for every cost from the lowest
+    #: user's to the highest (which is ``dummy_hash``): lower-cost users are padded with them
+    pad_hashes: dict[int, bytes] = field(default_factory=dict, repr=False)
+    #: logins refused because too many were waiting for bcrypt
+    busy_refusals: int = 0
+    _waiting: int = field(default=0, repr=False)
     _cache: OrderedDict[str, bool] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _bcrypt_slots: threading.Semaphore = field(
@@ -147,13 +168,11 @@ class WebConfig:
                 if key in self._cache:
                     self._cache.move_to_end(key)
                     return True
-        import bcrypt  # lazy: only installs with basic auth need it
-
-        with self._bcrypt_slots:  # one check at a time: guesses queue, cores stay free
-            try:
-                ok = bcrypt.checkpw(password.encode("utf-8"), hashed)
-            except ValueError:
-                ok = False
+        self._take_slot()  # one check at a time: guesses queue (boundedly), cores stay free
+        try:
+            ok = self._check(password.encode("utf-8"), hashed)
+        finally:
+            self._bcrypt_slots.release()
         if not ok or known is None:
             return False
         with self._lock:
@@ -161,6 +180,46 @@ class WebConfig:
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
         return True
+
+
+    def _take_slot(self) -> None:
+        """Wait for the bcrypt slot, behind at most ``BCRYPT_QUEUE`` others and for at most
+        ``BCRYPT_WAIT_S``; :class:`LoginsBusy` (counted) otherwise."""
+        with self._lock:
+            if self._waiting >= BCRYPT_QUEUE:
+                self.busy_refusals += 1
+                raise LoginsBusy("too many logins waiting")
+            self._waiting += 1
+        try:
+            got = self._bcrypt_slots.acquire(timeout=BCRYPT_WAIT_S)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+        if not got:
+            with self._lock:
+                self.busy_refusals += 1
+            raise LoginsBusy("waited too long for a bcrypt check")
+
+    def _check(self, password: bytes, hashed: bytes) -> bool:
+        """bcrypt against ``hashed``, padded to the cost of the highest-cost user."""
+        import bcrypt  # lazy: only installs with basic auth need it
+
+        try:
+            ok = bcrypt.checkpw(password, hashed)
+        except ValueError:
+            ok = False
+        top = max(self.pad_hashes, default=0)
+        for cost in range(_cost(hashed), top):  # each pad doubles: the sum is 2^top
+            try:
+                bcrypt.checkpw(password, self.pad_hashes[cost])
+            except (ValueError, KeyError):
+                pass
+        return ok
+
+
+def _cost(hashed: bytes) -> int:
+    """The cost of a bcrypt hash (``$2b$10$...`` -> 10)."""
+    return int(hashed[4:6])
 
 
 def _load_yaml(path: Path) -> Any:
@@ -360,16 +419,19 @@ def load_web_config(path: str | Path | None) -> WebConfig:
     headers = _http_server_config(server_cfg, cfg_path) if server_cfg is not None else {}
     users_cfg = data.get("basic_auth_users")
     users = _users(users_cfg, cfg_path) if users_cfg is not None else {}
+    pads = _pad_hashes(users)
     return WebConfig(path=cfg_path, ssl_context=ctx, users=users, headers=headers,
-                     dummy_hash=_dummy_hash(users))
+                     dummy_hash=pads[max(pads)] if pads else None, pad_hashes=pads)
 
 
-def _dummy_hash(users: dict[str, bytes]) -> bytes | None:
-    """A bcrypt hash of a random secret at the highest cost among the users (None without
-    users): checking an unknown user against it takes as long as a known one."""
+def _pad_hashes(users: dict[str, bytes]) -> dict[int, bytes]:
+    """cost -> a bcrypt hash of a random secret, for every cost from the lowest among the
+    users to the highest (empty without users). Checking an unknown user against the highest
+    takes as long as a known user of that cost; the lower ones pad cheaper users to it."""
     if not users:
-        return None
+        return {}
     import bcrypt
 
-    cost = max(int(_BCRYPT.match(h.decode()).group(1)) for h in users.values())
-    return bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds=cost))
+    costs = [_cost(h) for h in users.values()]
+    return {cost: bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds=cost))
+            for cost in range(min(costs), max(costs) + 1)}

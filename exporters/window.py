@@ -18,10 +18,19 @@ from typing import Any
 
 import pandas as pd
 
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, nccl_frame
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, nccl_frame, rollout_frame
+from monitor.logs.failures import FAILURE_KINDS
 from monitor.records import Event, StepRecord
 
 _NAN = float("nan")
+#: Event kinds the window keeps past its count cap until a detector pass has seen them (and
+#: then evicts last): a flood of other lines must not hide an OOM or a fatal failure.
+CRITICAL_EVENT_KINDS: frozenset[str] = frozenset(("oom", *FAILURE_KINDS))
+
+
+def critical_event(event: Event) -> bool:
+    """An OOM, a failure of FAILURE_KINDS, or any event whose data says ``fatal``."""
+    return event.kind in CRITICAL_EVENT_KINDS or bool((event.data or {}).get("fatal"))
 
 
 def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
@@ -46,7 +55,9 @@ class RollingWindow:
 
     ``max_age_s``: samples older than this (by their ``ts``) and steps and events added longer
     ago than this are dropped (records age by arrival, so a log replayed from its start still
-    fills the window). ``max_rows`` bounds GPU and host
+    fills the window). Past ``max_events`` the oldest non-critical event goes first; an OOM or
+    fatal event (``critical_event``) is evicted only once a ``frames()`` call has returned it
+    and no other event is left to evict; every eviction is counted in ``dropped["events"]``. ``max_rows`` bounds GPU and host
     rows each; ``max_steps`` and ``max_events`` bound the records. The run's first
     ``first_steps`` step records are also kept for good (``first_steps()``): the baseline a
     throughput drop is measured against, after they have aged out.
@@ -67,13 +78,17 @@ class RollingWindow:
         self._gpu: deque[dict] = deque(maxlen=max_rows)
         self._host: deque[dict] = deque(maxlen=max_rows)
         self._nccl: deque[dict] = deque(maxlen=max_rows)
+        self._rollout: deque[dict] = deque(maxlen=max_rows)
         self._steps: deque[tuple[float, StepRecord]] = deque(maxlen=max_steps)
         self._first_steps: list[StepRecord] = []
         self._first_steps_max = int(first_steps)
-        self._events: deque[tuple[float, Event]] = deque(maxlen=max_events)
+        self._events: deque[tuple[float, Event, int]] = deque()  # (arrival, event, seq)
+        self._max_events = int(max_events)
+        self._event_seq = 0  # sequence number of the next event
+        self._events_seen = 0  # events numbered below this were returned by frames()
         self._version = 0
         #: GPU/host rows dropped at the ``max_rows`` cap before they aged out
-        self.dropped = {"gpu": 0, "host": 0, "nccl": 0}
+        self.dropped = {"gpu": 0, "host": 0, "nccl": 0, "rollout": 0, "events": 0}
         #: step records added so far (the detector loop runs soon after a new step)
         self.steps_added = 0
 
@@ -103,6 +118,11 @@ class RollingWindow:
         with self._lock:
             self._extend_rows("nccl", self._nccl, rows)
 
+    def add_rollout(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append rollout-engine rows (dicts with ``monitor.frames.ROLLOUT_COLUMNS`` keys)."""
+        with self._lock:
+            self._extend_rows("rollout", self._rollout, rows)
+
     def add_steps(self, steps: Iterable[StepRecord]) -> None:
         """Append step records (kept: the newest ``max_steps`` within ``max_age_s``)."""
         now = self._clock()
@@ -120,11 +140,29 @@ class RollingWindow:
         now = self._clock()
         with self._lock:
             for e in events:
-                self._events.append((now, e))
+                self._events.append((now, e, self._event_seq))
+                self._event_seq += 1
             self._prune_records(self._events)
+            self._evict_events()
             self._version += 1
 
     # --- readers (detector loop, tests)
+
+    def gpu_since(self, t: float) -> list[dict]:
+        """GPU rows newer than ``t`` (newest last), copying only those: cheap for pollers."""
+        out: list[dict] = []
+        with self._lock:
+            for row in reversed(self._gpu):
+                if float(row.get("ts") or 0.0) <= t:
+                    break
+                out.append(dict(row))
+        out.reverse()
+        return out
+
+    def recent_steps(self, n: int = 6) -> list[StepRecord]:
+        """The newest ``n`` step records, without copying the samples (cheap: for pollers)."""
+        with self._lock:
+            return [s for _, s in list(self._steps)[-n:]]
 
     @property
     def version(self) -> int:
@@ -141,7 +179,8 @@ class RollingWindow:
             gpu = list(self._gpu)
             host = list(self._host)
             steps = [s for _, s in self._steps]
-            events = [e for _, e in self._events]
+            events = [e for _, e, _ in self._events]
+            self._events_seen = self._event_seq
         return steps, _frame(gpu, GPU_COLUMNS), _frame(host, HOST_COLUMNS), events
 
     def nccl(self) -> pd.DataFrame:
@@ -150,6 +189,23 @@ class RollingWindow:
             self._prune_rows(self._nccl)
             rows = list(self._nccl)
         return nccl_frame(rows)
+
+    def rollout(self) -> pd.DataFrame:
+        """The recent rollout-engine rows as a frame (empty without an engine to scrape)."""
+        with self._lock:
+            self._prune_rows(self._rollout)
+            rows = list(self._rollout)
+        return rollout_frame(rows)
+
+    @property
+    def first_steps_max(self) -> int:
+        """How many of the run's first steps are kept for good."""
+        return self._first_steps_max
+
+    def seed_first_steps(self, steps: Iterable[StepRecord]) -> None:
+        """Set the run's first steps (read back from the store after a restart)."""
+        with self._lock:
+            self._first_steps = list(steps)[: self._first_steps_max]
 
     def first_steps(self) -> list[StepRecord]:
         """The run's first step records (up to ``first_steps``), kept after they age out."""
@@ -163,6 +219,7 @@ class RollingWindow:
                 "gpu": len(self._gpu),
                 "host": len(self._host),
                 "nccl": len(self._nccl),
+                "rollout": len(self._rollout),
                 "steps": len(self._steps),
                 "events": len(self._events),
             }
@@ -178,6 +235,21 @@ class RollingWindow:
             self.dropped[kind] += over
         queue.extend(rows)
         self._version += 1
+
+    def _evict_events(self) -> None:
+        """Bring the events down to ``max_events``: the oldest non-critical first, then the
+        oldest critical one a detector pass has seen; an unseen critical event stays."""
+        events = self._events
+        while len(events) > self._max_events:
+            victim = next((i for i, (_, e, _) in enumerate(events) if not critical_event(e)),
+                          None)
+            if victim is None:
+                victim = next((i for i, (_, _, seq) in enumerate(events)
+                               if seq < self._events_seen), None)
+            if victim is None:
+                return  # only unseen critical events: kept until the next detector pass
+            del events[victim]
+            self.dropped["events"] += 1
 
     def _cutoff(self) -> float:
         return self._clock() - self.max_age_s

@@ -1,6 +1,6 @@
 """Generate verl-monitor's Grafana dashboards as code (grafana-foundation-sdk==0.0.21).
 
-Four dashboards, each written as plain dashboard JSON (what Grafana's file provisioning reads)
+Five dashboards, each written as plain dashboard JSON (what Grafana's file provisioning reads)
 to ``grafana/dashboards/<uid>.json``:
 
 - **Run overview** (``verlmon-overview``): step, step time, throughput, open flags, phase
@@ -13,6 +13,10 @@ to ``grafana/dashboards/<uid>.json``:
   bandwidth per collective.
 - **Cluster (nodes)** (``verlmon-cluster``): per-node SM activity against the job's median,
   heat maps by node and by GPU, exporter up, GPUs down, collectors failing, host CPU.
+- **Rollout engines** (``verlmon-rollout``): the vLLM / SGLang servers behind verl's agent
+  loop: KV cache use, requests running / waiting / paused, preemptions, generated tokens,
+  queue time and end-to-end latency, the generation tail (servers still running), sleeping
+  engines, and the health of the exporter's scrapes of them.
 
 Every dashboard has the variables ``datasource`` -> ``job`` -> ``node`` -> ``gpu`` (chained
 ``label_values`` queries; ``job``, ``node`` and ``gpu`` multi-select with ``allValue ".+"``),
@@ -508,8 +512,15 @@ def phases() -> dashboard.Dashboard:
 
 def cluster() -> dashboard.Dashboard:
     """Cluster (nodes): which node lags, and is every exporter and GPU up."""
-    node_sm = f"avg by (job, node) (verlmon_gpu_sm_active_ratio{{{SEL}}})"
-    job_median = 'quantile by (job) (0.5, verlmon_gpu_sm_active_ratio{job=~"$job"})'
+    # from the exporters' activity counters: exact at any scrape interval (issue 24)
+    node_sm = (f"sum by (job, node) (rate(verlmon_gpu_sm_active_seconds_total{{{SEL}}}"
+               f"[$__rate_interval])) / (sum by (job, node) (rate("
+               f"verlmon_gpu_sampled_seconds_total{{{SEL}}}[$__rate_interval])) > 0)")
+    gpu_sm = (f"rate(verlmon_gpu_sm_active_seconds_total{{{SEL_GPU}}}[$__rate_interval]) / "
+              f"(rate(verlmon_gpu_sampled_seconds_total{{{SEL_GPU}}}[$__rate_interval]) > 0)")
+    job_median = ('quantile by (job) (0.5, rate(verlmon_gpu_sm_active_seconds_total'
+                  '{job=~"$job"}[$__rate_interval]) / (rate(verlmon_gpu_sampled_seconds_total'
+                  '{job=~"$job"}[$__rate_interval]) > 0))')
     return (
         _dashboard(
             "verlmon-cluster",
@@ -521,18 +532,21 @@ def cluster() -> dashboard.Dashboard:
         .with_panel(ts("SM active per node vs job median", RATIO,
                        q(node_sm, "{{node}}"),
                        q(job_median, "median {{job}}"),
-                       description="Mean SM activity of each node's GPUs, and the median over "
-                                   "every GPU of the job: a straggler sits below it.",
+                       description="Mean SM activity of each node's GPUs over every sample, "
+                                   "and the median over every GPU of the job: the slow node "
+                                   "sits above it, the nodes waiting for it below.",
                        max_value=1))
         .with_panel(ts("Node SM activity / job median", RATIO,
                        q(f"{node_sm} / on (job) group_left () ({job_median} > 0)", "{{node}}"),
-                       description="1 = as busy as the job's median GPU; a lagging node stays "
-                                   "well below 1."))
+                       description="1 = as busy as the job's median GPU; the slow node the "
+                                   "others wait for stays well above 1 (NodeImbalance at "
+                                   "1.2)."))
         .with_panel(heat("SM active heat map by node", RATIO, q(node_sm, "{{node}}"),
                          "One row per node, coloured by mean SM activity."))
         .with_panel(heat("SM active heat map by GPU", RATIO,
-                         q(f"verlmon_gpu_sm_active_ratio{{{SEL_GPU}}}", "{{node}} gpu{{gpu}}"),
-                         "One row per GPU, coloured by SM activity.", height=10))
+                         q(gpu_sm, "{{node}} gpu{{gpu}}"),
+                         "One row per GPU, coloured by SM activity over every sample: the "
+                         "straggler is the hot row.", height=10))
         .with_row(dashboard.Row("Health"))
         .with_panel(ts("Exporter up", UP_DOWN,
                        q(f"up{{{SEL}}}", "{{node}} {{instance}}"),
@@ -560,6 +574,83 @@ def cluster() -> dashboard.Dashboard:
     )
 
 
+def rollout() -> dashboard.Dashboard:
+    """Rollout engines: is the KV cache full, do requests queue or preempt, is there a tail."""
+    by_server = "job, node, server"
+
+    def mean_of(summary: str) -> str:
+        return (f"sum by ({by_server}) (rate({summary}_sum{{{SEL}}}[$__rate_interval])) / "
+                f"(sum by ({by_server}) (rate({summary}_count{{{SEL}}}[$__rate_interval])) "
+                "> 0)")
+
+    running = f'verlmon_rollout_requests{{{SEL}, state="running"}}'
+    return (
+        _dashboard(
+            "verlmon-rollout",
+            "verl-monitor / Rollout engines",
+            "The vLLM / SGLang servers behind verl's agent loop (server-mode rollout): KV "
+            "cache, requests, preemptions, tokens, latency, the generation tail, scrape "
+            "health.",
+        )
+        .with_row(dashboard.Row("Engines"))
+        .with_panel(ts("KV cache use per server", RATIO,
+                       q(f"max by ({by_server}) (verlmon_rollout_kv_cache_usage_ratio{{{SEL}}})",
+                         "{{node}} {{server}}"),
+                       description="Share of each server's KV cache in use; near 1 the engine "
+                                   "preempts requests (raise gpu_memory_utilization or lower "
+                                   "max_num_seqs).", max_value=1))
+        .with_panel(ts("Requests by state", COUNT,
+                       q(f"sum by (job, state) (verlmon_rollout_requests{{{SEL}}})",
+                         "{{state}}"),
+                       description="Requests running, waiting (queued) and paused (during a "
+                                   "weight sync), summed over the pool's servers."))
+        .with_panel(ts("Preemptions per second", OPS,
+                       q(f"sum by ({by_server}) (rate(verlmon_rollout_preemptions_total"
+                         f"{{{SEL}}}[$__rate_interval]))", "{{node}} {{server}}"),
+                       description="Requests evicted for lack of KV cache and recomputed "
+                                   "later (SGLang: retractions)."))
+        .with_panel(ts("Generation tokens per second", TOKENS_PER_S,
+                       q(f"sum by (job, node) (rate(verlmon_rollout_generation_tokens_total"
+                         f"{{{SEL}}}[$__rate_interval]))", "{{node}}"),
+                       description="Tokens the node's engines generate per second."))
+        .with_panel(ts("Generation tail: servers running", COUNT,
+                       q(f"count by (job) ({running} >= 1) or sum by (job) ({running} * 0)",
+                         "servers with a request {{job}}"),
+                       q(f"sum by (job) ({running})", "requests running {{job}}"),
+                       description="Servers that still run a request, and the pool's running "
+                                   "requests: a long stretch with one server and a few "
+                                   "requests is the generation tail."))
+        .with_panel(ts("Engines asleep", COUNT,
+                       q(f"sum by (job, node) (verlmon_rollout_sleeping{{{SEL}}})", "{{node}}"),
+                       description="Engines in sleep mode (colocated engines sleep while the "
+                                   "trainer trains; vLLM 0.11+ reports it)."))
+        .with_panel(ts("Mean queue time", SECONDS,
+                       q(mean_of("verlmon_rollout_queue_time_seconds"), "{{node}} {{server}}"),
+                       description="Mean seconds a finished request waited in the engine's "
+                                   "queue."))
+        .with_panel(ts("Mean end-to-end latency", SECONDS,
+                       q(mean_of("verlmon_rollout_e2e_latency_seconds"), "{{node}} {{server}}"),
+                       description="Mean seconds from arrival to the last token of a finished "
+                                   "request."))
+        .with_row(dashboard.Row("Scrape health"))
+        .with_panel(ts("Engine servers up", UP_DOWN,
+                       q(f"max by ({by_server}) (verlmon_rollout_server_up{{{SEL}}})",
+                         "{{node}} {{server}}"),
+                       description="1 while the exporter reads the server's /metrics.",
+                       span=8, max_value=1))
+        .with_panel(ts("Engine scrape duration", SECONDS,
+                       q(f"max by ({by_server}) (verlmon_rollout_scrape_duration_seconds"
+                         f"{{{SEL}}})", "{{node}} {{server}}"),
+                       description="Seconds the exporter's last read of each server took.",
+                       span=8))
+        .with_panel(ts("Engine scrape errors", OPS,
+                       q(f"sum by (job, node, reason) (rate(verlmon_rollout_scrape_errors_total"
+                         f"{{{SEL}}}[$__rate_interval]))", "{{node}} {{reason}}"),
+                       description="Failed reads per second by reason (timeout, connect, "
+                                   "http, garbage).", span=8))
+    )
+
+
 @dataclass(frozen=True)
 class Board:
     """One generated dashboard: its uid (also the file name) and its builder."""
@@ -573,6 +664,7 @@ BOARDS: tuple[Board, ...] = (
     Board("verlmon-gpus", gpus),
     Board("verlmon-phases", phases),
     Board("verlmon-cluster", cluster),
+    Board("verlmon-rollout", rollout),
 )
 
 

@@ -13,7 +13,8 @@ import importlib
 import sys
 
 #: Subcommands, in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = ("demo", "analyze", "simulate", "exporter", "run", "export", "dashboard")
+COMMANDS: tuple[str, ...] = ("demo", "analyze", "simulate", "exporter", "run", "export", "dashboard",
+                             "prometheus-config")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"verl-monitor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"monitor.commands.{name}").register(sub)
+        importlib.import_module(f"monitor.commands.{name.replace('-', '_')}").register(sub)
     return parser
 
 

@@ -42,8 +42,29 @@ NCCL_COLUMNS: tuple[str, ...] = ("ts", "node", "coll", "comm", "ops", "bytes", "
                                  "busbw_bps")
 NCCL_REQUIRED: tuple[str, ...] = ("ts", "node", "coll", "exec_s")
 
+#: Rollout-engine samples (vLLM / SGLang servers behind verl's agent loop), one row per server
+#: and scrape: KV-cache use 0..1, requests running / waiting / paused, cumulative preemptions
+#: (SGLang: retractions) and generated tokens, mean queue time and end-to-end latency since the
+#: previous scrape, and ``sleeping`` (1 while the engine is asleep, NaN where it does not say).
+ROLLOUT_COLUMNS: tuple[str, ...] = (
+    "ts",
+    "node",
+    "server",
+    "engine",
+    "model",
+    "kv_cache_usage",
+    "running",
+    "waiting",
+    "paused",
+    "preemptions_total",
+    "generation_tokens_total",
+    "queue_time_mean_s",
+    "e2e_latency_mean_s",
+    "sleeping",
+)
+
 #: Columns kept as text; every other column is a number.
-_TEXT_COLUMNS = ("node", "coll", "comm")
+_TEXT_COLUMNS = ("node", "coll", "comm", "server", "engine", "model")
 
 
 class FrameError(ValueError):
@@ -71,6 +92,19 @@ def nccl_frame(rows: list[dict]) -> pd.DataFrame:
     if not rows:
         return empty_nccl_frame()
     return _normalise(pd.DataFrame(rows), NCCL_COLUMNS)
+
+
+def empty_rollout_frame() -> pd.DataFrame:
+    """An empty rollout-engine frame with the canonical columns (ROLLOUT_COLUMNS)."""
+    return _normalise(pd.DataFrame(columns=list(ROLLOUT_COLUMNS)), ROLLOUT_COLUMNS)
+
+
+def rollout_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rollout-engine rows (dicts with ROLLOUT_COLUMNS keys, as the exporter's collector makes
+    them) as the canonical frame, sorted by ``ts``."""
+    if not rows:
+        return empty_rollout_frame()
+    return _normalise(pd.DataFrame(rows), ROLLOUT_COLUMNS)
 
 
 def cast_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:

@@ -21,7 +21,17 @@ WINDOW_DROPPED = "verlmon_window_dropped_rows_total"  # counter {kind}
 THREAD_RESTARTS = "verlmon_exporter_thread_restarts_total"  # counter {thread}
 SLACK_MESSAGES = "verlmon_slack_messages_total"  # counter {outcome}
 SLACK_DROPPED = "verlmon_slack_dropped_total"  # counter
+SLACK_FAILED = "verlmon_slack_failed_attempts_total"  # counter {reason}
+SLACK_PENDING = "verlmon_slack_pending_messages"  # gauge: messages waiting in the outbox
+WANDB_ALERTS = "verlmon_wandb_alerts_total"  # counter {outcome}: run.alert sent/failed/dropped
 LOG_DROPPED = "verlmon_log_dropped_lines_total"  # counter {log}: lines over the length cap
+LOG_UNRECOVERED = "verlmon_log_unrecovered_total"  # counter {log}: saved positions whose file
+#   was rotated away or truncated while the exporter was down, with no copy found
+DETECTOR_ERRORS = "verlmon_detector_errors_total"  # counter {detector}: detector exceptions
+HTTP_CONNECTIONS = "verlmon_http_connections"  # gauge: open now
+HTTP_CONNECTIONS_CLOSED = "verlmon_http_connections_closed_total"  # counter {reason}
+HTTP_REQUESTS_REFUSED = "verlmon_http_requests_refused_total"  # counter {reason}
+LABELS_TRUNCATED = "verlmon_label_values_truncated_total"  # counter: over the length cap
 
 # --- GPU (nvml / sim backends)
 GPU_INFO = "verlmon_gpu_info"  # gauge {gpu, uuid, name}
@@ -44,6 +54,10 @@ GPU_PCIE_RX = "verlmon_gpu_pcie_receive_bytes_per_second"  # gauge {gpu} (GPM)
 GPU_NVLINK_TX = "verlmon_gpu_nvlink_transmit_bytes_per_second"  # gauge {gpu} (GPM)
 GPU_NVLINK_RX = "verlmon_gpu_nvlink_receive_bytes_per_second"  # gauge {gpu} (GPM)
 GPU_XID = "verlmon_gpu_xid_errors_total"  # counter {gpu, xid}
+# Activity integrated over the exporter's own samples: exact rates at any scrape interval.
+GPU_SAMPLED_SECONDS = "verlmon_gpu_sampled_seconds_total"  # counter {gpu}
+GPU_BUSY_SECONDS = "verlmon_gpu_busy_seconds_total"  # counter {gpu}: seconds x utilization
+GPU_SM_ACTIVE_SECONDS = "verlmon_gpu_sm_active_seconds_total"  # counter {gpu}: x SM activity
 
 # --- host (psutil)
 HOST_CPU_MAX_CORE = "verlmon_host_cpu_max_core_ratio"  # gauge
@@ -80,6 +94,19 @@ NCCL_BUSBW = "verlmon_nccl_bus_bandwidth_bytes_per_second"  # gauge {coll, comm,
 NCCL_DROPPED = "verlmon_nccl_dropped_total"  # counter {reason}
 NCCL_COMM_SHARE = "verlmon_nccl_comm_share_ratio"  # gauge: over the sampling window
 
+# --- rollout engines (vLLM / SGLang servers; exporters/collectors/rollout_engine.py)
+#: data series carry {server, engine, model}; health series {server} (and reason)
+ROLLOUT_KV_CACHE = "verlmon_rollout_kv_cache_usage_ratio"  # gauge
+ROLLOUT_REQUESTS = "verlmon_rollout_requests"  # gauge {state: running|waiting|paused}
+ROLLOUT_PREEMPTIONS = "verlmon_rollout_preemptions_total"  # counter (SGLang: retractions)
+ROLLOUT_GEN_TOKENS = "verlmon_rollout_generation_tokens_total"  # counter
+ROLLOUT_QUEUE_TIME = "verlmon_rollout_queue_time_seconds"  # summary (_sum, _count)
+ROLLOUT_E2E_LATENCY = "verlmon_rollout_e2e_latency_seconds"  # summary (_sum, _count)
+ROLLOUT_SLEEPING = "verlmon_rollout_sleeping"  # gauge: 1 asleep (vLLM sleep mode)
+ROLLOUT_SERVER_UP = "verlmon_rollout_server_up"  # gauge {server}
+ROLLOUT_SCRAPE_DURATION = "verlmon_rollout_scrape_duration_seconds"  # gauge {server}
+ROLLOUT_SCRAPE_ERRORS = "verlmon_rollout_scrape_errors_total"  # counter {server, reason}
+
 # --- counters of the verl log: exact shares over any range with rate()/increase()
 PHASE_SECONDS = "verlmon_phase_seconds_total"  # counter {phase}: phase seconds of every step
 STEP_SECONDS = "verlmon_step_seconds"  # histogram: step seconds (_bucket, _sum, _count)
@@ -93,6 +120,13 @@ PHASE_GPU_SAMPLES = "verlmon_phase_gpu_samples_total"  # counter {phase, gpu}
 GPU_SECONDS = "verlmon_gpu_seconds_total"  # counter {cause, node, gpu}: GPU-seconds by cause
 #: Histograms: each is exposed as NAME_bucket, NAME_sum and NAME_count.
 HISTOGRAMS: tuple[str, ...] = (STEP_SECONDS,)
+
+# --- hangs: Flight Recorder / py-spy rounds (exporters/collectors/flight_recorder.py)
+FR_COLLECTIVE_SEQ = "verlmon_fr_collective_seq"  # gauge {rank, pg, state: enqueued|started|completed}
+FR_PENDING_INFO = "verlmon_fr_pending_info"  # gauge {rank, pg, collective, state, seq}
+HANG_CULPRIT_INFO = "verlmon_hang_culprit_info"  # gauge {rank, pid, gpu, collective, seq, frame}
+HANG_DUMP_ROUNDS = "verlmon_hang_dump_rounds_total"  # counter {method, result}
+HANG_DUMP_SECONDS = "verlmon_hang_dump_seconds"  # gauge: the last round's duration
 
 # --- flags (detectors run live in the exporter)
 FLAG_ACTIVE = "verlmon_flag_active"  # gauge {kind, severity, node, gpu, phase}: 1 while open

@@ -50,6 +50,14 @@ FLAG_KINDS: tuple[str, ...] = (
     "gpu_fault",
     "stalled",
     "fatal_error",  # the log reports a failure that ends the run (NCCL, Ray, signal, CUDA)
+    "hang",  # no progress while the job waits in a collective; names the rank holding it
+    "kv_cache_preemption",  # a rollout server's KV cache full while the engine keeps preempting
+    "generation_tail",  # few requests still running on the rollout servers while the rest idle
+    # today's trainers, from the log (monitor/detect/async_pools.py)
+    "pool_imbalance",  # one GPU pool waits on the other (trainer on samples, rollouter on weights)
+    "stale_samples",  # samples trained too old, or evicted / dropped as stale or failed
+    "weight_sync_pause",  # a weight sync that pauses generation for long
+    "agent_loop_overhead",  # tool calls or compute_score dominate the agent loop
 )
 
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
@@ -74,6 +82,10 @@ EVENT_KINDS: tuple[str, ...] = (
     # from the exporter's GPU sampler (exporters.gpu.processes): node, gpu, pid, name, used_bytes
     "gpu_process_started",  # a compute process appeared on a GPU after the first reading
     "gpu_process_exited",  # ... and left it
+    # from the exporter's flight_recorder collector (monitor/hang): a Flight Recorder or
+    # py-spy round taken when a hang opened; message names the culprit, data has "culprits",
+    # "waiting", "method", "problems"
+    "hang_dump",
 )
 
 

@@ -280,6 +280,54 @@ def _goodput_section(gp: dict[str, Any] | None) -> str | None:
     return "\n".join(lines)
 
 
+#: Trainer modes in words (monitor.logs.modes).
+MODE_WORDS: dict[str, str] = {
+    "sync": "sync trainer, colocated rollout",
+    "agent_loop": "sync trainer, server-mode rollout (agent loop)",
+    "one_step_off": "one-step-off policy (separate rollout pool)",
+    "separate_async": "V1 separate-async trainer (separate rollout pool)",
+    "fully_async_trainer": "fully-async policy, trainer (separate rollout pool)",
+    "fully_async_rollouter": "fully-async policy, rollouter statistics",
+}
+
+
+def _pools_section(pools: dict[str, Any] | None) -> str | None:
+    """'GPU time per pool': each pool's causes as shares of its time, and overall."""
+    if not pools or not pools.get("pools"):
+        return None
+    lines = []
+    for p in pools["pools"]:
+        gpus = f"{p['gpus']} GPU(s)" if p.get("gpus") else "GPUs unknown"
+        if p.get("note"):
+            lines.append(f"  {p['pool']} pool ({gpus}): {p['note']}")
+            continue
+        source = "GPU samples" if p.get("source") == "gpu" else "log timers"
+        busy = p.get("busy_share")
+        head = (f"  {p['pool']} pool ({gpus}, from {source}): {secs(p.get('seconds_per_gpu'))} "
+                f"per GPU, busy {pct(busy)}")
+        if p.get("gpu_seconds"):
+            head += f", {secs(p['gpu_seconds'])} of GPU time"
+        lines.append(head)
+        rows = [[cause, secs(v), pct((p.get("shares") or {}).get(cause))]
+                for cause, v in sorted((p.get("causes") or {}).items(), key=lambda kv: -kv[1])]
+        lines.append(table(["cause", "time per GPU", "share of the pool"], rows))
+        if p.get("preempted_requests") is not None:
+            lines.append(f"  preempted requests (work recomputed): "
+                         f"{num(p['preempted_requests'], '.0f')}")
+    overall = pools.get("overall")
+    if overall and len(pools["pools"]) > 1:
+        top = sorted((overall.get("shares") or {}).items(), key=lambda kv: -kv[1])
+        lines.append(f"  overall ({overall.get('gpus')} GPUs, {secs(overall.get('gpu_seconds'))}): "
+                     + ", ".join(f"{c} {pct(v)}" for c, v in top))
+    elif len(pools["pools"]) > 1:
+        lines.append("  overall: give --trainer-gpus and --rollout-gpus to add the pools up")
+    lines.append("  (waiting_for_samples: the trainer's timing_s/gen, a wait in this mode; "
+                 "docs/goodput.md)" if any(
+                     "waiting_for_samples" in (p.get("causes") or {}) for p in pools["pools"])
+                 else "  (causes per pool: docs/goodput.md)")
+    return "\n".join(lines)
+
+
 def scope_text(scope: dict[str, Any] | None) -> str:
     """A flag's scope for people: 'node n0, GPUs 3,5, phase gen, steps 120-140'."""
     parts = []
@@ -325,10 +373,15 @@ def render_text(doc: dict[str, Any]) -> str:
             else ""
         )
     )
+    mode = doc.get("trainer_mode")
+    if mode:
+        head.append(f"  trainer: {MODE_WORDS.get(mode, mode)}")
     parts = [
         "\n".join(head),
         _section("Steps", _steps_section(summary)),
-        _section("Phases (seconds per step)", _phases_section(summary)),
+        _section("Phases (seconds per step)", _phases_section(summary) + (
+            "\n  (gen: the trainer waiting for samples from the rollout pool, not generation)"
+            if mode in ("one_step_off", "separate_async", "fully_async_trainer") else "")),
         _section("Throughput", _throughput_section(summary)),
         _section("Weight sync (reshard)", _reshard_section(summary)),
         _section("Balance and memory", _ratios_section(summary)),
@@ -340,6 +393,9 @@ def render_text(doc: dict[str, Any]) -> str:
     goodput = _goodput_section(doc.get("goodput"))
     if goodput is not None:
         parts.append(_section("Where the GPU time went", goodput))
+    pools = _pools_section(doc.get("pools"))
+    if pools is not None:
+        parts.append(_section("GPU time per pool", pools))
     flags = doc.get("flags") or []
     parts.append(_section(f"Flags ({len(flags)})", _flags_section(flags)))
     return "\n\n".join(parts) + "\n"

@@ -65,6 +65,8 @@ def build_store(
         store.upsert_flags(flags)
         if nccl:
             store.add_nccl_samples(_nccl_rows(parsed.steps, run.node_names))
+        if run.mode != "sync":  # the rollout engines, sampled as the exporter's collector does
+            store.add_rollout_samples(run.rollout_frame(5.0).to_dict("records"))
         store.set_meta("nodes", list(run.node_names))
         store.set_meta("scenario", scenario)
     finally:

@@ -6,6 +6,7 @@ with what was injected on which steps and rank in truth.json).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -238,3 +239,48 @@ def test_analyze_without_gpu_samples_has_no_ledger_and_a_bad_price_is_refused(ca
         main(["analyze", str(d / "train.jsonl"), "--gpu-hour-cost", "abc"])
     assert exc.value.code == 2
     assert "--gpu-hour-cost" in capsys.readouterr().err
+
+
+# --- split pools (issue 21): the fully-async trainer's gen is a wait, not generation ------------
+
+def _fully_async_with_gpus():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from detect_builders import make_gpu
+
+    parsed = parse_file(Path(__file__).parent / "fixtures" / "verl_modes" / "fully_async_trainer.jsonl")
+
+    def idle_in_gen(df):
+        df.loc[df["phase"] == "gen", ["util", "sm_active"]] = 0.5
+
+    return parsed.steps, make_gpu(parsed.steps, n_gpus=8, edit=idle_in_gen)
+
+
+def test_a_fully_async_trainer_waiting_for_samples_is_booked_as_that_wait():
+    steps, gpu = _fully_async_with_gpus()
+    led = ledger(steps, gpu, [])
+    assert imbalance(led) < 1e-9
+    tot = totals(led)
+    wall = tot["gpu_seconds_total"]
+    gen = sum(s.phases["gen"] for s in steps) * 8
+    # every second of the trainer's gen, and nothing else, is waiting for samples
+    assert tot["lost"]["waiting_for_samples"] == pytest.approx(gen, rel=0.01)
+    assert tot["lost"]["waiting_for_samples"] / wall > 0.35
+    # never generation's long tail, never low activity
+    assert tot["lost"]["rollout_long_tail"] == 0.0
+    assert tot["lost"]["low_activity"] < 0.02 * wall
+    # its weight sync goes to the other pool: parameter_sync, not the colocated reshard
+    assert tot["lost"]["parameter_sync"] > 0 and tot["lost"]["weight_sync"] == 0.0
+
+
+def test_the_same_idle_gen_in_a_colocated_run_is_not_a_wait_for_samples():
+    steps, gpu = _fully_async_with_gpus()
+    plain = [dataclasses.replace(s, metrics={k: v for k, v in s.metrics.items()
+                                             if not k.startswith(("fully_async", "timing_s/timing_s", "timing_s/wait_for",
+                                                                  "dynamic_resource"))})
+             for s in steps]
+    tot = totals(ledger(plain, gpu, []))
+    assert tot["lost"]["waiting_for_samples"] == 0.0
+    assert tot["lost"]["low_activity"] + tot["lost"]["rollout_long_tail"] > 0.3 * tot[
+        "gpu_seconds_total"]

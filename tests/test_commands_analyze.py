@@ -195,3 +195,19 @@ def test_a_file_that_is_not_a_log_is_one_line_exit_2(tmp_path: Path, capsys, kin
     else:
         assert "not a verl log" in err
     assert path.read_bytes() == before  # nothing lost
+
+
+@pytest.mark.parametrize("flag", ["--gpu", "--host"])
+def test_a_binary_or_directory_table_is_one_line_exit_2(tmp_path: Path, capsys,
+                                                        flag: str) -> None:
+    """Issue 24: a non-CSV --gpu printed pandas' decoding error; now it says what it wants."""
+    log = tmp_path / "train.log"
+    write_log(log)
+    blob = tmp_path / "gpu.bin"
+    blob.write_bytes(bytes(range(256)) * 8)
+    code, out, err = run_cli(capsys, str(log), flag, str(blob))
+    assert code == 2 and out == ""
+    assert err.strip() == (f"verl-monitor analyze: {flag} {blob}: is neither CSV nor Parquet "
+                           "(samples as `verl-monitor export` writes them: gpu.csv, host.csv)")
+    code, _, err = run_cli(capsys, str(log), flag, str(tmp_path))
+    assert code == 2 and f"{flag} {tmp_path}: is a directory" in err

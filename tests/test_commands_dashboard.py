@@ -37,6 +37,19 @@ def test_file_that_is_not_a_store_is_refused(tmp_path):
     assert bad.read_text().startswith("hello")  # nothing lost
 
 
+@pytest.mark.parametrize("args, named", [
+    (["--prometheus", "notaurl"], "--prometheus 'notaurl': not an http(s) URL"),
+    (["--prometheus", "localhost:9090"], "--prometheus 'localhost:9090': not an http(s) URL"),
+    (["--prometheus", "http://h:9090", "--prometheus-timeout", "0"], "--prometheus-timeout 0"),
+])
+def test_a_bad_prometheus_option_is_one_line_and_exit_2(args, named):
+    """Before: `--prometheus notaurl` started the app, whose every page then failed."""
+    res = _cli(*args)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and named in res.stderr
+    assert "Traceback" not in res.stderr
+
+
 def test_source_is_required():
     res = _cli()
     assert res.returncode == 2 and "--store" in res.stderr

@@ -115,3 +115,44 @@ def test_demo_removes_its_temp_dir_when_it_stops(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+def test_unknown_or_mixed_scenario_is_exit_2_before_anything_starts(tmp_path):
+    res = subprocess.run([*CLI, "demo", "--scenario", "meltdown", "--dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "unknown scenario 'meltdown'" in res.stderr
+    assert "fully_async_demo" in res.stderr and res.stderr.count("\n") == 1
+    res = subprocess.run([*CLI, "demo", "--scenario", "pool_imbalance:3,generation_tail:3",
+                          "--dir", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "cannot mix trainer modes" in res.stderr
+    assert not (tmp_path / "run.db").exists()
+
+
+def test_a_fully_async_demo_serves_the_rollout_engines(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([*CLI, "demo", "--scenario", "fully_async_demo", "--speed", "20",
+                             "--port", str(port), "--dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert "simulated run 'fully_async_demo' (fully_async trainer)" in lines[2], lines
+        metrics_url = lines[1].split("exporter metrics ", 1)[1].strip()
+        import time
+
+        deadline = time.monotonic() + 60
+        body = ""
+        while "verlmon_rollout_kv_cache_usage_ratio{" not in body and time.monotonic() < deadline:
+            time.sleep(1.0)
+            body = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+        # the exporter scrapes the four simulated vLLM servers of the rollout pool
+        up = [line for line in body.splitlines()
+              if line.startswith("verlmon_rollout_server_up{") and line.endswith(" 1.0")]
+        assert len(up) == 4, body[-2000:]
+        assert 'engine="vllm"' in body
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)

@@ -71,3 +71,117 @@ def test_options_are_frozen_and_read_once_from_the_command_line():
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.interval = 2.0  # type: ignore[misc]
     assert opts.with_log("b.log").log == ("a.log", "b.log") and opts.log == ("a.log",)
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    (lambda d: ["--log", str(d)], "--log {d}: is a directory, not a log file"),
+    (lambda d: ["--log", str(d / "bin.dat")], "is a binary file, not a verl log"),
+    (lambda d: ["--scenario", "healthy", "--sim-log", str(d / "bin.dat" / "train.log")],
+     "bin.dat is a file, so the log's folder cannot be made"),
+    (lambda d: ["--scenario", "healthy", "--sim-log", str(d)], "is a directory"),
+    (lambda d: ["--phase-source", "notaurl"], "expected the driver exporter's URL"),
+])
+def test_bad_paths_and_urls_are_refused_in_one_line_before_starting(capsys, tmp_path, given,
+                                                                   said):
+    """Issue 24: each used to start anyway (a directory logged an error every second, a binary
+    log was followed silently) or end in a traceback."""
+    (tmp_path / "bin.dat").write_bytes(b"\x7fELF\x02\x01\x01\x00" * 64)
+    args = build_parser().parse_args([
+        "exporter", "--listen-address", "127.0.0.1:0", "--gpu-backend", "sim", *given(tmp_path)])
+    assert run(args) == 2
+    err = capsys.readouterr().err
+    assert said.format(d=tmp_path) in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_log_that_does_not_exist_yet_is_accepted(tmp_path):
+    from monitor.commands.exporter import input_problem
+
+    opts = parse_options(["--log", str(tmp_path / "later" / "train.log"),
+                          "--gpu-backend", "sim", "--phase-source", "http://driver:9048/metrics"])
+    assert input_problem(opts) is None
+
+
+def _start_exporter(tmp_path, nofile: tuple[int, int], *extra: str):
+    """A real ``verl-monitor exporter`` under the given open-files limit; (process, port)."""
+    import re
+    import resource
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cli = shutil.which("verl-monitor", path=str(Path(sys.executable).parent)) or "verl-monitor"
+    proc = subprocess.Popen(
+        [cli, "exporter", "--listen-address", "127.0.0.1:0", "--no-collector.gpu",
+         "--store", str(tmp_path / "run.db"), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
+    line = proc.stdout.readline()
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
+    if found is None:
+        proc.kill()
+        raise AssertionError(f"no startup line: {line!r} {proc.stderr.read()}")
+    return proc, int(found.group(1))
+
+
+@pytest.mark.slow
+def test_sighup_stops_cleanly_but_exits_non_zero_and_the_fd_limit_is_raised(tmp_path):
+    """Before (issue 20): SIGHUP exited 0, so systemd's Restart=on-failure left the node
+    unmonitored; and the exporter kept the soft limit of 1,024 open files."""
+    import signal
+    from pathlib import Path
+
+    from monitor.commands.exporter import HANGUP_EXIT
+
+    proc, _ = _start_exporter(tmp_path, (1024, 4096))
+    try:
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        soft = next(ln for ln in limits.splitlines() if ln.startswith("Max open files")).split()
+        assert soft[3] == "4096"  # raised to the hard limit at start
+    finally:
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=30) == HANGUP_EXIT == 129
+    assert "Traceback" not in proc.stderr.read()
+
+
+@pytest.mark.slow
+def test_idle_sockets_past_the_open_files_limit_leave_scrapes_working(tmp_path):
+    """Before (issue 20): 1,100 idle sockets against 1,024 open files made every real
+    scrape time out (accept failed with EMFILE)."""
+    import signal
+    import socket
+
+    import httpx
+
+    proc, port = _start_exporter(tmp_path, (1024, 1024))
+    idle = []
+    try:
+        for _ in range(1100):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+        assert r.status_code == 200 and "verlmon_build_info" in r.text
+        closed = {ln.split('"')[1]: float(ln.split()[-1]) for ln in r.text.splitlines()
+                  if ln.startswith("verlmon_http_connections_closed_total{")}
+        # made room for newer ones, or (on a slow machine) timed out at the 10 s deadline
+        assert closed["evicted"] + closed["deadline"] >= 1100 - 256 and closed["evicted"] > 0
+    finally:
+        for s in idle:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_max_connections_option():
+    assert parse_options([]).web_max_connections == 256
+    assert parse_options(["--web.max-connections", "32"]).web_max_connections == 32
+    with pytest.raises(SystemExit):
+        parse_options(["--web.max-connections", "0"])
+
+
+def test_help_says_what_sighup_does(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["exporter", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "SIGHUP stops it cleanly too but exits 129" in text and "no reload" in text
+    assert "--web.max-connections" in text

@@ -233,3 +233,21 @@ def test_pure_helpers():
         file_sd_targets(["h1:x"], 9048)
     assert exit_status(-15) == 143 and exit_status(3) == 3
     assert nccl_environment("/p.so", "/d", 5)["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] == "5"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["directory", "binary"])
+def test_a_log_that_is_a_directory_or_binary_is_refused(tmp_path, kind):
+    """The job's output is appended to --log: a directory or a binary file is refused in one
+    line, exit 2, before anything starts (issue 24)."""
+    log = tmp_path / "logs"
+    if kind == "directory":
+        log.mkdir()
+    else:
+        log.write_bytes(b"\x00\x01\x02" * 100)
+    proc = run_cli(["--no-exporter", "--log", str(log), "--", sys.executable, "-c", "0"],
+                   tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and f"--log {log}: is a {kind}" in lines[0], lines

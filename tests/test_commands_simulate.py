@@ -67,3 +67,20 @@ def test_console_script_runs(tmp_path):
     bad = subprocess.run([str(exe), "simulate", "--scenario", "nope", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_a_trainer_mode_writes_the_engines_series_too(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["simulate", "--scenario", "io_starvation", "--steps", "6", "--trainer-mode",
+               "fully_async", "--out", str(out)])
+    assert rc == 0 and "fully_async trainer" in capsys.readouterr().out
+    truth = json.loads((out / "truth.json").read_text())
+    assert truth["mode"] == "fully_async"
+    header = (out / "rollout.csv").read_text().splitlines()[0]
+    assert header.startswith("ts,node,server,engine,model,kv_cache_usage,running,waiting")
+    assert "fully_async/trainer/idle_ratio" in (out / "train.log").read_text()
+    rc = main(["simulate", "--scenario", "healthy", "--steps", "3", "--out", str(tmp_path / "s")])
+    assert rc == 0 and not (tmp_path / "s" / "rollout.csv").exists()
+    rc = main(["simulate", "--trainer-mode", "agent_loop", "--verl-version", "0.5",
+               "--out", str(tmp_path / "x")])
+    assert rc == 2 and "verl 0.6 or later" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import streamlit as st
 from sample_store import build_store
 from streamlit.testing.v1 import AppTest
 
+from dashboards.escape import shown_text
 from dashboards.html_blocks import stat_values
 from monitor.store.runstore import RunStore
 
@@ -101,8 +102,10 @@ def _history(at: AppTest):
 
 
 def _text(at: AppTest) -> str:
+    """What the page says: Markdown with log text escaped (dashboards/escape.py) read as shown."""
     parts = [m.value for m in at.markdown] + [e.value for e in at.error]
     parts += [w.value for w in at.warning] + [i.value for i in at.info] + [s.value for s in at.success]
+    parts = [shown_text(p) for p in parts]
     parts += [html.unescape(h.value) for h in at.html]
     return "\n".join(parts)
 
@@ -332,7 +335,7 @@ def test_gpus_page_warns_about_a_straggling_gpu(monkeypatch, tmp_path):
                 detect=True, nccl=False)
     flags = [f for f in RunStore(path, create=False).flags() if f.kind == "gpu_imbalance"]
     at = _app(monkeypatch, "gpus", VERLMON_STORE=path)
-    warning = " ".join(w.value for w in at.warning)
+    warning = " ".join(shown_text(w.value) for w in at.warning)
     table = _table(at, "vs_peers")
     open_ = [f for f in flags if f.end is None]
     if open_:

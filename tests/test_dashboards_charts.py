@@ -171,3 +171,38 @@ def test_a_heat_map_of_many_nodes_labels_every_kth_row() -> None:
     assert len(fig.data[0].y) == 128  # every row is drawn (hover names it)
     few = charts.node_heatmap(frame[frame["node"].isin(["node0", "node1"])])
     assert few.layout.yaxis.tickvals is None  # a few rows: each labelled
+
+
+def _rollout_view() -> pd.DataFrame:
+    rows = []
+    for k, ts in enumerate(np.arange(0.0, 50.0, 5.0)):
+        for i in range(3):
+            running = 40.0 - 10 * k if k < 4 else (2.0 if i == 0 else 0.0)
+            rows.append({"ts": ts, "node": "n0", "server": f"vllm-{i}", "engine": "vllm",
+                         "model": "m", "kv_cache_usage": 0.9, "running": running,
+                         "waiting": 3.0, "paused": 0.0, "preemptions_per_s": 0.5,
+                         "tokens_per_s": 100.0, "queue_time_mean_s": 0.1,
+                         "e2e_latency_mean_s": 2.0, "sleeping": 0.0})
+    return pd.DataFrame(rows)
+
+
+def test_rollout_charts_draw_one_line_per_server_and_the_tail():
+    view = _rollout_view()
+    fig = charts.rollout_by_server(view, "kv_cache_usage", "KV", scale=100.0, unit="%")
+    assert [t.name for t in fig.data] == ["vllm-0", "vllm-1", "vllm-2"]
+    assert max(fig.data[0].y) == 90.0
+    tail = charts.rollout_tail(view)
+    busy = list(tail.data[1].y)
+    assert busy[:4] == [3.0, 3.0, 3.0, 3.0] and busy[-1] == 1.0  # one server left running
+    assert list(tail.data[0].y)[-1] == 2.0
+    req = charts.rollout_requests(view)
+    assert [t.name for t in req.data] == ["running", "waiting", "paused"]
+    two = pd.concat([view, view.assign(node="n1")])
+    labels = [t.name for t in charts.rollout_by_server(two, "running", "R").data]
+    assert labels[0] == "n0/vllm-0" and len(labels) == 6
+
+
+def test_rollout_charts_without_engines_say_how_to_get_them():
+    for fig in (charts.rollout_by_server(pd.DataFrame(), "running", "R"),
+                charts.rollout_tail(pd.DataFrame()), charts.rollout_requests(None)):
+        assert "--rollout-server" in fig.layout.annotations[0].text

@@ -135,3 +135,81 @@ def test_dockerfile_runs_the_exporter_on_the_port_the_daemonset_scrapes():
     assert ds["image"].split(":")[0] == "verl-monitor" and ds["args"][0] == "exporter"
     for copied in ("monitor", "exporters", "dashboards", "pyproject.toml"):
         assert (REPO / copied).exists() and copied in text
+
+
+def _unit_settings() -> dict[str, str]:
+    return dict(ln.split("=", 1) for ln in _unit().splitlines()
+                if "=" in ln and not ln.startswith("#"))
+
+
+def test_systemd_unit_restarts_on_any_end_and_allows_enough_open_files():
+    """Before (issue 20): Restart=on-failure with SIGHUP exiting 0 left the node unmonitored,
+    and the default 1,024 open files ran out under idle connections."""
+    from exporters.server import DEFAULT_MAX_CONNECTIONS
+    from monitor.commands.exporter import HANGUP_EXIT
+
+    unit = _unit_settings()
+    assert unit["Restart"] == "always"
+    assert unit["RestartPreventExitStatus"] == "2"  # bad options: no restart loop
+    assert HANGUP_EXIT not in {int(x) for x in unit["RestartPreventExitStatus"].split()}
+    assert int(unit["LimitNOFILE"]) >= 4 * DEFAULT_MAX_CONNECTIONS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first_exit, runs", [(129, 2), (1, 2), (2, 1), (0, 1)])
+def test_the_slurm_step_restarts_an_exporter_that_ends_unasked(tmp_path, first_exit, runs):
+    """Before (issue 20): the step exec'd the exporter once; a crash or SIGHUP left the node
+    unmonitored for the rest of the job. Now: started again unless it stopped cleanly (0) or
+    its options were wrong (2). Runs the step's own script with a stand-in exporter."""
+    sbatch = (REPO / "deploy" / "slurm" / "verl-monitor.sbatch").read_text()
+    step = sbatch.split("--job-name=verl-monitor bash -c '", 1)[1].split("' &\n", 1)[0]
+    fake = tmp_path / "fake-verl-monitor"
+    count = tmp_path / "runs"
+    fake.write_text(f"#!/bin/bash\necho run >> {count}\n"
+                    f"[ $(wc -l < {count}) -eq 1 ] && exit {first_exit}\nexit 0\n")
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "VERLMON": str(fake), "VERLMON_DIR": str(tmp_path / "d"),
+           "VERLMON_PORT": "9048", "VERLMON_DRIVER_METRICS": "http://n0:9048/metrics",
+           "VERLMON_EXPORTER_ARGS": "", "VERLMON_RESTART_S": "0"}
+    done = subprocess.run(["bash", "-c", step], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert count.read_text().count("run") == runs
+    assert done.returncode == (first_exit if first_exit in (0, 2) else 0)
+    assert ("restarting" in done.stderr) is (runs == 2)
+
+
+def test_the_daemonset_restarts_its_pods():
+    ds = load("daemonset.yaml")["spec"]["template"]["spec"]
+    assert ds.get("restartPolicy", "Always") == "Always"
+
+
+@pytest.mark.slow
+def test_the_ray_actor_restarts_an_exporter_that_ends_unasked(tmp_path, monkeypatch):
+    """Before (issue 20): the actor's exporter child was started once; after a crash or
+    SIGHUP the node had none until someone ran ``start`` again. The actor body runs here
+    without Ray (it is a plain class Ray wraps), with a real exporter child."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location(
+        "verl_monitor_ray", REPO / "deploy" / "ray" / "verl_monitor_ray.py")
+    ray_recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ray_recipe)
+    monkeypatch.setattr(ray_recipe, "RESTART_S", 0.1)
+    monkeypatch.chdir(REPO)  # `python -m monitor` from the checkout under test
+    actor = ray_recipe.NodeExporter(["--listen-address", "127.0.0.1:0", "--no-collector.gpu"],
+                                    str(tmp_path / "exporter.log"))
+    try:
+        first = actor.proc
+        assert actor.port_of() is not None
+        first.send_signal(signal.SIGHUP)
+        assert first.wait(timeout=30) == 129
+        for _ in range(600):  # 60 s at most for the new child's startup line
+            if actor.restarts == 1 and actor.proc is not first and actor.port_of():
+                break
+            time.sleep(0.1)
+        assert actor.restarts == 1 and actor.port_of() is not None
+    finally:
+        assert actor.stop() == 0
+    time.sleep(0.5)
+    assert actor.restarts == 1 and actor.proc.poll() == 0  # a requested stop stays stopped

@@ -62,3 +62,16 @@ def test_reopening_after_close_counts_again():
     opened, _ = tr.update([_flag(start=300.0)], now=310.0)
     assert len(opened) == 1 and opened[0].start == 300.0
     assert tr.raised_counts()[("gpu_imbalance", "warning")] == 2
+
+
+def test_adopted_flags_keep_their_start_and_open_nothing_new():
+    tracker = FlagTracker()
+    assert tracker.adopt([_flag(start=100.0), _flag(kind="oom", start=50.0, gpus=()),
+                          _flag(kind="stalled", start=10.0, end=20.0)], reason="gone") == 2
+    opened, closed = tracker.update([_flag(start=90.0)], now=200.0)  # still true
+    assert opened == [] and [f.kind for f in closed] == ["oom"]
+    assert closed[0].end == 200.0 and closed[0].evidence == "e (gone)"
+    assert [(f.kind, f.start) for f in tracker.active()] == [("gpu_imbalance", 100.0)]
+    assert tracker.raised_counts() == {}
+    opened, closed = tracker.update([], now=300.0)  # seen again before: an ordinary close
+    assert closed[0].evidence == "e" and closed[0].start == 100.0

@@ -175,3 +175,53 @@ def test_backend_chosen_from_options_when_not_given():
     assert col.backend.name == "sim"
     col.sample_once()
     assert len(col.snapshot()) == 2
+
+
+def test_activity_counters_give_the_mean_of_every_sample_between_two_scrapes():
+    """Scraped rarely at a fixed point of a 3-sample cycle, the gauge shows one phase only;
+    the counters' deltas give the mean over every 1 s sample in between (issue 24)."""
+    from exporters.collectors.gpu import ActivityIntegral
+
+    cycle = [(0.9, 0.8), (0.9, 0.5), (0.3, 0.2)]  # (util, sm_active) in a 3-second "step"
+    integral = ActivityIntegral(max_step_s=3.0)
+    seen = []
+    for t in range(31):
+        util, sm = cycle[t % 3]
+        integral.add([GpuReading(index=0, ts=float(t), util=util, sm_active=sm),
+                      GpuReading(index=1, ts=float(t), util=0.5)], now=float(t))
+        if t in (1, 28):  # two "scrapes", both at the second sample of the cycle
+            seen.append([list(f.samples) for f in integral.families()])
+    (s0, b0, a0), (s1, b1, a1) = seen
+    sampled = s1[0].value - s0[0].value
+    assert sampled == pytest.approx(27.0)
+    assert (b1[0].value - b0[0].value) / sampled == pytest.approx(0.7)  # mean util, not 0.9
+    assert (a1[0].value - a0[0].value) / sampled == pytest.approx(0.5)  # mean SM, not 0.5-only
+    # GPU 1 has no GPM: no SM counter for it, utilization still counted
+    assert [s.labels["gpu"] for s in a1] == ["0"] and len(b1) == 2
+
+
+def test_activity_counters_skip_gaps_and_down_gpus():
+    from exporters.collectors.gpu import ActivityIntegral
+
+    integral = ActivityIntegral(max_step_s=2.0)
+    integral.add([GpuReading(index=0, ts=0.0, util=1.0)], now=0.0)
+    integral.add([GpuReading(index=0, ts=60.0, util=1.0)], now=60.0)  # a stalled sampler
+    integral.add([GpuReading(index=0, ts=61.0, up=False)], now=61.0)
+    assert integral.totals[0] == [2.0, 2.0, 0.0]
+
+
+def test_activity_counters_are_exported_and_pass_promtool(sim_run):
+    col = GpuCollector(_ctx(), backend=SimBackend(run=sim_run))
+    for _ in range(3):
+        col.sample_once()
+        time.sleep(0.01)
+    text = _exposition(col)
+    s = _series(text)
+    assert len(s[mn.GPU_SAMPLED_SECONDS]) == 4 and len(s[mn.GPU_SM_ACTIVE_SECONDS]) == 4
+    for labels, secs in s[mn.GPU_SAMPLED_SECONDS].items():
+        assert 0 < s[mn.GPU_SM_ACTIVE_SECONDS][labels] <= secs
+        assert 0 < s[mn.GPU_BUSY_SECONDS][labels] <= secs
+    if shutil.which("promtool"):
+        res = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
+                             capture_output=True)
+        assert res.returncode == 0, res.stdout + res.stderr

@@ -202,3 +202,45 @@ def test_idle_series_are_forgotten(tmp_path):
     col.sample_once()
     assert reg.get_sample_value("verlmon_nccl_operations_total",
                                 {"coll": "AllReduce", "comm": "gone", "rank": "1"}) is None
+
+
+def test_store_rows_follow_the_series_cap(tmp_path):
+    """Before (issue 20): 20,000 communicators gave 20,000 store rows in one sample while only
+    4,096 series were exported."""
+    store = RunStore(tmp_path / "run.db")
+    writer = StoreWriter(store)
+    dump = tmp_path / "dumps" / "n0-pid1.log"
+    dump.parent.mkdir()
+    dump.write_text("".join(record(comm=f"comm-{i}") for i in range(500)))
+    col, reg = make(tmp_path, dump.parent, store=writer)
+    col.max_series = 50
+    col.sample_once()
+    assert writer.flush()
+    stored = store.nccl_frame()
+    assert len(stored) == 50  # the exported series' communicators, nothing past the cap
+    exported = {key[1] for key in col.snapshot.totals}
+    assert set(stored["comm"]) == exported
+    assert reg.get_sample_value("verlmon_nccl_dropped_total", {"reason": "series_cap"}) == 450
+    store.close()
+
+
+def test_huge_communicator_names_become_short_distinct_labels(tmp_path):
+    """Before (issue 20): 4,096 series with 31 KB communicator names made /metrics 569 MB."""
+    from exporters.exposition import MAX_LABEL_CHARS, format_families
+
+    names = [f"{i:04d}-" + "x" * 31_000 for i in range(40)]
+    store = RunStore(tmp_path / "run.db")
+    writer = StoreWriter(store)
+    (tmp_path / "dumps").mkdir()
+    (tmp_path / "dumps" / "n0-pid1.log").write_text("".join(record(comm=n) for n in names))
+    col, reg = make(tmp_path, tmp_path / "dumps", store=writer)
+    col.sample_once()
+    text = format_families(col.collect()).decode()
+    assert len(text) < 100_000  # 40 series x 4 families, not 40 x 4 x 31 KB
+    comms = {key[1] for key in col.snapshot.totals}
+    assert len(comms) == 40 and all(len(c) <= MAX_LABEL_CHARS for c in comms)
+    assert all(c.startswith(n[:20]) for c, n in zip(sorted(comms), sorted(names), strict=True))
+    assert reg.get_sample_value("verlmon_nccl_dropped_total", {"reason": "long_label"}) == 40
+    assert writer.flush()
+    assert store.nccl_frame()["comm"].str.len().max() <= MAX_LABEL_CHARS  # the store too
+    store.close()

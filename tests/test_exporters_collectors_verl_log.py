@@ -155,3 +155,145 @@ def test_step_totals_sum_data_wait_and_skip_unusable_values():
     assert totals.data_wait == 3.0
     assert totals.phase_seconds["gen"] == 5.0 and "bogus" not in totals.phase_seconds
     assert (totals.step_count, totals.step_sum) == (1, 10.0)
+
+
+# --- restarts: positions saved with the steps, resumed from the store ------------------------
+
+
+def run_exporter(tmp_path, log_paths, *, from_end=False, polls=2):
+    """One 'exporter process': a collector and a store writer on run.db; polls, flushes,
+    closes the store (like kill -9 after the last flush: nothing else is written)."""
+    store = RunStore(tmp_path / "run.db")
+    writer = StoreWriter(store, compact_interval_s=None)
+    window = RollingWindow()
+    ctx = ExporterContext(node="n0", interval=1.0, sink=Recorder(window, writer),
+                          options=ExporterOptions(log=tuple(str(p) for p in log_paths),
+                                                  log_from_end=from_end))
+    col = VerlLogCollector(ctx)
+    reg = CollectorRegistry()
+    reg.register(col)
+    for _ in range(polls):
+        col.sample_once()
+    assert writer.flush()
+    col.close()
+    store.close()
+    return col, reg
+
+
+def stored_steps(tmp_path):
+    store = RunStore(tmp_path / "run.db")
+    try:
+        return store.steps(), store.events()
+    finally:
+        store.close()
+
+
+def test_a_restart_resumes_at_the_saved_position_and_keeps_the_first_times(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(line(i) for i in range(1, 12)))
+    log.open("a").write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
+    run_exporter(tmp_path, [log])
+    first, events = stored_steps(tmp_path)
+    times = {s.step: s.end_time for s in first}
+    assert len(first) == 11 and [e.kind for e in events].count("oom") == 1
+    with log.open("a") as fh:  # written while the exporter was down
+        fh.write("".join(line(i) for i in range(12, 23)))
+    time.sleep(0.01)
+    run_exporter(tmp_path, [log])
+    steps, events = stored_steps(tmp_path)
+    assert sorted(s.step for s in steps) == list(range(1, 23))  # every step once
+    assert {s.step: s.end_time for s in steps if s.step <= 11} == times  # not re-stamped
+    assert [e.kind for e in events].count("oom") == 1
+
+
+def test_a_step_the_log_repeats_is_stored_once_and_a_true_resume_is_kept(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(line(i) for i in range(1, 6)))
+    run_exporter(tmp_path, [log])
+    with log.open("a") as fh:
+        fh.write("".join(line(i) for i in range(1, 6)))  # the same lines again (a copy)
+        fh.write("Setting global step to 3\n")
+        fh.write("".join(line(i, gen=11.0, total=21.0) for i in range(4, 7)))  # resumed
+    run_exporter(tmp_path, [log])
+    steps, events = stored_steps(tmp_path)
+    assert [s.step for s in steps] == [1, 2, 3, 4, 5, 4, 5, 6]
+    assert [e.kind for e in events].count("resume") == 1
+
+
+def test_log_from_end_starts_at_the_end_only_the_first_time(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(line(i) for i in range(1, 4)))
+    run_exporter(tmp_path, [log], from_end=True)
+    with log.open("a") as fh:
+        fh.write("".join(line(i) for i in range(4, 6)))
+    run_exporter(tmp_path, [log], from_end=True)  # steps 4-5 came while it was down
+    steps, _ = stored_steps(tmp_path)
+    assert [s.step for s in steps] == [4, 5]
+
+
+@pytest.mark.parametrize("how", ["rename", "copytruncate"])
+def test_a_log_rotated_while_down_is_finished_before_the_new_one(tmp_path, how):
+    log = tmp_path / "train.log"
+    log.write_text("".join(line(i) for i in range(1, 4)))
+    run_exporter(tmp_path, [log])
+    with log.open("a") as fh:
+        fh.write("".join(line(i) for i in range(4, 6)))  # after the kill, before the rotation
+    rotated = tmp_path / "train.log.1"
+    if how == "rename":
+        log.rename(rotated)
+    else:
+        rotated.write_bytes(log.read_bytes())
+        with log.open("r+") as fh:
+            fh.truncate(0)
+    with log.open("a") as fh:
+        fh.write("".join(line(i) for i in range(6, 8)))
+    col, reg = run_exporter(tmp_path, [log], polls=3)
+    steps, _ = stored_steps(tmp_path)
+    assert [s.step for s in steps] == [1, 2, 3, 4, 5, 6, 7]
+    assert reg.get_sample_value("verlmon_log_unrecovered_total", {"log": str(log)}) == 0
+
+
+def test_a_position_whose_file_is_gone_is_counted_and_said_in_one_line(tmp_path, caplog):
+    log = tmp_path / "train.log"
+    log.write_text("".join(line(i) for i in range(1, 4)))
+    run_exporter(tmp_path, [log])
+    log.unlink()  # rotated away and compressed, say: nothing to finish
+    log.write_text(line(9))
+    with caplog.at_level("WARNING", logger="verl_monitor.exporter"):
+        col, reg = run_exporter(tmp_path, [log])
+    assert reg.get_sample_value("verlmon_log_unrecovered_total", {"log": str(log)}) == 1
+    said = [r.getMessage() for r in caplog.records if "no copy of it was found" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0]
+    steps, events = stored_steps(tmp_path)
+    assert [s.step for s in steps] == [1, 2, 3, 9]
+    assert any(e.kind == "truncated" and e.data.get("reason") == "lost" for e in events)
+
+
+def test_console_and_jsonl_records_of_one_step_in_one_poll_keep_both_rows(tmp_path):
+    console, jsonl = tmp_path / "train.log", tmp_path / "train.jsonl"
+    console.write_text(line(1))
+    jsonl.write_text('{"step": 1, "data": {"timing_s/step": 20.0, "timing_s/gen": 10.0}}\n')
+    run_exporter(tmp_path, [console, jsonl])
+    steps, _ = stored_steps(tmp_path)
+    assert sorted(s.source for s in steps) == ["console", "jsonl"]
+
+
+def test_a_jsonl_object_held_for_merging_is_read_again_after_a_restart(tmp_path):
+    """The parser holds the last JSONL object until the next one (or a quiet poll): the
+    position saved never passes it, so a kill meanwhile loses nothing."""
+    log = tmp_path / "train.jsonl"
+    log.write_text("".join(f'{{"step": {i}, "data": {{"timing_s/step": 2.0}}}}\n'
+                           for i in range(1, 4)))
+    run_exporter(tmp_path, [log], polls=1)  # no quiet poll: step 3 is still held
+    steps, _ = stored_steps(tmp_path)
+    assert [s.step for s in steps] == [1, 2]
+    run_exporter(tmp_path, [log], polls=2)
+    steps, _ = stored_steps(tmp_path)
+    assert [s.step for s in steps] == [1, 2, 3]
+
+
+def test_a_log_in_a_missing_folder_is_reported_every_poll(tmp_path):
+    col, _, _ = make([tmp_path / "nope" / "train.log"])
+    for _ in range(2):
+        assert not col.sample_once()
+        assert "does not exist" in col.last_error

@@ -131,3 +131,37 @@ def test_fast_formatter_matches_prometheus_client():
     # OpenMetrics (what Prometheus asks for first): the bytes of prometheus_client's writer
     assert format_families(families, openmetrics=True) + EOF == \
         om_generate_latest(_Families(families))
+
+
+def test_long_label_values_are_shortened_distinct_and_counted():
+    """Before (issue 20): a 31 KB label value was written whole, once per sample."""
+    from exporters import exposition
+
+    fam = GaugeMetricFamily("verlmon_test_long", "long labels", labels=["log"])
+    fam.add_metric(["/short/path.log"], 1)
+    for tail in ("a", "b"):  # same 30 KB start, different ends: must stay two series
+        fam.add_metric(["/runs/" + "x" * 30_000 + tail], 2)
+    before = exposition.labels_truncated
+    text = format_families([fam]).decode()
+    values = [line.split('"')[1] for line in text.splitlines() if line.startswith("verlmon_")]
+    assert values[0] == "/short/path.log"
+    assert all(len(v) == exposition.MAX_LABEL_CHARS for v in values[1:])
+    assert values[1] != values[2] and values[1].startswith("/runs/xxx") and "...#" in values[1]
+    assert exposition.labels_truncated - before == 2
+    exp = Exposition({}, node="n0", version="1")
+    reg = CollectorRegistry()
+    reg.register(exp)
+    assert reg.get_sample_value("verlmon_label_values_truncated_total") >= 2
+
+
+@pytest.mark.parametrize("accept, openmetrics", [
+    ("application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3", True),
+    ("application/openmetrics-text; q=0, text/plain", False),  # q=0: not acceptable
+    ("application/openmetrics-text;q=0.2, text/plain;q=0.9", False),  # text preferred
+    ("text/plain", False),
+    (None, False),
+])
+def test_negotiate_respects_q_values(accept, openmetrics):
+    from exporters.exposition import negotiate
+
+    assert negotiate(accept)[0] is openmetrics

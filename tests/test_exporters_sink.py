@@ -26,7 +26,8 @@ class ListSink:
     """A monitor of its own: keeps what it is given, by kind."""
 
     def __init__(self) -> None:
-        self.got: dict[str, list] = {k: [] for k in ("gpu", "host", "steps", "events", "nccl")}
+        self.got: dict[str, list] = {k: [] for k in ("gpu", "host", "steps", "events", "nccl",
+                                                   "rollout")}
 
     def add_gpu(self, rows):
         self.got["gpu"].extend(rows)
@@ -42,6 +43,9 @@ class ListSink:
 
     def add_nccl(self, rows):
         self.got["nccl"].extend(rows)
+
+    def add_rollout(self, rows):
+        self.got["rollout"].extend(rows)
 
 
 def _nccl_record(ts: float) -> str:

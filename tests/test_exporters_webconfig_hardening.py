@@ -187,13 +187,22 @@ def test_unknown_users_cost_a_bcrypt_check_like_known_ones(auth_config):
 def test_bcrypt_checks_run_one_at_a_time(auth_config):
     """Before: 8 clients with distinct wrong passwords pinned every core."""
     web, calls = auth_config
-    threads = [threading.Thread(target=web.check_authorization,
-                                args=(_basic("prom", f"guess{i}"),)) for i in range(8)]
+    busy = []
+
+    def login(i: int) -> None:
+        try:
+            web.check_authorization(_basic("prom", f"guess{i}"))
+        except webconfig.LoginsBusy:  # past the waiting queue: refused at once (429)
+            busy.append(i)
+
+    threads = [threading.Thread(target=login, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert calls["n"] == 8 and calls["max_active"] == webconfig.BCRYPT_CONCURRENCY == 1
+    assert calls["n"] + len(busy) == 8 and calls["n"] >= 1
+    assert calls["max_active"] == webconfig.BCRYPT_CONCURRENCY == 1
+    assert len(busy) == web.busy_refusals
 
 
 @pytest.mark.slow
@@ -208,3 +217,61 @@ def test_wrong_passwords_cannot_flush_the_good_entry(auth_config):
     assert web.check_authorization(_basic("prom", "right"))
     assert calls["n"] == before  # still cached: no bcrypt for the real scraper
     assert len(web._cache) <= webconfig.CACHE_SIZE
+
+
+def test_mixed_costs_cost_every_login_the_same_bcrypt_work(tmp_path, monkeypatch):
+    """Before (issue 20): with users of bcrypt costs 4 and 7, a wrong password for the cost-4
+    user cost 2^4 rounds, an unknown user 2^7: timing told which users exist."""
+    cfg = tmp_path / "web.yml"
+    cheap = bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)).decode()
+    dear = bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=7)).decode()
+    cfg.write_text(f"basic_auth_users:\n  cheap: '{cheap}'\n  dear: '{dear}'\n")
+    web = load_web_config(cfg)
+    work: list[int] = []
+    real = bcrypt.checkpw
+
+    def spy(password, hashed_pw):
+        work.append(2 ** int(hashed_pw[4:6]))  # bcrypt rounds grow as 2^cost
+        return real(password, hashed_pw)
+
+    monkeypatch.setattr(bcrypt, "checkpw", spy)
+    spent = {}
+    for user in ("cheap", "dear", "nobody"):
+        work.clear()
+        assert not web.check_authorization(_basic(user, "wrong"))
+        spent[user] = sum(work)
+    assert spent == {"cheap": 2 ** 7, "dear": 2 ** 7, "nobody": 2 ** 7}
+    work.clear()
+    assert web.check_authorization(_basic("cheap", "a"))  # the right password still works
+    assert sum(work) == 2 ** 7
+
+
+def test_a_full_login_queue_is_refused_at_once(auth_config, monkeypatch):
+    """Before (issue 20): every login queued for the bcrypt slot, however long the queue:
+    under a flood an uncached login waited 12 s, past Prometheus's scrape timeout."""
+    web, calls = auth_config
+    monkeypatch.setattr(webconfig, "BCRYPT_QUEUE", 2)
+    assert web.check_authorization(_basic("prom", "right"))  # cached from now on
+    web._bcrypt_slots.acquire()  # a check in progress holds the slot
+    outcomes: list[str] = []
+
+    def login(i: int) -> None:
+        try:
+            outcomes.append("ok" if web.check_authorization(_basic("prom", f"g{i}")) else "no")
+        except webconfig.LoginsBusy:
+            outcomes.append("busy")
+
+    waiting = [threading.Thread(target=login, args=(i,)) for i in range(2)]
+    for t in waiting:
+        t.start()
+    for _ in range(1000):  # both queued behind the held slot (10 s at most)
+        if web._waiting == 2:
+            break
+        time.sleep(0.01)
+    login(99)  # the queue is full: refused at once, not queued
+    assert outcomes == ["busy"]
+    assert web.check_authorization(_basic("prom", "right"))  # cached: no queue at all
+    web._bcrypt_slots.release()
+    for t in waiting:
+        t.join(timeout=30)
+    assert sorted(outcomes) == ["busy", "no", "no"] and web.busy_refusals == 1

@@ -31,6 +31,8 @@ def _load_build():
 
 
 build = _load_build()
+STEMS = ["verlmon-overview", "verlmon-gpus", "verlmon-phases", "verlmon-cluster",
+         "verlmon-rollout"]
 
 
 def _boards() -> dict[str, dict]:
@@ -83,20 +85,18 @@ def test_unwritable_output_is_one_line_and_status_2(tmp_path):
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_the_four_dashboards_have_unique_uids_and_titles():
+def test_the_five_dashboards_have_unique_uids_and_titles():
     boards = _boards()
-    assert set(boards) == {"verlmon-overview", "verlmon-gpus", "verlmon-phases",
-                           "verlmon-cluster"}
+    assert set(boards) == set(STEMS)
     for stem, board in boards.items():
         assert board["uid"] == stem
-    assert len({b["title"] for b in boards.values()}) == 4
+    assert len({b["title"] for b in boards.values()}) == len(STEMS)
     for stem, board in boards.items():
         titles = [p["title"] for p in _panels(board)]
         assert len(set(titles)) == len(titles), f"{stem}: two panels share a title"
 
 
-@pytest.mark.parametrize("stem", ["verlmon-overview", "verlmon-gpus", "verlmon-phases",
-                                  "verlmon-cluster"])
+@pytest.mark.parametrize("stem", STEMS)
 def test_every_panel_has_a_unit_a_datasource_and_queries(stem):
     board = _boards()[stem]
     panels = _panels(board)
@@ -114,8 +114,7 @@ def test_every_panel_has_a_unit_a_datasource_and_queries(stem):
             assert target["expr"].strip(), title
 
 
-@pytest.mark.parametrize("stem", ["verlmon-overview", "verlmon-gpus", "verlmon-phases",
-                                  "verlmon-cluster"])
+@pytest.mark.parametrize("stem", STEMS)
 def test_variables_chain_datasource_job_node_gpu(stem):
     variables = {v["name"]: v for v in _boards()[stem]["templating"]["list"]}
     assert list(variables) == ["datasource", "job", "node", "gpu"]
@@ -152,10 +151,13 @@ def test_dashboards_only_use_exported_metric_names():
                 isinstance(v, str) and v.startswith("verlmon_") and v != metric_names.PREFIX}
     exported |= {h + suffix for h in metric_names.HISTOGRAMS
                  for suffix in ("_bucket", "_sum", "_count")}
+    exported |= {s + suffix for s in (metric_names.ROLLOUT_QUEUE_TIME,
+                                      metric_names.ROLLOUT_E2E_LATENCY)
+                 for suffix in ("_sum", "_count")}  # summaries
     used = set()
     for board in _boards().values():
         for expr in _exprs(board) + [v["query"] for v in board["templating"]["list"]]:
-            used.update(re.findall(r"\bverlmon_[a-z_]+", expr))
+            used.update(re.findall(r"\bverlmon_[a-z0-9_]+", expr))
     unknown = used - exported
     assert not unknown, f"not in monitor/metric_names.py: {sorted(unknown)}"
 
@@ -178,8 +180,16 @@ def test_each_dashboard_covers_what_it_promises():
                            "verlmon_nccl_comm_share_ratio", "verlmon_nccl_operations_total",
                            "verlmon_nccl_bytes_total",
                            "verlmon_nccl_bus_bandwidth_bytes_per_second"],
-        "verlmon-cluster": ["quantile by (job) (0.5, verlmon_gpu_sm_active_ratio", "up{",
+        "verlmon-cluster": ["quantile by (job) (0.5, rate(verlmon_gpu_sm_active_seconds_total",
+                            "verlmon_gpu_sampled_seconds_total", "up{",
                             "verlmon_gpu_up"],
+        "verlmon-rollout": ["verlmon_rollout_kv_cache_usage_ratio", "verlmon_rollout_requests",
+                            "verlmon_rollout_preemptions_total",
+                            "verlmon_rollout_generation_tokens_total",
+                            "verlmon_rollout_queue_time_seconds_sum",
+                            "verlmon_rollout_e2e_latency_seconds_count",
+                            "verlmon_rollout_sleeping", "verlmon_rollout_server_up",
+                            "verlmon_rollout_scrape_errors_total"],
     }
     for stem, needles in wants.items():
         text = "\n".join(_exprs(boards[stem]))

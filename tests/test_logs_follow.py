@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from monitor.logs.follow import LogFollower, iter_lines
+from monitor.logs.follow import LogFollower, LogPosition, iter_lines
 from monitor.logs.parse import ParseStats
 
 
@@ -160,3 +160,99 @@ def test_truncated_and_regrown_between_polls_is_noticed(tmp_path: Path) -> None:
     append(path, b"tail\n")
     assert follower.poll() == ["tail"]
     assert follower.drain_events() == []
+
+
+# --- positions and restarts -------------------------------------------------------------------
+
+
+def lines_of(n: int, start: int = 0) -> bytes:
+    return b"".join(b"step:%d - timing_s/step:%d.5\n" % (i, i) for i in range(start, start + n))
+
+
+def saved_after(path: Path, polls: int = 1) -> tuple[list[str], LogPosition]:
+    follower = LogFollower(path)
+    got: list[str] = []
+    for _ in range(polls):
+        got += follower.poll()
+    pos = follower.saved_position()
+    follower.close()
+    assert pos is not None
+    return got, pos
+
+
+def test_position_at_gives_the_offset_past_each_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(b"a\n" + b"x" * 100 + b"\nccc\npartial")
+    follower = LogFollower(path, max_line_bytes=50)  # the 100-byte line is dropped
+    assert follower.poll() == ["a", "ccc"]
+    assert [follower.position_at(i).offset for i in range(2)] == [2, 107]
+    assert follower.saved_position().offset == 107  # the partial line is not passed
+    pos = follower.position_at(1)
+    assert pos.path == str(path.resolve()) and pos.head_len == 107
+    assert (pos.dev, pos.ino) == (path.stat().st_dev, path.stat().st_ino)
+
+
+def test_a_restart_resumes_exactly_where_the_last_one_stopped(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(lines_of(300))  # more than the 4 KiB fingerprint
+    got, pos = saved_after(path)
+    assert len(got) == 300 and pos.head_len == 4096
+    append(path, lines_of(2, start=300))
+    again = LogFollower(path, start_at_end=True, resume_from=pos)  # the saved position wins
+    assert again.poll() == ["step:300 - timing_s/step:300.5", "step:301 - timing_s/step:301.5"]
+    assert again.unrecovered == 0
+
+
+def test_a_file_renamed_while_down_is_finished_then_the_new_one_read(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(lines_of(3))
+    _, pos = saved_after(path)
+    append(path, lines_of(2, start=3))
+    path.rename(tmp_path / "run.log.1")
+    path.write_bytes(lines_of(1, start=5))
+    follower = LogFollower(path, resume_from=pos)
+    got = follower.poll() + follower.poll()
+    assert [g.split(" ")[0] for g in got] == ["step:3", "step:4", "step:5"]
+    assert follower.rotations == 1 and follower.unrecovered == 0
+
+
+def test_a_file_copy_truncated_while_down_is_finished_from_its_copy(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(lines_of(3))
+    _, pos = saved_after(path)
+    append(path, lines_of(2, start=3))
+    (tmp_path / "run.log-20261201").write_bytes(path.read_bytes())  # dateext copy
+    with open(path, "r+b") as fh:
+        fh.truncate(0)
+    append(path, lines_of(4, start=5))  # regrown past the old offset, other bytes
+    follower = LogFollower(path, resume_from=pos)
+    got = follower.poll() + follower.poll()
+    assert [g.split(" ")[0] for g in got] == [f"step:{i}" for i in range(3, 9)]
+
+
+def test_a_file_truncated_while_down_without_a_copy_is_counted(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(lines_of(3))
+    _, pos = saved_after(path)
+    with open(path, "r+b") as fh:
+        fh.truncate(0)
+    append(path, lines_of(1, start=7))
+    follower = LogFollower(path, resume_from=pos)
+    assert follower.poll() == ["step:7 - timing_s/step:7.5"]
+    assert follower.unrecovered == 1 and len(follower.problems) == 1
+    assert "no copy of it was found" in follower.problems[0]
+    assert [e.data["reason"] for e in follower.drain_events()] == ["lost"]
+
+
+def test_a_copy_truncate_between_two_polls_reads_the_copy_first(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(lines_of(3))
+    follower = LogFollower(path)
+    assert len(follower.poll()) == 3
+    append(path, lines_of(2, start=3))  # written just before logrotate copies the file
+    (tmp_path / "run.log.1").write_bytes(path.read_bytes())
+    with open(path, "r+b") as fh:
+        fh.truncate(0)
+    append(path, lines_of(1, start=5))
+    got = follower.poll() + follower.poll()
+    assert [g.split(" ")[0] for g in got] == ["step:3", "step:4", "step:5"]

@@ -192,3 +192,103 @@ def test_old_prefix_is_found_even_without_step_or_gen_timers() -> None:
 def test_negative_timers_are_not_phases() -> None:
     phases = canonical_phases({"timing_s/gen": -5.0, "timing_s/ref": 2.0, "timing_s/step": -1.0})
     assert phases == {"ref": 2.0}
+
+
+# --- today's trainers: every key family has a meaning (fixtures from verl's own code) ----------
+
+_MODE_FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "verl_modes"
+#: Key prefixes of today's trainers (issue 21); each key under them must have a meaning.
+_TODAY = ("timing_s/agent_loop/", "separate_async/", "training/off_policy/",
+          "training/rollout_failure/", "fully_async/", "rollouter/", "count/", "static/",
+          "monitor/", "dynamic_resource/", "timing_s/switch_", "timing_s/update_weights",
+          "timing_s/param_sync", "timing_s/timing_s/param_sync", "timing_s/wait_for_enough_samples",
+          "timing_s/generate_async", "timing_s/sync_rollout_weights")
+
+
+def _fixture_keys() -> set[str]:
+    from monitor.logs.parse import parse_file
+
+    keys: set[str] = set()
+    for path in sorted(_MODE_FIXTURES.glob("*.jsonl")) + sorted(_MODE_FIXTURES.glob("*.log")):
+        for rec in parse_file(path).steps:
+            keys.update(rec.metrics)
+    return keys
+
+
+def test_every_key_of_todays_trainers_has_a_meaning() -> None:
+    from monitor.logs.keys import key_meaning
+
+    today = sorted(k for k in _fixture_keys() if k.startswith(_TODAY))
+    assert len(today) > 60
+    missing = [k for k in today if key_meaning(k) is None]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("key", "family"),
+    [
+        ("timing_s/agent_loop/num_preempted/max", "agent_loop"),
+        ("timing_s/agent_loop/tool_calls/mean", "agent_loop"),
+        ("timing_s/agent_loop/compute_score/mean", "agent_loop"),
+        ("timing_s/agent_loop/slowest/response_length", "agent_loop"),
+        ("timing_s/switch_wait", "separate_async"),
+        ("timing_s/switch_to_rollout", "separate_async"),
+        ("timing_s/switch_to_trainer", "separate_async"),
+        ("timing_s/update_weights", "weight_sync"),
+        ("separate_async/decision/remaining", "separate_async"),
+        ("training/off_policy/trajectory_staleness_worst/max", "staleness"),
+        ("training/off_policy/evicted_samples", "staleness"),
+        ("training/rollout_failure/evicted_samples", "staleness"),
+        ("fully_async/trainer/idle_ratio", "fully_async"),
+        ("trainer/idle_ratio", "fully_async"),  # the README's spelling
+        ("fully_async/rollouter/idle_ratio", "fully_async"),
+        ("rollouter/active_time", "fully_async"),  # the rollouter's own spelling
+        ("fully_async/count/dropped_stale_samples", "staleness"),
+        ("count/dropped_stale_samples", "staleness"),
+        ("fully_async/total_wait_time", "fully_async"),
+        ("timing_s/timing_s/param_sync", "weight_sync"),
+        ("timing_s/wait_for_enough_samples", "fully_async"),
+        ("dynamic_resource/train_resource_utilization", "fully_async"),
+        ("timing_s/generate_async", "one_step_off"),
+        ("timing_s/sync_rollout_weights", "weight_sync"),
+        ("timing_s/gen", "phase"),
+    ],
+)
+def test_key_families(key: str, family: str) -> None:
+    from monitor.logs.keys import key_meaning
+
+    meaning = key_meaning(key)
+    assert meaning is not None and meaning[0] == family and meaning[1]
+
+
+def test_fixtures_cover_every_key_family_the_issue_names() -> None:
+    keys = _fixture_keys()
+    for needle in ("agent_loop/slowest/", "agent_loop/num_preempted/", "agent_loop/tool_calls/",
+                   "agent_loop/compute_score/", "timing_s/switch_wait", "timing_s/switch_to_rollout",
+                   "timing_s/switch_to_trainer", "timing_s/update_weights", "separate_async/",
+                   "training/off_policy/", "training/rollout_failure/", "fully_async/trainer/idle_ratio",
+                   "param_sync", "wait_for_enough_samples", "fully_async/total_wait_time",
+                   "fully_async/rollouter/idle_ratio", "fully_async/rollouter/active_time",
+                   "dynamic_resource/", "timing_s/generate_async", "timing_s/sync_rollout_weights"):
+        assert any(needle in k for k in keys), needle
+    # both spellings of the fully-async keys
+    assert "rollouter/idle_ratio" in keys and "count/dropped_stale_samples" in keys
+    assert "fully_async/count/dropped_stale_samples" in keys
+
+
+def test_the_fully_async_weight_sync_is_read_under_its_doubled_name() -> None:
+    """verl's compute_timing_metrics prefixes the timer named "timing_s/param_sync" once more."""
+    phases = canonical_phases({"timing_s/gen": 30.0, "timing_s/timing_s/param_sync": 4.5,
+                               "timing_s/update_actor": 20.0, "timing_s/step": 60.0})
+    assert phases["reshard"] == 4.5 and phases["gen"] == 30.0
+    assert phases["other"] == pytest.approx(5.5)
+
+
+def test_async_value_reads_both_spellings() -> None:
+    from monitor.logs.keys import async_value
+
+    assert async_value({"rollouter/idle_ratio": 0.4}, "fully_async/rollouter/idle_ratio") == 0.4
+    assert async_value({"fully_async/rollouter/idle_ratio": 0.2, "rollouter/idle_ratio": 0.4},
+                       "fully_async/rollouter/idle_ratio") == 0.2
+    assert async_value({"rollouter/idle_ratio": float("nan")},
+                       "fully_async/rollouter/idle_ratio") is None

@@ -50,7 +50,7 @@ def test_every_exported_name_is_documented_and_nothing_else():
 
 def test_counters_and_only_counters_end_in_total():
     for name, kind in _documented().items():
-        assert kind in ("gauge", "counter", "info", "histogram"), (name, kind)
+        assert kind in ("gauge", "counter", "info", "histogram", "summary"), (name, kind)
         assert (kind == "counter") == name.endswith("_total"), (name, kind)
 
 

@@ -62,3 +62,15 @@ def test_without_slack_or_hours_nothing_is_queued():
                           options=ExporterOptions(slack_digest_hours=0.0))
     col = GoodputCollector(ctx)
     assert col.maybe_digest(1.0) is None
+
+
+def test_the_digest_posts_its_run_name_as_text_never_as_a_mention():
+    """Issue 20: the run name (from the command line or a log) is escaped to Slack's rules."""
+    from monitor.notify.digest import digest_message
+
+    msg = digest_message("last 6 h: goodput 61% (2.8 GPU-hours)", run="grpo <!channel> & co")
+    section = msg["blocks"][1]["text"]["text"]
+    assert section == "last 6 h: goodput 61% (2.8 GPU-hours)"
+    assert msg["text"] == ("Goodput digest - grpo &lt;!channel&gt; &amp; co: last 6 h: goodput "
+                           "61% (2.8 GPU-hours)")
+    assert "<!channel>" not in str(msg["text"]) + section

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
 import socket
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -17,10 +19,12 @@ from monitor.store import RunStore
 
 
 class Hook:
-    """A webhook endpoint on 127.0.0.1: answers with the queued statuses, then 200."""
+    """A webhook endpoint on 127.0.0.1: answers with the queued statuses, then 200. ``answer``
+    (the request path -> the body of an error answer) lets it echo the path, as some do."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str = "/services/T000/B000/SECRET") -> None:
         self.statuses: list[tuple[int, dict[str, str]]] = []
+        self.answer = lambda path: b"server_error"
         self.requests: list[dict] = []
         self.delivered: list[dict] = []
         hook = self
@@ -36,13 +40,13 @@ class Hook:
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(b"ok" if status == 200 else b"server_error")
+                self.wfile.write(b"ok" if status == 200 else hook.answer(self.path))
 
             def log_message(self, *args) -> None:
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/services/T000/B000/SECRET"
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
@@ -191,3 +195,133 @@ def test_background_delivery(tmp_path: Path, hook: Hook) -> None:
     finally:
         n.stop()
     assert n.sent == 1 and n.pending == 0
+
+
+# ---------------------------------------------------------------- issue 20: every failure
+# counted and said; log text inert; the secret redacted before any text is cut
+
+#: A Slack webhook path and a relay's (not Slack-shaped): the words of 8+ characters are secret.
+SLACK_PATH = "/services/T07QX3K9Z2M/B08AB7RT4PQ/Xk29fLq0pWm3Rz8vNc41YbTs"
+RELAY_PATH = "/relay/v1/hooks/9f2c4e7a1b8d3f6e0c5a9b2d7e4f1a3c8b6d0e2f5a7c9e1b3d5f7a9c2e4b6d8f"
+HOSTILE = ("<!channel> model says: <https://evil.example/login|Click here> & ping <@U0123ABCD> "
+           "<!here> <!subteam^S0123|@oncall>")
+
+
+def leaked(path: str, text: str) -> list[str]:
+    """The 8-character pieces of the path's secret words found in ``text``."""
+    words = [w.lower() for w in path.split("/") if len(w) >= 8 and w != "services"]
+    low = text.lower()
+    return sorted({w[i:i + 8] for w in words for i in range(len(w) - 7) if w[i:i + 8] in low})
+
+
+def test_log_text_cannot_ping_a_channel_or_hide_a_link(tmp_path: Path, hook: Hook) -> None:
+    """Before: a log line's <!channel> and <url|text> were posted verbatim."""
+    bad = Flag(kind="fatal_error", severity="critical", start=1_767_225_600.0, end=None,
+               scope={"node": "<!everyone>"}, evidence=HOSTILE, advice=[f"read {HOSTILE}"])
+    n = SlackNotifier(url_file(tmp_path, hook.url), None, run="grpo <!channel>")
+    n.notify_opened(bad)
+    assert n.deliver() == 1
+    (body,) = hook.delivered
+    posted = json.dumps(body)
+    for markup in ("<!channel>", "<!here>", "<!everyone>", "<@U0123ABCD>", "<!subteam",
+                   "<https://evil.example"):
+        assert markup not in posted, markup
+    # the reader sees the text as written: Slack turns the entities back into < > &
+    evidence = next(b["text"]["text"] for b in body["blocks"]
+                    if b.get("text", {}).get("text", "").startswith("*Evidence*"))
+    assert evidence == "*Evidence*\n" + HOSTILE.replace("&", "&amp;").replace(
+        "<", "&lt;").replace(">", "&gt;")
+    assert "&lt;!channel&gt;" in body["text"]
+    # our own markup still works: the start time is Slack's date formatting
+    assert "<!date^1767225600^" in posted
+    assert body["unfurl_links"] is False and body["unfurl_media"] is False
+
+
+def test_revoked_webhook_is_counted_and_said_once_without_the_url(tmp_path: Path, caplog
+                                                                   ) -> None:
+    """Before: a 404 failed 4 times without a word in the log, and nothing counted it."""
+    hook = Hook(SLACK_PATH)
+    try:
+        hook.statuses = [(404, {})] * 4
+        hook.answer = lambda path: f"no_service {path}".encode()
+        n = SlackNotifier(url_file(tmp_path, hook.url), RunStore(tmp_path / "run.db"))
+        for g in range(4):
+            n.notify_opened(flag(gpus=(g,)))
+        with caplog.at_level(logging.INFO, logger="verl_monitor.notify"):
+            assert n.deliver() == 0
+            lines = [r.getMessage() for r in caplog.records]
+            assert len(hook.requests) == 4
+            assert n.failures == {"rejected": 4, "rate_limited": 0, "server_error": 0,
+                                  "unreachable": 0}
+            assert n.pending_seen == 4 and n.pending == 4
+            (line,) = lines  # one line for the reason, not one per attempt
+            assert "HTTP 404" in line and str(tmp_path / "webhook") in line
+            assert leaked(SLACK_PATH, line) == [] and "127.0.0.1" not in line
+            # the webhook works again: every message goes, and the log says so once
+            for item in n.outbox.outbox_pending():
+                n.outbox.outbox_mark_failed(item.id, "due now", next_attempt=0.0)
+            assert n.deliver() == 4 and n.pending_seen == 0
+            again = [r.getMessage() for r in caplog.records][len(lines):]
+        assert again == ["Slack: delivering again after 4 failed attempts"]
+    finally:
+        hook.close()
+
+
+def test_failures_are_logged_once_per_reason_per_interval(tmp_path: Path, hook: Hook,
+                                                          caplog) -> None:
+    hook.statuses = [(500, {})] * 6 + [(404, {})] * 2
+    n = SlackNotifier(url_file(tmp_path, hook.url), None, retry_base_s=0.001, max_attempts=2,
+                      log_every_s=3600)
+    n.notify_opened(flag())
+    with caplog.at_level(logging.WARNING, logger="verl_monitor.notify"):
+        for _ in range(4):  # 4 rounds x 2 attempts: 6 server errors, then 2 refusals
+            for item in n.outbox.outbox_pending():
+                n.outbox.outbox_mark_failed(item.id, "due now", next_attempt=0.0)
+            n.deliver()
+    assert n.failures["server_error"] == 6 and n.failures["rejected"] == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert "HTTP 500" in said[0] and "HTTP 404" in said[1]
+    # the interval has passed: the next line counts the attempts since the last one (5 held
+    # back and its own)
+    n.log_every_s, n.max_attempts = 0.0, 1
+    hook.statuses = [(500, {})]
+    with caplog.at_level(logging.WARNING, logger="verl_monitor.notify"):
+        for item in n.outbox.outbox_pending():
+            n.outbox.outbox_mark_failed(item.id, "due now", next_attempt=0.0)
+        n.deliver()
+    last = caplog.records[-1].getMessage()
+    assert len(caplog.records) == 3 and "6 failed attempts (server_error) since the last" in last
+
+
+@pytest.mark.parametrize("path", [SLACK_PATH, RELAY_PATH], ids=["slack", "relay"])
+@pytest.mark.parametrize("echo", ["raw", "json", "percent"])
+def test_an_echoed_secret_is_redacted_before_the_text_is_cut(tmp_path: Path, caplog, path,
+                                                             echo) -> None:
+    """Before: the body was cut to 100 characters, then redacted: 80 of 95 secret characters
+    of a path the cut had split stayed in the outbox's last_error."""
+    from urllib.parse import quote
+
+    shown = {"raw": path, "json": path.replace("/", "\\/"),
+             "percent": quote(path, safe="")}[echo]
+    hook = Hook(path)
+    try:
+        hook.statuses = [(404, {}), (500, {})]
+        # the path starts 60 characters in: a cut at 100 would split it
+        hook.answer = lambda p: ('{"error": "no_such_hook", "detail": "unknown", "path": "'
+                                 + shown + '"}').encode()
+        store = RunStore(tmp_path / "run.db")
+        n = SlackNotifier(url_file(tmp_path, hook.url), store, max_attempts=1)
+        n.notify_opened(flag())
+        n.notify_opened(flag(gpus=(5,)))
+        with caplog.at_level(logging.DEBUG):
+            n.deliver()
+        store.close()
+    finally:
+        hook.close()
+    assert len(hook.requests) == 2
+    with sqlite3.connect(tmp_path / "run.db") as db:
+        errors = [r[0] for r in db.execute("SELECT last_error FROM outbox")]
+    for text in (*errors, n.last_error, caplog.text):
+        assert leaked(path, text) == [], text
+    assert all("<webhook>" in e for e in errors), errors

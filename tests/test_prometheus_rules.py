@@ -20,6 +20,8 @@ PROM = REPO / "prometheus"
 RULE_FILES = sorted((PROM / "rules").glob("*.yml"))
 TEST_FILES = sorted((PROM / "tests").glob("*.yml"))
 RUNBOOKS = REPO / "docs" / "runbooks.md"
+#: How the cross-node alerts build absolute runbook links (prometheus.yml's external label).
+RUNBOOK_BASE = "{{ $externalLabels.runbook_base }}"
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed")
@@ -96,8 +98,8 @@ def test_promtool_catches_a_broken_threshold(tmp_path: Path) -> None:
     (tmp_path / "tests").mkdir()
     for path in RULE_FILES:
         text = path.read_text().replace(
-            "job:verlmon_gpu_activity_ratio:avg2m_median > 0.25",
-            "job:verlmon_gpu_activity_ratio:avg2m_median > 0",
+            "job:verlmon_gpu_sm_active:median_rate1m > 0.25",
+            "job:verlmon_gpu_sm_active:median_rate1m > 0",
         )
         (tmp_path / "rules" / path.name).write_text(text)
     test_copy = tmp_path / "tests" / "crossnode_alerts_test.yml"
@@ -142,7 +144,7 @@ def test_every_alert_is_documented_and_labelled() -> None:
             assert labels.get("kind") in (*FLAG_KINDS, "exporter"), name
             assert "$value" in ann["description"] + ann["summary"], name
         assert ann["summary"] and ann["description"], name
-        url = ann["runbook_url"]
+        url = ann["runbook_url"].removeprefix(RUNBOOK_BASE)
         assert url == f"docs/runbooks.md#{name.lower()}", name
         assert name.lower() in anchors, f"docs/runbooks.md has no section for {name}"
 
@@ -174,20 +176,44 @@ def test_advice_names_only_real_verl_keys() -> None:
     assert len(found) >= 10, "advice should name the real levers"
 
 
-def test_scrape_config_gives_every_target_a_node_label() -> None:
+def test_shipped_scrape_config_is_safe_to_start() -> None:
+    """file_sd only and no targets shipped: started as the README says, it scrapes nothing
+    and pages nothing until a job's targets file is written (issue 24: example targets paged
+    ExporterDown for nodes that do not exist)."""
     cfg = yaml.safe_load((PROM / "prometheus.yml").read_text())
     assert cfg["global"]["scrape_interval"] == "15s"
+    assert cfg["global"]["evaluation_interval"] == "15s"
+    assert cfg["global"]["external_labels"]["runbook_base"].startswith("https://")
+    assert cfg["global"]["external_labels"]["runbook_base"].endswith("/")
     assert set(cfg["rule_files"]) == {"rules/recording.yml", "rules/alerts.yml"}
-    kinds = set()
     for job in cfg["scrape_configs"]:
-        kinds.update(k for k in ("static_configs", "file_sd_configs") if k in job)
+        assert set(job) & {"static_configs", "file_sd_configs"} == {"file_sd_configs"}, job
         assert any(r.get("target_label") == "node" for r in job["relabel_configs"]), job
-        for static in job.get("static_configs", []):
-            assert "node" in static["labels"]
-    assert kinds == {"static_configs", "file_sd_configs"}
-    for target_file in (PROM / "targets").glob("*.json"):
-        for group in yaml.safe_load(target_file.read_text()):
-            assert group["labels"]["node"] and group["targets"]
+    assert list((PROM / "targets").glob("*.json")) == []
+
+
+def test_crossnode_alerts_say_what_to_do_with_an_absolute_runbook_link() -> None:
+    """Each cross-node alert's description carries the first line of the detector's advice
+    (real verl keys) and its runbook, both built from the one configurable base URL."""
+    first = ADVICE["gpu_imbalance"][0]
+    for rule in alert_rules():
+        if rule["alert"] not in ("GPUStraggler", "NodeImbalance"):
+            continue
+        ann = rule["annotations"]
+        anchor = f"docs/runbooks.md#{rule['alert'].lower()}"
+        assert f"Advice: {first}" in ann["description"], rule["alert"]
+        assert f"Runbook: {RUNBOOK_BASE}{anchor}" in ann["description"], rule["alert"]
+        assert ann["runbook_url"] == f"{RUNBOOK_BASE}{anchor}", rule["alert"]
+        # no keep_firing_for: a page must resolve once its targets are gone
+        assert "keep_firing_for" not in rule and "up == 1" in rule["expr"], rule["alert"]
+
+
+def test_every_alert_is_listed_in_the_prometheus_readme() -> None:
+    text = (PROM / "README.md").read_text()
+    listed = set(re.findall(r"^\| `(\w+)`", text, re.M))
+    names = {r["alert"] for r in alert_rules() if "verlmon_flag_active" not in r["expr"]
+             or r["alert"] == "VerlLowUtilization"}
+    assert names - listed == set(), "alerts missing from prometheus/README.md's table"
 
 
 @pytest.mark.slow

@@ -64,3 +64,42 @@ def test_stop_ends_the_thread_before_all_lines_are_written(tmp_path):
     live.stop()
     assert not live.running
     assert "step:50" not in log.read_text()
+
+
+def test_a_run_with_engines_serves_them_on_the_simulated_clock(tmp_path):
+    import httpx
+
+    run = SimRun("kv_cache_preemption", steps=6, step_seconds=6.0, seed=2)
+    live = LiveSim(run, tmp_path / "train.log", speed=10.0)
+    assert live.engine_urls == []
+    live.start()
+    try:
+        assert len(live.engine_urls) == 4  # 8 GPUs at tensor parallel 2
+
+        def metric(url: str, name: str) -> float:
+            text = httpx.get(url + "/metrics", timeout=5).text
+            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith(name + "{"))
+
+        url = live.engine_urls[0]
+        # the problem segment preempts: the counter climbs as simulated time passes
+        assert _wait(lambda: metric(url, "vllm:num_preemptions_total") > 0, timeout=30)
+        assert metric(url, "vllm:generation_tokens_total") > 0
+        assert live.error is None
+    finally:
+        live.stop()
+    try:
+        httpx.get(url + "/metrics", timeout=1)
+    except httpx.HTTPError:
+        return
+    raise AssertionError("an engine server still answers after stop()")
+
+
+def test_a_sync_run_serves_no_engines(tmp_path):
+    live = LiveSim(SimRun(steps=2, gpus_per_node=2, step_seconds=1.0), tmp_path / "t.log",
+                   speed=50.0)
+    live.start()
+    try:
+        assert live.engine_urls == []
+    finally:
+        live.stop()

@@ -63,3 +63,28 @@ def test_the_sources_keep_no_thresholds_of_their_own():
 
     for name in ("OUTLIER_MADS", "SPREAD_POINTS"):
         assert not hasattr(base, name)
+
+
+def test_rollout_view_buckets_gauges_and_turns_counters_into_rates():
+    from monitor.sources.base import ROLLOUT_VIEW_COLUMNS, rollout_view
+
+    rows = []
+    for i, ts in enumerate([0.0, 5.0, 10.0, 15.0]):
+        for server, pre in (("a:1", 4.0 * i), ("b:2", [0.0, 10.0, 2.0, 6.0][i])):
+            rows.append({"ts": ts, "node": "n0", "server": server, "engine": "vllm",
+                         "model": "m", "kv_cache_usage": 0.5 + 0.1 * i, "running": 10 * i,
+                         "waiting": 1, "paused": 0, "preemptions_total": pre,
+                         "generation_tokens_total": 100.0 * i, "queue_time_mean_s": 0.1,
+                         "e2e_latency_mean_s": 2.0, "sleeping": 0})
+    view = rollout_view(pd.DataFrame(rows), width=10.0)
+    assert list(view.columns) == list(ROLLOUT_VIEW_COLUMNS)
+    a = view[view["server"] == "a:1"].reset_index(drop=True)
+    assert a["ts"].tolist() == [0.0, 10.0]
+    assert a["running"].tolist() == [5.0, 25.0] and a["engine"].tolist() == ["vllm", "vllm"]
+    assert np.isnan(a.loc[0, "preemptions_per_s"])  # no previous bucket
+    assert a.loc[1, "preemptions_per_s"] == (12.0 - 4.0) / 10.0
+    assert a.loc[1, "tokens_per_s"] == (300.0 - 100.0) / 10.0
+    # a counter that falls (an engine restarted) counts from zero
+    b = view[view["server"] == "b:2"].reset_index(drop=True)
+    assert b.loc[1, "preemptions_per_s"] == 6.0 / 10.0
+    assert rollout_view(pd.DataFrame(), 5.0).empty

@@ -139,3 +139,28 @@ def test_long_window_sees_samples_appended_after_the_first_query(tmp_path):
     fresh = StoreSource(path).gpu_frame(t0, end, max_points=1000)
     assert second.equals(fresh)
     writer.close()
+
+
+def test_rollout_frame_of_an_agent_loop_run(tmp_path):
+    from monitor.sources.base import ROLLOUT_VIEW_COLUMNS
+
+    path = tmp_path / "agent.db"
+    info = build_store(path, scenario="kv_cache_preemption", steps=10, end_time=1_790_000_000.0,
+                       detect=False, nccl=False, step_seconds=12)
+    src = StoreSource(path)
+    try:
+        view = src.rollout_frame(info["start"], info["end"], max_points=100)
+        assert list(view.columns) == list(ROLLOUT_VIEW_COLUMNS)
+        assert sorted(view["server"].unique()) == ["vllm-0", "vllm-1", "vllm-2", "vllm-3"]
+        assert view.groupby("server")["ts"].nunique().max() <= 101
+        assert view["kv_cache_usage"].max() > 0.95 and view["preemptions_per_s"].max() > 1.0
+        assert src.rollout_frame(info["start"] - 7200, info["start"] - 3600).empty
+    finally:
+        src.close()
+    sync = tmp_path / "sync.db"
+    info = build_store(sync, scenario="healthy", steps=4, detect=False, nccl=False)
+    src = StoreSource(sync)
+    try:
+        assert src.rollout_frame(info["start"], info["end"]).empty
+    finally:
+        src.close()

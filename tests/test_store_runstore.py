@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.logs.follow import LogPosition
 from monitor.records import Event, Flag, StepRecord
 from monitor.store import NCCL_COLUMNS, RunStore, StoreError
 
@@ -302,3 +303,73 @@ def test_gpu_rows_round_trip_exactly(rows: list[dict]) -> None:
                 assert math.isnan(got[col])  # missing stays missing, never 0
             else:
                 assert got[col] == w
+
+
+# --- restart safety: positions, one row per step ----------------------------------------------
+
+
+def _position(offset: int) -> LogPosition:
+    return LogPosition("/logs/train.log", 2049, 1234, offset, min(offset, 4096), "ab" * 20)
+
+
+def test_positions_are_saved_in_the_transaction_of_their_steps(store: RunStore) -> None:
+    store.add_batch(steps=[StepRecord(step=1, end_time=1.0)], positions=[_position(100)])
+    assert store.log_positions() == {"/logs/train.log": _position(100)}
+    with pytest.raises(ValueError):  # a step that cannot be stored: the position stays behind
+        store.add_batch(steps=[StepRecord(step=2**64, end_time=2.0)], positions=[_position(200)])
+    assert store.log_positions()["/logs/train.log"].offset == 100
+    assert [s.step for s in store.steps()] == [1]
+
+
+def test_a_step_read_again_later_keeps_its_first_row_and_time(store: RunStore) -> None:
+    first = StepRecord(step=7, end_time=100.0, total=5.0, metrics={"timing_s/step": 5.0})
+    store.add_steps([first])
+    again = StepRecord(step=7, end_time=900.0, total=5.0, metrics={"timing_s/step": 5.0})
+    store.add_steps([again, again])
+    assert [(s.step, s.end_time) for s in store.steps()] == [(7, 100.0)]
+    redone = StepRecord(step=7, end_time=950.0, total=5.2, metrics={"timing_s/step": 5.2})
+    store.add_steps([redone])  # a true resume: the step ran again and logged other values
+    assert [(s.step, s.end_time) for s in store.steps()] == [(7, 100.0), (7, 950.0)]
+
+
+def test_console_and_jsonl_records_of_one_step_at_one_time_are_two_rows(store: RunStore) -> None:
+    store.add_steps([StepRecord(step=3, end_time=50.0, total=2.0, source="console"),
+                     StepRecord(step=3, end_time=50.0, total=2.0, source="jsonl")])
+    assert sorted(s.source for s in store.steps()) == ["console", "jsonl"]
+
+
+def test_a_version_1_store_is_upgraded_keeping_its_steps(tmp_path: Path) -> None:
+    from monitor.store import schema
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(schema._SCHEMA_V1 + "PRAGMA user_version = 1;")
+    conn.execute("INSERT INTO steps (step, end_key, end_time, phases, metrics, source) "
+                 "VALUES (1, 10.0, 10.0, '{}', '{}', NULL)")
+    conn.commit()
+    conn.close()
+    with RunStore(path) as upgraded:
+        assert [(s.step, s.end_time) for s in upgraded.steps()] == [(1, 10.0)]
+        upgraded.add_batch(steps=[StepRecord(step=1, end_time=10.0, source="jsonl")],
+                           positions=[_position(5)])
+        assert len(upgraded.steps()) == 2 and upgraded.log_positions()
+
+
+def test_rollout_samples_round_trip_and_an_older_store_reads_none(tmp_path: Path) -> None:
+    from monitor.frames import ROLLOUT_COLUMNS
+
+    path = tmp_path / "r.db"
+    with RunStore(path) as st:
+        assert list(st.rollout_frame().columns) == list(ROLLOUT_COLUMNS)  # no table yet
+        assert len(st.rollout_frame()) == 0
+        st.add_rollout_samples([
+            {"ts": 100.0 + i, "node": "n0", "server": "10.0.0.1:8000", "engine": "vllm",
+             "model": "7", "kv_cache_usage": 0.5 + i / 10, "running": 3, "waiting": 0,
+             "paused": None, "preemptions_total": i, "sleeping": float("nan")}
+            for i in range(4)])
+    with RunStore(path) as st:  # another process opening the file later
+        df = st.rollout_frame(start=101.0, end=102.0)
+        assert df["ts"].tolist() == [101.0, 102.0]
+        assert df["model"].tolist() == ["7", "7"]  # text, even when it looks like a number
+        assert df["kv_cache_usage"].tolist() == [0.6, 0.7]
+        assert df["paused"].isna().all() and df["sleeping"].isna().all()

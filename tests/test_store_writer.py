@@ -7,6 +7,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from monitor.logs.follow import LogPosition
 from monitor.records import Event, Flag, StepRecord
 from monitor.store import RunStore, StoreWriter
 
@@ -133,4 +134,56 @@ def test_puts_during_flushes_are_written_exactly_once(tmp_path: Path) -> None:
     assert w.flush()
     df = store.gpu_frame()
     assert len(df) == 2000 and df["ts"].is_unique and w.buffered == 0
+    store.close()
+
+
+def test_rows_left_when_the_final_flush_fails_are_counted_as_lost(tmp_path: Path) -> None:
+    """At stop a failed flush cannot be retried: the rows left are counted, not kept quietly."""
+    store = RunStore(tmp_path / "r.db")
+    w = StoreWriter(store)
+    w.put_gpu(rows(0, 5))
+    assert w.flush()
+    assert w.drop_unwritten() is None  # nothing left: nothing to say
+    pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
+    store.set_page_limit(pages)  # the file cannot grow: a real SQLITE_FULL
+    w.put_gpu(rows(100, 5000))
+    w.put_steps([StepRecord(step=1, end_time=1.0, total=10.0)])
+    assert w.flush() is False
+    line = w.drop_unwritten()
+    assert line is not None and "\n" not in line
+    assert "is full" in line and "5001 buffered rows" in line and "5000 gpu, 1 steps" in line
+    assert w.buffered == 0 and w.dropped["unwritten_at_stop"] == 5001
+    store.close()
+
+
+def test_a_position_is_written_with_the_steps_put_before_it_never_ahead(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "run.db")
+    writer = StoreWriter(store, compact_interval_s=None)
+    locker = sqlite3.connect(tmp_path / "run.db", timeout=0)
+    store.busy_timeout_s = 0.05
+    pos = LogPosition(str(tmp_path / "train.log"), 1, 2, 300, 300, "cd" * 20)
+    locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    writer.put_steps([StepRecord(step=1, end_time=1.0), StepRecord(step=2, end_time=2.0)])
+    writer.put_position(pos)
+    assert not writer.flush() and writer.buffered == 3
+    assert store.log_positions() == {}  # neither the steps nor the position
+    locker.execute("ROLLBACK")
+    assert writer.flush()
+    assert store.log_positions()[pos.path] == pos
+    assert [s.step for s in store.steps()] == [1, 2]
+    locker.close()
+    store.close()
+
+
+def test_rollout_rows_are_buffered_and_written_with_the_rest(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "w.db")
+    writer = StoreWriter(store)
+    writer.put_rollout([{"ts": 5.0, "node": "n0", "server": "h:1", "engine": "sglang",
+                         "model": "m", "kv_cache_usage": 0.99, "preemptions_total": 7.0}])
+    writer.put_rollout([{"node": "n0", "server": "h:1"}])  # no timestamp: dropped, counted
+    assert writer.dropped["invalid"] == 1
+    assert writer.flush()
+    df = store.rollout_frame()
+    assert df[["server", "engine", "preemptions_total"]].values.tolist() == [["h:1", "sglang",
+                                                                              7.0]]
     store.close()

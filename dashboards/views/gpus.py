@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
+from dashboards.escape import escape_markdown
 from monitor.sources import SourceError
 
 #: The page's charts, one drawn at a time (the first by default).
@@ -71,7 +72,8 @@ def live(start: float, end: float, key: str) -> None:
                  and (node_choice is None or f.scope.get("node") in (None, node_choice))]
     if imbalance:
         for f in imbalance:
-            st.warning(f"**{common.flag_title(f)}**  \n{f.evidence}", icon=":material/warning:")
+            st.warning(f"**{escape_markdown(common.flag_title(f))}**  \n"
+                       f"{escape_markdown(f.evidence)}", icon=":material/warning:")
     else:
         where = f" on {node_choice}" if node_choice else ""
         st.success(f"GPUs balanced{where}: no gpu_imbalance flag is open (the detector compares "

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
+from dashboards.escape import escape_markdown
 from monitor.sources.base import mark_outliers
 
 #: The page's views, one drawn at a time (the first by default).
@@ -35,7 +36,8 @@ def live(start: float, end: float, key: str) -> None:
     c2.metric("GPUs", f"{int(summary['gpus'].sum())}")
     c3.metric("Nodes with open flags", f"{len(marked)}")
     for row in marked.itertuples():
-        st.warning(f"**{row.node}**: {row.reason}", icon=":material/warning:")
+        st.warning(f"**{escape_markdown(row.node)}**: {escape_markdown(row.reason)}",
+                   icon=":material/warning:")
     # one view at a time, picked in tabs (bound to the URL as ``nodes_view``): the table by
     # default (at 128 nodes it is what tells nodes apart; a chart costs the browser more)
     label, tab = common.chosen_tab(VIEWS, "nodes_view")

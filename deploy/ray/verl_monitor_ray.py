@@ -29,6 +29,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,24 +39,41 @@ NAMESPACE = "verl-monitor"
 ACTOR_PREFIX = "verlmon-exporter-"
 DEFAULT_PORT = 9048
 READY_S = 60.0
+#: Seconds before an exporter that ended unasked is started again.
+RESTART_S = 10.0
 _SERVING = re.compile(r"serving (https?)://[^/]*:(\d+)/metrics")
 
 
 class NodeExporter:
-    """Ray actor body: one ``verl-monitor exporter`` child on this actor's node."""
+    """Ray actor body: one ``verl-monitor exporter`` child on this actor's node, started again
+    (after ``RESTART_S``) when it ends unasked: a crash, SIGHUP (exit 129); not after a clean
+    stop (0) or bad options (2). Ray's ``max_restarts`` covers the actor itself only."""
 
     def __init__(self, argv: list[str], out_path: str) -> None:
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        self.argv = list(argv)
         self.out_path = out_path
+        self.restarts = 0
+        self._stopping = False
+        self.port: int | None = None
+        self._spawn()
+        threading.Thread(target=self._watch, name="exporter-watch", daemon=True).start()
+
+    def _spawn(self) -> None:
+        """Start the exporter; return once it printed its startup line (RuntimeError if not)."""
+        out_path = self.out_path
+        self.port = None  # until this run says where it serves
         with open(out_path, "ab") as out:
+            start = out.tell()  # only this run's output counts
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "monitor", "exporter", *argv], stdout=out,
+                [sys.executable, "-m", "monitor", "exporter", *self.argv], stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.port: int | None = None
         deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline:
-            text = Path(out_path).read_text(errors="replace")
+            with open(out_path, "rb") as fh:
+                fh.seek(start)
+                text = fh.read().decode(errors="replace")
             found = _SERVING.search(text)
             if found:
                 self.port = int(found.group(2))
@@ -68,12 +86,27 @@ class NodeExporter:
         raise RuntimeError(f"exporter printed no startup line within {READY_S:.0f} s "
                            f"(see {out_path})")
 
+    def _watch(self) -> None:
+        while True:
+            status = self.proc.wait()
+            if self._stopping or status in (0, 2):
+                return
+            time.sleep(RESTART_S)
+            if self._stopping:
+                return
+            self.restarts += 1
+            try:
+                self._spawn()
+            except RuntimeError:
+                continue  # said in its output file; its status decides the next round
+
     def port_of(self) -> int | None:
         """The port the exporter serves on (``None`` when it has exited)."""
         return self.port if self.proc.poll() is None else None
 
     def stop(self) -> int | None:
-        """SIGTERM the exporter, SIGKILL after 15 s; its exit status."""
+        """SIGTERM the exporter, SIGKILL after 15 s; its exit status (no restart after it)."""
+        self._stopping = True
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

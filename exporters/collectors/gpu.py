@@ -107,6 +107,7 @@ class GpuCollector(SampledCollector):
         self._snapshot: list[GpuReading] = []
         self._last_xid: dict[int, int] = {}
         self._processes = ProcessWatch(ctx.node)
+        self._integral = ActivityIntegral(max_step_s=3 * max(float(ctx.interval), 0.01))
         #: the sampler thread's CPU seconds so far (for overhead figures)
         self.sample_cpu_s = 0.0
 
@@ -126,6 +127,7 @@ class GpuCollector(SampledCollector):
                 if x is not None:
                     self._last_xid[r.index] = x
             self._snapshot = readings
+            self._integral.add(readings, time.monotonic())
             if any(not self._identities.get(r.index, _NO_ID).uuid for r in readings if r.up):
                 self._identities = {d.index: d for d in self.backend.devices()}
             changes = self._processes.update(readings)
@@ -154,6 +156,7 @@ class GpuCollector(SampledCollector):
             identities = dict(self._identities)
             last_xid = dict(self._last_xid)
             n_procs = self._processes.counts()
+            integral = self._integral.families()
         info = GaugeMetricFamily(mn.GPU_INFO, "GPU identity; always 1.",
                                  labels=["gpu", "uuid", "name"])
         up = GaugeMetricFamily(mn.GPU_UP, "1 while the GPU answers, 0 when its calls fail.",
@@ -191,9 +194,65 @@ class GpuCollector(SampledCollector):
         families: list[Metric] = [info, up]
         families += [f for f in gauges.values() if f.samples]
         families += [f for f in (clock, energy, xid, procs) if f.samples]
+        families += [f for f in integral if f.samples]
         if self.dcgm_compat:
             families += dcgm_families(readings, identities, self.ctx.node, last_xid)
         return families
+
+
+class ActivityIntegral:
+    """Per-GPU seconds of activity integrated over the sampler's own readings.
+
+    Each reading stands for the time since the previous sample (at most ``max_step_s``, so a
+    stalled sampler does not stretch one reading over a gap). ``rate()`` of these counters over
+    any window, divided by the rate of the sampled seconds, is the GPU's mean activity in that
+    window however rarely Prometheus scrapes: every sample counts, not only the one a scrape
+    happens to see. Cross-node rules compare GPUs with these.
+    """
+
+    def __init__(self, max_step_s: float) -> None:
+        self.max_step_s = max_step_s
+        self._last: float | None = None
+        #: gpu -> [sampled seconds, busy (utilization) seconds, SM-active seconds]
+        self.totals: dict[int, list[float]] = {}
+        self._has_sm: set[int] = set()
+
+    def add(self, readings: list[GpuReading], now: float) -> None:
+        """Count ``readings`` as the activity since the previous call (the first only starts
+        the clock)."""
+        last, self._last = self._last, now
+        if last is None:
+            return
+        dt = min(max(now - last, 0.0), self.max_step_s)
+        for r in readings:
+            if not r.up or r.util is None:
+                continue
+            tot = self.totals.setdefault(r.index, [0.0, 0.0, 0.0])
+            tot[0] += dt
+            tot[1] += dt * float(r.util)
+            if r.sm_active is not None:
+                tot[2] += dt * float(r.sm_active)
+                self._has_sm.add(r.index)
+
+    def families(self) -> list[CounterMetricFamily]:
+        """The three counters; SM activity only for GPUs that have reported it (GPM)."""
+        sampled = CounterMetricFamily(
+            mn.GPU_SAMPLED_SECONDS, "Seconds covered by this exporter's GPU samples.",
+            labels=["gpu"])
+        busy = CounterMetricFamily(
+            mn.GPU_BUSY_SECONDS, "Sampled seconds times NVML utilization (0..1): "
+            "rate(this) / rate(verlmon_gpu_sampled_seconds_total) is the mean utilization.",
+            labels=["gpu"])
+        sm = CounterMetricFamily(
+            mn.GPU_SM_ACTIVE_SECONDS, "Sampled seconds times GPM SM activity (0..1): "
+            "rate(this) / rate(verlmon_gpu_sampled_seconds_total) is the mean SM activity.",
+            labels=["gpu"])
+        for gpu, (s, b, a) in sorted(self.totals.items()):
+            sampled.add_metric([str(gpu)], s)
+            busy.add_metric([str(gpu)], b)
+            if gpu in self._has_sm:
+                sm.add_metric([str(gpu)], a)
+        return [sampled, busy, sm]
 
 
 _NO_ID = GpuIdentity(index=-1, uuid="", name="")

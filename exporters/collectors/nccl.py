@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporters.exposition import shorten_label
 from exporters.nccl_inspector import MAX_LINE_BYTES, NcclRecord, parse_line
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector
@@ -80,7 +81,10 @@ class NcclCollector(SampledCollector):
     record; the share's per-second buckets cover only the trailing window (records dated in
     the future count as now). Every record not exported is counted in ``dropped`` by reason
     (``verlmon_nccl_dropped_total``): ``garbage`` (not a record), ``oversize`` (line too long),
-    ``series_cap`` (past ``MAX_SERIES``); ``future`` counts records whose time was clamped.
+    ``series_cap`` (past ``MAX_SERIES``: the store gets no row for it either, so the store's
+    rows per sample follow the same cap); ``future`` counts records whose time was clamped,
+    ``long_label`` records whose collective or communicator name was cut to
+    ``MAX_LABEL_CHARS`` (exporters/exposition.py) for the labels and the store.
     """
 
     def __init__(self, ctx: ExporterContext) -> None:
@@ -90,7 +94,8 @@ class NcclCollector(SampledCollector):
         self.max_series = MAX_SERIES
         self.series_ttl_s = SERIES_TTL_S
         self.records = 0
-        self.dropped = {"garbage": 0, "oversize": 0, "series_cap": 0, "future": 0}
+        self.dropped = {"garbage": 0, "oversize": 0, "series_cap": 0, "future": 0,
+                        "long_label": 0}
         self._files: dict[str, _FileState] = {}
         self._totals: dict[SeriesKey, _Totals] = {}
         # per whole second of dump time: [execution seconds, processes (ranks) seen]
@@ -171,27 +176,24 @@ class NcclCollector(SampledCollector):
         delta: dict[tuple[str, str], _Totals] = {}
         cutoff = now - self.window_s
         for rec in new:
-            key = (rec.coll, rec.comm, "unknown" if rec.rank is None else str(rec.rank))
+            coll, comm = shorten_label(rec.coll), shorten_label(rec.comm)
+            if coll is not rec.coll or comm is not rec.comm:
+                self.dropped["long_label"] += 1
+            key = (coll, comm, "unknown" if rec.rank is None else str(rec.rank))
             tot = self._totals.get(key)
             if tot is None:
                 if len(self._totals) >= self.max_series:
-                    self.dropped["series_cap"] += 1
-                    tot = None
+                    self.dropped["series_cap"] += 1  # neither exported nor stored
                 else:
                     tot = self._totals[key] = _Totals()
             if tot is not None:
-                tot.ops += 1
-                tot.bytes += rec.msg_bytes
-                tot.exec_s += rec.exec_seconds
                 tot.seen = now
-                if rec.busbw_bytes_per_s is not None:
-                    tot.busbw = rec.busbw_bytes_per_s
-            store_tot = delta.setdefault((rec.coll, rec.comm), _Totals())
-            store_tot.ops += 1
-            store_tot.bytes += rec.msg_bytes
-            store_tot.exec_s += rec.exec_seconds
-            if rec.busbw_bytes_per_s is not None:
-                store_tot.busbw = rec.busbw_bytes_per_s
+                for totals in (tot, delta.setdefault((coll, comm), _Totals())):
+                    totals.ops += 1
+                    totals.bytes += rec.msg_bytes
+                    totals.exec_s += rec.exec_seconds
+                    if rec.busbw_bytes_per_s is not None:
+                        totals.busbw = rec.busbw_bytes_per_s
             ts = rec.ts if rec.ts is not None else now
             if ts > now + FUTURE_SLACK_S:
                 self.dropped["future"] += 1
@@ -239,8 +241,9 @@ class NcclCollector(SampledCollector):
             dropped = CounterMetricFamily(
                 m.NCCL_DROPPED.removesuffix("_total"),
                 "NCCL dump records not exported: garbage (not a record), oversize (line too "
-                "long), series_cap (too many series); future: records dated ahead, counted as "
-                "now.", labels=["reason"])
+                "long), series_cap (too many series: neither exported nor stored); future: "
+                "records dated ahead, counted as now; long_label: collective or communicator "
+                "names over 128 characters, kept shortened.", labels=["reason"])
             for reason, count in sorted(snap.dropped.items()):
                 dropped.add_metric([reason], count)
             yield dropped

@@ -8,6 +8,13 @@ latest step becomes the exported gauges: step number, step and per-phase seconds
 of the last step and the age of it (computed at scrape time). Lines and parse
 errors are counted per log, events per kind.
 
+Restarts: after each poll the position reached (the end of the last line whose records the
+parser has given out) goes to the sink with the steps and events read before it, and the store
+saves them in one transaction. Started again, each log resumes from its saved position (in the
+file it was rotated to, first, when it was); ``--log-from-end`` applies only to a log with no
+saved position. A saved position whose file is gone without a copy is counted
+(``verlmon_log_unrecovered_total``) and said in one log line.
+
 What accumulates is also a counter, so shares are exact over any range and survive missed
 scrapes: seconds per phase (``verlmon_phase_seconds_total``, every canonical phase at 0 from the
 start), a histogram of step seconds (``verlmon_step_seconds``: ``_sum`` and ``_count`` over the
@@ -29,7 +36,7 @@ from prometheus_client.metrics_core import Metric
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector, log
 from monitor import metric_names as m
-from monitor.logs.follow import LogFollower
+from monitor.logs.follow import LogFollower, LogPosition
 from monitor.logs.gaps import DataWaitTracker
 from monitor.logs.parse import LogParser
 from monitor.records import ALL_PHASES, Event, StepRecord
@@ -82,6 +89,9 @@ class _Followed:
     parser: LogParser
     lines: int = 0
     waiting_logged: bool = False
+    published: LogPosition | None = None  # the last position handed to the sink
+    catching_up: bool = False  # resumed: the first poll reads what was written while down
+    saved_at: float | None = None  # when the position resumed from was saved
 
 
 @dataclass
@@ -94,6 +104,7 @@ class LogSnapshot:
     parse_errors: dict[str, int] = field(default_factory=dict)
     events: dict[str, int] = field(default_factory=dict)
     totals: StepTotals = field(default_factory=StepTotals)
+    unrecovered: dict[str, int] = field(default_factory=dict)
 
 
 @register("verl_log", default=True, help="verl training log(s) given with --log: step "
@@ -105,11 +116,15 @@ class VerlLogCollector(SampledCollector):
         super().__init__(ctx)
         paths = list(ctx.options.log)
         start_at_end = ctx.options.log_from_end
-        self.logs = [
-            _Followed(path=str(p), follower=LogFollower(str(p), start_at_end=start_at_end),
-                      parser=LogParser(str(p)))
-            for p in paths
-        ]
+        saved = _saved_positions(ctx)
+        self.logs = []
+        for p in paths:
+            resume = saved.get(os.path.abspath(p))
+            follower = LogFollower(str(p), start_at_end=start_at_end and resume is None,
+                                   resume_from=resume)
+            self.logs.append(_Followed(path=str(p), follower=follower, parser=LogParser(str(p)),
+                                       published=resume, catching_up=resume is not None,
+                                       saved_at=None if resume is None else resume.saved_at))
         self._events: Counter[str] = Counter()
         self._steps = 0
         self._last: StepRecord | None = None
@@ -124,22 +139,39 @@ class VerlLogCollector(SampledCollector):
         new_steps: list[StepRecord] = []
         new_events: list[Event] = []
         missing: list[str] = []  # logs whose folder is absent: a mistyped --log, never appears
+        positions: list[LogPosition] = []
         for fol in self.logs:
             lines = fol.follower.poll()  # bounded per poll by the follower
             new_events.extend(fol.follower.drain_events())  # truncation / replacement
+            for problem in fol.follower.problems:
+                log.warning("verl_log: %s", problem)
+            fol.follower.problems.clear()
             items: list[StepRecord | Event] = []
-            for line in lines:
-                items.extend(fol.parser.feed(line, now))
+            parser = fol.parser
+            safe = None  # the last line after which the parser held nothing back
+            for i, line in enumerate(lines):
+                items.extend(parser.feed(line, now))
+                if parser.idle:
+                    safe = i
             fol.lines += len(lines)
             if not lines:
                 # quiet file: end held multi-line blocks and JSONL objects awaiting a merge
-                items.extend(fol.parser.flush(now))
+                items.extend(parser.flush(now))
+                position = fol.follower.saved_position()
                 folder = os.path.dirname(os.path.abspath(fol.path))
                 if not fol.lines and not os.path.isdir(folder):
                     missing.append(f"{fol.path} (folder {folder} does not exist)")
                 elif not fol.lines and not fol.waiting_logged and not os.path.exists(fol.path):
                     log.info("verl_log: waiting for %s to appear", fol.path)
                     fol.waiting_logged = True
+            else:
+                position = None if safe is None else fol.follower.position_at(safe)
+            if position is not None and position != fol.published:
+                positions.append(position)
+                fol.published = position
+            if fol.catching_up:
+                fol.catching_up = False
+                rebuild_backlog_times(items, fol.path, now, fol.saved_at)
             live_sim = self.ctx.live_sim  # a replayed sim: lines come faster
             gaps = self._gaps.setdefault(fol.path, DataWaitTracker(
                 float(live_sim.speed) if live_sim is not None else 1.0))
@@ -159,6 +191,9 @@ class VerlLogCollector(SampledCollector):
             self.ctx.sink.add_steps(new_steps)
         if new_events:
             self.ctx.sink.add_events(new_events)
+        save = getattr(self.ctx.sink, "add_log_positions", None)
+        if positions and save is not None:
+            save(positions)  # after the steps and events read before them
         self.snapshot = LogSnapshot(
             last=self._last,
             steps=self._steps,
@@ -166,6 +201,7 @@ class VerlLogCollector(SampledCollector):
             parse_errors={f.path: f.parser.stats.parse_errors for f in self.logs},
             events=dict(self._events),
             totals=self._totals.copy(),
+            unrecovered={f.path: f.follower.unrecovered for f in self.logs},
         )
         if missing:
             raise FileNotFoundError("cannot follow --log " + "; ".join(missing)
@@ -191,6 +227,13 @@ class VerlLogCollector(SampledCollector):
             errors.add_metric([path], snap.parse_errors.get(path, 0))
         yield lines
         yield errors
+        lost = CounterMetricFamily(m.LOG_UNRECOVERED.removesuffix("_total"),
+                                   "Saved positions of each log whose file was rotated away or "
+                                   "truncated without a copy found: lines written meanwhile "
+                                   "were not read.", labels=["log"])
+        for path, count in snap.unrecovered.items():
+            lost.add_metric([path], count)
+        yield lost
         events = CounterMetricFamily(m.LOG_EVENTS.removesuffix("_total"),
                                      "Log events by kind (oom, traceback, resume, ...).",
                                      labels=["kind"])
@@ -230,6 +273,43 @@ class VerlLogCollector(SampledCollector):
                                     value=last.end_time)
             yield GaugeMetricFamily(m.SINCE_LAST_STEP, "Seconds since the last step ended.",
                                     value=max(0.0, time.time() - last.end_time))
+
+
+def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float,
+                          since: float | None = None) -> None:
+    """Times for steps written while the exporter was down, read at once when it resumed.
+
+    Lines without a time got the restart's arrival time; instead the last one ends when the
+    file was last written and each earlier one a step's ``total`` before the next, never
+    before ``since`` (when the position was saved; past it they are spread evenly up to the
+    last write). ``time_source`` becomes "rebuilt": no data wait is measured on them."""
+    steps = [i for i in items if isinstance(i, StepRecord) and i.time_source == "arrival"]
+    if not steps:
+        return
+    try:
+        last = min(now, os.stat(path).st_mtime)
+    except OSError:
+        last = now
+    totals = [float(s.total) if _usable(s.total) else 0.0 for s in steps]
+    ends = [last - sum(totals[i + 1:]) for i in range(len(steps))]
+    if since is not None and since < last and ends[0] <= since:
+        ends = [since + (last - since) * (i + 1) / len(steps) for i in range(len(steps))]
+    for step, end in zip(steps, ends, strict=True):
+        step.end_time = end
+        step.time_source = "rebuilt"
+
+
+def _saved_positions(ctx: ExporterContext) -> dict[str, LogPosition]:
+    """The positions the sink's store saved for the followed logs (none without a store)."""
+    read = getattr(ctx.sink, "saved_log_positions", None)
+    if read is None:
+        return {}
+    try:
+        return dict(read())
+    except Exception as exc:  # noqa: BLE001 - an unreadable store: follow as configured
+        log.warning("verl_log: saved log positions unreadable (%s); following as configured",
+                    exc)
+        return {}
 
 
 def _total_families(totals: StepTotals) -> Iterable[Metric]:

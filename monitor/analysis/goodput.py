@@ -21,6 +21,7 @@ import pandas as pd
 from monitor.analysis.attribution import overlap_samples, phase_timeline, sample_period
 from monitor.config import Section
 from monitor.logs.gaps import fill_data_wait
+from monitor.logs.modes import run_mode, waits_in_gen
 from monitor.records import Event, StepRecord
 
 #: Lost causes, in the order reports list them (metric label values).
@@ -34,6 +35,11 @@ LOST_CAUSES: tuple[str, ...] = (
     "validation_checkpoint",
     "low_activity",
     "restarts",
+    # split GPU pools (fully-async, V1 separate-async, one-step-off; docs/goodput.md)
+    "waiting_for_samples",  # the trainer's "gen": waiting for the rollout pool's samples
+    "waiting_for_weights",  # the rollout pool idle until the trainer's next weights arrive
+    "parameter_sync",  # a weight sync between separate pools (param_sync, update_weights, ...)
+    "preempted_work",  # rollout work the engine threw away by preempting requests
 )
 #: Every cause a GPU-second can go to: productive, the lost causes, then unattributed.
 CAUSES: tuple[str, ...] = ("productive",) + LOST_CAUSES + ("unattributed",)
@@ -53,6 +59,16 @@ PHASE_CAUSE: dict[str, str] = {
     "rollout_wait": "rollout_long_tail",
     "other": "unattributed",
 }
+#: What changes where the trainer and the rollout have GPU pools of their own: the trainer's
+#: ``gen`` is its wait for samples and the weight sync goes to the other pool.
+SPLIT_POOL_PHASE_CAUSE: dict[str, str] = {"gen": "waiting_for_samples", "reshard": "parameter_sync"}
+
+
+def phase_causes(steps: list[StepRecord]) -> dict[str, str]:
+    """The phases whose whole time goes to one cause, for the trainer mode of ``steps``."""
+    if waits_in_gen(run_mode(steps)):
+        return {**PHASE_CAUSE, **SPLIT_POOL_PHASE_CAUSE}
+    return dict(PHASE_CAUSE)
 #: Events that end a run: the time from the last step line to one of them is lost work.
 CRASH_KINDS: tuple[str, ...] = (
     "oom", "traceback", "nccl_timeout", "nccl_error", "actor_died", "worker_killed",
@@ -305,12 +321,14 @@ def ledger(
     for cause in ("restarts", "unattributed"):
         mask = (iv["gap_cause"] == cause).to_numpy()
         acc[cause][mask] += (gap - dw)[mask, None]
-    # phases whose whole time has one cause
+    # phases whose whole time has one cause (the trainer's wait for samples in split pools)
+    fixed_causes = phase_causes(steps)
     if len(tl):
-        fixed = tl[tl["phase"].map(PHASE_CAUSE).notna()]
+        fixed = tl[tl["phase"].map(fixed_causes).notna()]
         for (row, phase), grp in fixed.groupby(["row", "phase"]):
-            acc[PHASE_CAUSE[phase]][int(row)] += float((grp["end"] - grp["start"]).sum())
-        comp = tl[tl["phase"].isin(COMPUTE_PHASES)].reset_index(drop=True)
+            acc[fixed_causes[phase]][int(row)] += float((grp["end"] - grp["start"]).sum())
+        judged = [p for p in COMPUTE_PHASES if p not in fixed_causes]
+        comp = tl[tl["phase"].isin(judged)].reset_index(drop=True)
         # compute phases: sample by sample
         if len(comp):
             _judge_compute(comp, samples, width, cfg, kidx, acc)

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from monitor.analysis.summary import json_safe, summarize
+from monitor.commands.simulate import _positive_int  # a whole number, 1 or more
 from monitor.frames import (
     FrameError,
     empty_gpu_frame,
@@ -97,6 +98,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-hour-cost", metavar="PRICE", type=_gpu_hour_cost, default=None,
                    help="price of one GPU-hour (any currency): the 'Where the GPU time went' "
                    "section then shows what the run and each cause of loss cost")
+    p.add_argument("--trainer-gpus", metavar="N", type=_positive_int, default=None,
+                   help="GPUs of the trainer pool (default: those in --gpu); with "
+                   "--rollout-gpus the per-pool ledger adds up to the whole job")
+    p.add_argument("--rollout-gpus", metavar="N", type=_positive_int, default=None,
+                   help="GPUs of the rollout pool of a fully-async, separate-async or "
+                   "one-step-off run (rollout.nnodes x rollout.n_gpus_per_node)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (steps, events, summary, flags) instead of text")
     p.set_defaults(func=run)
@@ -123,16 +130,23 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SNIFF_BYTES = 65536
 
 
+def _head(path: str, what: str) -> bytes | str:
+    """The first bytes of ``path``, or the one-line reason it cannot be read (a str)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(_SNIFF_BYTES)
+    except IsADirectoryError:
+        return f"{path}: is a directory, not {what}"
+    except OSError as exc:
+        return f"{path}: cannot read ({exc.strerror or exc})"
+
+
 def log_file_problem(path: str) -> str | None:
     """None when ``path`` looks like a text log, else the one-line reason: a run store (SQLite,
     which ``verl-monitor export`` turns into files ``analyze`` reads), or a binary file."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(_SNIFF_BYTES)
-    except IsADirectoryError:
-        return f"{path}: is a directory, not a log file"
-    except OSError as exc:
-        return f"{path}: cannot read ({exc.strerror or exc})"
+    head = _head(path, "a log file")
+    if isinstance(head, str):
+        return head
     if head.startswith(_SQLITE_MAGIC):
         return (f"{path}: is a SQLite database (a run store?), not a verl log; run "
                 f"`verl-monitor export {path} --out DIR`, then `verl-monitor analyze "
@@ -245,11 +259,20 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
         log_to_wandb(args.wandb, steps, flags, attribute_rows(steps, gpu) if args.gpu else None,
                      gpu if args.gpu else None)
     stats = parsed.stats
+    gp_doc = goodput_document(steps, gpu, events, config=config.section("goodput"),
+                              gpu_hour_cost=getattr(args, "gpu_hour_cost", None)
+                              ) if args.gpu else None
+    from monitor.analysis.pools import document as pools_document
+
+    pools = pools_document(steps, gpu_ledger=gp_doc,
+                           trainer_gpus=getattr(args, "trainer_gpus", None),
+                           rollout_gpus=getattr(args, "rollout_gpus", None))
     return json_safe(
         {
             "log": str(args.log),
             "format": parsed.format,
             "version_guess": parsed.version_guess,
+            "trainer_mode": pools["mode"],
             "parse": {
                 "lines": stats.lines,
                 "records": stats.records,
@@ -273,12 +296,27 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "events": [e.to_dict() for e in events],
             "summary": summarize(steps, events),
             "attribution": attribution,
-            "goodput": goodput_document(steps, gpu, events, config=config.section("goodput"),
-                                        gpu_hour_cost=getattr(args, "gpu_hour_cost", None))
-            if args.gpu else None,
+            "goodput": gp_doc,
+            "pools": pools,
             "flags": [f.to_dict() for f in flags],
         }
     )
+
+
+def table_file_problem(path: str, flag: str) -> str | None:
+    """None when ``path`` may be a CSV or Parquet table, else the one-line reason."""
+    head = _head(path, "a CSV or Parquet file")
+    if isinstance(head, str):
+        return f"{flag} {head}"
+    if head.startswith(b"PAR1"):
+        return None
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if b"\x00" in head or exc.start < len(head) - 4:  # not a character cut at the end
+            return (f"{flag} {path}: is neither CSV nor Parquet (samples as `verl-monitor "
+                    f"export` writes them: gpu.csv, host.csv)")
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -294,6 +332,8 @@ def run(args: argparse.Namespace) -> int:
         if path and not os.path.exists(path):
             return _fail(f"{path}: no such file")
     problem = log_file_problem(args.log)
+    for flag, path in (("--gpu", args.gpu), ("--host", args.host)):
+        problem = problem or (path and table_file_problem(path, flag))
     if problem:
         return _fail(problem)
     try:

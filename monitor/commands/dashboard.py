@@ -2,7 +2,8 @@
 
 Runs ``python -m streamlit run dashboards/app.py`` headless, without usage statistics, and
 passes the source to the app through the environment (``VERLMON_STORE``,
-``VERLMON_PROMETHEUS``, ``VERLMON_JOB``). Ctrl-C stops the app and exits 0.
+``VERLMON_PROMETHEUS``, ``VERLMON_JOB``, ``VERLMON_PROMETHEUS_TIMEOUT``). Ctrl-C stops the app
+and exits 0. A ``--prometheus`` value that is not an http(s) URL is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ def streamlit_command(port: int, address: str) -> list[str]:
 
 
 def source_env(store: str | None = None, prometheus: str | None = None,
-               job: str | None = None) -> dict[str, str]:
-    """The environment that tells the app which source to read."""
+               job: str | None = None, timeout: float | None = None) -> dict[str, str]:
+    """The environment that tells the app which source to read (``timeout``: the deadline of
+    one Prometheus query, whole answer included)."""
     env = dict(os.environ)
     for name in ("VERLMON_STORE", "VERLMON_PROMETHEUS", "VERLMON_JOB"):
         env.pop(name, None)
@@ -54,6 +56,8 @@ def source_env(store: str | None = None, prometheus: str | None = None,
         env["VERLMON_PROMETHEUS"] = prometheus
         if job:
             env["VERLMON_JOB"] = job
+        if timeout:
+            env["VERLMON_PROMETHEUS_TIMEOUT"] = f"{timeout:g}"
     elif store:
         env["VERLMON_STORE"] = str(Path(store).resolve())
     env.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
@@ -62,11 +66,11 @@ def source_env(store: str | None = None, prometheus: str | None = None,
 
 def start_dashboard(port: int, address: str, store: str | None = None,
                     prometheus: str | None = None, job: str | None = None,
-                    quiet: bool = True) -> subprocess.Popen:
+                    quiet: bool = True, timeout: float | None = None) -> subprocess.Popen:
     """Start the app in a child process (its output discarded when ``quiet``)."""
     out = subprocess.DEVNULL if quiet else None
     return subprocess.Popen(streamlit_command(port, address),
-                            env=source_env(store, prometheus, job),
+                            env=source_env(store, prometheus, job, timeout),
                             stdout=out, stderr=subprocess.STDOUT if quiet else None)
 
 
@@ -122,6 +126,22 @@ def check_store(path: str) -> str | None:
     return None
 
 
+def prometheus_problem(url: str | None, timeout: float | None = None) -> str | None:
+    """None when ``--prometheus`` (if given) is an http(s) URL and ``--prometheus-timeout`` a
+    positive number of seconds, else the one-line reason."""
+    import math
+
+    from monitor.sources.prometheus import url_problem
+
+    if url is not None:
+        problem = url_problem(url)
+        if problem:
+            return f"--prometheus {url!r}: {problem}"
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        return f"--prometheus-timeout {timeout:g}: must be a positive number of seconds"
+    return None
+
+
 def port_problem(address: str, port: int) -> str | None:
     """None when ``address:port`` can be bound now, else the one-line reason (another program
     already listens there, or the address is not this machine's)."""
@@ -167,6 +187,10 @@ def register(subparsers: Any) -> None:
                      help="Prometheus base URL, e.g. http://localhost:9090")
     parser.add_argument("--job", metavar="NAME",
                         help="with --prometheus: only read this scrape job (default: all)")
+    parser.add_argument("--prometheus-timeout", type=float, metavar="SECONDS",
+                        help="with --prometheus: the deadline of one query, whole answer "
+                        "included (default 10); past it the page says so and asks again "
+                        "after as long")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"port to serve the app on (default {DEFAULT_PORT})")
     parser.add_argument("--address", default=DEFAULT_ADDRESS,
@@ -190,6 +214,10 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             print(f"verl-monitor dashboard: {problem}", file=sys.stderr)
             return 2
+    problem = prometheus_problem(args.prometheus, args.prometheus_timeout)
+    if problem:
+        print(f"verl-monitor dashboard: {problem}", file=sys.stderr)
+        return 2
     if not 0 < args.port < 65536:
         print(f"verl-monitor dashboard: bad --port {args.port}", file=sys.stderr)
         return 2
@@ -197,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
     if busy:
         print(f"verl-monitor dashboard: {busy}", file=sys.stderr)
         return 2
-    proc = start_dashboard(args.port, args.address, args.store, args.prometheus, args.job)
+    proc = start_dashboard(args.port, args.address, args.store, args.prometheus, args.job,
+                           timeout=args.prometheus_timeout)
     url = display_url(args.address, args.port)
     previous = signal.signal(signal.SIGTERM, interrupt_on_signal)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)

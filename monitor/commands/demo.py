@@ -4,6 +4,9 @@ Starts ``verl-monitor exporter --gpu-backend sim --scenario demo`` (which plays 
 run into a log in real time, samples the simulated GPUs, follows the log, runs the detectors
 and writes a run store), then the dashboard on that store (or on ``--prometheus URL``, which
 the user points at the exporter). Prints both URLs; Ctrl-C stops everything and exits 0.
+``--scenario agent_loop_demo`` / ``fully_async_demo`` play today's trainers: the exporter's
+simulator then also serves one vLLM ``/metrics`` per engine server, which its rollout
+collector scrapes (the dashboard's Rollout page).
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ def exporter_command(workdir: Path, scenario: str, speed: float, listen: str,
         "--interval", f"{interval:g}",
         "--node", node,
         "--nccl-dir", str(workdir / "nccl"),
+        # the simulated engine servers (agent-loop and fully-async scenarios) change as fast as
+        # the sped-up run: read them every sampling interval, not every 5 s
+        "--rollout-interval", f"{max(interval, 0.5):g}",
     ]
 
 
@@ -111,6 +117,15 @@ def _drain(lines: queue.Queue) -> None:
         pass
 
 
+def scenario_mode(name: str) -> str:
+    """The trainer mode a scenario or script plays (``sync``, ``agent_loop``,
+    ``fully_async``); raises ``UnknownScenario`` (one line, the valid names) when it cannot
+    be played."""
+    from monitor.sim.scenarios import resolve_script, script_mode
+
+    return script_mode(resolve_script(name, None, 0.4))
+
+
 def register(subparsers: Any) -> None:
     """Add the ``demo`` subcommand."""
     parser = subparsers.add_parser(
@@ -136,7 +151,11 @@ def register(subparsers: Any) -> None:
                         help="where the log and the run store go (default: a new temp dir, "
                         "removed when the demo stops)")
     parser.add_argument("--scenario", default="demo",
-                        help="scenario or script to simulate (default demo)")
+                        help="scenario or script to simulate (default demo): agent_loop_demo "
+                        "(server-mode rollout: a full KV cache, a generation tail, agent-loop "
+                        "overhead) and fully_async_demo (a slow rollout pool, a long weight "
+                        "sync, stale samples, an idle rollouter) serve simulated vLLM "
+                        "servers too; `verl-monitor simulate --list` lists every one")
     parser.add_argument("--node", default="demo-node", help="node name (default demo-node)")
     parser.set_defaults(func=run)
 
@@ -151,6 +170,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.speed <= 0:
         print("verl-monitor demo: --speed must be > 0", file=sys.stderr)
+        return 2
+    from monitor.sim.scenarios import UnknownScenario
+
+    try:
+        mode = scenario_mode(args.scenario)
+    except UnknownScenario as exc:
+        print(f"verl-monitor demo: {exc}", file=sys.stderr)
         return 2
     if not 0 < args.port < 65536:
         print(f"verl-monitor demo: bad --port {args.port}", file=sys.stderr)
@@ -194,7 +220,8 @@ def run(args: argparse.Namespace) -> int:
         source = args.prometheus or workdir / "run.db"
         print(f"verl-monitor demo: dashboard {url}\n"
               f"verl-monitor demo: exporter metrics {metrics_url}\n"
-              f"verl-monitor demo: simulated run '{args.scenario}' at {args.speed:g}x; "
+              f"verl-monitor demo: simulated run '{args.scenario}' ({mode} trainer) at "
+              f"{args.speed:g}x; "
               f"log {workdir / 'train.log'}, dashboard source {source}\n"
               "verl-monitor demo: Ctrl-C stops everything", flush=True)
         while True:

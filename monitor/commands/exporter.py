@@ -2,8 +2,10 @@
 
 One process per node. It samples GPUs (NVML, or simulated), the host, the verl log(s) and NCCL
 Inspector dumps in background threads, runs the detectors on a rolling window, writes a local
-run store, and serves everything at ``/metrics``. Stops cleanly on SIGINT, SIGTERM and SIGHUP
-(exit 0): the store is flushed and closed.
+run store, and serves everything at ``/metrics``. Stops cleanly on SIGINT and SIGTERM (exit 0)
+and on SIGHUP (exit 129, 128 + SIGHUP, so that ``Restart=on-failure`` restarts it: a hangup is
+not a requested stop); each flushes and closes the store first. Its soft open-files limit is
+raised to the hard limit (at most 65,536) at start, as Go exporters do.
 """
 
 from __future__ import annotations
@@ -11,12 +13,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
 from typing import Any
 
-from exporters.options import DEFAULT_LISTEN, ExporterOptions
+from exporters.options import DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, ExporterOptions
+
+#: Exit status after SIGHUP (128 + 1, as a shell reports it): a failure to systemd, so
+#: ``Restart=on-failure`` restarts the exporter instead of leaving the node unmonitored.
+HANGUP_EXIT = 128 + signal.SIGHUP
 
 
 def _collector_specs() -> list[tuple[str, str, bool]]:
@@ -37,6 +44,17 @@ def _collector_specs() -> list[tuple[str, str, bool]]:
         if name not in {n for n, _, _ in out}:
             out.append((spec.name, spec.help, spec.default))
     return out
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
                    help="web config (Prometheus exporter-toolkit format): tls_server_config "
                    "{cert_file, key_file}, basic_auth_users {user: bcrypt hash}")
+    p.add_argument("--web.max-connections", dest="web_max_connections", type=_positive_int,
+                   default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+                   help=f"HTTP connections served at once (default {DEFAULT_MAX_CONNECTIONS}; "
+                   "lowered to half the open-files limit); past it the connection that has "
+                   "waited longest for a request makes room, or the new one is closed")
     p.add_argument("--dcgm-compat", action="store_true",
                    help="also write dcgm-exporter names (DCGM_FI_*) for existing dashboards")
     p.add_argument("--config", metavar="FILE",
@@ -105,6 +128,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "share, flags) to this wandb run, resumed by id or created in PROJECT, and "
                    "raise run.alert for warning and critical flags; without network or API key "
                    "it falls back to offline files and never blocks the exporter")
+    p.add_argument("--rollout-server", action="append", default=[], metavar="URL",
+                   help="a vLLM or SGLang rollout server to scrape (http://HOST:PORT or "
+                   "HOST:PORT; /metrics is added); repeat for several")
+    p.add_argument("--rollout-discovery-file", metavar="PATH",
+                   help="the Prometheus config verl writes with "
+                   "actor_rollout_ref.rollout.prometheus.enable=True (its "
+                   "prometheus.file, default /tmp/ray/session_latest/metrics/prometheus/"
+                   "prometheus.yml): scrape the servers of its 'rollout' job, re-read when it "
+                   "changes")
+    p.add_argument("--rollout-interval", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between scrapes of the rollout servers (default 5)")
+    p.add_argument("--rollout-timeout", type=float, default=2.0, metavar="SECONDS",
+                   help="overall deadline of one scrape of all rollout servers (default 2)")
+    p.add_argument("--fr-dir", metavar="DIR", default=None,
+                   help="where the job's ranks keep their debug-info FIFOs "
+                        "(TORCH_NCCL_DEBUG_INFO_PIPE_FILE=DIR/pipe_): when the job hangs, each "
+                        "local rank is asked for its Flight Recorder once and the rank holding "
+                        "the others is named (docs/hangs.md)")
+    p.add_argument("--fr-pipe-prefix", default="pipe_", metavar="PREFIX",
+                   help="file-name prefix of the FIFOs in --fr-dir (default pipe_)")
+    p.add_argument("--fr-dump-prefix", default="fr_", metavar="PREFIX",
+                   help="TORCH_FR_DUMP_TEMP_FILE's prefix: a name in --fr-dir, or a path "
+                        "(default fr_)")
+    p.add_argument("--hang-pyspy", action="store_true", default=None,
+                   help="when the job hangs and Flight Recorder names no rank, take a py-spy "
+                        "stack of each process on this node's GPUs (needs py-spy and ptrace "
+                        "rights)")
     p.add_argument("-v", "--verbose", action="store_true", help="log more (debug level)")
     group = p.add_argument_group("collectors", "turn each collector on or off")
     for name, help_text, default in _collector_specs():
@@ -116,6 +166,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            action="store_false", default=None, help=f"disable {name}")
 
 
+def input_problem(options: ExporterOptions) -> str | None:
+    """One line naming the first bad path or URL among the options, else None.
+
+    A ``--log`` that does not exist yet is fine (it is followed once it appears); one that is a
+    directory, a run store or a binary file is refused, as ``analyze`` refuses it. ``--sim-log``
+    must be a file whose folder exists or can be made; ``--phase-source`` an http(s) URL.
+    """
+    import urllib.parse
+    from pathlib import Path
+
+    from monitor.commands.analyze import log_file_problem
+
+    for path in options.log:
+        if os.path.exists(path):
+            problem = log_file_problem(path)
+            if problem:
+                return f"--log {problem}"
+    if options.sim_log:
+        sim = Path(options.sim_log)
+        if sim.is_dir():
+            return f"--sim-log {sim}: is a directory; give the log file's path (DIR/train.log)"
+        folder = next((p for p in (sim.parent, *sim.parent.parents) if p.exists()), None)
+        if folder is not None and not folder.is_dir():
+            return f"--sim-log {sim}: {folder} is a file, so the log's folder cannot be made"
+        if folder is not None and not os.access(folder, os.W_OK):
+            return f"--sim-log {sim}: cannot write in {folder}"
+    if options.phase_source:
+        url = urllib.parse.urlsplit(options.phase_source)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            return (f"--phase-source {options.phase_source!r}: expected the driver exporter's "
+                    "URL, e.g. http://DRIVER:9048/metrics")
+    return None
+
+
 def register(subparsers: Any) -> None:
     """Add the ``exporter`` subcommand."""
     parser = subparsers.add_parser(
@@ -123,6 +207,9 @@ def register(subparsers: Any) -> None:
         help="run the node exporter: Prometheus /metrics, run store, live flags",
         description="Sample GPUs, host, verl logs and NCCL dumps on this node, run the "
         "detectors live, record a run store, and serve Prometheus metrics at /metrics.",
+        epilog="Signals: SIGTERM and SIGINT stop it cleanly (exit 0); SIGHUP stops it "
+        "cleanly too but exits 129, so a supervisor (systemd Restart=, a restart loop) starts "
+        "it again; there is no reload. Exit 2: bad options or web config.",
     )
     add_arguments(parser)
     parser.set_defaults(func=run)
@@ -136,12 +223,13 @@ def parse_options(argv: list[str]) -> ExporterOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the exporter and serve until SIGINT/SIGTERM/SIGHUP; 0 on a clean stop, 2 on bad
-    input."""
+    """Start the exporter and serve until SIGINT/SIGTERM/SIGHUP; 0 on a clean stop, 129 after
+    SIGHUP (stopped cleanly, but not asked to: a supervisor restarts it), 2 on bad input."""
     options = ExporterOptions.from_namespace(args)  # once: nothing after reads the namespace
     logging.basicConfig(level=logging.DEBUG if options.verbose else logging.INFO,
                         format="verl-monitor exporter: %(message)s", stream=sys.stderr)
     from exporters.app import Exporter, ExporterError
+    from exporters.server import raise_open_files_limit
     from monitor.extras import explain_missing
 
     for given, flag, extra in ((options.wandb, "--wandb", "wandb"),
@@ -150,13 +238,20 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             print(f"verl-monitor exporter: {missing}", file=sys.stderr)
             return 2
+    problem = input_problem(options)
+    if problem:
+        print(f"verl-monitor exporter: {problem}", file=sys.stderr)
+        return 2
     stop = threading.Event()
+    received: list[int] = []
 
     def on_signal(signum, _frame) -> None:
+        received.append(signum)
         stop.set()
 
-    # SIGHUP too (a closed terminal, a hung-up ssh session): every one stops cleanly, with
-    # the store's final flush and close
+    # SIGHUP too (a closed terminal, a hung-up ssh session, `kill -HUP`): every one stops
+    # cleanly, with the store's final flush and close; SIGHUP then exits 129, not 0
+    raise_open_files_limit()
     previous = {sig: signal.signal(sig, on_signal)
                 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     exporter = None
@@ -170,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
         print(exporter.startup_line(), flush=True)
         while not stop.wait(60):
             pass
-        return 0
+        return HANGUP_EXIT if signal.SIGHUP in received else 0
     finally:
         if exporter is not None:
             exporter.stop()

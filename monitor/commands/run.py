@@ -322,6 +322,12 @@ def _run(args: argparse.Namespace) -> int:
     node = args.node or socket.gethostname()
     port = _port_of(args.listen_address)
     log_path = Path(args.log or f"verl-monitor-{node}-{time.strftime('%Y%m%d-%H%M%S')}.log")
+    if log_path.exists():  # appended to: a directory, a run store or a binary file is refused
+        from monitor.commands.analyze import log_file_problem
+
+        problem = log_file_problem(str(log_path))
+        if problem:
+            raise RunError(f"--log {problem}")
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.touch()

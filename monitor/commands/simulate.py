@@ -7,7 +7,7 @@ import sys
 from datetime import datetime
 
 from monitor.sim.engine import LOG_FORMATS, SimRun
-from monitor.sim.scenarios import UnknownScenario, describe, list_scenarios
+from monitor.sim.scenarios import SIM_MODES, UnknownScenario, describe, list_scenarios
 from monitor.sim.versions import VERSIONS, UnknownVersion
 
 
@@ -83,6 +83,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="console (verl's step:N lines) or breakdown ('Step N: total=..ms | ...')")
     p.add_argument("--start", type=_start_time, default=None,
                    help="start time: 'now', unix seconds or ISO 8601 (default 2026-01-01T00:00Z)")
+    p.add_argument("--trainer-mode", choices=SIM_MODES, default=None,
+                   help="trainer to simulate: sync (colocated), agent_loop (vLLM servers "
+                   "behind the agent loop) or fully_async (the fully-async trainer, a separate "
+                   "rollout pool); default: the one the scenario needs, else sync. The last "
+                   "two also write rollout.csv (the engines' series)")
     p.add_argument("--out", help="output folder (created if missing)")
     p.set_defaults(func=run)
 
@@ -109,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             noise=args.noise,
             timestamps=args.timestamps,
             log_format=args.log_format,
+            mode=args.trainer_mode,
         )
     except (UnknownScenario, UnknownVersion, ValueError) as exc:
         print(f"verl-monitor simulate: {exc}", file=sys.stderr)
@@ -121,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     kinds = sorted({e["kind"] for e in sim.truth})
     print(
-        f"wrote {args.out}: {len(sim.steps)} steps ({sim.outcome}), verl {sim.verl_version}, "
+        f"wrote {args.out}: {len(sim.steps)} steps ({sim.outcome}), verl {sim.verl_version} "
+        f"{sim.mode} trainer, "
         f"{sim.nodes}x{sim.gpus_per_node} GPUs, "
         f"{(sim.end_time - sim.start_time) / 60:.1f} min; truth: {', '.join(kinds) or 'none'}"
     )

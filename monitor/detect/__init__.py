@@ -16,6 +16,12 @@ from collections.abc import Callable
 import pandas as pd
 
 from monitor.config import Config, load_config
+from monitor.detect.async_pools import (
+    detect_agent_loop_overhead,
+    detect_pool_imbalance,
+    detect_stale_samples,
+    detect_weight_sync_pause,
+)
 from monitor.detect.base import Context
 from monitor.detect.failures import detect_fatal_error
 from monitor.detect.gpu_activity import (
@@ -23,6 +29,7 @@ from monitor.detect.gpu_activity import (
     detect_low_utilization,
     detect_util_overstates_sm,
 )
+from monitor.detect.hang import detect_hang
 from monitor.detect.health import (
     detect_gpu_fault,
     detect_memory_pressure,
@@ -32,6 +39,7 @@ from monitor.detect.health import (
 from monitor.detect.io import detect_io_starvation
 from monitor.detect.phases import detect_comm_heavy, detect_phase_imbalance, detect_reshard_spike
 from monitor.detect.rollout import detect_rollout_long_tail, detect_rollout_wait
+from monitor.detect.rollout_engine import detect_generation_tail, detect_kv_cache_preemption
 from monitor.detect.steps import detect_step_time_spikes, detect_throughput_regression
 from monitor.detect.window import latest_time
 from monitor.frames import (
@@ -41,6 +49,7 @@ from monitor.frames import (
     empty_gpu_frame,
     empty_host_frame,
     empty_nccl_frame,
+    rollout_frame,
 )
 from monitor.logs.gaps import fill_data_wait
 from monitor.records import Event, Flag, StepRecord
@@ -65,6 +74,13 @@ DETECTORS: dict[str, Callable[[Context], list[Flag]]] = {
     "gpu_fault": detect_gpu_fault,
     "stalled": detect_stalled,
     "fatal_error": detect_fatal_error,
+    "hang": detect_hang,
+    "kv_cache_preemption": detect_kv_cache_preemption,
+    "generation_tail": detect_generation_tail,
+    "pool_imbalance": detect_pool_imbalance,
+    "stale_samples": detect_stale_samples,
+    "weight_sync_pause": detect_weight_sync_pause,
+    "agent_loop_overhead": detect_agent_loop_overhead,
 }
 
 
@@ -77,24 +93,29 @@ def make_context(
     now: float | None = None,
     reference_steps: list[StepRecord] | None = None,
     nccl: pd.DataFrame | None = None,
+    rollout: pd.DataFrame | None = None,
 ) -> Context | None:
     """The shared detector context, or None when there is nothing to look at.
 
     ``reference_steps``: the run's first steps when ``steps`` is only a recent window of it;
-    ``nccl``: NCCL Inspector records (the store's ``nccl.csv``), when the plugin ran."""
+    ``nccl``: NCCL Inspector records (the store's ``nccl.csv``), when the plugin ran;
+    ``rollout``: rollout-engine samples (``monitor.frames.ROLLOUT_COLUMNS``), when scraped."""
     gpu = empty_gpu_frame() if gpu is None else _with_columns(gpu, GPU_COLUMNS)
     host = empty_host_frame() if host is None else _with_columns(host, HOST_COLUMNS)
     steps = fill_data_wait(list(steps or []))  # the batch fetch before each step's timer
     events = list(events or [])
     if now is None:
         now = latest_time(steps, gpu, host, events)
+    if now is None and rollout is not None and len(rollout):
+        now = float(pd.to_numeric(rollout["ts"], errors="coerce").max())  # engine samples only
     if now is None and events:
         now = 0.0  # only events, none with a time (a pasted traceback): they are placed at 0
     if now is None:
         return None
     nccl = empty_nccl_frame() if nccl is None else _with_columns(nccl, NCCL_COLUMNS)
+    rollout = rollout_frame([]) if rollout is None else rollout
     return Context(steps, gpu, host, events, config or load_config(), float(now),
-                   reference_steps=list(reference_steps or []), nccl=nccl)
+                   reference_steps=list(reference_steps or []), nccl=nccl, rollout=rollout)
 
 
 def _with_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -132,23 +153,29 @@ def run_all(
     now: float | None = None,
     reference_steps: list[StepRecord] | None = None,
     nccl: pd.DataFrame | None = None,
+    rollout: pd.DataFrame | None = None,
+    on_error: Callable[[str, Exception], None] | None = None,
 ) -> list[Flag]:
     """Run every detector and return their flags, sorted by start time.
 
     ``now`` defaults to the latest timestamp in any input. A detector that fails is logged and
     skipped so the others still report. ``reference_steps``: the run's first steps, from a live
     caller whose ``steps`` are a rolling window (a throughput drop older than the window is
-    still measured against the run's start, not against itself).
+    still measured against the run's start, not against itself). ``on_error(kind, exc)``,
+    when given, is told of each detector that fails (instead of logging it here).
     """
-    ctx = make_context(steps, gpu, host, events, config, now, reference_steps, nccl)
+    ctx = make_context(steps, gpu, host, events, config, now, reference_steps, nccl, rollout)
     if ctx is None:
         return []
     flags: list[Flag] = []
     for kind, fn in DETECTORS.items():
         try:
             flags.extend(fn(ctx))
-        except Exception:  # noqa: BLE001 - one broken detector must not silence the others
-            log.exception("detector %s failed", kind)
+        except Exception as exc:  # noqa: BLE001 - one broken detector must not silence the rest
+            if on_error is None:
+                log.exception("detector %s failed", kind)
+            else:
+                on_error(kind, exc)
     flags = _suppress(flags, ctx.config.section("suppress"))
     return sorted(flags, key=lambda f: (f.start, f.kind))
 

@@ -26,9 +26,43 @@ REAL_KEYS: tuple[str, ...] = (
     "data.max_response_length",
     "trainer.logger",
     "trainer.save_freq",
+    "actor_rollout_ref.nccl_timeout",
+    "ray_kwargs.ray_init.runtime_env.env_vars",  # Ray's runtime_env, merged by verl
     "trainer.test_freq",
     "global_profiler.tool",
     "trainer.balance_batch",
+    # today's trainers (issue 21; verl-project/verl main): pools, staleness, agent loop
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+    "rollout.nnodes",
+    "rollout.n_gpus_per_node",
+    "async_training.staleness_threshold",
+    "async_training.trigger_parameter_sync_step",
+    "async_training.partial_rollout",
+    "async_training.require_batches",
+    "async_training.use_dynamic_resource_scheduling",
+    "actor_rollout_ref.rollout.nnodes",
+    "actor_rollout_ref.rollout.n_gpus_per_node",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend",
+    "actor_rollout_ref.rollout.multi_turn.max_parallel_calls",
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
+    "actor_rollout_ref.rollout.multi_turn.max_tool_response_length",
+    "actor_rollout_ref.rollout.agent.num_workers",
+    "reward.num_workers",
+    "reward.reward_manager",
+    "trainer.v1.sampler.max_off_policy_threshold",
+    "trainer.v1.sampler.max_off_policy_strategy",
+    "trainer.v1.separate_async.parameter_sync_step",
+    "trainer.v1.separate_async.hybrid_rollout.enable_switch",
+    "trainer.v1.separate_async.hybrid_rollout.switch_threshold_ratio",
+    # rollout engines (verl/trainer/config/rollout/rollout.yaml; kv_cache_preemption,
+    # generation_tail, docs/rollout_engines.md)
+    "actor_rollout_ref.rollout.max_num_seqs",
+    "actor_rollout_ref.rollout.max_num_batched_tokens",
+    "actor_rollout_ref.rollout.over_sample_rate",
+    "actor_rollout_ref.rollout.disable_log_stats",
+    "actor_rollout_ref.rollout.prometheus.enable",
+    "actor_rollout_ref.rollout.prometheus.file",
 )
 
 INVENTED_KEYS: tuple[str, ...] = (
@@ -47,6 +81,25 @@ INVENTED_KEYS: tuple[str, ...] = (
 )
 
 ADVICE: dict[str, list[str]] = {
+    # --- rollout engines (issue 21): vLLM / SGLang servers' own series -------------------------
+    "kv_cache_preemption": [
+        "Give the engine more KV cache: raise actor_rollout_ref.rollout.gpu_memory_utilization "
+        "(the share of GPU memory vLLM/SGLang take for weights and KV cache), or raise "
+        "actor_rollout_ref.rollout.tensor_model_parallel_size so each GPU holds less of the "
+        "weights and more cache.",
+        "Admit fewer sequences at once: lower actor_rollout_ref.rollout.max_num_seqs (and "
+        "actor_rollout_ref.rollout.max_num_batched_tokens); a smaller batch that never preempts "
+        "finishes sooner than a full one that recomputes.",
+        "Long responses fill the cache: cap data.max_response_length.",
+    ],
+    "generation_tail": [
+        "Stop waiting for the last few responses: actor_rollout_ref.rollout.over_sample_rate "
+        "aborts the remaining requests once (1 - rate) of them have finished.",
+        "Cap the tail with a lower data.max_response_length; a few very long responses keep "
+        "the other servers idle.",
+        "Give the pool more independent work per rollout: a larger data.train_batch_size with "
+        "fewer samples per prompt (actor_rollout_ref.rollout.n).",
+    ],
     "gpu_imbalance": [
         "Turn on trainer.balance_batch=True so each data-parallel rank gets a similar token count.",
         "Use actor_rollout_ref.actor.use_dynamic_bsz=True with actor_rollout_ref.actor."
@@ -155,6 +208,18 @@ ADVICE: dict[str, list[str]] = {
         "hang in a collective, and at the GPUs for a faulted device.",
         "A lower trainer.save_freq limits the work lost when a hung run must be restarted.",
     ],
+    "hang": [
+        "Look at the rank named in the evidence first: its frame is where it stopped (a data "
+        "loader, a reward call, a branch only some ranks take, a kernel that never ends); the "
+        "others only wait for it, and restarting them alone does not help.",
+        "Without a named rank, let each rank dump its Flight Recorder on request: add "
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE and TORCH_FR_DUMP_TEMP_FILE to "
+        "ray_kwargs.ray_init.runtime_env.env_vars (see the hangs page of the docs) and run "
+        "the exporter with "
+        "--fr-dir.",
+        "actor_rollout_ref.nccl_timeout (600 s by default) bounds how long NCCL waits before "
+        "its watchdog ends the job; a lower trainer.save_freq limits the work a hang loses.",
+    ],
     "fatal_error": [
         "The run died: the first failure in time is usually the cause and the rest (other "
         "ranks timing out, Ray reporting dead actors) follow from it; read that rank's or "
@@ -162,7 +227,89 @@ ADVICE: dict[str, list[str]] = {
         "Resume from the last checkpoint once the cause is fixed; trainer.save_freq sets how "
         "much work a crash loses.",
     ],
+    # --- today's trainers (issue 21): pools, staleness, weight sync, agent loop ---------------
+    "pool_imbalance": [
+        "The two GPU pools are out of balance: move GPUs to the side that is waited on "
+        "(fully-async: rollout.nnodes and rollout.n_gpus_per_node against trainer.nnodes and "
+        "trainer.n_gpus_per_node; V1 separate-async and one-step-off: "
+        "actor_rollout_ref.rollout.nnodes and actor_rollout_ref.rollout.n_gpus_per_node).",
+        "Let the sides overlap more: a higher async_training.staleness_threshold or "
+        "async_training.trigger_parameter_sync_step lets the rollouter run further ahead "
+        "(fresher samples are traded for less waiting).",
+    ],
+    "stale_samples": [
+        "Samples are too old when trained, or thrown away: a fully-async run bounds the lag "
+        "with async_training.staleness_threshold and async_training.trigger_parameter_sync_step "
+        "(async_training.partial_rollout continues samples across an update); V1 evicts groups "
+        "older than trainer.v1.sampler.max_off_policy_threshold "
+        "(trainer.v1.sampler.max_off_policy_strategy=wait keeps them instead of dropping).",
+        "Evictions mean generation is wasted: give the trainer more GPUs (trainer.nnodes, "
+        "trainer.n_gpus_per_node) so samples are consumed sooner, or fewer to the rollout.",
+    ],
+    "weight_sync_pause": [
+        "Generation is paused while weights are synced: use the NCCL checkpoint engine "
+        "(actor_rollout_ref.rollout.checkpoint_engine.backend=nccl) between separate pools, "
+        "and sync less often (async_training.trigger_parameter_sync_step, "
+        "trainer.v1.separate_async.parameter_sync_step).",
+    ],
+    "agent_loop_overhead": [
+        "Tool calls or reward scoring, not generation, take the agent loop's time: run more "
+        "tool calls at once (actor_rollout_ref.rollout.multi_turn.max_parallel_calls), cap "
+        "the turns (actor_rollout_ref.rollout.multi_turn.max_assistant_turns) and the tool "
+        "output (actor_rollout_ref.rollout.multi_turn.max_tool_response_length).",
+        "A slow compute_score: raise reward.num_workers, or move scoring out of the loop's "
+        "path with another reward.reward_manager; more agent-loop workers "
+        "(actor_rollout_ref.rollout.agent.num_workers) overlap the waits.",
+    ],
 }
+
+#: Advice for ``pool_imbalance`` by direction and trainer mode (replaces the kind's general
+#: advice where it applies): ``trainer_waits`` (the rollout pool is the bottleneck) or
+#: ``rollouter_waits`` (the trainer pool is).
+POOL_ADVICE: dict[tuple[str, str], list[str]] = {
+    ("trainer_waits", "fully_async_trainer"): [
+        "The trainer waits on the rollout pool: give the rollouter more GPUs (rollout.nnodes, "
+        "rollout.n_gpus_per_node) or the trainer fewer (trainer.nnodes, "
+        "trainer.n_gpus_per_node).",
+        "Let the rollouter run further ahead: raise async_training.staleness_threshold or "
+        "async_training.trigger_parameter_sync_step, keep async_training.partial_rollout=True; "
+        "async_training.use_dynamic_resource_scheduling lends idle trainer GPUs to the rollout.",
+        "Micro-batch settings do not help here: the trainer's GPUs are idle because no samples "
+        "have arrived, not because its kernels are small.",
+    ],
+    ("trainer_waits", "separate_async"): [
+        "The trainer waits on the rollout pool: give it more GPUs "
+        "(actor_rollout_ref.rollout.nnodes, actor_rollout_ref.rollout.n_gpus_per_node), or lend "
+        "the trainer's GPUs to the rollout between steps "
+        "(trainer.v1.separate_async.hybrid_rollout.enable_switch=True, "
+        "trainer.v1.separate_async.hybrid_rollout.switch_threshold_ratio).",
+        "A higher trainer.v1.sampler.max_off_policy_threshold lets older samples train instead "
+        "of being waited for.",
+    ],
+    ("trainer_waits", "one_step_off"): [
+        "Generation of the next batch outlasts training of this one: give the rollout pool "
+        "more GPUs (rollout.nnodes, rollout.n_gpus_per_node) or the trainer fewer "
+        "(trainer.nnodes, trainer.n_gpus_per_node).",
+    ],
+    ("rollouter_waits", "fully_async_trainer"): [
+        "The rollouter sits paused waiting for new weights: the trainer pool is the "
+        "bottleneck. Give the trainer more GPUs (trainer.nnodes, trainer.n_gpus_per_node) or "
+        "the rollout fewer (rollout.nnodes, rollout.n_gpus_per_node).",
+        "Or let the rollouter generate further ahead of the weights: a higher "
+        "async_training.staleness_threshold (at the cost of staler samples).",
+    ],
+    ("rollouter_waits", "one_step_off"): [
+        "The rollout pool finishes long before training does: move GPUs from the rollout "
+        "(rollout.nnodes, rollout.n_gpus_per_node) to the trainer (trainer.nnodes, "
+        "trainer.n_gpus_per_node).",
+    ],
+}
+
+
+def pool_advice(direction: str, mode: str) -> list[str]:
+    """``pool_imbalance`` advice for one direction and trainer mode (the general advice when
+    the mode has none of its own)."""
+    return list(POOL_ADVICE.get((direction, mode)) or advice_for("pool_imbalance"))
 
 #: Advice for one failure (``monitor.logs.failures``), by event kind or ``kind:reason``; it
 #: comes before the general ``fatal_error`` advice.
@@ -284,7 +431,7 @@ OOM_PHASE_ADVICE: dict[str, list[str]] = {
     ],
 }
 
-_KEY_RE = re.compile(r"\b(?:[a-z_]{2,}\.)+[a-z_*]+\b")
+_KEY_RE = re.compile(r"\b(?:[a-z_][a-z0-9_]+\.)+[a-z_*][a-z0-9_*]*\b")  # trainer.v1.*
 
 
 def named_keys(text: str) -> list[str]:

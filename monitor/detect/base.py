@@ -15,7 +15,7 @@ from monitor.config import Config, Section
 from monitor.detect import window as W
 from monitor.detect.advice import advice_for
 from monitor.detect.persistence import Episode, episodes
-from monitor.frames import empty_nccl_frame
+from monitor.frames import empty_nccl_frame, empty_rollout_frame
 from monitor.records import Event, Flag, StepRecord
 
 
@@ -35,6 +35,9 @@ class Context:
     reference_steps: list[StepRecord] = field(default_factory=list)
     #: NCCL Inspector records (``monitor.frames.NCCL_COLUMNS``); empty without the plugin.
     nccl: pd.DataFrame = field(default_factory=empty_nccl_frame)
+    #: Rollout-engine samples (``monitor.frames.ROLLOUT_COLUMNS``: vLLM / SGLang servers);
+    #: empty without ``--rollout-server`` / discovery.
+    rollout: pd.DataFrame = field(default_factory=empty_rollout_frame)
 
     def cfg(self, section: str) -> Section:
         """One detector's settings."""

@@ -27,6 +27,24 @@ class FlagTracker:
     def __init__(self) -> None:
         self._open: dict[tuple[str, str], Flag] = {}
         self._raised: dict[tuple[str, str], int] = {}
+        #: adopted flags (from a previous process): their start never moves; the reason is
+        #: added to the evidence of those closing before any call reported them again
+        self._adopted: dict[tuple[str, str], str | None] = {}
+
+    def adopt(self, flags: list[Flag], reason: str | None = None) -> int:
+        """Take over flags a previous process left open (read back from the store): they are
+        open here with their stored start, so a call that still reports them opens nothing
+        new. One the next ``update`` does not report closes with ``reason`` appended to its
+        evidence. Returns how many were adopted (closed ones and duplicates are skipped)."""
+        count = 0
+        for f in flags:
+            key = flag_key(f)
+            if f.end is not None or key in self._open:
+                continue
+            self._open[key] = copy.deepcopy(f)
+            self._adopted[key] = reason
+            count += 1
+        return count
 
     def update(self, flags: list[Flag], now: float) -> tuple[list[Flag], list[Flag]]:
         """Take the flags of one ``run_all`` call; return (newly opened, newly closed).
@@ -57,6 +75,9 @@ class FlagTracker:
                 self._raised[rk] = self._raised.get(rk, 0) + 1
             else:
                 start = min(have.start, f.start)
+                if key in self._adopted:  # announced with its stored start: keep it
+                    start = have.start
+                    self._adopted[key] = None  # seen again: an ordinary close later
                 severity = have.severity
                 if _RANK.get(f.severity, 0) > _RANK.get(have.severity, 0):
                     severity = f.severity
@@ -68,6 +89,9 @@ class FlagTracker:
                 continue
             f = self._open.pop(key)
             end = ended.get(key, now)
+            reason = self._adopted.pop(key, None)
+            if reason:
+                f = replace(f, evidence=f"{f.evidence} ({reason})" if f.evidence else reason)
             closed.append(replace(f, end=max(end, f.start)))
         return opened, closed
 

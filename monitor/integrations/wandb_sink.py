@@ -255,6 +255,8 @@ class WandbSink:
         self._flags: list[Flag] = []  # every flag seen, latest state, in order of opening
         self._open: dict[tuple[str, str], int] = {}  # (kind, scope) -> index in _flags
         self._alerted: set[tuple[str, str, float, str]] = set()
+        #: run.alert outcomes: sent, failed (the call raised), dropped (no run to alert on)
+        self.alerts = {"sent": 0, "failed": 0, "dropped": 0}
         self._opened_total = 0
         self._logged_steps: dict[tuple[int, float | None], None] = {}
         self._start()
@@ -454,6 +456,7 @@ class WandbSink:
 
     def _log_flag_state(self, to_alert: list[Flag]) -> None:
         if self.run is None:
+            self.alerts["dropped"] += sum(1 for f in to_alert if f.severity in _ALERT_LEVEL)
             return
         counts = {f"{PREFIX}flags_open/{sev}": 0 for sev in ("info", "warning", "critical")}
         for at in self._open.values():
@@ -486,14 +489,19 @@ class WandbSink:
     def _alert(self, flag: Flag) -> None:
         level = _ALERT_LEVEL.get(flag.severity)
         key = (*_flag_id(flag), flag.severity)
-        if level is None or key in self._alerted or self.run is None:
+        if level is None or key in self._alerted:
+            return
+        if self.run is None:  # the sink turned itself off: the alert cannot go
+            self.alerts["dropped"] += 1
             return
         self._alerted.add(key)
         title = f"verl-monitor: {flag.kind} ({flag.severity})"
         if flag.scope_label:
             title += f" {flag.scope_label}"
-        self._call("alert", self.run.alert, title=title[:200], text=_alert_text(flag)[:4000],
-                   level=level, wait_duration=timedelta(seconds=1))
+        ok = self._call("alert", self.run.alert, title=title[:200],
+                        text=_alert_text(flag)[:4000], level=level,
+                        wait_duration=timedelta(seconds=1))
+        self.alerts["sent" if ok else "failed"] += 1
 
     def log_window(
         self,

@@ -7,10 +7,13 @@ lines that needed it) and drop lines longer than ``max_line_bytes`` without hold
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,38 @@ CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 16 * 2**20
 #: Bytes at the start of a followed file remembered to notice it was rewritten from scratch.
 HEAD_BYTES = 64
+#: Bytes at the start of a file hashed into a saved position's fingerprint (fewer when the
+#: position is nearer the start): the same file is recognised after a restart or a rename.
+FINGERPRINT_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """Where a follower stands in one file: what a restart resumes from.
+
+    ``dev``/``ino`` identify the file, ``offset`` is the end of the last line handed out,
+    ``head_len``/``head_hash`` fingerprint its first bytes (a sha1 of ``head_len`` bytes):
+    a file truncated and written again, or a copy of it, is told apart by them.
+    ``saved_at``: when a store saved it (unix seconds; not part of equality)."""
+
+    path: str
+    dev: int
+    ino: int
+    offset: int
+    head_len: int
+    head_hash: str
+    saved_at: float | None = field(default=None, compare=False)
+
+
+def head_hash(fd: int, length: int) -> str | None:
+    """sha1 (hex) of the first ``length`` bytes of an open file; None when it holds fewer."""
+    try:
+        data = os.pread(fd, length, 0) if length else b""
+    except OSError:
+        return None
+    if len(data) < length:
+        return None
+    return hashlib.sha1(data).hexdigest()
 
 
 class _Splitter:
@@ -30,14 +65,19 @@ class _Splitter:
         self.buf = bytearray()
         self.dropping = False
         self.oversize = 0
+        #: the file offset just past each line the last ``feed`` returned
+        self.ends: list[int] = []
 
-    def feed(self, chunk: bytes) -> list[bytes]:
-        """Complete lines (without ``\\n``) that ``chunk`` finishes."""
+    def feed(self, chunk: bytes, base: int = 0) -> list[bytes]:
+        """Complete lines (without ``\\n``) that ``chunk`` (read at offset ``base``) finishes;
+        ``ends`` then holds the offset just past each of them."""
         parts = chunk.split(b"\n")
         tail = parts.pop()
+        ends = list(accumulate((len(p) + 1 for p in parts), initial=base))[1:]
         if parts:
             if self.dropping:
                 del parts[0]
+                del ends[0]
                 self.dropping = False
             elif self.buf:
                 self.buf += parts[0]
@@ -45,9 +85,11 @@ class _Splitter:
             self.buf = bytearray()
             limit = self.max_line_bytes
             if len(chunk) > limit or (parts and len(parts[0]) > limit):
-                kept = [p for p in parts if len(p) <= limit]
+                kept = [i for i, p in enumerate(parts) if len(p) <= limit]
                 self.oversize += len(parts) - len(kept)
-                parts = kept
+                parts = [parts[i] for i in kept]
+                ends = [ends[i] for i in kept]
+        self.ends = ends
         if not self.dropping and tail:
             self.buf += tail
             if len(self.buf) > self.max_line_bytes:
@@ -155,9 +197,17 @@ class LogFollower:
     starts over when the file shrinks (copy-truncate, verl's file logger truncating on resume),
     when its first 64 bytes change (truncated and regrown past our position between two polls)
     or when it is deleted and re-created, emitting a ``"truncated"`` event (``drain_events``),
-    and waits quietly while the file is missing. Counters: ``lines``, ``bytes_read``, ``rotations``,
-    ``truncations``, ``oversize_lines`` (lines above ``max_line_bytes``, dropped) and
-    ``bad_utf8_lines`` (lines whose invalid UTF-8 was replaced).
+    and waits quietly while the file is missing. A copy-truncated file whose copy (``name.1``,
+    or any ``name.*`` / ``name-*`` sibling with the same first bytes) is found is finished from
+    that copy first. Counters: ``lines``, ``bytes_read``, ``rotations``, ``truncations``,
+    ``oversize_lines`` (lines above ``max_line_bytes``, dropped), ``bad_utf8_lines`` (lines
+    whose invalid UTF-8 was replaced) and ``unrecovered`` (a saved position whose file is
+    gone without a copy: lines written meanwhile could not be read).
+
+    Restarts: ``position_at(i)`` / ``position()`` give a ``LogPosition`` to save with what was
+    read; a follower given it back as ``resume_from`` continues exactly there: in the same file,
+    or in the file it was renamed or copied to (then in the new one from its start).
+    ``start_at_end`` applies only without a saved position.
     """
 
     def __init__(
@@ -168,6 +218,7 @@ class LogFollower:
         *,
         chunk_bytes: int = CHUNK_BYTES,
         max_poll_bytes: int = 64 * 2**20,
+        resume_from: LogPosition | None = None,
     ) -> None:
         self.path = Path(path)
         self.start_at_end = start_at_end
@@ -179,14 +230,23 @@ class LogFollower:
         self.lines = 0
         self.bytes_read = 0
         self.bad_utf8_lines = 0
+        #: saved positions whose file was gone without a copy (lines meanwhile unread)
+        self.unrecovered = 0
+        #: one plain line for each unrecovered position, for the caller to log
+        self.problems: list[str] = []
         self._splitter = _Splitter(max_line_bytes)
         self._fh: Any = None
         self._ident: tuple[int, int] | None = None
         self._pos = 0
         self._first_open = True
+        self._saved = resume_from
         self._events: list[Event] = []
         self._head = b""  # the file's first bytes, to notice a truncate-and-regrow between polls
         self._pipe = False  # a FIFO: read what is there, never wait, no size or head checks
+        self._ends: list[int] = []  # offset past each line of the current file in this poll
+        self._first_current = 0  # index (in this poll's lines) of the current file's first line
+        self._last_end = 0  # offset past the last complete line of the current file
+        self._fp: tuple[int, str] | None = None  # (length, sha1) of the current file's head
 
     @property
     def oversize_lines(self) -> int:
@@ -209,9 +269,23 @@ class LogFollower:
             self._fh.close()
             self._fh = None
 
+    def saved_position(self) -> LogPosition | None:
+        """Where the file stands after its last complete line (None: nothing open, a pipe)."""
+        return self._position(self._last_end)
+
+    def position_at(self, index: int) -> LogPosition | None:
+        """The position just past line ``index`` of the last ``poll()``'s lines; None when
+        that line came from a file rotated away during the poll."""
+        i = index - self._first_current
+        if i < 0 or i >= len(self._ends):
+            return None
+        return self._position(self._ends[i])
+
     def poll(self) -> list[str]:
         """Complete lines appended since the last poll. Never raises on a missing file."""
         out: list[str] = []
+        self._ends = []
+        self._first_current = 0
         if self._fh is None and not self._open():
             return out
         try:
@@ -221,9 +295,11 @@ class LogFollower:
         if self._pipe:
             pass  # a pipe has no size and no start to return to
         elif size < self._pos:
-            self._start_over("shrunk", f"{self.path} shrank from {self._pos} to {size} bytes")
+            if not self._switch_to_copy():
+                self._start_over("shrunk", f"{self.path} shrank from {self._pos} to {size} bytes")
         elif self._head and self._head_changed():
-            self._start_over("rewritten", f"{self.path} was truncated and written again")
+            if not self._switch_to_copy():
+                self._start_over("rewritten", f"{self.path} was truncated and written again")
         if not self._read(out):
             return out  # poll budget used up: continue next time
         try:
@@ -244,6 +320,8 @@ class LogFollower:
             if rest is not None:
                 self._emit(rest, out)
         self.close()
+        self._first_current = len(out)
+        self._ends = []
         if not self._open():
             return out
         if replaced:
@@ -257,12 +335,20 @@ class LogFollower:
     # --- internals ------------------------------------------------------------------------------
 
     def _open(self) -> bool:
+        if self._first_open and self._saved is not None:
+            self._first_open = False
+            if self._open_saved():
+                return True
+        at_end = self._first_open and self.start_at_end
+        self._first_open = False
+        return self._open_file(self.path, at_end=at_end)
+
+    def _open_file(self, path: Path, *, at_end: bool = False, offset: int = 0) -> bool:
         # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever (and block
         # the exporter's start and its SIGTERM); on a regular file the flag changes nothing.
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
-            self._first_open = False
             return False
         fh = os.fdopen(fd, "rb")  # noqa: SIM115 - kept open between polls
         st = os.fstat(fh.fileno())
@@ -271,15 +357,69 @@ class LogFollower:
         self._ident = (st.st_dev, st.st_ino)
         self._pos = 0
         self._head = b""
+        self._fp = None
         self._splitter.reset()
-        if self._first_open and self.start_at_end and st.st_size > 0 and not self._pipe:
-            fh.seek(st.st_size - 1)
+        if at_end and st.st_size > 0 and not self._pipe:
+            offset = st.st_size
+        if offset > 0 and not self._pipe:
+            fh.seek(offset - 1)
             last = fh.read(1)
-            self._pos = st.st_size
+            self._pos = offset
             if last != b"\n":
                 self._splitter.dropping = True  # the line in progress started before us
-        self._first_open = False
+        self._last_end = self._pos
         return True
+
+    def _open_saved(self) -> bool:
+        """Open the file a saved position belongs to, at its offset; False when it is gone."""
+        saved, self._saved = self._saved, None
+        if saved is None:
+            return False
+        ident = (saved.dev, saved.ino)
+        current = _stat(self.path)
+        if current is not None and _ident(current) == ident and _holds(self.path, saved):
+            return self._open_file(self.path, offset=saved.offset)
+        for cand in _siblings(self.path, ident):
+            if _holds(cand, saved):
+                return self._open_file(cand, offset=saved.offset)
+        if current is not None and _holds(self.path, saved):  # the same bytes, another inode
+            return self._open_file(self.path, offset=saved.offset)
+        self.unrecovered += 1
+        message = (f"{self.path}: the file read up to byte {saved.offset} before the restart was "
+                   "rotated away or truncated and no copy of it was found; lines written to it "
+                   f"after that byte are lost; reading {self.path} from its start")
+        self.problems.append(message)
+        self._event("lost", message)
+        return False
+
+    def _switch_to_copy(self) -> bool:
+        """The file shrank or was rewritten: when a copy of what it held (copy-truncate's
+        ``name.1``) is found, finish reading that copy from our offset first."""
+        fp = self._fp
+        if fp is None or self._pos <= 0:
+            return False
+        saved = LogPosition(str(self.path), 0, 0, self._pos, fp[0], fp[1])
+        for cand in _siblings(self.path, None):
+            st = _stat(cand)
+            if st is None or _ident(st) == self._ident or not _holds(cand, saved):
+                continue
+            self.close()
+            if self._open_file(cand, offset=saved.offset):
+                return True
+        return False
+
+    def _position(self, offset: int) -> LogPosition | None:
+        if self._fh is None or self._pipe or self._ident is None:
+            return None
+        length = min(offset, FINGERPRINT_BYTES)
+        if self._fp is not None and self._fp[0] == length:
+            digest: str | None = self._fp[1]
+        else:
+            digest = head_hash(self._fh.fileno(), length)
+        if digest is None:
+            return None
+        return LogPosition(os.path.abspath(self.path), self._ident[0], self._ident[1], offset,
+                           length, digest)
 
     def _head_changed(self) -> bool:
         try:
@@ -292,11 +432,16 @@ class LogFollower:
         try:
             return self._read_chunks(out)
         finally:
-            if not self._head and self._pos >= HEAD_BYTES and not self._pipe:
-                try:
-                    self._head = os.pread(self._fh.fileno(), HEAD_BYTES, 0)
-                except OSError:
-                    self._head = b""
+            if not self._pipe and self._fh is not None:
+                if not self._head and self._pos >= HEAD_BYTES:
+                    try:
+                        self._head = os.pread(self._fh.fileno(), HEAD_BYTES, 0)
+                    except OSError:
+                        self._head = b""
+                length = min(self._pos, FINGERPRINT_BYTES)
+                if length and (self._fp is None or self._fp[0] < length):
+                    digest = head_hash(self._fh.fileno(), length)
+                    self._fp = None if digest is None else (length, digest)
 
     def _read_chunks(self, out: list[str]) -> bool:
         budget = self.max_poll_bytes
@@ -307,11 +452,15 @@ class LogFollower:
                 return True
             if not chunk:
                 return True
+            base = self._pos
             self._pos += len(chunk)
             self.bytes_read += len(chunk)
             budget -= len(chunk)
-            for raw in self._splitter.feed(chunk):
+            splitter = self._splitter
+            for raw, end in zip(splitter.feed(chunk, base), splitter.ends, strict=True):
                 self._emit(raw, out)
+                self._ends.append(end)
+                self._last_end = end
         return False
 
     def _emit(self, raw: bytes, out: list[str]) -> None:
@@ -322,7 +471,9 @@ class LogFollower:
         self.truncations += 1
         self._fh.seek(0)
         self._pos = 0
+        self._last_end = 0
         self._head = b""
+        self._fp = None
         self._splitter.reset()
         self._event(reason, message)
 
@@ -332,3 +483,59 @@ class LogFollower:
                 "truncated", time.time(), None, message, {"path": str(self.path), "reason": reason}
             )
         )
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+def _holds(path: Path, saved: LogPosition) -> bool:
+    """True when ``path`` is a regular file of at least ``saved.offset`` bytes whose first
+    ``saved.head_len`` bytes hash to ``saved.head_hash``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < saved.offset:
+            return False
+        return head_hash(fd, saved.head_len) == saved.head_hash
+    finally:
+        os.close(fd)
+
+
+def _siblings(path: Path, ident: tuple[int, int] | None) -> list[Path]:
+    """Files beside ``path`` that may hold its rotated content: the file with inode ``ident``
+    (renamed), then ``name.1``, then other ``name.*`` / ``name-*`` files, newest first.
+    Compressed ones (``.gz``, ``.zst``, ...) cannot be read and are left out."""
+    folder = path.parent
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    base = path.name
+    renamed: list[Path] = []
+    others: list[tuple[float, Path]] = []
+    for name in names:
+        if name == base:
+            continue
+        cand = folder / name
+        st = _stat(cand)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            continue
+        if ident is not None and _ident(st) == ident:
+            renamed.append(cand)
+        elif (name.startswith(base + ".") or name.startswith(base + "-")) and not name.endswith(
+                (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")):
+            first = name == base + ".1"
+            others.append((float("inf") if first else st.st_mtime, cand))
+    others.sort(key=lambda item: item[0], reverse=True)
+    return renamed + [cand for _, cand in others]

@@ -62,6 +62,11 @@ class JsonlMerger:
         self._done: dict[str, Any] | None = None
         self._done_step: int | None = None
 
+    @property
+    def holding(self) -> bool:
+        """Whether a step is being collected (not emitted yet)."""
+        return self._pending is not None
+
     def merge(self, part: JsonStep) -> bool:
         """Add ``part`` to the step being collected when it is of that step."""
         pending = self._pending

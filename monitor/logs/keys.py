@@ -77,6 +77,10 @@ _TIMER_KEYS: tuple[tuple[str, str, str], ...] = tuple(
 )
 
 
+#: The fully-async trainer's weight-sync timer as verl prints it (a prefixed timer name).
+_DOUBLED_PARAM_SYNC = "timing_s/timing_s/param_sync"
+
+
 def timers(metrics: Mapping[str, Any]) -> dict[str, float]:
     """The step's timers as ``name -> seconds``, from ``timing_s/<name>`` or ``timing/<name>``.
 
@@ -86,6 +90,8 @@ def timers(metrics: Mapping[str, Any]) -> dict[str, float]:
     for key, value in metrics.items():
         if key.startswith("timing_s/"):
             name = key[9:]
+            if name.startswith("timing_s/"):
+                name = name[9:]  # timing_s/timing_s/param_sync (fully-async trainer)
         elif key.startswith("timing/"):
             name = key[7:]
             if name in found:
@@ -119,6 +125,12 @@ def _known_timers(metrics: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
         num = _number(value)
         if num is not None and num >= 0.0:
             found[name] = num
+    if "param_sync" not in found:
+        # the fully-async trainer times its weight sync under the key "timing_s/param_sync",
+        # which verl's compute_timing_metrics prefixes once more
+        doubled = _number(get(_DOUBLED_PARAM_SYNC))
+        if doubled is not None and doubled >= 0.0:
+            found["param_sync"] = doubled
     if not found and not old_prefix and any(key.startswith("timing/") for key in metrics):
         old = {key: value for key, value in metrics.items() if key.startswith("timing/")}
         old["timing/step"] = old.get("timing/step")  # marks the old prefix for the retry
@@ -308,3 +320,124 @@ def _format_range(lo: _Bound | None, hi: _Bound | None) -> str:
     if hi[1].endswith(".x") and hi[1][:-2] == lo[1]:
         return hi[1]
     return f"{lo[1]}-{hi[1]}"
+
+
+# --- what the keys of today's trainers mean (docs/verl_modes.md) -------------------------------
+
+#: ``(key or prefix, family, meaning)``; a key ending in ``/`` is a prefix. Looked up longest
+#: first; the fully-async keys also match without their ``fully_async/`` prefix (the
+#: rollouter's own ``get_statistics`` and verl's README spell them so).
+KEY_MEANINGS: tuple[tuple[str, str, str], ...] = (
+    # agent loop (server-mode rollout), per batch: min/max/mean over samples
+    ("timing_s/agent_loop/generate_sequences/", "agent_loop",
+     "seconds a sample spent generating in the rollout server (min/max/mean over the batch)"),
+    ("timing_s/agent_loop/tool_calls/", "agent_loop",
+     "seconds a sample spent in tool calls (min/max/mean over the batch)"),
+    ("timing_s/agent_loop/compute_score/", "agent_loop",
+     "seconds a sample spent in the reward's compute_score inside the agent loop"),
+    ("timing_s/agent_loop/num_preempted/", "agent_loop",
+     "times a sample's request was preempted by the engine (-1: the engine does not say)"),
+    ("timing_s/agent_loop/slowest/", "agent_loop",
+     "the slowest sample (generate + tool calls + score): its parts, preemptions and lengths; "
+     "the batch's generation waits for it"),
+    # V1 separate-async trainer
+    ("timing_s/switch_wait", "separate_async",
+     "seconds the hybrid trainer GPUs stay lent to the rollout until enough groups are sampleable"),
+    ("timing_s/switch_to_rollout", "separate_async",
+     "seconds to hand the hybrid trainer GPUs to the rollout (weights in, replicas registered)"),
+    ("timing_s/switch_to_trainer", "separate_async",
+     "seconds to take the hybrid GPUs back for training (remove, abort, sleep the replicas)"),
+    ("timing_s/update_weights", "weight_sync",
+     "seconds to send the new weights to the rollout replicas (V1, sync trainer 0.7.1+)"),
+    ("separate_async/switch/", "separate_async",
+     "the hybrid switch: threshold ratio, samples waited for, whether the step idled"),
+    ("separate_async/decision/", "separate_async",
+     "the switch decision: sampleable groups, remaining, per-sample time, switch cost"),
+    ("training/off_policy/trajectory_staleness/", "staleness",
+     "model versions a trained trajectory lags the current policy (from its newest part)"),
+    ("training/off_policy/trajectory_staleness_worst/", "staleness",
+     "model versions a trained trajectory lags the current policy (from its oldest part)"),
+    ("training/off_policy/trajectory_spans/", "staleness",
+     "model versions one trajectory was generated across (1 = one version)"),
+    ("training/off_policy/evicted_samples_staleness/", "staleness",
+     "age in versions of the groups evicted as too stale"),
+    ("training/off_policy/evicted_samples", "staleness",
+     "prompt groups evicted because they passed trainer.v1.sampler.max_off_policy_threshold"),
+    ("training/rollout_failure/evicted_samples", "staleness",
+     "prompt groups evicted because their rollout failed"),
+    ("training/filter_groups/", "staleness", "groups evicted or discarded by DAPO group filtering"),
+    # fully-async policy
+    ("fully_async/trainer/idle_ratio", "fully_async",
+     "timing_s/gen / timing_s/step over a sync cycle: the share of the trainer's time spent "
+     "waiting for samples"),
+    ("fully_async/total_wait_time", "fully_async",
+     "seconds the trainer waited on the message queue for one batch of samples"),
+    ("fully_async/rollouter/idle_ratio", "fully_async",
+     "share of a weight version's time the rollouter sat paused (staleness bound reached), "
+     "waiting for new weights"),
+    ("fully_async/rollouter/active_time", "fully_async",
+     "seconds the rollouter generated within one weight version"),
+    ("fully_async/rollouter/version_time", "fully_async", "seconds one weight version lasted"),
+    ("fully_async/rollouter/step_generated_samples", "fully_async",
+     "samples the rollouter produced in one weight version"),
+    ("fully_async/count/staleness_samples", "staleness",
+     "samples generated (in flight or queued) since the last weight update"),
+    ("fully_async/count/dropped_stale_samples", "staleness",
+     "samples the rollouter dropped (the queue refused them as too stale), cumulative"),
+    ("fully_async/count/stale_trajectory_processed", "staleness",
+     "trained trajectories older than the current weights, cumulative"),
+    ("fully_async/count/", "fully_async", "rollouter counters (generated samples, versions)"),
+    ("fully_async/static/", "fully_async",
+     "rollouter settings (staleness_threshold, required and max queue samples, concurrency)"),
+    ("fully_async/monitor/", "fully_async", "rollouter queue sizes and active tasks"),
+    ("fully_async/partial/", "staleness",
+     "partial rollouts: samples continued across a weight update, their share and version span"),
+    ("fully_async/processing_time/", "fully_async",
+     "seconds per sample in the agent loop (avg/max/min/tp50/tp95/tp99)"),
+    ("timing_s/param_sync", "weight_sync",
+     "seconds of the fully-async weight sync, trainer to rollouter (printed as "
+     "timing_s/timing_s/param_sync)"),
+    ("timing_s/wait_for_enough_samples", "fully_async",
+     "seconds the trainer lets its hybrid GPUs roll out before taking them back (dynamic "
+     "resource scheduling)"),
+    ("timing_s/wait_last_valid", "fully_async", "seconds waiting for the last validation"),
+    ("dynamic_resource/", "fully_async",
+     "dynamic resource scheduling: train/rollout resource utilization, queue size"),
+    # one-step-off policy
+    ("timing_s/generate_async", "one_step_off",
+     "seconds the next batch took to generate on the rollout pool, overlapped with training"),
+    ("timing_s/sync_rollout_weights", "weight_sync",
+     "seconds of the one-step-off weight sync, trainer to rollout pool"),
+    ("timing_s/gen", "phase",
+     "generation in the sync trainer; in one-step-off, separate-async and fully-async trainers "
+     "the wait for samples from the rollout pool"),
+)
+_MEANINGS_BY_LENGTH = sorted(KEY_MEANINGS, key=lambda row: -len(row[0]))
+#: Unprefixed spellings of fully-async keys (the rollouter's own statistics, the README).
+_UNPREFIXED = ("rollouter/", "count/", "static/", "monitor/", "partial/", "processing_time/",
+               "trainer/idle_ratio", "total_wait_time")
+
+
+def key_meaning(key: str) -> tuple[str, str] | None:
+    """``(family, meaning)`` of a key of today's trainers, or None when it is not one of them.
+
+    Families: ``agent_loop``, ``separate_async``, ``staleness``, ``fully_async``,
+    ``one_step_off``, ``weight_sync``, ``phase``."""
+    key = normalise_key(key)
+    if key == _DOUBLED_PARAM_SYNC:
+        key = "timing_s/param_sync"
+    if key.startswith(_UNPREFIXED):
+        key = "fully_async/" + key
+    for name, family, meaning in _MEANINGS_BY_LENGTH:
+        if key == name or (name.endswith("/") and key.startswith(name)) or (
+                not name.endswith("/") and key.startswith(name + "/")):
+            return family, meaning
+    return None
+
+
+def async_value(metrics: Mapping[str, Any], name: str) -> float | None:
+    """A fully-async value by its ``fully_async/`` name, in either spelling (finite or None)."""
+    value = _number(metrics.get(name))
+    if value is None and name.startswith("fully_async/"):
+        value = _number(metrics.get(name[len("fully_async/"):]))
+    return value

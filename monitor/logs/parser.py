@@ -73,6 +73,12 @@ class LogParser:
         """The verl version range this log looks like (see ``keys.guess_version``)."""
         return self._vocabulary.version_guess()
 
+    @property
+    def idle(self) -> bool:
+        """True when nothing read is held back (no open block, switch or JSONL object): every
+        line fed so far has given its records, so a reader may save its position here."""
+        return not (self._blocks.open or self._switch.open or self._jsonl.holding)
+
     def feed(self, line: str, arrival_time: float | None = None) -> list[Item]:
         """Parse one physical line (with or without its newline). Never raises."""
         self.stats.lines += 1

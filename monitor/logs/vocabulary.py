@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from monitor.logs.keys import guess_version
+from monitor.logs.modes import trainer_mode
 from monitor.logs.values import value_format
 
 #: Step lines used to learn the number format (3-decimal / repr / numpy).
@@ -57,3 +58,8 @@ class Vocabulary:
         guess = guess_version(self.keys, self.prefixes, number_format=self.number_format)
         self._cache = (*key, guess)
         return guess
+
+    def trainer_mode(self) -> str:
+        """The verl trainer this log looks like (see ``modes.trainer_mode``), from every key
+        seen so far."""
+        return trainer_mode(self.keys)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from monitor.analysis.goodput import LOST_CAUSES
+from monitor.notify.slack import slack_escape
 
 #: How each cause reads in a sentence.
 CAUSE_WORDS: dict[str, str] = {
@@ -23,6 +24,10 @@ CAUSE_WORDS: dict[str, str] = {
     "validation_checkpoint": "validation and checkpoints",
     "low_activity": "low activity in compute phases",
     "restarts": "restarts",
+    "waiting_for_samples": "the trainer waiting for samples (the rollout pool)",
+    "waiting_for_weights": "the rollout waiting for weights (the trainer pool)",
+    "parameter_sync": "weight sync between the pools",
+    "preempted_work": "preempted rollout work",
 }
 
 
@@ -65,13 +70,15 @@ def digest_text(seconds: Mapping[str, float], hours: float, top: int = 3) -> str
 
 
 def digest_message(text: str, run: str | None = None) -> dict[str, Any]:
-    """A Slack Block Kit payload for the digest (plain text fallback included)."""
+    """A Slack Block Kit payload for the digest (plain text fallback included). The text and
+    the run name are escaped to Slack's rules (``slack_escape``): they show as written, never
+    as a mention or a link."""
     title = "Goodput digest" + (f" - {run}" if run else "")
     return {
-        "text": f"{title}: {text}",
+        "text": slack_escape(f"{title}: {text}"),
         "blocks": [
             {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": slack_escape(text[:2900])}},
             {"type": "context", "elements": [{"type": "mrkdwn", "text":
              "Every GPU-second of the run by cause: docs/goodput.md"}]},
         ],

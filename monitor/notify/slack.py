@@ -8,6 +8,7 @@ API::
     notifier.deliver()               # send what is due; returns how many were sent
     notifier.start(interval_s=5.0)   # or deliver from a background thread; notifier.stop()
     notifier.sent, notifier.failed_attempts, notifier.pending, notifier.last_error
+    notifier.failures        # failed attempts by reason (FAILURE_REASONS), for /metrics
 
 - The webhook URL is read from a file (first non-empty line) and never logged or put in an
   error message; a missing or empty file raises ``SlackConfigError`` naming the file.
@@ -36,7 +37,19 @@ Exactly once per flag episode, in order:
   have received the body (cannot connect, cannot send) or answered with 429/5xx are retried.
   ``timeout_s`` defaults to 10 s (Slack answers in well under a second) so this stays rare.
 - The webhook URL (its secret path) never reaches an error message, the log or the store:
-  every error text goes through :meth:`SlackNotifier.redact`.
+  every error text goes through :meth:`SlackNotifier.redact` *before* it is cut to length, and
+  redaction removes every piece of 8 or more characters of the secret path, however the
+  server echoed it (raw, JSON-escaped ``\\/``, percent-encoded).
+
+Every failure is counted and said: ``failures[reason]`` counts failed attempts by reason
+(``rejected``: 4xx such as a revoked webhook's 404; ``rate_limited``: 429; ``server_error``:
+5xx; ``unreachable``: cannot connect or send), and the log gets one line per reason per
+``log_every_s`` (the first at once, then how many more there were), without the URL.
+
+Text from logs is inert: evidence, advice, scope and run name are escaped to Slack's rules
+(:func:`slack_escape`: ``&``, ``<``, ``>``), so a log line cannot ping a channel (``<!channel>``),
+a user (``<@U123>``) or post a disguised link (``<https://x|Click here>``); only the formatting
+this module builds itself (the ``<!date^…>`` times) is markup. Link previews are off.
 """
 
 from __future__ import annotations
@@ -51,7 +64,7 @@ import urllib.error
 from collections import deque
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from monitor.notify.outbox import MemoryOutbox
 from monitor.records import SEVERITIES, Flag
@@ -60,9 +73,28 @@ _SEVERITY_ICON = {"info": ":information_source:", "warning": ":warning:",
                   "critical": ":rotating_light:"}
 _TEXT_LIMIT = 2900  # Slack caps a section's text at 3,000 characters
 _HEADER_LIMIT = 150
-#: Slack's webhook secret path (``T…/B…/token``), wherever it shows up.
-_HOOK_PATH = re.compile(r"(?:https?://[^\s\"']*)?/?services/[A-Za-z0-9_/\-]+|"
-                        r"\bT[A-Z0-9]{6,}/B[A-Z0-9]{6,}/[A-Za-z0-9]{8,}")
+#: Characters of an error text or answer body looked at (redacted, then cut much shorter).
+_SCAN_LIMIT = 65_536
+#: Characters of Slack's answer body kept in an error text (after redaction).
+_BODY_LIMIT = 200
+#: No piece of the secret path this long survives redaction.
+_SECRET_PIECE = 8
+#: Slack's webhook secret path (``T…/B…/token``), wherever it shows up: raw, with JSON's
+#: escaped slashes or percent-encoded ones.
+_SEP = r"(?:/|\\/|%2[Ff])"
+_HOOK_PATH = re.compile(rf"(?:https?:{_SEP}{_SEP}[^\s\"'<>]{{0,200}}?)?{_SEP}?services{_SEP}"
+                        rf"[A-Za-z0-9_\-]+(?:{_SEP}[A-Za-z0-9_\-]+)*|"
+                        rf"\bT[A-Z0-9]{{6,}}{_SEP}B[A-Z0-9]{{6,}}{_SEP}[A-Za-z0-9]{{8,}}")
+#: Why an attempt failed, as counted in ``SlackNotifier.failures`` and on /metrics.
+FAILURE_REASONS = ("rejected", "rate_limited", "server_error", "unreachable")
+#: What each reason means, and what to do, in the exporter's log line.
+_FAILURE_HINTS = {
+    "rejected": "Slack refused the webhook: a revoked or mistyped webhook answers 403/404; "
+                "put a working URL in {file}",
+    "rate_limited": "Slack asked to slow down; the queue waits as told",
+    "server_error": "Slack had a server error; retrying with backoff",
+    "unreachable": "Slack cannot be reached from this node (network, proxy, DNS)",
+}
 log = logging.getLogger("verl_monitor.notify")
 
 
@@ -94,6 +126,24 @@ def read_webhook_url(path: str | os.PathLike[str]) -> str:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def slack_escape(text: str) -> str:
+    """``text`` as Slack shows it literally: ``&``, ``<`` and ``>`` as the entities Slack
+    asks for, so no mention (``<!channel>``, ``<@U…>``), link (``<url|text>``) or date can come
+    from it."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _clip_escaped(text: str, limit: int) -> str:
+    """Escaped text cut to ``limit`` without leaving half an entity (``&am``) at the end."""
+    if len(text) <= limit:
+        return text
+    return re.sub(r"&[a-z]*$", "", text[: limit - 1]) + "…"
+
+
+def _inert(text: str, limit: int) -> str:
+    return _clip_escaped(slack_escape(text), limit)
 
 
 def _scope_text(flag: Flag) -> str:
@@ -135,7 +185,7 @@ def build_message(flag: Flag, state: str, *, run: str | None = None) -> dict[str
         text += f": {flag.evidence}"
     fields = [
         {"type": "mrkdwn", "text": f"*Severity*\n{sev}"},
-        {"type": "mrkdwn", "text": f"*Scope*\n{_clip(scope, 500)}"},
+        {"type": "mrkdwn", "text": f"*Scope*\n{_inert(scope, 500)}"},
         {"type": "mrkdwn", "text": f"*Started*\n{_slack_date(flag.start)}"},
     ]
     if state == "resolved" and flag.end is not None:
@@ -149,15 +199,15 @@ def build_message(flag: Flag, state: str, *, run: str | None = None) -> dict[str
     ]
     if flag.evidence:
         blocks.append({"type": "section", "text": {
-            "type": "mrkdwn", "text": _clip(f"*Evidence*\n{flag.evidence}", _TEXT_LIMIT)}})
+            "type": "mrkdwn", "text": "*Evidence*\n" + _inert(flag.evidence, _TEXT_LIMIT)}})
     if flag.advice and state != "resolved":
         bullets = "\n".join(f"• {a}" for a in flag.advice)
         blocks.append({"type": "section", "text": {
-            "type": "mrkdwn", "text": _clip(f"*Advice*\n{bullets}", _TEXT_LIMIT)}})
-    context = "verl-monitor" + (f" · run {run}" if run else "")
+            "type": "mrkdwn", "text": "*Advice*\n" + _inert(bullets, _TEXT_LIMIT)}})
+    context = "verl-monitor" + (f" · run {slack_escape(run)}" if run else "")
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]})
     return {
-        "text": _clip(text, _TEXT_LIMIT),
+        "text": _inert(text, _TEXT_LIMIT),
         "blocks": blocks,
         "meta": {"kind": flag.kind, "state": state, "scope": flag.scope_label,
                  "severity": flag.severity, "episode": episode_id(flag)},
@@ -186,6 +236,55 @@ def _retry_after(headers: dict[str, Any] | None) -> float | None:
     return None
 
 
+def _secret_pieces(url: str) -> frozenset[str]:
+    """Every run of ``_SECRET_PIECE`` characters (lower case) of the parts of the webhook's path
+    and query: what must never show, however the separators between them were echoed."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    words = re.split(r"[/?&=;,]+", unquote(parts.path + "?" + parts.query))
+    pieces = set()
+    for word in words:
+        if word.lower() == "services":  # Slack's fixed word, not the secret
+            continue
+        word = word.lower()
+        pieces.update(word[i:i + _SECRET_PIECE] for i in range(len(word) - _SECRET_PIECE + 1))
+    return frozenset(pieces)
+
+
+def _mask_pieces(text: str, pieces: frozenset[str]) -> str:
+    """``text`` with each stretch made of secret pieces replaced by ``<webhook>``."""
+    n = _SECRET_PIECE
+    if not pieces or len(text) < n:
+        return text
+    spans: list[list[int]] = []
+    for i in range(len(text) - n + 1):
+        if text[i:i + n].lower() in pieces:
+            if spans and i <= spans[-1][1]:
+                spans[-1][1] = i + n
+            else:
+                spans.append([i, i + n])
+    if not spans:
+        return text
+    out, at = [], 0
+    for lo, hi in spans:
+        out += [text[at:lo], "<webhook>"]
+        at = hi
+    return "".join(out) + text[at:]
+
+
+class _Answer(NamedTuple):
+    """What one POST came to. result: "ok"; "failed" (Slack did not take it: retried per
+    ``retryable``); "unknown" (the body went out and no answer came: it may be posted, so it
+    is not retried). ``reason``: one of FAILURE_REASONS for a failure."""
+
+    result: str
+    error: str | None
+    retry_after: float | None
+    retryable: bool
+    reason: str | None
+
+
 class SlackNotifier:
     """Queue flag notifications and deliver them to a Slack incoming webhook (see module doc)."""
 
@@ -202,6 +301,7 @@ class SlackNotifier:
         retry_max_s: float = 30.0,
         backoff_max_s: float = 600.0,
         timeout_s: float = 10.0,
+        log_every_s: float = 300.0,
     ) -> None:
         if min_severity not in SEVERITIES:
             raise ValueError(f"min_severity must be one of {', '.join(SEVERITIES)}")
@@ -217,6 +317,18 @@ class SlackNotifier:
         self.backoff_max_s = float(backoff_max_s)
         self.sent = 0
         self.failed_attempts = 0
+        #: failed attempts by reason (every reason present from the start)
+        self.failures = dict.fromkeys(FAILURE_REASONS, 0)
+        #: messages waiting, as of the last queueing or delivery (read without the store);
+        #: from the start, those a restart found in the store's outbox
+        try:
+            self.pending_seen = self.outbox.outbox_count_pending()
+        except Exception:  # noqa: BLE001 - an unreadable store shows at the first delivery
+            self.pending_seen = 0
+        self.log_every_s = float(log_every_s)
+        self._logged_at: dict[str, float] = {}
+        self._unlogged: dict[str, int] = {}
+        self._failing = 0
         #: final outcome of each message handled: sent, unknown (timed out after sending,
         #: not retried), skipped ("resolved" without an "opened")
         self.outcomes = {"sent": 0, "unknown": 0, "skipped": 0}
@@ -233,19 +345,25 @@ class SlackNotifier:
             self._url, timeout=max(1, math.ceil(timeout_s)), logger=_quiet_logger(),
             retry_handlers=[],
         )
+        self._secret_pieces = _secret_pieces(self._url)
 
     def __repr__(self) -> str:  # never show the URL
         return f"SlackNotifier(webhook_url_file={self.webhook_url_file!r}, pending={self.pending})"
 
     def redact(self, text: str) -> str:
-        """``text`` without the webhook URL or its secret path (Slack may echo them)."""
+        """``text`` without the webhook URL or any piece of its secret path of 8 or more
+        characters (a server may echo them, escaped or encoded). Redact first, then cut."""
         from urllib.parse import urlsplit
 
         path = urlsplit(self._url).path
         for secret in (self._url, path, path.lstrip("/")):
-            if len(secret) > 8:
+            if len(secret) > _SECRET_PIECE:
                 text = text.replace(secret, "<webhook>")
-        return _HOOK_PATH.sub("<webhook>", text)
+        return _mask_pieces(_HOOK_PATH.sub("<webhook>", text), self._secret_pieces)
+
+    def excerpt(self, text: str, limit: int) -> str:
+        """At most ``limit`` characters of ``text``, redacted before it is cut."""
+        return _clip(self.redact(str(text)[:_SCAN_LIMIT]).strip(), limit)
 
     @property
     def dropped(self) -> int:
@@ -256,8 +374,9 @@ class SlackNotifier:
 
     @property
     def pending(self) -> int:
-        """Messages waiting in the outbox."""
-        return self.outbox.outbox_count_pending()
+        """Messages waiting in the outbox (and ``pending_seen`` updated)."""
+        self.pending_seen = self.outbox.outbox_count_pending()
+        return self.pending_seen
 
     def _wanted(self, flag: Flag) -> bool:
         level = SEVERITIES.index(flag.severity) if flag.severity in SEVERITIES else 1
@@ -271,7 +390,9 @@ class SlackNotifier:
         if self.outbox.outbox_status(key) is not None:
             return None  # this episode's message was queued already: once, ever
         payload = build_message(flag, state, run=self.run)
-        return self.outbox.outbox_add(payload, dedupe_key=key, created=now)
+        item = self.outbox.outbox_add(payload, dedupe_key=key, created=now)
+        self.pending_seen += 1
+        return item
 
     def notify_opened(self, flag: Flag) -> int | None:
         """Queue a "flag opened" message; None when filtered out or a duplicate."""
@@ -282,7 +403,9 @@ class SlackNotifier:
         dedupe = f"digest|{key}"
         if self.outbox.outbox_status(dedupe) is not None:
             return None
-        return self.outbox.outbox_add(payload, dedupe_key=dedupe, created=time.time())
+        item = self.outbox.outbox_add(payload, dedupe_key=dedupe, created=time.time())
+        self.pending_seen += 1
+        return item
 
     def notify_resolved(self, flag: Flag) -> int | None:
         """Queue a "flag resolved" message (shows the duration); None when filtered/duplicate."""
@@ -295,27 +418,56 @@ class SlackNotifier:
             self._sent_times.popleft()
         return len(self._sent_times) < self.rate_limit_per_min
 
-    def _post(self, payload: dict[str, Any]) -> tuple[str, str | None, float | None, bool]:
-        """One POST: (result, error in words, retry-after seconds, retryable).
-
-        result: "ok"; "failed" (Slack did not take it: retry per ``retryable``); "unknown"
-        (the body went out and no answer came: it may be posted, so it is not retried)."""
+    def _post(self, payload: dict[str, Any]) -> _Answer:
+        """One POST and what came of it (see :class:`_Answer`)."""
         try:
-            resp = self._client.send(text=payload.get("text"), blocks=payload.get("blocks"))
+            resp = self._client.send(text=payload.get("text"), blocks=payload.get("blocks"),
+                                     unfurl_links=False, unfurl_media=False)
         except urllib.error.URLError as exc:  # connecting or sending failed: not received
             reason = getattr(exc, "reason", None) or exc.__class__.__name__
-            return "failed", self.redact(f"cannot reach Slack ({reason})"), None, True
+            return _Answer("failed", "cannot reach Slack (" + self.excerpt(reason, _BODY_LIMIT)
+                           + ")", None, True, "unreachable")
         except Exception as exc:  # noqa: BLE001 - sent, then no answer: ambiguous
-            reason = self.redact(str(exc) or exc.__class__.__name__)
-            return "unknown", (f"no answer from Slack after sending ({exc.__class__.__name__}:"
-                               f" {reason}); not retried, it may have been posted"), None, False
-        if resp.status_code == 200:
-            return "ok", None, None, False
-        body = self.redact((resp.body or "").strip()[:100])
-        error = f"Slack answered HTTP {resp.status_code}" + (f" ({body})" if body else "")
-        if resp.status_code == 429:
-            return "failed", error, _retry_after(resp.headers), True
-        return "failed", error, None, resp.status_code >= 500
+            reason = self.excerpt(str(exc) or exc.__class__.__name__, _BODY_LIMIT)
+            return _Answer("unknown", (f"no answer from Slack after sending "
+                                       f"({exc.__class__.__name__}: {reason}); not retried, "
+                                       "it may have been posted"), None, False, None)
+        status = resp.status_code
+        if status == 200:
+            return _Answer("ok", None, None, False, None)
+        body = self.excerpt(resp.body or "", _BODY_LIMIT)
+        error = f"Slack answered HTTP {status}" + (f" ({body})" if body else "")
+        if status == 429:
+            return _Answer("failed", error, _retry_after(resp.headers), True, "rate_limited")
+        if status >= 500:
+            return _Answer("failed", error, None, True, "server_error")
+        return _Answer("failed", error, None, False, "rejected")
+
+    def _failed(self, reason: str, error: str) -> None:
+        """Count a failed attempt; say it in the log at most once per reason per
+        ``log_every_s`` (the first at once, later lines with how many came between)."""
+        self.failed_attempts += 1
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+        self.last_error = error
+        self._failing += 1
+        self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
+        now = time.monotonic()
+        last = self._logged_at.get(reason)
+        if last is not None and now - last < self.log_every_s:
+            return
+        count = self._unlogged.pop(reason)
+        self._logged_at[reason] = now
+        hint = _FAILURE_HINTS.get(reason, "").format(file=self.webhook_url_file)
+        more = f"; {count} failed attempts ({reason}) since the last line" if count > 1 else ""
+        log.warning("Slack delivery failed: %s. %s; the message stays queued (%s)%s",
+                    error, hint, "verlmon_slack_failed_attempts_total", more)
+
+    def _delivered(self) -> None:
+        if self._failing:
+            log.info("Slack: delivering again after %d failed attempts", self._failing)
+            self._failing = 0
+            self._logged_at.clear()
+            self._unlogged.clear()
 
     def _resolved_ready(self, item: Any) -> bool | None:
         """For a "resolved" item: True when its "opened" is done, False while it waits,
@@ -331,8 +483,9 @@ class SlackNotifier:
     def deliver(self) -> int:
         """Send the messages that are due, oldest first; returns how many were sent.
 
-        Never raises for delivery problems: failures are counted in ``failed_attempts``,
-        described in ``last_error``, and the message stays queued for a later call.
+        Never raises for delivery problems: failures are counted in ``failed_attempts`` and
+        ``failures[reason]``, described in ``last_error`` and the log (rate-limited), and the
+        message stays queued for a later call.
         """
         with self._deliver_lock:
             delivered = 0
@@ -349,7 +502,8 @@ class SlackNotifier:
                     break
                 stop = False
                 for attempt in range(self.max_attempts):
-                    result, error, retry_after, retryable = self._post(item.payload)
+                    answer = self._post(item.payload)
+                    result, error, retry_after, retryable = answer[:4]
                     if result == "unknown":
                         now = time.time()
                         self.outbox.outbox_mark_sent(item.id, now, note=error)
@@ -367,9 +521,9 @@ class SlackNotifier:
                         self.outcomes["sent"] += 1
                         delivered += 1
                         self.last_error = None
+                        self._delivered()
                         break
-                    self.failed_attempts += 1
-                    self.last_error = error
+                    self._failed(answer.reason or "rejected", error or "")
                     tries = item.attempts + attempt + 1
                     wait = min(self.retry_base_s * 2**attempt, self.retry_max_s)
                     if retry_after is not None:
@@ -387,6 +541,7 @@ class SlackNotifier:
                         return delivered
                 if stop:
                     break
+            self.pending_seen = self.outbox.outbox_count_pending()
             return delivered
 
     # ------------------------------------------------------------------ background delivery
@@ -404,7 +559,7 @@ class SlackNotifier:
                     self.deliver()
                 except Exception as exc:  # noqa: BLE001 - e.g. the store is unavailable
                     self.thread_restarts += 1
-                    reason = self.redact(f"{exc.__class__.__name__}: {exc}")
+                    reason = self.excerpt(f"{exc.__class__.__name__}: {exc}", 300)
                     self.last_error = f"delivery loop: {reason}"
                     if reason not in logged:
                         logged.add(reason)

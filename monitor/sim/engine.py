@@ -34,12 +34,14 @@ from monitor.sim.scenarios import (
     BASE_SHARES,
     SCRIPT_STEP_SECONDS,
     SCRIPTS,
+    SIM_MODES,
     TRAINING_TIMELINE,
     Scenario,
     ScenarioContext,
     SegmentInfo,
     StepPlan,
     resolve_script,
+    script_mode,
 )
 from monitor.sim.telemetry import MEM_LEVELS, Segment, Telemetry
 from monitor.sim.versions import get_profile, ray_prefix
@@ -47,6 +49,9 @@ from monitor.sim.versions import get_profile, ray_prefix
 #: 2026-01-01T00:00:00Z: the default start, so a seed gives byte-identical files.
 DEFAULT_START = 1_767_225_600.0
 LOG_FORMATS: tuple[str, ...] = ("console", "breakdown")
+#: Timeline label of the fully-async trainer's wait for samples (logged as ``timing_s/gen``):
+#: its GPUs idle, so it has its own telemetry signature; the parser sees the phase ``gen``.
+WAIT_LABEL = "wait_samples"
 
 
 @dataclass
@@ -104,7 +109,10 @@ class SimRun:
     of telemetry: after an OOM or a stall it runs past the last step), ``log_end_time`` (end of
     the last completed step: the log's mtime), ``node_names``, ``outcome`` (``completed``,
     ``oom`` or ``stalled``), ``script`` (the resolved ``(scenario, steps)`` segments),
-    ``planned_steps``, ``profile`` (the release's :class:`VersionProfile`).
+    ``planned_steps``, ``profile`` (the release's :class:`VersionProfile`), ``mode`` (the
+    trainer mode: ``sync``, ``agent_loop`` or ``fully_async``; by default the one the
+    scenarios need, see ``scenarios.SIM_MODES``). The rollout engines' series of the
+    agent-loop and fully-async modes come from :meth:`rollout_states_at`.
     """
 
     def __init__(
@@ -121,6 +129,7 @@ class SimRun:
         timestamps: bool = False,
         onset: float = 0.4,
         log_format: str = "console",
+        mode: str | None = None,
     ) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise ValueError("nodes and gpus_per_node must be >= 1")
@@ -134,6 +143,12 @@ class SimRun:
         if step_seconds <= 0:
             raise ValueError("step_seconds must be > 0")
         self.segments_plan = resolve_script(scenario, steps, onset)
+        self.mode = mode or script_mode(self.segments_plan)
+        if self.mode not in SIM_MODES:
+            raise ValueError(f"unknown trainer mode {self.mode!r}; valid: {', '.join(SIM_MODES)}")
+        if self.mode != "sync" and (log_format != "console" or not self.profile.agent_loop):
+            raise ValueError(f"the {self.mode} mode needs the console log of verl 0.6 or later")
+        self._mode_state: dict[str, Any] = {}
         self.script: list[tuple[str, int]] = [(s.name, n) for s, n in self.segments_plan]
         self.nodes = int(nodes)
         self.gpus_per_node = int(gpus_per_node)
@@ -183,34 +198,42 @@ class SimRun:
             durations[phase] = d
         if self.with_rollout_wait:
             durations["rollout_wait"] = float(rng.uniform(0.005, 0.02))
+        if self.mode == "fully_async":  # gen is the wait for samples: short when all is well
+            durations["gen"] *= 0.09
         finish = 1.0 - np.abs(rng.normal(0.0, 0.025 * max(self.noise, 0.2), self.n_gpus))
         finish = np.clip(finish, 0.88, 1.0)
         finish[int(np.argmax(finish))] = 1.0
         gaps = BASE_GAP_SHARE * self.step_seconds * max(0.5, 1.0 + jitter * rng.standard_normal())
         return StepPlan(durations=durations, gaps=gaps, gen_finish=[float(f) for f in finish])
 
+    @property
+    def _reshard_after(self) -> bool:
+        """Whether the weight sync follows the update (0.7.1+, and every fully-async step)."""
+        return self.profile.reshard_after_update or self.mode == "fully_async"
+
     def _order(self) -> list[str]:
         order: list[str] = []
-        if not self.profile.reshard_after_update:
+        if not self._reshard_after:
             order.append("reshard")
-        order.append("gen")
+        order.append(WAIT_LABEL if self.mode == "fully_async" else "gen")
         if self.with_rollout_wait:
             order.append("rollout_wait")
         order += ["reward", "old_log_prob", "ref", "values", "adv", "update_critic"]
         order += ["update_actor", "comm"]
-        if self.profile.reshard_after_update:
+        if self._reshard_after:
             order.append("reshard")
         return order
 
     def _layout(self, plan: StepPlan, t0_ms: int) -> tuple[list[tuple[str, int, int]], int]:
         """Integer-millisecond layout of one step: [(label, start_ms, end_ms)], end_ms."""
         order = self._order()
-        dur_ms = {p: max(1, round(plan.durations[p] * 1000)) for p in order}
+        dur_ms = {p: max(1, round(plan.durations["gen" if p == WAIT_LABEL else p] * 1000))
+                  for p in order}
         gaps_ms = max(0, round(plan.gaps * 1000))
         first_gap = round(gaps_ms * 0.4)
         # gaps after these phases (never between reshard and gen, or inside update_actor)
         slots = [p for p in order if p not in ("update_actor",) and not (
-            p == "reshard" and not self.profile.reshard_after_update)]
+            p == "reshard" and not self._reshard_after)]
         slots = [p for p in slots if p != slots[-1]]
         rest = gaps_ms - first_gap
         per_slot = rest // max(len(slots), 1)
@@ -296,11 +319,13 @@ class SimRun:
                     self._timeline.append(Segment(s0 + a / ms, s0 + b / ms, label, index, plan, mem))
                     timeline.append((label, s0 + a / ms, s0 + b / ms))
                     prev_mem = mem
-                dur = {p: (b - a) / ms for p, a, b in layout if p != "gap"}
+                dur = {("gen" if p == WAIT_LABEL else p): (b - a) / ms
+                       for p, a, b in layout if p != "gap"}
                 total = (end_ms - cur_ms) / ms
                 metrics = build_metrics(
                     self.profile, step_no, self.planned_steps, dur, total, plan, self.n_gpus,
-                    self._rng_metrics, self.with_rollout_wait,
+                    self._rng_metrics, self.with_rollout_wait, mode=self.mode,
+                    mode_state=self._mode_state,
                 )
                 step = SimStep(
                     step=step_no,
@@ -404,6 +429,9 @@ class SimRun:
                                           for p in ("old_log_prob", "ref", "values")))
             return dict(sorted(out.items(), key=lambda kv: kv[1][0]))
         for label, (a, b) in iv.items():
+            if label == WAIT_LABEL:
+                out["gen"] = (a, b)
+                continue
             if label == "comm":
                 continue
             if label == "update_actor":
@@ -544,6 +572,18 @@ class SimRun:
                     cols[c].append(row[c])
         return pd.DataFrame(cols)
 
+    def step_plans(self) -> dict[int, StepPlan]:
+        """The plan of every step by 0-based index (what the scenario made of it)."""
+        return {seg.step_index: seg.plan for seg in self._timeline
+                if seg.step_index is not None and seg.plan is not None}
+
+    def rollout_frame(self, interval: float = 1.0) -> pd.DataFrame:
+        """The rollout engines' samples every ``interval`` seconds (``monitor.frames``'s
+        rollout columns; empty in the ``sync`` mode, which has no engine servers)."""
+        from monitor.sim.rollout import RolloutSim
+
+        return RolloutSim(self).frame(interval)
+
     # ------------------------------------------------------------------ time base
     def rebase(self, start_time: float) -> None:
         """Shift every time in the run so that it starts at ``start_time`` (LiveSim uses it)."""
@@ -583,6 +623,7 @@ class SimRun:
         """The run's settings, outcome, truth and per-step phase seconds (``truth.json``)."""
         return {
             "scenario": self.scenario,
+            "mode": self.mode,
             "script": [[s, n] for s, n in self.script],
             "seed": self.seed,
             "verl_version": self.verl_version,
@@ -609,7 +650,8 @@ class SimRun:
         }
 
     def write(self, out_dir: str | os.PathLike[str], jsonl: bool = False) -> None:
-        """Write ``train.log`` (and ``train.jsonl``), ``gpu.csv``, ``host.csv``, ``truth.json``.
+        """Write ``train.log`` (and ``train.jsonl``), ``gpu.csv``, ``host.csv``, ``truth.json``
+        and, for a run with rollout engines (agent-loop, fully-async), ``rollout.csv``.
 
         The log's modification time is set to the end of the last completed step, so a reader
         without timestamps rebuilds the same step end times from cumulative step times.
@@ -632,6 +674,8 @@ class SimRun:
             os.utime(path, (self.log_end_time, self.log_end_time))
         _rounded(self.gpu_frame(1.0)).to_csv(out / "gpu.csv", index=False)
         _rounded(self.host_frame(1.0)).to_csv(out / "host.csv", index=False)
+        if self.mode != "sync":
+            self.rollout_frame(1.0).to_csv(out / "rollout.csv", index=False)
         (out / "truth.json").write_text(json.dumps(self.summary(), indent=2) + "\n")
 
 

@@ -10,6 +10,11 @@ sets) the simulated job also dumps NCCL Inspector records there, as NCCL >= 2.28
 ``NCCL_INSPECTOR_DUMP_DIR``: gradient AllReduces while ``update_actor`` runs and weight
 AllGathers during ``reshard``, one record per rank, so the Communication page has data. They
 are written beside the log lines; the simulator's own telemetry is unchanged.
+
+A run in the ``agent_loop`` or ``fully_async`` mode also has rollout engines: ``start()``
+serves one simulated vLLM (or SGLang) ``/metrics`` endpoint per engine server on 127.0.0.1
+(``monitor/sim/engine_server.py``) and keeps each one's state on the simulated clock
+(``monitor/sim/rollout.py``); ``engine_urls`` lists them for the exporter's rollout collector.
 """
 
 from __future__ import annotations
@@ -67,11 +72,29 @@ def nccl_records(run: SimRun, node: str, pid: int) -> list[tuple[float, dict]]:
     return out
 
 
+def engine_fields(state: dict) -> dict:
+    """``EngineServer.update`` fields from one ``RolloutSim.states_at`` row (no rates: the
+    simulated clock moves the counters)."""
+    return {
+        "kv_cache_usage": state["kv_cache_usage"], "running": state["running"],
+        "waiting": state["waiting"], "paused": state["paused"],
+        "preemptions": state["preemptions_total"],
+        "generation_tokens": state["generation_tokens_total"],
+        "prompt_tokens": state["generation_tokens_total"] * 0.25,
+        "requests_finished": state["e2e_latency_count"],
+        "queue_time_sum": state["queue_time_sum_s"],
+        "e2e_latency_sum": state["e2e_latency_sum_s"],
+        "sleep_level": 1 if state["sleeping"] else 0,
+        "tokens_per_s": 0.0, "requests_per_s": 0.0, "preemptions_per_s": 0.0,
+    }
+
+
 class LiveSim:
     """Appends a :class:`SimRun`'s lines to ``log_path`` as (scaled) wall-clock time passes."""
 
     def __init__(self, run: SimRun, log_path: str | os.PathLike[str], speed: float = 1.0,
-                 nccl_dir: str | os.PathLike[str] | None = None) -> None:
+                 nccl_dir: str | os.PathLike[str] | None = None,
+                 engines: bool | None = None, engine: str = "vllm") -> None:
         if speed <= 0:
             raise ValueError("speed must be > 0")
         self.run = run
@@ -85,6 +108,12 @@ class LiveSim:
         self._thread: threading.Thread | None = None
         self.lines_written = 0
         self.error: Exception | None = None
+        #: serve the rollout engines (None: when the run's mode has them)
+        self.with_engines = (getattr(run, "mode", "sync") != "sync") if engines is None \
+            else bool(engines)
+        self.engine = engine
+        self.engine_servers: list = []
+        self._rollout = None
 
     def start(self) -> None:
         """Re-base the run to start now and start the writer thread (a daemon)."""
@@ -93,15 +122,58 @@ class LiveSim:
         now = time.time()
         self._wall0 = now
         self.run.rebase(now)
+        if self.with_engines:
+            self._start_engines()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._loop, name="verl-monitor-livesim", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop writing and wait (bounded) for the thread to end."""
+        """Stop writing and wait (bounded) for the thread to end; stop the engine servers."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self._engine_thread is not None:
+            self._engine_thread.join(timeout)
+        for server in self.engine_servers:
+            server.stop()
+
+    # ------------------------------------------------------------------ rollout engines
+    _engine_thread: threading.Thread | None = None
+
+    @property
+    def engine_urls(self) -> list[str]:
+        """Base URLs (``http://127.0.0.1:PORT``) of the simulated engine servers."""
+        return [server.url for server in self.engine_servers]
+
+    def _start_engines(self) -> None:
+        from monitor.sim.engine_server import EngineServer
+        from monitor.sim.rollout import RolloutSim
+
+        self._rollout = RolloutSim(self.run, engine=self.engine)
+        self.engine_servers = [
+            EngineServer(self.engine, self._rollout.model).start()
+            for _ in range(self._rollout.servers)
+        ]
+        self._update_engines()
+        self._engine_thread = threading.Thread(target=self._engine_loop, daemon=True,
+                                               name="verl-monitor-sim-engines")
+        self._engine_thread.start()
+
+    def _update_engines(self) -> None:
+        """Set every engine server's state to the simulated instant matching now."""
+        if self._rollout is None:
+            return
+        for server, st in zip(self.engine_servers, self._rollout.states_at(self.now_sim()),
+                              strict=False):
+            server.update(**engine_fields(st))
+
+    def _engine_loop(self) -> None:
+        while not self._stop.wait(0.25):
+            try:
+                self._update_engines()
+            except Exception as exc:  # reported through .error; the loop goes on
+                self.error = exc
 
     @property
     def running(self) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from monitor.sim.modes import agent_loop_timing, fully_async_metrics
 from monitor.sim.scenarios import StepPlan
 from monitor.sim.versions import VersionProfile
 
@@ -32,13 +33,17 @@ def is_numpy_scalar(key: str) -> bool:
 
 
 def timing_keys(
-    profile: VersionProfile, dur: dict[str, float], total: float, with_rollout_wait: bool
+    profile: VersionProfile, dur: dict[str, float], total: float, with_rollout_wait: bool,
+    mode: str = "sync",
 ) -> dict[str, float]:
-    """``timing_s/*`` for one step from the timeline durations (seconds, ms-exact)."""
+    """``timing_s/*`` for one step from the timeline durations (seconds, ms-exact). The
+    fully-async trainer's ``gen`` is its wait for samples and its weight sync ``param_sync``."""
     out: dict[str, float] = {}
     gen = dur["gen"]
     reshard = dur["reshard"]
-    if profile.reshard == "none":
+    if mode == "fully_async":
+        out["timing_s/gen"] = gen
+    elif profile.reshard == "none":
         out["timing_s/gen"] = _ms(gen + reshard)
     elif profile.reshard == "nested":
         out["timing_s/gen"] = _ms(gen + reshard)
@@ -57,7 +62,9 @@ def timing_keys(
     out["timing_s/adv"] = dur["adv"]
     out["timing_s/update_critic"] = dur["update_critic"]
     out["timing_s/update_actor"] = _ms(dur["update_actor"] + dur["comm"])
-    if profile.reshard == "update_weights":
+    if mode == "fully_async":
+        out["timing_s/param_sync"] = reshard
+    elif profile.reshard == "update_weights":
         out["timing_s/update_weights"] = reshard
     out["timing_s/step"] = total
     return out
@@ -78,8 +85,12 @@ def build_metrics(
     rng: np.random.Generator,
     with_rollout_wait: bool,
     steps_per_epoch: int = 1000,
+    mode: str = "sync",
+    mode_state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every key the trainer logs for ``step`` (1-based), in code-path order."""
+    """Every key the trainer logs for ``step`` (1-based), in code-path order. ``mode`` is the
+    trainer mode (``monitor/sim/modes.py`` adds today's agent-loop and fully-async keys);
+    ``mode_state`` carries the fully-async counters from step to step."""
     progress = step / max(n_steps, 1)
     r = rng.standard_normal(32)
     prompt_mean = 118.0 + 2.0 * r[0]
@@ -146,7 +157,9 @@ def build_metrics(
         m["num_turns/max"] = 2
         m["num_turns/mean"] = 2.0
     timing: dict[str, Any] = {}
-    if profile.agent_loop:
+    if mode == "agent_loop":
+        timing.update(agent_loop_timing(dur, plan, r, prompt_mean, resp_max))
+    elif profile.agent_loop and mode == "sync":
         slowest = dur["gen"]
         timing["timing_s/agent_loop/generate_sequences/min"] = round(slowest * 0.06, 3)
         timing["timing_s/agent_loop/generate_sequences/max"] = slowest
@@ -160,7 +173,7 @@ def build_metrics(
         timing["timing_s/agent_loop/slowest/tool_calls"] = 0.0
         timing["timing_s/agent_loop/slowest/prompt_length"] = int(prompt_mean * 1.2)
         timing["timing_s/agent_loop/slowest/response_length"] = int(round(resp_max))
-    timing.update(timing_keys(profile, dur, total, with_rollout_wait))
+    timing.update(timing_keys(profile, dur, total, with_rollout_wait, mode))
     m.update(timing)
     n_resp = batch * resp_mean
     n_all = tokens
@@ -178,6 +191,9 @@ def build_metrics(
         m["perf/mfu/actor_infer"] = float(0.21 * _mfu_scale(plan) + 0.01 * r[22])
     if profile.memory_prefix == "perf/":
         _memory(m, "perf/", plan, r)
+    if mode == "fully_async":
+        m.update(fully_async_metrics(step, dur, total, plan, batch, r,
+                                     mode_state if mode_state is not None else {}))
     return m
 
 

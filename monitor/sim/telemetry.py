@@ -29,6 +29,8 @@ GPU_SIGNATURES: dict[str, tuple[float, float, float, float, float]] = {
     "gap": (3.0, 1.5, 0.5, 1.5, 0.5),
     # the batch fetch before the step timer: GPUs idle (verl's workers wait for the driver)
     "data_wait": (2.0, 1.0, 0.5, 1.0, 0.0),
+    # a fully-async trainer waiting for samples from the rollouter's queue: its GPUs idle
+    "wait_samples": (2.0, 1.0, 0.5, 1.0, 0.0),
     "gen": (94.0, 58.0, 22.0, 65.0, 34.0),
     "reward": (12.0, 6.0, 2.0, 4.0, 2.0),
     "adv": (8.0, 3.0, 1.0, 2.0, 1.0),
@@ -48,6 +50,7 @@ GPU_SIGNATURES: dict[str, tuple[float, float, float, float, float]] = {
 #: Memory share of the total per label (gaps keep the previous phase's level).
 MEM_LEVELS: dict[str, float] = {
     "idle": 0.62,
+    "wait_samples": 0.6,
     "gen": 0.72,
     "reward": 0.70,
     "adv": 0.62,
@@ -70,6 +73,7 @@ HOST_SIGNATURES: dict[str, tuple[float, float, float, float]] = {
     "gap": (9.0, 58.0, 1.2, 90e6),
     # the driver's core busy fetching and collating the batch (measured ~100% on the H200 host)
     "data_wait": (9.0, 99.5, 1.0, 38e6),
+    "wait_samples": (5.0, 30.0, 0.3, 0.5e6),
     "gen": (16.0, 68.0, 0.4, 2e6),
     "reward": (28.0, 88.0, 0.5, 1e6),
     "adv": (8.0, 50.0, 0.3, 0.5e6),

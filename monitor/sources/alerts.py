@@ -1,7 +1,8 @@
 """The cross-node alerts of ``prometheus/rules/alerts.yml`` as flags, for the pages.
 
 A node without the log judges nothing that needs the phase timeline; the nodes are compared in
-Prometheus instead (``NodeImbalance``, ``GPULagging``, ``GPUStraggler``). So that the Nodes
+Prometheus instead (``NodeImbalance``, ``GPUStraggler``; ``GPULagging`` is retired but still
+read from an older rule set). So that the Nodes
 page, the Overview and the Flags page give the same verdict as those alerts, a firing one is
 read back from Prometheus (``ALERTS``, with its start from ``ALERTS_FOR_STATE``) and shown as a
 ``gpu_imbalance`` flag naming the node and GPU.
@@ -14,8 +15,8 @@ from monitor.records import Flag
 
 #: alert name -> what it says, in words (node and GPU filled in)
 CROSS_NODE_ALERTS: dict[str, str] = {
-    "NodeImbalance": "Node {node}'s GPUs stay far below the job's other nodes while the job is "
-                     "busy: every collective waits for this node",
+    "NodeImbalance": "Node {node} is the slow node: its GPUs' SMs stay busier than the job's "
+                     "other nodes, which spin in collectives waiting for it",
     "GPULagging": "GPU {gpu} on {node} stays far below the job's other GPUs: the ranks on it "
                   "hold back every collective",
     "GPUStraggler": "GPU {gpu} on {node} is the straggler: its SMs stay busy while the job's "

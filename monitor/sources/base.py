@@ -62,6 +62,42 @@ def fleet_from_gpu(gpu: pd.DataFrame) -> pd.DataFrame:
     return out[list(FLEET_COLUMNS)]
 
 
+#: Rollout engines per time bucket and server (the Rollout page): gauges averaged over the
+#: bucket (KV cache use 0..1, requests running / waiting / paused; ``sleeping`` the share of the
+#: bucket asleep), counters as rates (preemptions and generated tokens per second), and the mean
+#: queue time and end-to-end latency of the requests done in the bucket.
+ROLLOUT_VIEW_COLUMNS: tuple[str, ...] = (
+    "ts", "node", "server", "engine", "model", "kv_cache_usage", "running", "waiting", "paused",
+    "preemptions_per_s", "tokens_per_s", "queue_time_mean_s", "e2e_latency_mean_s", "sleeping",
+)
+
+
+def rollout_view(raw: pd.DataFrame, width: float) -> pd.DataFrame:
+    """:data:`ROLLOUT_VIEW_COLUMNS` from rollout samples (``monitor.frames.ROLLOUT_COLUMNS``)
+    in buckets of ``width`` seconds per (node, server). A counter's rate is its rise from the
+    previous bucket's last value (a restart, where it falls, counts from zero)."""
+    if raw is None or raw.empty:
+        return pd.DataFrame(columns=list(ROLLOUT_VIEW_COLUMNS))
+    df = raw.copy()
+    df["ts"] = np.floor(df["ts"].astype(float) / width) * width
+    keys = ["node", "server"]
+    g = df.groupby([*keys, "ts"], observed=True, sort=True)
+    # ``engine`` is a keyword of ``agg`` itself (numba): aggregate under other names
+    out = g.agg(eng=("engine", "last"), mdl=("model", "last"),
+                kv_cache_usage=("kv_cache_usage", "mean"), running=("running", "mean"),
+                waiting=("waiting", "mean"), paused=("paused", "mean"),
+                queue_time_mean_s=("queue_time_mean_s", "mean"),
+                e2e_latency_mean_s=("e2e_latency_mean_s", "mean"),
+                sleeping=("sleeping", "mean"),
+                pre=("preemptions_total", "last"), tok=("generation_tokens_total", "last"),
+                ).reset_index().rename(columns={"eng": "engine", "mdl": "model"})
+    for col, rate in (("pre", "preemptions_per_s"), ("tok", "tokens_per_s")):
+        rise = out.groupby(keys, observed=True)[col].diff()
+        rise = rise.where(rise.isna() | (rise >= 0), out[col])  # a restart counts from zero
+        out[rate] = rise / width
+    return out[list(ROLLOUT_VIEW_COLUMNS)].reset_index(drop=True)
+
+
 class SourceError(RuntimeError):
     """The source cannot answer; the message is one line a person reads."""
 
@@ -138,6 +174,11 @@ class MetricSource(Protocol):
     ) -> pd.DataFrame:
         """GPU activity across all GPUs (or one node's) over time: :data:`FLEET_COLUMNS`.
         Cheap at any scale: the source aggregates before anything crosses to Python."""
+        ...
+
+    def rollout_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
+        """Rollout engines per bucket and server: :data:`ROLLOUT_VIEW_COLUMNS` (empty when
+        the run has no engine servers)."""
         ...
 
 

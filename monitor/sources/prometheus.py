@@ -6,14 +6,27 @@ passes Prometheus's 11,000-point limit, and downsample with ``avg_over_time`` pl
 :mod:`monitor.downsample`. Steps are rebuilt from the step gauges: a new step is a change of
 ``verlmon_training_step`` (or of the last-step timestamp). Flags are the runs of
 ``verlmon_flag_active == 1``, open while the series is there at the window's end.
+
+Every query has ONE deadline for its whole answer (connect, wait, every byte; ``timeout``,
+default 10 s, or ``VERLMON_PROMETHEUS_TIMEOUT``), not a per-read timeout that a server
+dripping bytes resets forever. Every failure is a :class:`SourceError` of one line: the server
+unreachable, past the deadline (then the next queries fail at once for ``timeout`` seconds
+instead of each waiting again), not JSON, or JSON of a shape this module cannot read.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import logging
 import math
+import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -28,6 +41,7 @@ from monitor.sources.alerts import FIRING_QUERY, SINCE_QUERY, alert_flags, alert
 from monitor.sources.base import (
     FLEET_COLUMNS,
     NCCL_COLUMNS,
+    ROLLOUT_VIEW_COLUMNS,
     SourceError,
     SourceStatus,
     summarize_nodes,
@@ -38,6 +52,14 @@ MAX_POINTS_PER_SERIES = 11_000
 DEFAULT_SCRAPE_INTERVAL = 15.0
 #: How long the first scrape found by ``time_range`` is reused before it is looked up again.
 FIRST_SCRAPE_TTL_S = 300.0
+#: The deadline of one query, whole answer included, unless ``VERLMON_PROMETHEUS_TIMEOUT`` or
+#: the ``timeout`` argument says otherwise (seconds).
+DEFAULT_TIMEOUT_S = 10.0
+TIMEOUT_ENV = "VERLMON_PROMETHEUS_TIMEOUT"
+#: An answer larger than this is refused (a wrong URL streaming a file, not a query result).
+MAX_ANSWER_BYTES = 512 * 2**20
+
+log = logging.getLogger(__name__)
 
 #: GPU frame column -> (metric, scale to the interchange unit).
 _GPU_QUERIES: dict[str, tuple[str, float]] = {
@@ -56,6 +78,62 @@ _HOST_QUERIES: dict[str, tuple[str, float]] = {
 }
 
 
+def url_problem(url: str) -> str | None:
+    """None when ``url`` can name a Prometheus server (http or https with a host), else why
+    not, in a few words."""
+    try:
+        parts = urlsplit(str(url).strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "not an http(s) URL with a host, e.g. http://localhost:9090"
+    return None
+
+
+def default_timeout() -> float:
+    """The per-query deadline: ``VERLMON_PROMETHEUS_TIMEOUT`` seconds when set and positive,
+    else DEFAULT_TIMEOUT_S."""
+    try:
+        value = float(os.environ.get(TIMEOUT_ENV, ""))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    return value if math.isfinite(value) and value > 0 else DEFAULT_TIMEOUT_S
+
+
+class _Late(SourceError):
+    """The deadline passed before the whole answer came."""
+
+
+#: What a reply of an unexpected shape raises somewhere in the parsing below.
+_SHAPE_ERRORS = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(fn: _F) -> _F:
+    """``fn`` with an unexpected reply's parsing error turned into one SourceError line."""
+
+    @functools.wraps(fn)
+    def call(self: PrometheusSource, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except _SHAPE_ERRORS as exc:
+            log.debug("reading %s failed", self.url, exc_info=True)
+            raise SourceError(self._shape_message(f"{exc.__class__.__name__}: {_reason(exc)}")
+                              ) from exc
+
+    return call  # type: ignore[return-value]
+
+
+def _one_line_errors(cls: type) -> type:
+    """Guard every public method of ``cls`` (but ``close``) with :func:`_guarded`."""
+    for name, fn in list(vars(cls).items()):
+        if not name.startswith("_") and name != "close" and callable(fn):
+            setattr(cls, name, _guarded(fn))
+    return cls
+
+
+@_one_line_errors
 class PrometheusSource:
     """A :class:`~monitor.sources.base.MetricSource` over a Prometheus server.
 
@@ -65,13 +143,21 @@ class PrometheusSource:
 
     kind = "prometheus"
 
-    def __init__(self, url: str, job: str | None = None, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, url: str, job: str | None = None, timeout: float | None = None) -> None:
+        problem = url_problem(url)
+        if problem:
+            raise SourceError(f"Prometheus URL {url!r}: {problem}")
+        self.url = url.strip().rstrip("/")
         self.job = job
         self.label = f"Prometheus {self.url}" + (f" (job {job})" if job else "")
-        self._client = httpx.Client(base_url=self.url, timeout=timeout)
+        #: the deadline of one query, whole answer included (seconds)
+        self.timeout = float(timeout) if timeout else default_timeout()
+        self._client = httpx.Client(base_url=self.url, timeout=self.timeout)
         self._scrape_interval: float | None = None
         self._pool = ThreadPoolExecutor(max_workers=6)
+        # the requests themselves run here, so a caller waits for the deadline, not the server
+        self._http = ThreadPoolExecutor(max_workers=8, thread_name_prefix="prometheus-http")
+        self._late_until: tuple[float, str] | None = None  # (monotonic time, message)
         self._first_scrape: tuple[float, float] | None = None  # (time, when it was looked up)
 
     # ----------------------------------------------------------------- HTTP plumbing
@@ -79,21 +165,85 @@ class PrometheusSource:
         """Close the HTTP client and worker threads."""
         self._client.close()
         self._pool.shutdown(wait=False)
+        self._http.shutdown(wait=False, cancel_futures=True)
 
     def _get(self, path: str, params: dict) -> dict:
+        """The ``data`` object of a successful API answer, all of it within the deadline.
+
+        After a query past its deadline, every query fails at once with the same words until
+        ``timeout`` seconds have passed (a hung server must not hold every panel in turn)."""
+        late = self._late_until
+        if late is not None and time.monotonic() < late[0]:
+            raise SourceError(late[1])
+        deadline = time.monotonic() + self.timeout
+        future = self._http.submit(self._fetch, path, params, deadline)
         try:
-            resp = self._client.get(path, params=params)
+            status, raw = future.result(timeout=self.timeout)
+        except (FutureTimeout, _Late):
+            future.cancel()
+            msg = (f"Prometheus at {self.url} did not answer within {self.timeout:g} s (the "
+                   "server or a proxy in front of it hangs or sends too slowly); retrying in "
+                   f"{self.timeout:g} s")
+            self._late_until = (time.monotonic() + self.timeout, msg)
+            raise SourceError(msg) from None
+        self._late_until = None
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise SourceError(
+                f"Prometheus at {self.url} answered HTTP {status} without JSON") from None
+        if not isinstance(body, dict):
+            raise SourceError(self._shape_message("the answer is not a JSON object"))
+        if body.get("status") != "success":
+            error = body.get("error")
+            why = _reason(ValueError(error)) if isinstance(error, str) and error else (
+                f"HTTP {status}")
+            raise SourceError(f"Prometheus query failed: {why}")
+        data = body.get("data")
+        if not isinstance(data, dict):
+            raise SourceError(self._shape_message('"data" is not an object'))
+        return data
+
+    def _fetch(self, path: str, params: dict, deadline: float) -> tuple[int, bytes]:
+        """(HTTP status, body) read in chunks, stopping at the deadline (on a worker thread)."""
+        body = bytearray()
+        try:
+            with self._client.stream("GET", path, params=params,
+                                     timeout=max(deadline - time.monotonic(), 0.001)) as resp:
+                for chunk in resp.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise _Late("past the deadline")
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise SourceError(self._shape_message(
+                            f"an answer over {MAX_ANSWER_BYTES >> 20} MiB"))
+                return resp.status_code, bytes(body)
+        except httpx.TimeoutException:
+            raise _Late("past the deadline") from None
         except httpx.HTTPError as exc:
             raise SourceError(f"Prometheus unreachable at {self.url}: {_reason(exc)}") from exc
-        try:
-            body = resp.json()
-        except ValueError as exc:
-            raise SourceError(
-                f"Prometheus at {self.url} answered HTTP {resp.status_code} without JSON"
-            ) from exc
-        if body.get("status") != "success":
-            raise SourceError(f"Prometheus query failed: {body.get('error', resp.status_code)}")
-        return body["data"]
+
+    def _shape_message(self, what: str) -> str:
+        return (f"Prometheus at {self.url} answered in a shape verl-monitor cannot read "
+                f"({what}); is this the URL of a Prometheus server?")
+
+    def _result(self, data: dict, sample: str) -> list[dict]:
+        """``data.result`` checked to be series of labels and ``[time, "value"]`` samples
+        (``sample``: "value" for instant queries, "values" for range queries). The first
+        and last samples of each series are checked; the parsing guard covers the rest."""
+        result = data.get("result")
+        if not isinstance(result, list):
+            raise SourceError(self._shape_message('"result" is not a list'))
+        for series in result:
+            if not isinstance(series, dict) or not isinstance(series.get("metric", {}), dict):
+                raise SourceError(self._shape_message("a series is not an object with labels"))
+            points = series.get(sample)
+            points = [points] if sample == "value" else points
+            ends = points[:1] + points[-1:] if isinstance(points, list) else [None]
+            if not all(_is_sample(p) for p in ends):
+                raise SourceError(self._shape_message(
+                    f'a series\' "{sample}" are not [time, "number"] pairs'))
+        return result
 
     def _sel(self, extra: str = "") -> str:
         parts = [f'job="{self.job}"'] if self.job else []
@@ -106,7 +256,7 @@ class PrometheusSource:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        return self._get("/api/v1/query", params)["result"]
+        return self._result(self._get("/api/v1/query", params), "value")
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict]:
         """Range query; refuses a step that would return more than 11,000 points a series.
@@ -118,7 +268,7 @@ class PrometheusSource:
         if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
             step = math.ceil((end - start) / (MAX_POINTS_PER_SERIES - 1))
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step}
-        return self._get("/api/v1/query_range", params)["result"]
+        return self._result(self._get("/api/v1/query_range", params), "values")
 
     def scrape_interval(self) -> float:
         """The job's scrape interval from the server's loaded config (15 s if unknown)."""
@@ -132,7 +282,7 @@ class PrometheusSource:
                         value = job.get("scrape_interval", value)
                         break
                 self._scrape_interval = _duration_seconds(value)
-            except (SourceError, KeyError, yaml.YAMLError, ValueError):
+            except (SourceError, yaml.YAMLError, *_SHAPE_ERRORS):
                 pass
         return self._scrape_interval
 
@@ -433,9 +583,15 @@ class PrometheusSource:
         """Per-node aggregates from instant queries over the whole window (cheap at 128 nodes)."""
         span = max(int(end - start), int(self.scrape_interval()))
         sel = self._sel()
+        def mean(counter: str, gauge: str) -> str:
+            # every sample from the exporter's activity counters (exact at any scrape
+            # interval); the scraped gauge only where an older exporter has no counters
+            return (f"(increase({counter}{sel}[{span}s]) / (increase({m.GPU_SAMPLED_SECONDS}"
+                    f"{sel}[{span}s]) > 0)) or avg_over_time({gauge}{sel}[{span}s])")
+
         qs = {
-            "util": (f"avg_over_time({m.GPU_UTIL}{sel}[{span}s])", 100.0),
-            "sm_active": (f"avg_over_time({m.GPU_SM_ACTIVE}{sel}[{span}s])", 100.0),
+            "util": (mean(m.GPU_BUSY_SECONDS, m.GPU_UTIL), 100.0),
+            "sm_active": (mean(m.GPU_SM_ACTIVE_SECONDS, m.GPU_SM_ACTIVE), 100.0),
             "mem_used": (f"max_over_time({m.GPU_MEM_USED}{sel}[{span}s])", 1.0),
             "mem_total": (f"max_over_time({m.GPU_MEM_TOTAL}{sel}[{span}s])", 1.0),
         }
@@ -486,6 +642,41 @@ class PrometheusSource:
             if col not in df.columns:
                 df[col] = np.nan
         return df[list(FLEET_COLUMNS)].sort_values("ts").reset_index(drop=True)
+
+    def rollout_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
+        """The rollout engines per server from the ``verlmon_rollout_*`` series: gauges
+        averaged over each step, counters as rates, latencies as rate(sum) / rate(count)."""
+        start, step = self._grid(start, end, max_points)
+        window = max(step, int(4 * self.scrape_interval()))
+        sel = self._sel()
+        by = "by (node, instance, server, engine, model)"
+
+        def avg(selector: str) -> str:
+            return f"avg {by} ({self._windowed('avg', selector, step)})"
+
+        def rate(name: str) -> str:
+            return f"sum {by} (rate({name}{sel}[{window}s]))"
+
+        queries = {
+            "kv_cache_usage": (avg(m.ROLLOUT_KV_CACHE + sel), 1.0),
+            "sleeping": (avg(m.ROLLOUT_SLEEPING + sel), 1.0),
+            "preemptions_per_s": (rate(m.ROLLOUT_PREEMPTIONS), 1.0),
+            "tokens_per_s": (rate(m.ROLLOUT_GEN_TOKENS), 1.0),
+            "queue_time_mean_s": (f"{rate(m.ROLLOUT_QUEUE_TIME + '_sum')} / "
+                                  f"{rate(m.ROLLOUT_QUEUE_TIME + '_count')}", 1.0),
+            "e2e_latency_mean_s": (f"{rate(m.ROLLOUT_E2E_LATENCY + '_sum')} / "
+                                   f"{rate(m.ROLLOUT_E2E_LATENCY + '_count')}", 1.0),
+        }
+        for state in ("running", "waiting", "paused"):
+            queries[state] = (avg(m.ROLLOUT_REQUESTS + self._sel(f'state="{state}"')), 1.0)
+        df = self._range_many(queries, start, end, step, keys=["server", "engine", "model"])
+        if df.empty:
+            return pd.DataFrame(columns=list(ROLLOUT_VIEW_COLUMNS))
+        for col in ROLLOUT_VIEW_COLUMNS:
+            if col not in df.columns:
+                df[col] = np.nan
+        return (df[list(ROLLOUT_VIEW_COLUMNS)].sort_values(["node", "server", "ts"])
+                .reset_index(drop=True))
 
 
 def _node_of(labels: dict) -> str:
@@ -581,6 +772,18 @@ def _duration_seconds(text: str) -> float:
     if num:
         raise ValueError(f"bad duration {text!r}")
     return total
+
+
+def _is_sample(point: Any) -> bool:
+    """True for a ``[time, "value"]`` pair whose both parts read as numbers."""
+    if not isinstance(point, (list, tuple)) or len(point) != 2:
+        return False
+    try:
+        float(point[0])
+        float(point[1])
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _reason(exc: Exception) -> str:

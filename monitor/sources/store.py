@@ -23,6 +23,7 @@ from monitor.sources.base import (
     SourceStatus,
     fleet_from_gpu,
     node_summary_from_gpu,
+    rollout_view,
 )
 
 #: Buckets per cached chunk of a long window (see ``StoreSource._sql_buckets``).
@@ -263,6 +264,13 @@ class StoreSource:
     ) -> pd.DataFrame:
         """Mean and lowest utilization across GPUs over time."""
         return fleet_from_gpu(self.gpu_frame(start, end, max_points, node))
+
+    def rollout_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
+        """Rollout-engine samples bucketed per server (``ROLLOUT_VIEW_COLUMNS``)."""
+        raw = self._call("rollout_frame", start, end)
+        width = bucket_seconds(start, end, max_points, floor_s=_sample_period(raw)) \
+            if not raw.empty else 1.0
+        return rollout_view(raw, width)
 
 
 def _sample_period(df: pd.DataFrame) -> float:

@@ -7,55 +7,101 @@
   in end-time order, NaN/inf as null like verl's file logger (see ``jsonl_data``);
 - ``events.json``, ``flags.json``: lists of the records' plain dicts;
 - ``nccl.csv`` and ``meta.json`` besides, so nothing stored is left behind.
+
+Samples and steps are streamed: read ``chunk_rows`` at a time in the order the files list them
+and appended to the files, so memory stays bounded whatever the store's size (a 2 GiB store
+exports in a few hundred MB; ``bench/store.py --export``). The files are byte for byte what
+writing each table read whole would give.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+import pandas as pd
 
 from monitor.analysis.summary import json_safe
-from monitor.frames import write_frame
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, cast_columns
 from monitor.logs.keys import phases_and_total
 from monitor.records import StepRecord
 from monitor.store.runstore import RunStore
+from monitor.store.schema import NCCL_COLUMNS
+
+#: Rows read and written at a time (samples and steps).
+CHUNK_ROWS = 50_000
+_STEP_COLUMNS = ("step, end_time, total, phases, throughput, mem_allocated_peak_bytes, "
+                 "mem_reserved_peak_bytes, metrics, time_source, source")
 
 
-def export_dir(store_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, int]:
+def export_dir(
+    store_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    chunk_rows: int = CHUNK_ROWS,
+) -> dict[str, int]:
     """Write the store's contents under ``out_dir`` (created if needed); returns row counts.
 
-    Raises ``StoreError`` when the store file is missing or not a run store.
+    Reads ``chunk_rows`` samples or steps at a time. Raises ``StoreError`` when the store
+    file is missing or not a run store.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    counts: dict[str, int] = {}
     with RunStore(store_path, create=False) as store:
-        gpu = store.gpu_frame()
-        host = store.host_frame()
-        nccl = store.nccl_frame()
-        steps = store.steps()
+        for kind, table, columns in (("gpu", "gpu_samples", GPU_COLUMNS),
+                                     ("host", "host_samples", HOST_COLUMNS),
+                                     ("nccl", "nccl_samples", NCCL_COLUMNS)):
+            with open(out / f"{kind}.csv", "w", encoding="utf-8", newline="") as fh:
+                counts[kind] = write_samples_csv(store, table, columns, fh, chunk_rows)
+        with open(out / "train.jsonl", "w", encoding="utf-8") as fh:
+            counts["steps"] = 0
+            for s in iter_steps(store, chunk_rows):
+                record = {"step": s.step, "ts": s.end_time, "data": jsonl_data(s)}
+                fh.write(json.dumps(record, allow_nan=False) + "\n")
+                counts["steps"] += 1
         events = store.events()
         flags = store.flags()
         meta = store.meta()
-    write_frame(gpu, out / "gpu.csv")
-    write_frame(host, out / "host.csv")
-    nccl.to_csv(out / "nccl.csv", index=False)
-    with open(out / "train.jsonl", "w", encoding="utf-8") as fh:
-        for s in steps:
-            record = {"step": s.step, "ts": s.end_time, "data": jsonl_data(s)}
-            fh.write(json.dumps(record, allow_nan=False) + "\n")
     _write_json(out / "events.json", [e.to_dict() for e in events])
     _write_json(out / "flags.json", [f.to_dict() for f in flags])
     _write_json(out / "meta.json", meta)
-    return {
-        "gpu": len(gpu),
-        "host": len(host),
-        "nccl": len(nccl),
-        "steps": len(steps),
-        "events": len(events),
-        "flags": len(flags),
-    }
+    counts.update(events=len(events), flags=len(flags))
+    return counts
+
+
+def write_samples_csv(store: RunStore, table: str, columns: tuple[str, ...], fh: TextIO,
+                      chunk_rows: int = CHUNK_ROWS) -> int:
+    """Write a sample table as CSV (header, then rows in time order, ties in insertion
+    order: the order of the store's whole-table frames), ``chunk_rows`` at a time; returns
+    the rows written."""
+    cursor = store._conn().execute(  # package-internal: the store's own connection
+        f"SELECT {', '.join(columns)} FROM {table} ORDER BY ts, rowid")
+    written = 0
+    while True:
+        rows = cursor.fetchmany(max(1, int(chunk_rows)))
+        df = cast_columns(pd.DataFrame.from_records(rows, columns=list(columns)), columns)
+        if rows or written == 0:
+            df.to_csv(fh, index=False, header=written == 0)
+        written += len(rows)
+        if not rows:
+            return written
+
+
+def iter_steps(store: RunStore, chunk_rows: int = CHUNK_ROWS) -> Iterator[StepRecord]:
+    """The store's steps as ``RunStore.steps()`` lists them (end-time order, steps without
+    one last), read ``chunk_rows`` at a time."""
+    cursor = store._conn().execute(
+        f"SELECT {_STEP_COLUMNS} FROM steps ORDER BY end_time IS NULL, end_time, step")
+    while rows := cursor.fetchmany(max(1, int(chunk_rows))):
+        for row in rows:
+            yield StepRecord(step=row[0], end_time=row[1], total=row[2],
+                             phases=json.loads(row[3]), throughput=row[4],
+                             mem_allocated_peak_bytes=row[5], mem_reserved_peak_bytes=row[6],
+                             metrics=json.loads(row[7]), time_source=row[8] or "arrival",
+                             source=row[9] or "console")
 
 
 def jsonl_data(step: StepRecord) -> dict[str, Any]:

@@ -36,10 +36,14 @@ import pandas as pd
 from monitor.frames import (
     GPU_COLUMNS,
     HOST_COLUMNS,
+    ROLLOUT_COLUMNS,
     cast_columns,
     empty_gpu_frame,
     empty_host_frame,
+    empty_rollout_frame,
 )
+from monitor.logs.fingerprint import step_fingerprint
+from monitor.logs.follow import LogPosition
 from monitor.records import Event, Flag, StepRecord
 from monitor.store.schema import NCCL_COLUMNS, SchemaError, check, migrate
 
@@ -226,12 +230,17 @@ class RunStore:
         gpu: Sequence[Mapping[str, Any]] = (),
         host: Sequence[Mapping[str, Any]] = (),
         nccl: Sequence[Mapping[str, Any]] = (),
+        rollout: Sequence[Mapping[str, Any]] = (),
         steps: Sequence[StepRecord] = (),
         events: Sequence[Event] = (),
         flags: Sequence[Flag] = (),
         meta: Mapping[str, Any] | None = None,
+        positions: Sequence[LogPosition] = (),
     ) -> None:
-        """Write several kinds of rows in ONE transaction: all are stored, or none."""
+        """Write several kinds of rows in ONE transaction: all are stored, or none.
+
+        ``positions``: where each followed log was read up to, saved with the steps and events
+        read before it (a restart resumes there; never ahead of what was stored)."""
 
         def work(conn: sqlite3.Connection) -> None:
             if gpu:
@@ -240,6 +249,8 @@ class RunStore:
                 _insert_samples(conn, "host_samples", HOST_COLUMNS, host)
             if nccl:
                 _insert_samples(conn, "nccl_samples", NCCL_COLUMNS, nccl)
+            if rollout:
+                _insert_rollout(conn, rollout)
             if steps:
                 _insert_steps(conn, steps)
             if events:
@@ -252,8 +263,21 @@ class RunStore:
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     [(str(k), _dumps(v)) for k, v in meta.items()],
                 )
+            if positions:
+                _save_positions(conn, positions)
 
         self._write(work)
+
+    def save_log_positions(self, positions: Sequence[LogPosition]) -> None:
+        """Save where followed logs were read up to (see ``add_batch``)."""
+        self.add_batch(positions=positions)
+
+    def log_positions(self) -> dict[str, LogPosition]:
+        """The saved position of each followed log, by its path."""
+        sql = 'SELECT path, dev, ino, "offset", head_len, head_hash, updated FROM log_positions'
+        return {r[0]: LogPosition(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), str(r[5]),
+                                  _num(r[6]))
+                for r in self._conn().execute(sql)}
 
     def add_gpu_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Append GPU samples (dicts keyed by ``monitor.frames.GPU_COLUMNS``; extras ignored)."""
@@ -268,7 +292,9 @@ class RunStore:
         self.add_batch(nccl=rows)
 
     def add_steps(self, steps: Sequence[StepRecord]) -> None:
-        """Store step records; the same step + end_time again replaces the earlier row."""
+        """Store step records. A step whose content (source, number, values) is stored already
+        is not stored again, whatever its end time; the same step, end time and source with
+        other values (a JSONL object merged later) replaces the earlier row."""
         self.add_batch(steps=steps)
 
     def add_events(self, events: Sequence[Event]) -> None:
@@ -367,6 +393,24 @@ class RunStore:
             else:
                 df[col] = df[col].astype("float64")
         return df
+
+    # ------------------------------------------------------------------ rollout engines
+
+    def add_rollout_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append rollout-engine samples (dicts keyed by ``monitor.frames.ROLLOUT_COLUMNS``)."""
+        self.add_batch(rollout=rows)
+
+    def rollout_frame(
+        self, start: float | None = None, end: float | None = None, node: str | None = None
+    ) -> pd.DataFrame:
+        """Rollout-engine samples with ``start <= ts <= end``, sorted by ts (ROLLOUT_COLUMNS);
+        empty for a store that never saw an engine (the table is made by the first write)."""
+        if not _has_table(self._conn(), ROLLOUT_TABLE):
+            return empty_rollout_frame()
+        df = self._read_frame(ROLLOUT_TABLE, ROLLOUT_COLUMNS, start, end, node)
+        if df.empty:
+            return empty_rollout_frame()
+        return cast_columns(df, ROLLOUT_COLUMNS)
 
     def steps(self, start: float | None = None, end: float | None = None) -> list[StepRecord]:
         """Step records whose end_time is within the bounds, in end_time order.
@@ -589,7 +633,7 @@ def _insert_samples(
         out: list[Any] = []
         for col in columns:
             val = row.get(col)
-            if col in ("node", "coll", "comm"):
+            if col in ("node", "coll", "comm", "server", "engine", "model"):
                 out.append("" if val is None else str(val))
             elif col == "gpu":
                 out.append(_int(val))
@@ -600,6 +644,28 @@ def _insert_samples(
     conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", values)
 
 
+#: The rollout-engine samples table; created by its first write (stores of every version
+#: before it simply lack it, and read as holding no engine samples).
+ROLLOUT_TABLE = "rollout_samples"
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                       (name,)).fetchone()
+    return row is not None
+
+
+def _insert_rollout(conn: sqlite3.Connection, rows: Iterable[Mapping]) -> None:
+    """Insert rollout-engine rows, creating their table (and ts index) on first use."""
+    text = ("node", "server", "engine", "model")
+    defs = ", ".join("ts REAL NOT NULL" if c == "ts" else f"{c} TEXT NOT NULL" if c in text
+                     else f"{c} REAL" for c in ROLLOUT_COLUMNS)
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {ROLLOUT_TABLE} ({defs}, "
+                 "res REAL NOT NULL DEFAULT 0)")
+    conn.execute(f"CREATE INDEX IF NOT EXISTS {ROLLOUT_TABLE}_ts ON {ROLLOUT_TABLE} (ts)")
+    _insert_samples(conn, ROLLOUT_TABLE, ROLLOUT_COLUMNS, rows)
+
+
 def _insert_steps(conn: sqlite3.Connection, steps: Iterable[StepRecord]) -> None:
     values = []
     for s in steps:
@@ -607,6 +673,7 @@ def _insert_steps(conn: sqlite3.Connection, steps: Iterable[StepRecord]) -> None
         step = _int(s.step)
         if step is None:
             raise ValueError(f"step number {str(s.step)[:40]} does not fit in 64 bits")
+        fp = step_fingerprint(s)
         values.append(
             (
                 step,
@@ -619,14 +686,29 @@ def _insert_steps(conn: sqlite3.Connection, steps: Iterable[StepRecord]) -> None
                 _num(s.mem_reserved_peak_bytes),
                 _dumps(s.metrics),
                 s.time_source,
-                s.source,
+                s.source or "",
+                fp,
+                fp,
             )
         )
     conn.executemany(
         "INSERT OR REPLACE INTO steps (step, end_key, end_time, total, phases, throughput, "
-        "mem_allocated_peak_bytes, mem_reserved_peak_bytes, metrics, time_source, source) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "mem_allocated_peak_bytes, mem_reserved_peak_bytes, metrics, time_source, source, fp) "
+        "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+        "WHERE NOT EXISTS (SELECT 1 FROM steps WHERE fp = ?)",
         values,
+    )
+
+
+def _save_positions(conn: sqlite3.Connection, positions: Iterable[LogPosition]) -> None:
+    now = time.time()
+    conn.executemany(
+        'INSERT INTO log_positions (path, dev, ino, "offset", head_len, head_hash, updated) '
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET dev = excluded.dev, "
+        'ino = excluded.ino, "offset" = excluded."offset", head_len = excluded.head_len, '
+        "head_hash = excluded.head_hash, updated = excluded.updated",
+        [(p.path, int(p.dev), int(p.ino), int(p.offset), int(p.head_len), p.head_hash, now)
+         for p in positions],
     )
 
 

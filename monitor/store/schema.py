@@ -11,7 +11,9 @@ import sqlite3
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
 
 #: Bump when the schema changes; ``migrate`` brings older files up to date.
-SCHEMA_VERSION = 1
+#: 2: steps keyed by (step, end_key, source) with a content fingerprint ``fp`` (a step read
+#: twice is stored once); ``log_positions``, where each followed log was read up to.
+SCHEMA_VERSION = 2
 
 #: NCCL sample columns, in the order ``nccl_frame`` returns them.
 NCCL_COLUMNS: tuple[str, ...] = ("ts", "node", "coll", "comm", "ops", "bytes", "exec_s", "busbw_bps")
@@ -35,6 +37,11 @@ def _column_defs(columns: tuple[str, ...]) -> str:
     return ", ".join(defs)
 
 
+#: The steps table's columns before ``source`` (the same in every version).
+_STEP_COLUMNS = """step INTEGER NOT NULL, end_key REAL NOT NULL, end_time REAL, total REAL,
+    phases TEXT NOT NULL, throughput REAL, mem_allocated_peak_bytes REAL,
+    mem_reserved_peak_bytes REAL, metrics TEXT NOT NULL, time_source TEXT"""
+
 _SCHEMA_V1 = f"""
 CREATE TABLE IF NOT EXISTS gpu_samples ({_column_defs(GPU_COLUMNS)});
 CREATE INDEX IF NOT EXISTS gpu_samples_ts ON gpu_samples (ts);
@@ -42,20 +49,7 @@ CREATE TABLE IF NOT EXISTS host_samples ({_column_defs(HOST_COLUMNS)});
 CREATE INDEX IF NOT EXISTS host_samples_ts ON host_samples (ts);
 CREATE TABLE IF NOT EXISTS nccl_samples ({_column_defs(NCCL_COLUMNS)});
 CREATE INDEX IF NOT EXISTS nccl_samples_ts ON nccl_samples (ts);
-CREATE TABLE IF NOT EXISTS steps (
-    step INTEGER NOT NULL,
-    end_key REAL NOT NULL,
-    end_time REAL,
-    total REAL,
-    phases TEXT NOT NULL,
-    throughput REAL,
-    mem_allocated_peak_bytes REAL,
-    mem_reserved_peak_bytes REAL,
-    metrics TEXT NOT NULL,
-    time_source TEXT,
-    source TEXT,
-    PRIMARY KEY (step, end_key)
-);
+CREATE TABLE IF NOT EXISTS steps ({_STEP_COLUMNS}, source TEXT, PRIMARY KEY (step, end_key));
 CREATE INDEX IF NOT EXISTS steps_end ON steps (end_time);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY,
@@ -95,6 +89,31 @@ CREATE INDEX IF NOT EXISTS outbox_dedupe ON outbox (dedupe_key, created);
 """
 
 
+#: Version 1 -> 2: the steps table gains ``fp`` (unique) and ``source`` joins its key, so a
+#: console and a JSONL record of one step never replace each other; followed logs' positions.
+_UPGRADE_V2 = f"""
+CREATE TABLE steps_v2 ({_STEP_COLUMNS}, source TEXT NOT NULL DEFAULT '', fp TEXT,
+    PRIMARY KEY (step, end_key, source));
+INSERT OR IGNORE INTO steps_v2 (step, end_key, end_time, total, phases, throughput,
+    mem_allocated_peak_bytes, mem_reserved_peak_bytes, metrics, time_source, source)
+    SELECT step, end_key, end_time, total, phases, throughput, mem_allocated_peak_bytes,
+    mem_reserved_peak_bytes, metrics, time_source, COALESCE(source, '') FROM steps;
+DROP TABLE steps;
+ALTER TABLE steps_v2 RENAME TO steps;
+CREATE INDEX IF NOT EXISTS steps_end ON steps (end_time);
+CREATE UNIQUE INDEX IF NOT EXISTS steps_fp ON steps (fp);
+CREATE TABLE IF NOT EXISTS log_positions (
+    path TEXT PRIMARY KEY,
+    dev INTEGER NOT NULL,
+    ino INTEGER NOT NULL,
+    "offset" INTEGER NOT NULL,
+    head_len INTEGER NOT NULL,
+    head_hash TEXT NOT NULL,
+    updated REAL
+);
+"""
+
+
 class SchemaError(RuntimeError):
     """The file is not a run store this version can read."""
 
@@ -120,9 +139,21 @@ def migrate(conn: sqlite3.Connection) -> None:
     than being changed.
     """
     check(conn)
-    if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version == SCHEMA_VERSION:
         return
     # auto_vacuum must be set before the first table exists; it lets retention give space back.
     if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-    conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA_V1 + f"PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
+    conn.execute("BEGIN IMMEDIATE")
+    try:  # read again under the lock: another process may have upgraded the file meanwhile
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        script = (_SCHEMA_V1 if version < 1 else "") + (_UPGRADE_V2 if version < 2 else "")
+        for statement in script.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

@@ -34,17 +34,21 @@ Usage::
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
+import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from monitor.logs.follow import LogPosition
 from monitor.records import Event, Flag, StepRecord
 from monitor.store.runstore import RunStore
 
-_SAMPLE_KINDS = ("gpu", "host", "nccl")
+_SAMPLE_KINDS = ("gpu", "host", "nccl", "rollout")
 _INT64 = (-(2**63), 2**63 - 1)
 #: Failures that come from the place (disk, lock, file), not from the rows: keep the rows.
 _ENVIRONMENT_ERRORS = (sqlite3.OperationalError, OSError)
@@ -61,23 +65,49 @@ def valid_step_number(value: Any) -> bool:
     return _INT64[0] <= num <= _INT64[1]
 
 
-def describe_error(exc: BaseException) -> str:
-    """A plain-words description of a store write failure."""
-    text = str(exc)
-    low = text.lower()
+def failure_cause(exc: BaseException, path: str | os.PathLike[str] | None = None) -> str:
+    """What stopped a store write, in a few plain words. With the store's ``path``, a volume
+    mounted (or gone) read-only is named as such: SQLite reports it as "disk I/O error"."""
+    low = str(exc).lower()
     if "disk is full" in low or "database or disk is full" in low:
-        return (
-            "the disk holding the run store is full (or the store hit its page limit); "
-            "rows are kept in memory until space is freed"
-        )
+        return "the disk holding the run store is full (or the store hit its page limit)"
     if "locked" in low or "busy" in low:
-        return (
-            "the run store file is locked by another process; rows are kept in memory and "
-            "written once the lock is released"
-        )
+        return "the run store file is locked by another process"
+    if path is not None and read_only_volume(path):
+        return "the volume holding the run store is read-only"
     if "readonly" in low or "read-only" in low:
-        return "the run store file is read-only; rows are kept in memory"
+        return "the run store file is read-only"
+    text = (str(exc).splitlines() or [""])[0][:200]
     return f"writing the run store failed: {exc.__class__.__name__}: {text}"
+
+
+_WHAT_NEXT = {
+    "full": "rows are kept in memory until space is freed",
+    "locked": "rows are kept in memory and written once the lock is released",
+}
+
+
+def describe_error(exc: BaseException, path: str | os.PathLike[str] | None = None) -> str:
+    """A plain-words description of a store write failure, saying what happens to the rows."""
+    cause = failure_cause(exc, path)
+    if cause.startswith("writing the run store failed"):
+        return cause
+    tail = next((v for k, v in _WHAT_NEXT.items() if k in cause), "rows are kept in memory")
+    return f"{cause}; {tail}"
+
+
+def read_only_volume(path: str | os.PathLike[str]) -> bool:
+    """True when the file system holding ``path`` refuses writes as read-only now: mounted
+    read-only, or turned read-only after an error (ext4's ``errors=remount-ro``, which the
+    mount flags do not always show), found by creating and removing a scratch file there."""
+    folder = os.path.dirname(os.path.realpath(path)) or "."
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return True
+        with tempfile.TemporaryFile(dir=folder):
+            return False
+    except OSError as exc:
+        return exc.errno == errno.EROFS
 
 
 def _has_ts(row: Mapping[str, Any]) -> bool:
@@ -106,7 +136,10 @@ class StoreWriter:
         self._write_ok = True
         self.write_errors = 0
         self.last_error: str | None = None
-        #: rows dropped, by reason: "buffer_full" (past a bound) or "invalid" (unstorable)
+        #: the exception of the last failed write (what ``drop_unwritten`` names)
+        self.last_exception: BaseException | None = None
+        #: rows dropped, by reason: "buffer_full" (past a bound), "invalid" (unstorable), or
+        #: "unwritten_at_stop" (still buffered when the final flush failed; ``drop_unwritten``)
         self.dropped: dict[str, int] = {"buffer_full": 0, "invalid": 0}
         #: set when the store file failed its integrity check: ``up`` stays False
         self.integrity_error: str | None = None
@@ -118,6 +151,7 @@ class StoreWriter:
         self._events: deque[Event] = deque()
         self._flags: dict[tuple[str, str, float], Flag] = {}
         self._meta: dict[str, Any] = {}
+        self._positions: dict[str, LogPosition] = {}
         self._last_compact = time.monotonic()
 
     # ------------------------------------------------------------------ state
@@ -207,6 +241,10 @@ class StoreWriter:
         """Buffer NCCL sample dicts (ts, node, coll, comm, ops, bytes, exec_s, busbw_bps)."""
         self._put_samples("nccl", rows)
 
+    def put_rollout(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Buffer rollout-engine sample dicts (monitor.frames.ROLLOUT_COLUMNS)."""
+        self._put_samples("rollout", rows)
+
     def put_steps(self, steps: Iterable[StepRecord]) -> None:
         """Buffer step records; a step number SQLite cannot hold is dropped and counted."""
         kept = []
@@ -239,6 +277,12 @@ class StoreWriter:
                     continue
                 self._flags[key] = f
 
+    def put_position(self, position: LogPosition) -> None:
+        """Buffer where a followed log was read up to; it is written in the same transaction
+        as the steps and events put before it (never ahead of them)."""
+        with self._lock:
+            self._positions[position.path] = position
+
     def set_meta(self, key: str, value: Any) -> None:
         """Buffer one run-level value."""
         with self._lock:
@@ -254,6 +298,7 @@ class StoreWriter:
                 + len(self._events)
                 + len(self._flags)
                 + len(self._meta)
+                + len(self._positions)
             )
 
     # ------------------------------------------------------------------ flushing
@@ -271,10 +316,12 @@ class StoreWriter:
                     "gpu": list(self._samples["gpu"]),
                     "host": list(self._samples["host"]),
                     "nccl": list(self._samples["nccl"]),
+                    "rollout": list(self._samples["rollout"]),
                     "steps": list(self._steps),
                     "events": list(self._events),
                     "flags": list(self._flags.values()),
                     "meta": dict(self._meta),
+                    "positions": list(self._positions.values()),
                 }
             count = sum(len(v) for v in batch.values())
             if count == 0:
@@ -298,8 +345,31 @@ class StoreWriter:
     def _failed(self, exc: BaseException) -> bool:
         self._write_ok = False
         self.write_errors += 1
-        self.last_error = describe_error(exc)
+        self.last_exception = exc
+        self.last_error = describe_error(exc, self.store.path)
         return False
+
+    def drop_unwritten(self) -> str | None:
+        """At stop, after the final ``flush()`` failed: count every row still buffered as
+        dropped (reason ``unwritten_at_stop``), empty the buffer, and return one plain line
+        saying why and how many rows are lost; None when nothing was left unwritten."""
+        with self._lock:
+            parts = {kind: len(q) for kind, q in self._samples.items()}
+            parts.update(steps=len(self._steps), events=len(self._events),
+                         flags=len(self._flags), meta=len(self._meta))
+            lost = sum(parts.values())
+            for queue in (*self._samples.values(), self._steps, self._events):
+                queue.clear()
+            self._flags.clear()
+            self._meta.clear()
+        if not lost:
+            return None
+        self._drop("unwritten_at_stop", lost)
+        exc = self.last_exception
+        cause = failure_cause(exc, self.store.path) if exc is not None else "the store refused it"
+        detail = ", ".join(f"{n} {kind}" for kind, n in parts.items() if n)
+        return (f"the final write failed ({cause}): {lost} buffered rows could not be written "
+                f"and are lost ({detail})")
 
     def _write_isolating(self, batch: dict[str, Any]) -> int:
         """Write ``batch`` kind by kind, halving any part a row makes fail; returns rows stored.
@@ -307,7 +377,8 @@ class StoreWriter:
         Rows that fail alone are dropped from ``batch`` (so they leave the buffer too) and
         counted. Environment errors propagate (the caller keeps everything)."""
         stored = 0
-        for kind in ("gpu", "host", "nccl", "steps", "events", "flags", "meta"):
+        for kind in ("gpu", "host", "nccl", "rollout", "steps", "events", "flags", "meta",
+                     "positions"):
             rows = batch[kind]
             if not rows:
                 continue
@@ -358,6 +429,9 @@ class StoreWriter:
         for key, value in batch["meta"].items():
             if key in self._meta and self._meta[key] is value:
                 del self._meta[key]
+        for pos in batch["positions"]:
+            if self._positions.get(pos.path) is pos:
+                del self._positions[pos.path]
 
     def _maybe_compact(self) -> bool:
         if self.compact_interval_s is None:

@@ -100,3 +100,22 @@ def _listed_nodes(page, url: str, expected: Sequence[str], ms: int, shot: Path) 
     shown = [re.sub(r"\s+", " ", t).strip() for t in options.all_inner_texts()]
     page.screenshot(path=shot, full_page=True)
     return sorted(shown)
+
+
+def store_dashboard(store: Path, workdir: Path):
+    """``verl-monitor dashboard --store STORE`` started as a user starts it, once its health
+    endpoint answers (a ``procs.Proc``: ``.url``, ``.stop()``)."""
+    port = free_port()
+    return start_process([sys.executable, "-m", "monitor", "dashboard", "--store", str(store),
+                          "--port", str(port)], workdir, "dashboard", port,
+                         f"http://127.0.0.1:{port}/_stcore/health", timeout=90)
+
+
+def open_page(page, url: str) -> None:
+    """Open ``url`` and wait until the app's script has run, without an exception shown."""
+    from playwright.sync_api import expect
+
+    page.goto(url)
+    page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(
+        state="attached", timeout=60_000)
+    expect(page.get_by_test_id("stException")).to_have_count(0)

@@ -13,6 +13,7 @@ Public API:
 
 - ``free_port() -> int``: a port nobody listens on right now.
 - ``wait_until(fn, timeout, interval=0.2, what="") -> value``: poll until ``fn()`` is truthy.
+- ``stop_all(popens, timeout=30)``: SIGTERM many processes at once, then wait (SIGKILL late ones).
 - ``Proc``: a started server (``url``, ``port``, ``log_path``, ``stop()``, ``log_tail()``,
   context manager). ``PrometheusProc`` adds ``query(expr)`` and ``alerts()``;
   ``AlertmanagerProc`` adds ``alerts()`` and ``post_alerts(alerts)``.
@@ -61,6 +62,20 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def stop_all(popens: Sequence[subprocess.Popen], timeout: float = 30) -> None:
+    """SIGTERM every process first (they stop in parallel), then wait for each; SIGKILL one
+    that is still running after ``timeout`` seconds."""
+    for p in popens:
+        if p.poll() is None:
+            p.terminate()
+    for p in popens:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=timeout)
 
 
 def wait_until(

@@ -131,6 +131,26 @@ def test_alertmanager_posts_evidence_to_slack_and_inhibits_the_lesser_alert(
     assert not [p for p in slack.snapshot() if "VerlMemoryPressure" in slack_text(p["body"])]
 
 
+def test_log_text_in_an_alert_reaches_slack_inert(alertmanager: AlertmanagerProc,
+                                                  slack: WebhookRecorder) -> None:
+    """Issue 20: labels and annotations carrying log text (a node name, evidence quoted by a
+    rule) cannot ping a channel or hide a link; the template's own runbook link still works."""
+    hostile = "<!channel> see <https://evil.example/login|Click here> & <@U0123ABCD> <!here>"
+    alert = am_alert("VerlFatalError", "critical", "fatal_error", f"Fatal error: {hostile}",
+                     f"Last log line: {hostile}", node="n0<!everyone>")
+    alert["annotations"]["runbook_url"] = "https://runbooks.example/verl?a=1&b=2#fatal"
+    alertmanager.post_alerts([alert])
+    body = slack.wait_for(lambda b: "VerlFatalError" in title(b), timeout=30,
+                          what="the fatal-error message")["body"]
+    text = slack_text(body)
+    for markup in ("<!channel>", "<!here>", "<!everyone>", "<@U0123ABCD>", "<https://evil"):
+        assert markup not in text, markup
+    escaped = hostile.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert f"*Fatal error: {escaped}*" in text and f"Last log line: {escaped}" in text
+    assert "node `n0&lt;!everyone&gt;`" in text
+    assert "<https://runbooks.example/verl?a=1&amp;b=2#fatal|Runbook>" in text
+
+
 def test_example_config_gives_targets_without_a_node_label_their_host(tmp_path: Path) -> None:
     """The relabel rule of prometheus/prometheus.yml, applied by a real Prometheus."""
     example = yaml.safe_load((REPO / "prometheus" / "prometheus.yml").read_text())

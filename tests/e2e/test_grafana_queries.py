@@ -2,7 +2,9 @@
 
 Two ``verl-monitor exporter`` processes stand in for a two-node job (simulated GPUs):
 
-- ``gpu-a`` plays ``gpu_fault`` into its own verl log (XID 94 and thermal throttling on a GPU);
+- ``gpu-a`` plays ``gpu_fault`` into its own verl log (XID 94 and thermal throttling on a GPU)
+  after a few agent-loop steps: the scenario runs server-mode rollout, so the exporter also
+  scrapes the simulated vLLM servers it starts (the Rollout engines dashboard);
 - ``gpu-b`` follows a breakdown-format verl log of a ``comm_heavy`` run (so the log's comm timer
   and rollout wait are there) and an NCCL Inspector dump directory that this test appends
   records to while it runs.
@@ -185,8 +187,9 @@ def prom(tmp_path_factory):
               "--detect-interval", "2"]
     procs = [
         _start_exporter([*common, "--listen-address", f"127.0.0.1:{ports['gpu-a']}",
-                         "--node", "gpu-a", "--scenario", "gpu_fault:60",
-                         "--sim-log", str(work / "a" / "train.log"), "--sim-speed", "30"],
+                         "--node", "gpu-a", "--scenario", "agent_loop:4,gpu_fault:56",
+                         "--sim-log", str(work / "a" / "train.log"), "--sim-speed", "30",
+                         "--rollout-interval", "1"],
                         work / "a", "exporter"),
         _start_exporter([*common, "--listen-address", f"127.0.0.1:{ports['gpu-b']}",
                          "--node", "gpu-b", "--scenario", "gpu_imbalance:60",

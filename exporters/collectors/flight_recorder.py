@@ -1,0 +1,251 @@
+"""Who holds the others when the job hangs: Flight Recorder dumps, else py-spy stacks.
+
+On only when asked: ``--fr-dir DIR`` (where the job's ranks keep their debug-info FIFOs,
+``TORCH_NCCL_DEBUG_INFO_PIPE_FILE=DIR/pipe_``) and/or ``--hang-pyspy``. Every poll (1 s) the
+collector checks the silence cheaply (the newest steps in the window): once no step has
+arrived for the ``hang`` detector's limit, or a ``hang``/``stalled`` flag is open, it asks the
+local ranks for their dumps, once per silence (monitor/hang/request.py), compares them
+(monitor/hang/localize.py) and publishes a ``hang_dump`` event naming the culprit; the ``hang``
+detector puts it into the flag. Without dumps it falls back to py-spy on the GPU processes.
+
+Exported, per rank and process group of the last round:
+``verlmon_fr_collective_seq{rank, pg, state="enqueued|started|completed"}``,
+``verlmon_fr_pending_info{rank, pg, collective, state, seq}``, ``verlmon_hang_culprit_info{rank,
+pid, gpu, collective, seq, frame}``; and ``verlmon_hang_dump_rounds_total{method, result}``,
+``verlmon_hang_dump_seconds`` (how long the last round took). Every step that cannot run (no
+FIFO, no permission, no py-spy) is in ``last_error`` in words and in the event's ``problems``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+
+import pandas as pd
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporters.registry import ExporterContext, register
+from exporters.sampling import PollingCollector
+from monitor.config import load_config
+from monitor.detect.hang import (
+    between_step_allowance,
+    gpu_states,
+    recent_step_time,
+    silence_limit,
+)
+from monitor.hang.dump import RankDump
+from monitor.hang.localize import Localization, RankInfo, localize_dumps
+from monitor.hang.procs import scan
+from monitor.hang.pyspy import dump_stack, localize_stacks
+from monitor.hang.request import find_pipes, request_dumps
+from monitor.records import Event
+
+#: Label values are cut to this many characters (a frame's path can be long).
+MAX_LABEL = 200
+#: Seconds between two looks at the local GPUs' waiting signature.
+WAIT_CHECK_S = 5.0
+
+
+def _cut(text: object) -> str:
+    s = str(text)
+    return s if len(s) <= MAX_LABEL else s[: MAX_LABEL - 1] + "…"
+
+
+@register("flight_recorder", default=True,
+          help="when the job hangs: Flight Recorder dumps of the local ranks (--fr-dir) or "
+               "py-spy stacks (--hang-pyspy), naming the rank the others wait for")
+class FlightRecorderCollector(PollingCollector):
+    """Requests dumps once per silence and publishes who holds the others."""
+
+    thread_name = "flight-recorder"
+
+    def __init__(self, ctx: ExporterContext) -> None:
+        super().__init__(ctx)
+        opts = ctx.options
+        self.fr_dir = getattr(opts, "fr_dir", None)
+        self.pipe_prefix = getattr(opts, "fr_pipe_prefix", "pipe_")
+        self.dump_prefix = getattr(opts, "fr_dump_prefix", "fr_")
+        self.pyspy = bool(getattr(opts, "hang_pyspy", False))
+        self.cfg = load_config(getattr(opts, "config", None)).section("hang")
+        self._lock = threading.Lock()
+        self._handled: float | None = None  # the silence (last step end) already handled
+        self._dumps: dict[int, RankDump] = {}
+        self._loc: Localization | None = None
+        self._rounds: dict[tuple[str, str], int] = {}
+        self._seconds = 0.0
+        self._wait_episode: float | None = None  # start of the local GPUs' waiting, if any
+        self._wait_checked = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        """True when a dump directory or py-spy was given."""
+        return bool(self.fr_dir) or self.pyspy
+
+    def silence_start(self) -> float | None:
+        """The last step's end when the silence since it exceeds the hang limit, else None."""
+        window = self.ctx.window
+        if window is None:
+            return None
+        steps = sorted((s for s in window.recent_steps(8) if s.end_time is not None),
+                       key=lambda s: float(s.end_time))
+        recent = recent_step_time(steps)
+        if not steps or not recent:
+            return None
+        last = float(steps[-1].end_time)
+        lim = silence_limit(recent, between_step_allowance(steps), self.cfg)
+        return last if time.time() - last > lim else None
+
+    def waiting_start(self) -> float | None:
+        """When this node's GPUs started waiting in a collective (``min_seconds`` at least).
+
+        Nodes without the verl log see no steps: a local GPU spinning in a collective (the
+        ``hang`` detector's waiting signature) for ``min_seconds`` is their trigger. Checked
+        every ``WAIT_CHECK_S`` seconds on the newest GPU rows only.
+        """
+        window = self.ctx.window
+        now = time.time()
+        if window is None:
+            return None
+        if now - self._wait_checked < WAIT_CHECK_S:
+            return self._wait_episode
+        self._wait_checked = now
+        span = self.cfg.get_float("min_seconds")
+        rows = window.gpu_since(now - span)
+        waiting = False
+        if rows:
+            df = pd.DataFrame(rows)
+            if "sm_active" in df and float(df["ts"].min()) <= now - 0.8 * span:
+                states = gpu_states(df, now - span, now, self.cfg)
+                waiting = any(v == "waiting" for v in states.values())
+        if not waiting:
+            self._wait_episode = None
+        elif self._wait_episode is None:
+            self._wait_episode = now - span
+        return self._wait_episode
+
+    def _flag_start(self) -> float | None:
+        tracker = self.ctx.tracker
+        if tracker is None:
+            return None
+        starts = [f.start for f in tracker.active() if f.kind in ("hang", "stalled")]
+        return min(starts) if starts else None
+
+    def poll_once(self) -> None:
+        """Ask the ranks once per silence; nothing to do while steps keep coming."""
+        if not self.enabled:
+            return
+        mark = self.silence_start()
+        if mark is None:
+            mark = self._flag_start()
+        if mark is None:
+            mark = self.waiting_start()
+        if mark is None:
+            if self._handled is not None:  # progress again: the last round's series go
+                self._handled = None
+                with self._lock:
+                    self._dumps, self._loc = {}, None
+            return
+        if self._handled is not None and abs(self._handled - mark) < 1e-6:
+            return
+        self._handled = mark
+        self.run_round()
+
+    def run_round(self) -> Localization:
+        """One round: Flight Recorder, else py-spy; publishes the ``hang_dump`` event."""
+        t0 = time.monotonic()
+        problems: dict[str, str] = {}
+        loc: Localization | None = None
+        dumps: dict[int, RankDump] = {}
+        infos: dict[int, RankInfo] = {}
+        if self.fr_dir:
+            pipes = find_pipes(self.fr_dir, self.pipe_prefix)
+            pmap = scan(list(pipes.values()))
+            for rank, pipe in pipes.items():
+                pid = pmap.fifo_pids.get(os.path.realpath(pipe))
+                infos[rank] = RankInfo(node=self.ctx.node, gpu=pmap.gpu_of(pid), pid=pid)
+            got = request_dumps(self.fr_dir, self.pipe_prefix, self.dump_prefix,
+                                wait_s=self.cfg.get_float("dump_wait_s", 20.0))
+            dumps = got.dumps
+            if got.note:
+                problems["flight_recorder"] = got.note
+            for rank, why in got.problems.items():
+                problems[f"rank {rank}"] = why
+            self._count("flight_recorder", "ok" if dumps else "failed")
+            if dumps:
+                loc = localize_dumps(dumps, got.problems, infos)
+        if (loc is None or not loc.culprits) and self.pyspy:
+            pmap = scan([])
+            stacks = {pid: dump_stack(pid) for pid in sorted(pmap.gpu_pids)[:64]}
+            infos_pid = {pid: RankInfo(node=self.ctx.node, gpu=pmap.gpu_of(pid), pid=pid)
+                         for pid in stacks}
+            for pid, st in stacks.items():
+                if st.error:
+                    problems[f"py-spy PID {pid}"] = st.error
+            if not stacks:
+                problems["py-spy"] = "no process has a GPU open on this node"
+            spy = localize_stacks(stacks, infos_pid)
+            self._count("py-spy", "ok" if any(not s.error for s in stacks.values()) else "failed")
+            if loc is None or spy.culprits:
+                loc = spy
+        if loc is None:
+            loc = Localization(note="; ".join(problems.values()) or "nothing to ask")
+        took = time.monotonic() - t0
+        with self._lock:
+            self._dumps, self._loc, self._seconds = dumps, loc, took
+        self.last_error = "; ".join(f"{k}: {v}" for k, v in sorted(problems.items()))[:500] or None
+        self.ctx.sink.add_events([Event(
+            "hang_dump", time.time(), message=loc.summary(),
+            data={"method": loc.method, "seconds": round(took, 3),
+                  "waiting": {str(k): v for k, v in loc.waiting.items()},
+                  "culprits": [{"rank": c.rank, "reason": c.reason, "pg": c.pg,
+                                "collective": c.collective, "seq": c.seq,
+                                "frame": str(c.frame) if c.frame else "", "node": c.node,
+                                "gpu": c.gpu, "pid": c.pid} for c in loc.culprits],
+                  "problems": problems, "node": self.ctx.node})])
+        return loc
+
+    def _count(self, method: str, result: str) -> None:
+        with self._lock:
+            self._rounds[(method, result)] = self._rounds.get((method, result), 0) + 1
+
+    def collect(self) -> Iterable[Metric]:
+        """The last round's per-rank positions and culprits, and the round counters."""
+        if not self.enabled:
+            return []
+        with self._lock:
+            dumps, loc, rounds, took = dict(self._dumps), self._loc, dict(self._rounds), \
+                self._seconds
+        seq = GaugeMetricFamily("verlmon_fr_collective_seq",
+                                "Last collective sequence number per rank and process group in "
+                                "the last Flight Recorder round (started is -1 when not tracked)",
+                                labels=["rank", "pg", "state"])
+        pend = GaugeMetricFamily("verlmon_fr_pending_info",
+                                 "The oldest collective each rank has not completed (value 1)",
+                                 labels=["rank", "pg", "collective", "state", "seq"])
+        for rank, d in sorted(dumps.items()):
+            for pg, g in sorted(d.groups.items()):
+                for state, v in (("enqueued", g.enqueued), ("started", g.started),
+                                 ("completed", g.completed)):
+                    seq.add_metric([str(rank), _cut(pg), state], float(v))
+                if g.pending:
+                    p = g.pending[0]
+                    pend.add_metric([str(rank), _cut(pg), _cut(p.name), p.state, str(p.seq)], 1.0)
+        who = GaugeMetricFamily("verlmon_hang_culprit_info",
+                                "The rank(s) the last round named as holding the others (value 1)",
+                                labels=["rank", "pid", "gpu", "collective", "seq", "frame"])
+        for c in (loc.culprits if loc else []):
+            who.add_metric(["" if c.rank < 0 else str(c.rank), str(c.pid or ""), "" if c.gpu is None else str(c.gpu),
+                            _cut(c.collective), "" if c.seq is None else str(c.seq),
+                            _cut(c.frame or "")], 1.0)
+        rounds_f = CounterMetricFamily("verlmon_hang_dump_rounds",
+                                       "Dump rounds taken when the job went silent, by method "
+                                       "and result", labels=["method", "result"])
+        for (method, result), n in sorted(rounds.items()):
+            rounds_f.add_metric([method, result], float(n))
+        secs = GaugeMetricFamily("verlmon_hang_dump_seconds",
+                                 "Seconds the last dump round took (request to answer)")
+        secs.add_metric([], took)
+        return [seq, pend, who, rounds_f, secs]

@@ -1,0 +1,180 @@
+"""Read a PyTorch Flight Recorder dump into a typed summary.
+
+A rank asked through ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` writes its Flight Recorder to
+``TORCH_FR_DUMP_TEMP_FILE<rank>`` as a pickle of plain containers (seen with torch 2.11, dump
+version "2.10"): ``version``, ``comm_lib_version``, ``pg_config`` (per process group: ``name``,
+``desc``, ``ranks`` as text), ``pg_status`` (per process group: ``last_enqueued_collective``,
+``last_started_collective`` (-1 unless ``TORCH_NCCL_ENABLE_TIMING=1``),
+``last_completed_collective``) and ``entries``, each with ``collective_seq_id``, ``pg_id``,
+``process_group`` (name, desc), ``profiling_name`` (``nccl:all_reduce``), ``state``
+(scheduled / started / completed), sizes, times and ``frames`` (name, filename, line).
+
+The file comes from another process, so it is read with an unpickler that refuses every
+class: only dicts, lists, tuples, strings and numbers load, and anything else is a
+:class:`DumpError` in words.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Largest dump read, bytes (2,000 entries with frames are ~300 KB; this leaves room).
+MAX_DUMP_BYTES = 64 * 1024 * 1024
+
+#: Frames in these paths belong to PyTorch itself; the caller's frame is the first other one.
+_LIBRARY_PARTS = ("/torch/distributed/", "/torch/nn/parallel/", "/torch/utils/", "/torch/_",
+                  "/torch/cuda/", "/torch/autograd/", "/torch/nn/modules/")
+
+
+class DumpError(ValueError):
+    """The file is not a Flight Recorder dump this reader understands; the text says why."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Loads plain containers only: any class or function in the stream is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102
+        raise DumpError(f"the dump asks for {module}.{name}; only plain data is read")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One Python frame: function name, file and line."""
+
+    name: str
+    filename: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.filename}:{self.line})"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A collective enqueued but not completed on this rank."""
+
+    seq: int
+    name: str  # profiling name, e.g. nccl:all_reduce
+    state: str  # scheduled | started
+    sizes: list = field(default_factory=list)
+    frame: Frame | None = None  # the caller's frame that issued it
+    created_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """One process group on one rank."""
+
+    pg: str  # the process group's name (pg_status key)
+    desc: str
+    ranks: tuple[int, ...]
+    enqueued: int
+    started: int  # -1 where the dump does not track it
+    completed: int
+    pending: tuple[Pending, ...] = ()
+    last_frame: Frame | None = None  # frame of the newest entry of this group
+
+
+@dataclass(frozen=True)
+class RankDump:
+    """A rank's dump: where each of its process groups stands."""
+
+    rank: int
+    version: str
+    groups: dict[str, GroupStatus]
+    path: str = ""
+
+
+def caller_frame(frames: list[dict[str, Any]] | None) -> Frame | None:
+    """The first frame outside PyTorch's own code (the line in the job that issued the call)."""
+    parsed = []
+    for fr in frames or []:
+        try:
+            parsed.append(Frame(str(fr.get("name", "?")), str(fr.get("filename", "?")),
+                                int(fr.get("line", 0) or 0)))
+        except (AttributeError, TypeError, ValueError):
+            continue
+    for fr in parsed:
+        if not any(part in fr.filename for part in _LIBRARY_PARTS):
+            return fr
+    return parsed[0] if parsed else None
+
+
+def _int(value: Any, default: int = -1) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _ranks(text: Any) -> tuple[int, ...]:
+    if isinstance(text, (list, tuple)):
+        return tuple(_int(v) for v in text)
+    return tuple(int(x) for x in re.findall(r"-?\d+", str(text or "")))
+
+
+def parse_dump(data: bytes, rank: int, path: str = "") -> RankDump:
+    """Summarise one dump's bytes; raises :class:`DumpError` in words when it is not one."""
+    if len(data) > MAX_DUMP_BYTES:
+        raise DumpError(f"{len(data)} bytes, over the {MAX_DUMP_BYTES} read")
+    try:
+        obj = _PlainUnpickler(io.BytesIO(data)).load()
+    except DumpError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any decoding failure is one message
+        raise DumpError(f"not a whole pickle ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("pg_status"), dict):
+        raise DumpError("no pg_status: not a Flight Recorder dump")
+    config = obj.get("pg_config") if isinstance(obj.get("pg_config"), dict) else {}
+    entries = obj.get("entries") if isinstance(obj.get("entries"), list) else []
+    by_pg: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        if not isinstance(e, dict) or e.get("is_p2p"):
+            continue
+        pg = e.get("process_group")
+        name = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(e.get("pg_id", ""))
+        by_pg.setdefault(name, []).append(e)
+    groups: dict[str, GroupStatus] = {}
+    for pg, st in obj["pg_status"].items():
+        if not isinstance(st, dict):
+            continue
+        pg = str(pg)
+        cfg = config.get(pg, {}) if isinstance(config.get(pg, {}), dict) else {}
+        completed = _int(st.get("last_completed_collective"))
+        ents = sorted(by_pg.get(pg, []), key=lambda e: _int(e.get("collective_seq_id"), 0))
+        pending = tuple(
+            Pending(seq=_int(e.get("collective_seq_id")), name=str(e.get("profiling_name", "?")),
+                    state=str(e.get("state", "?")), sizes=list(e.get("input_sizes") or []),
+                    frame=caller_frame(e.get("frames")),
+                    created_ns=_int(e.get("time_created_ns"), 0) or None)
+            for e in ents
+            if e.get("state") != "completed" and _int(e.get("collective_seq_id")) > completed)
+        groups[pg] = GroupStatus(
+            pg=pg, desc=str(cfg.get("desc", "")), ranks=_ranks(cfg.get("ranks")),
+            enqueued=_int(st.get("last_enqueued_collective")),
+            started=_int(st.get("last_started_collective")), completed=completed,
+            pending=pending, last_frame=caller_frame(ents[-1].get("frames")) if ents else None)
+    return RankDump(rank=rank, version=str(obj.get("version", "")), groups=groups, path=path)
+
+
+def read_dump(path: str | Path, rank: int | None = None) -> RankDump:
+    """Read ``path`` (a ``<prefix><rank>`` file); the rank is taken from the name if not given."""
+    p = Path(path)
+    if rank is None:
+        m = re.search(r"(\d+)$", p.name)
+        if not m:
+            raise DumpError(f"{p.name}: no rank number at the end of the file name")
+        rank = int(m.group(1))
+    try:
+        size = p.stat().st_size
+        if size > MAX_DUMP_BYTES:
+            raise DumpError(f"{p}: {size} bytes, over the {MAX_DUMP_BYTES} read")
+        data = p.read_bytes()
+    except OSError as exc:
+        raise DumpError(f"{p}: {exc.strerror or exc}") from None
+    return parse_dump(data, rank, str(p))

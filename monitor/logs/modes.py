@@ -1,0 +1,100 @@
+"""Which verl trainer wrote a log, recognised from the metric keys it printed.
+
+verl's trainers print different timers and key families (docs/verl_modes.md):
+
+- ``sync``: the colocated trainer with the rollout in the driver (``timing_s/gen`` is generation);
+- ``agent_loop``: server-mode rollout (vLLM/SGLang behind the agent loop, verl's default
+  ``actor_rollout_ref.rollout.mode: async``) under the sync trainer (``timing_s/agent_loop/*``);
+- ``one_step_off``: one-step-off policy (``timing_s/generate_async``, ``sync_rollout_weights``);
+- ``separate_async``: the V1 separate-async trainer (``separate_async/*``, ``switch_wait``,
+  ``switch_to_rollout``/``switch_to_trainer``);
+- ``fully_async_trainer``: the fully-async policy's trainer (``fully_async/*``, ``param_sync``);
+- ``fully_async_rollouter``: a stream of the fully-async rollouter's own statistics only
+  (``count/*``, ``static/*``, ``rollouter/*``, with or without the ``fully_async/`` prefix,
+  and no ``timing_s/step``).
+
+In ``one_step_off``, ``separate_async`` and ``fully_async_trainer`` the rollout runs on its own
+GPU pool and ``timing_s/gen`` is the time the trainer *waits for samples*
+(:data:`WAITING_GEN_MODES`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from monitor.records import StepRecord
+
+#: Every mode ``trainer_mode`` returns.
+TRAINER_MODES: tuple[str, ...] = (
+    "sync", "agent_loop", "one_step_off", "separate_async", "fully_async_trainer",
+    "fully_async_rollouter",
+)
+#: Modes whose ``timing_s/gen`` is the trainer waiting for samples from a separate rollout pool.
+WAITING_GEN_MODES: frozenset[str] = frozenset({"one_step_off", "separate_async",
+                                               "fully_async_trainer"})
+#: Modes with separate trainer and rollout GPU pools.
+SPLIT_POOL_MODES: frozenset[str] = WAITING_GEN_MODES | {"fully_async_rollouter"}
+
+_FULLY_ASYNC_TRAINER_KEYS = ("fully_async/trainer/idle_ratio", "timing_s/param_sync",
+                             "timing_s/timing_s/param_sync", "fully_async/total_wait_time",
+                             "timing_s/wait_for_enough_samples", "total_wait_time",
+                             "trainer/idle_ratio")
+_ROLLOUTER_PREFIXES = ("fully_async/rollouter/", "rollouter/", "fully_async/count/", "count/",
+                       "fully_async/static/", "static/", "fully_async/monitor/", "monitor/",
+                       "dynamic_resource/rollout_")
+_SEPARATE_KEYS = ("timing_s/switch_wait", "timing_s/switch_to_rollout",
+                  "timing_s/switch_to_trainer")
+_ONE_STEP_OFF_KEYS = ("timing_s/generate_async", "timing_s/sync_rollout_weights")
+
+
+def trainer_mode(metrics_keys: Iterable[str]) -> str:
+    """The trainer mode (one of :data:`TRAINER_MODES`) a set of metric keys comes from.
+
+    Keys of one step line are enough; more lines only make the answer surer. The old
+    ``timing/`` spelling is accepted. Keys of nothing recognisable give ``"sync"``.
+    """
+    keys = {("timing_s/" + k[7:]) if k.startswith("timing/") else k for k in metrics_keys}
+    has_step = "timing_s/step" in keys
+    if any(k.startswith("separate_async/") for k in keys) or any(k in keys for k in _SEPARATE_KEYS):
+        return "separate_async"
+    if any(k in keys for k in _FULLY_ASYNC_TRAINER_KEYS) or (
+            has_step and any(k.startswith("fully_async/") for k in keys)):
+        return "fully_async_trainer"
+    if not has_step and keys and all(k.startswith(_ROLLOUTER_PREFIXES) or k.startswith("val-")
+                                     or k.startswith("timing_s/rollouter/")
+                                     or k.startswith("dynamic_resource/") for k in keys) and any(
+            k.startswith(("fully_async/rollouter/", "rollouter/", "count/", "fully_async/count/"))
+            for k in keys):
+        return "fully_async_rollouter"
+    if any(k in keys for k in _ONE_STEP_OFF_KEYS):
+        return "one_step_off"
+    if any(k.startswith("timing_s/agent_loop/") for k in keys):
+        return "agent_loop"
+    return "sync"
+
+
+def step_modes(steps: Iterable[StepRecord]) -> list[str]:
+    """Each step's trainer mode, in order."""
+    return [trainer_mode(s.metrics) for s in steps]
+
+
+def run_mode(steps: Iterable[StepRecord]) -> str:
+    """The mode of a run: the fully-async trainer when any line says so (its rollouter lines
+    say less), else the most common mode of its step lines with a step time, else of all."""
+    steps = list(steps)
+    timed = [s for s in steps if s.total is not None] or steps
+    if not timed:
+        return "sync"
+    modes = Counter(step_modes(timed))
+    for strong in ("fully_async_trainer", "separate_async", "one_step_off"):
+        if modes.get(strong):
+            return strong
+    if any(m == "fully_async_trainer" for m in step_modes(steps)):
+        return "fully_async_trainer"
+    return modes.most_common(1)[0][0]
+
+
+def waits_in_gen(mode: str) -> bool:
+    """Whether ``timing_s/gen`` of this mode is the trainer waiting for samples."""
+    return mode in WAITING_GEN_MODES

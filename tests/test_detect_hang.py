@@ -1,0 +1,104 @@
+"""monitor/detect/hang.py: a silence the GPUs show as waiting is a hang; long phases are not."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from detect_builders import make_gpu, make_steps
+from monitor.detect import make_context, run_all
+from monitor.detect.hang import detect_hang
+from monitor.records import Event
+
+STEP_S = 20.0
+
+
+def _run(tail_s: float, edit_tail=None, n_gpus: int = 2, events=(), steps=None, nccl=None):
+    steps = steps or make_steps(n=10, step_s=STEP_S)
+    end = steps[-1].end_time
+
+    def edit(df: pd.DataFrame) -> None:
+        if edit_tail is not None:
+            edit_tail(df, df["ts"] > end)
+
+    gpu = make_gpu(steps, n_gpus=n_gpus, tail_s=tail_s, edit=edit)
+    ctx = make_context(steps, gpu, None, list(events), now=end + tail_s, nccl=nccl)
+    return ctx, end
+
+
+def _one_waits(df, tail):
+    df.loc[tail & (df["gpu"] == 0), ["util", "sm_active"]] = [100.0, 2.0]
+
+
+def test_a_rank_stopped_before_a_collective_is_a_critical_hang_within_the_limit():
+    ctx, end = _run(90.0, _one_waits)
+    flags = detect_hang(ctx)
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.kind == "hang" and f.severity == "critical" and f.end is None
+    assert f.start == end + 60.0  # 3 x the recent 20 s step
+    assert "1 of 2 GPUs wait in a collective" in f.evidence and "n0/GPU 0" in f.evidence
+    assert "after step 10" in f.evidence and "Who: unknown" in f.evidence
+
+
+def test_the_silence_below_the_limit_is_not_a_hang():
+    ctx, _ = _run(50.0, _one_waits)
+    assert detect_hang(ctx) == []
+
+
+def test_a_gpu_busy_while_the_other_waits_is_named_as_stuck_in_gpu_work():
+    def edit(df, tail):
+        _one_waits(df, tail)
+        df.loc[tail & (df["gpu"] == 1), ["util", "sm_active"]] = [100.0, 95.0]
+    f = detect_hang(_run(90.0, edit)[0])[0]
+    assert "n0/GPU 1 stays busy while the others wait" in f.evidence
+
+
+def test_a_flight_recorder_round_names_the_rank():
+    ctx, end = _run(90.0, _one_waits)
+    ev = Event("hang_dump", end + 55.0, message="rank 1 (node n0, GPU 1, PID 77): never issued "
+               "nccl:all_reduce #14", data={"waiting": {"0": "nccl:all_reduce #14"}})
+    ctx.events.append(ev)
+    f = detect_hang(ctx)[0]
+    assert "Who: rank 1 (node n0, GPU 1, PID 77)" in f.evidence
+    assert "Flight Recorder shows collectives pending" in f.evidence
+
+
+def test_long_validation_with_every_gpu_computing_is_not_a_hang():
+    def busy(df, tail):
+        df.loc[tail, ["util", "sm_active"]] = [98.0, 70.0]
+    assert detect_hang(_run(150.0, busy)[0]) == []
+
+
+def test_a_checkpoint_written_while_the_gpus_idle_is_not_a_hang():
+    assert detect_hang(_run(150.0)[0]) == []
+
+
+def test_past_checkpoint_times_extend_the_limit():
+    def edit(i, phases):
+        if i == 5:
+            phases["save_checkpoint"] = 100.0
+    steps = make_steps(n=10, step_s=STEP_S, edit=edit)
+    ctx, _ = _run(150.0, _one_waits, steps=steps)
+    assert detect_hang(ctx) == []  # 60 s + 1.5 x 100 s: still within a checkpoint's time
+
+
+def test_nccl_inspector_silence_agrees_without_sm_activity():
+    steps = make_steps(n=10, step_s=STEP_S)
+    end = steps[-1].end_time
+    nccl = pd.DataFrame({"ts": [end - 30.0, end - 10.0, end - 1.0], "node": "n0",
+                         "coll": "AllReduce", "comm": "c", "ops": 1.0, "bytes": 1e6,
+                         "exec_s": 0.01, "busbw_bps": 1e9})
+    gpu = make_gpu(steps, n_gpus=2, tail_s=90.0, sm=False)
+    ctx = make_context(steps, gpu, None, [], now=end + 90.0, nccl=nccl)
+    f = detect_hang(ctx)[0]
+    assert "NCCL Inspector recorded no collective" in f.evidence
+
+
+def test_run_all_reports_the_hang_and_hides_stalled_and_low_utilization():
+    steps = make_steps(n=10, step_s=STEP_S)
+    end = steps[-1].end_time
+    gpu = make_gpu(steps, n_gpus=2, tail_s=400.0,
+                   edit=lambda df: _one_waits(df, df["ts"] > end))
+    kinds = {f.kind for f in run_all(steps, gpu, None, [], now=end + 400.0)}
+    assert "hang" in kinds
+    assert not kinds & {"stalled", "low_utilization", "util_overstates_sm"}

@@ -1,0 +1,144 @@
+"""exporters/collectors/flight_recorder.py: one dump round per silence, with stand-in ranks."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client.core import CollectorRegistry
+
+from exporters.collectors.flight_recorder import FlightRecorderCollector
+from exporters.options import ExporterOptions
+from exporters.registry import ExporterContext
+from exporters.window import RollingWindow
+from hang_standins import as_rank, real_dump, start_standin, stop, write_dump
+from monitor.records import StepRecord
+
+
+class Events:
+    """A sink that keeps the events it is given."""
+
+    def __init__(self) -> None:
+        self.events = []
+
+    def add_events(self, events) -> None:
+        self.events.extend(events)
+
+    def add_gpu(self, rows) -> None: ...
+    def add_host(self, rows) -> None: ...
+    def add_steps(self, steps) -> None: ...
+    def add_nccl(self, rows) -> None: ...
+
+
+def _collector(tmp_path, silent_s: float, **opts) -> tuple[FlightRecorderCollector, Events]:
+    window = RollingWindow()
+    end = time.time() - silent_s
+    window.add_steps([StepRecord(step=i, end_time=end - 10.0 * (5 - i), total=10.0)
+                      for i in range(1, 6)])
+    sink = Events()
+    ctx = ExporterContext(node="n0", interval=1.0, sink=sink, window=window,
+                          options=ExporterOptions(**opts))
+    return FlightRecorderCollector(ctx), sink
+
+
+def _scrape(c: FlightRecorderCollector) -> CollectorRegistry:
+    reg = CollectorRegistry()
+    reg.register(c)
+    return reg
+
+
+def test_a_silent_job_gets_one_round_naming_the_rank_that_never_issued_it(tmp_path):
+    run = tmp_path / "fr"
+    run.mkdir()
+    procs = [start_standin(run, 0, write_dump(tmp_path / "d0", as_rank(real_dump(), 0, 2))),
+             start_standin(run, 1, write_dump(tmp_path / "d1",
+                                              as_rank(real_dump(), 1, 2, drop_after=13)))]
+    try:
+        c, sink = _collector(tmp_path, silent_s=60.0, fr_dir=str(run))
+        c.poll_once()
+        c.poll_once()  # the same silence: not asked again
+    finally:
+        stop(procs)
+    assert len(sink.events) == 1
+    ev = sink.events[0]
+    assert ev.kind == "hang_dump" and ev.message.startswith("rank 1 (node n0")
+    assert f"PID {procs[1].pid}" in ev.message
+    assert ev.data["culprits"][0]["seq"] == 14 and ev.data["waiting"] == {
+        "0": ev.data["waiting"]["0"]}
+    reg = _scrape(c)
+    assert reg.get_sample_value("verlmon_fr_collective_seq",
+                                {"rank": "1", "pg": "0", "state": "enqueued"}) == 13
+    assert reg.get_sample_value("verlmon_hang_culprit_info",
+                                {"rank": "1", "pid": str(procs[1].pid), "gpu": "",
+                                 "collective": "nccl:all_reduce", "seq": "14",
+                                 "frame": ev.data["culprits"][0]["frame"]}) == 1
+    assert reg.get_sample_value("verlmon_hang_dump_rounds_total",
+                                {"method": "flight_recorder", "result": "ok"}) == 1
+
+
+def test_while_steps_keep_coming_nobody_is_asked(tmp_path):
+    c, sink = _collector(tmp_path, silent_s=5.0, fr_dir=str(tmp_path))
+    c.poll_once()
+    assert sink.events == []
+
+
+def test_without_fifos_the_round_says_what_to_set_and_the_collector_reports_it(tmp_path):
+    c, sink = _collector(tmp_path, silent_s=60.0, fr_dir=str(tmp_path))
+    c.poll_once()
+    assert "TORCH_NCCL_DEBUG_INFO_PIPE_FILE" in sink.events[0].message
+    assert "TORCH_NCCL_DEBUG_INFO_PIPE_FILE" in c.last_error
+    assert _scrape(c).get_sample_value("verlmon_hang_dump_rounds_total",
+                                       {"method": "flight_recorder", "result": "failed"}) == 1
+
+
+def test_py_spy_fallback_without_gpu_processes_says_so(tmp_path):
+    c, sink = _collector(tmp_path, silent_s=60.0, hang_pyspy=True)
+    c.poll_once()
+    assert "no process has a GPU open" in sink.events[0].data["problems"]["py-spy"]
+
+
+def test_off_unless_asked(tmp_path):
+    c, sink = _collector(tmp_path, silent_s=600.0)
+    c.poll_once()
+    assert sink.events == [] and list(c.collect()) == []
+
+
+def _waiting_rows(seconds: float, sm: float) -> list[dict]:
+    now = time.time()
+    return [{"ts": now - seconds + i, "node": "n1", "gpu": g, "util": 100.0, "sm_active": sm}
+            for i in range(int(seconds)) for g in (0, 1)]
+
+
+def test_a_node_without_the_log_asks_once_its_gpus_wait_in_a_collective(tmp_path):
+    run = tmp_path / "fr"
+    run.mkdir()
+    procs = [start_standin(run, 5, write_dump(tmp_path / "d", as_rank(real_dump(), 5, 8)))]
+    try:
+        window = RollingWindow()
+        window.add_gpu(_waiting_rows(60, sm=2.0))
+        sink = Events()
+        c = FlightRecorderCollector(ExporterContext(
+            node="n1", interval=1.0, sink=sink, window=window,
+            options=ExporterOptions(fr_dir=str(run))))
+        c.poll_once()
+        c._wait_checked = 0.0
+        c.poll_once()  # the same waiting episode: not asked again
+    finally:
+        stop(procs)
+    assert len(sink.events) == 1
+    reg = _scrape(c)
+    assert reg.get_sample_value("verlmon_fr_collective_seq",
+                                {"rank": "5", "pg": "0", "state": "enqueued"}) == 17
+
+
+def test_gpus_that_compute_are_not_a_trigger_and_progress_clears_the_last_round(tmp_path):
+    window = RollingWindow()
+    window.add_gpu(_waiting_rows(60, sm=70.0))
+    sink = Events()
+    c = FlightRecorderCollector(ExporterContext(node="n1", interval=1.0, sink=sink,
+                                                window=window,
+                                                options=ExporterOptions(fr_dir=str(tmp_path))))
+    c.poll_once()
+    assert sink.events == []
+    c._handled, c._dumps = 1.0, {0: None}
+    c.poll_once()
+    assert c._handled is None and c._dumps == {}

@@ -1,0 +1,89 @@
+"""The trainer mode is recognised from the keys verl's own metric code prints
+(tests/fixtures/verl_modes/, written by its generate.py from the mirrored verl source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from monitor.logs.modes import (
+    TRAINER_MODES,
+    WAITING_GEN_MODES,
+    run_mode,
+    step_modes,
+    trainer_mode,
+    waits_in_gen,
+)
+from monitor.logs.parse import parse_file
+from monitor.logs.vocabulary import Vocabulary
+
+FIXTURES = Path(__file__).parent / "fixtures" / "verl_modes"
+
+EXPECTED = {
+    "sync": "sync",
+    "agent_loop": "agent_loop",
+    "one_step_off": "one_step_off",
+    "separate_async": "separate_async",
+    "fully_async_trainer": "fully_async_trainer",
+    "fully_async_rollouter_waits": "fully_async_trainer",
+    "fully_async_rollouter": "fully_async_rollouter",
+}
+
+
+@pytest.mark.parametrize("suffix", ["log", "jsonl"])
+@pytest.mark.parametrize(("name", "mode"), sorted(EXPECTED.items()))
+def test_each_fixture_reads_as_its_trainer(name: str, mode: str, suffix: str) -> None:
+    parsed = parse_file(FIXTURES / f"{name}.{suffix}")
+    assert parsed.steps, name
+    assert run_mode(parsed.steps) == mode
+
+
+def test_every_mode_has_a_fixture() -> None:
+    assert set(EXPECTED.values()) == set(TRAINER_MODES)
+
+
+def test_fully_async_console_lines_of_the_rollouter_alone_read_as_rollouter() -> None:
+    """The trainer prints the rollouter's reset_staleness figures on a line of their own: that
+    line alone is the rollouter's, the run is the trainer's."""
+    steps = parse_file(FIXTURES / "fully_async_trainer.log").steps
+    modes = step_modes(steps)
+    assert modes[0] == "fully_async_rollouter" and modes[1] == "fully_async_trainer"
+    assert run_mode(steps) == "fully_async_trainer"
+
+
+@pytest.mark.parametrize(
+    ("keys", "mode"),
+    [
+        ({"timing_s/gen", "timing_s/step"}, "sync"),
+        ({"timing/gen", "timing/step"}, "sync"),
+        ({"timing_s/gen", "timing_s/step", "timing_s/agent_loop/slowest/tool_calls"}, "agent_loop"),
+        ({"timing_s/gen", "timing_s/step", "timing_s/generate_async"}, "one_step_off"),
+        ({"timing_s/step", "timing_s/sync_rollout_weights"}, "one_step_off"),
+        ({"timing_s/step", "timing_s/switch_to_trainer"}, "separate_async"),
+        ({"timing_s/step", "separate_async/switch/idle"}, "separate_async"),
+        ({"timing_s/step", "timing_s/timing_s/param_sync"}, "fully_async_trainer"),
+        ({"timing_s/step", "fully_async/trainer/idle_ratio"}, "fully_async_trainer"),
+        ({"timing_s/step", "trainer/idle_ratio"}, "fully_async_trainer"),  # unprefixed
+        ({"count/staleness_samples", "rollouter/idle_ratio"}, "fully_async_rollouter"),
+        ({"fully_async/rollouter/idle_ratio", "fully_async/rollouter/active_time"},
+         "fully_async_rollouter"),
+        (set(), "sync"),
+    ],
+)
+def test_mode_from_keys(keys: set[str], mode: str) -> None:
+    assert trainer_mode(keys) == mode
+
+
+def test_gen_is_a_wait_only_where_the_rollout_has_its_own_pool() -> None:
+    assert {m for m in TRAINER_MODES if waits_in_gen(m)} == set(WAITING_GEN_MODES)
+    assert not waits_in_gen("agent_loop") and not waits_in_gen("sync")
+    assert waits_in_gen("fully_async_trainer")
+
+
+def test_vocabulary_tells_the_mode_from_every_key_seen() -> None:
+    vocab = Vocabulary()
+    vocab.keys.update({"timing_s/gen", "timing_s/step"})
+    assert vocab.trainer_mode() == "sync"
+    vocab.keys.add("fully_async/total_wait_time")
+    assert vocab.trainer_mode() == "fully_async_trainer"
