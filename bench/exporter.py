@@ -16,10 +16,11 @@ Prints a table and writes JSON to ``--out`` (default ``bench/results/exporter_<d
 ``--rollout`` measures the rollout-engine collector: 64 simulated vLLM servers (real /metrics
 text, ~39 KB each) on 127.0.0.1 in a process of their own, and two exporters started at once
 on simulated GPUs with a run store, one of them also scraping the 64 servers every 5 s
-(``--rollout-server`` x64). It reports each exporter's CPU % of a core, their difference (the
-collector's cost, with its rows to the window, the store and the detectors), and the GPU
-sampling jitter of each (the gaps between a GPU's consecutive stored samples, against the
-interval), and writes a text report (``--rollout-out``).
+(``--rollout-server`` x64), twice: with the detector loop parked in both (the scraping alone)
+and running (the detectors also judge the rollout rows). It reports each exporter's CPU % of a
+core, their difference, and the GPU sampling jitter of each (the gaps between a GPU's
+consecutive stored samples, against the interval), and writes a text report
+(``--rollout-out``).
 
 ``--exposition`` measures only the /metrics text, in this process: our writer
 (``exporters.exposition.format_families`` behind ``Exposition.render``) against
@@ -30,7 +31,7 @@ text report (``--exposition-out``).
     .venv/bin/python bench/exporter.py                  # ~2 minutes here
     python3 bench/exporter.py --backend nvml --gpus 0   # on a GPU node (all its GPUs)
     .venv/bin/python bench/exporter.py --exposition     # ~20 s
-    .venv/bin/python bench/exporter.py --rollout --seconds 60   # ~80 s
+    .venv/bin/python bench/exporter.py --rollout --seconds 90   # ~4 minutes
 """
 
 from __future__ import annotations
@@ -322,9 +323,10 @@ def _gpu_jitter(store_path: Path, interval: float) -> dict:
 
 
 def rollout_figures(servers: int, gpus: int, seconds: float, interval: float,
-                    rollout_interval: float, workdir: Path) -> dict:
+                    rollout_interval: float, workdir: Path, detectors: bool = True) -> dict:
     """CPU and GPU sampling jitter of an exporter scraping ``servers`` engines, beside one
-    that does not, both running at once."""
+    that does not, both running at once (``detectors`` False: both with the detector loop
+    parked, which leaves the scraping alone)."""
     fleet = subprocess.Popen([sys.executable, "-c", ENGINE_FLEET.format(root=str(ROOT),
                                                                        count=servers)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
@@ -332,6 +334,8 @@ def rollout_figures(servers: int, gpus: int, seconds: float, interval: float,
     assert len(urls) == servers, "the engine fleet did not start"
     common = ["--gpu-backend", "sim", "--sim-gpus", str(gpus), "--interval", str(interval),
               "--no-collector.verl_log", "--no-collector.nccl"]
+    if not detectors:
+        common += ["--detect-interval", "100000"]
     workdir.mkdir(parents=True, exist_ok=True)
     stores = {name: workdir / f"{name}.db" for name in ("without", "with")}
     for path in stores.values():
@@ -361,6 +365,7 @@ def rollout_figures(servers: int, gpus: int, seconds: float, interval: float,
     up = len(re.findall(r'^verlmon_rollout_server_up\{[^}]*\} 1\.0$', body, re.M))
     cpu = {k: 100 * (c1[k] - c0[k]) / wall for k in procs}
     return {"servers": servers, "servers_up": up, "gpus": gpus, "interval_s": interval,
+            "detectors": detectors,
             "rollout_interval_s": rollout_interval, "seconds": wall,
             "cpu_pct_without": cpu["without"], "cpu_pct_with": cpu["with"],
             "collector_cpu_pct": cpu["with"] - cpu["without"],
@@ -368,27 +373,36 @@ def rollout_figures(servers: int, gpus: int, seconds: float, interval: float,
             "jitter_with": _gpu_jitter(stores["with"], interval)}
 
 
-def rollout_report(r: dict) -> str:
-    """The text report of ``--rollout``."""
-    jw, jo = r["jitter_with"], r["jitter_without"]
+def rollout_report(runs: list[dict]) -> str:
+    """The text report of ``--rollout`` (one block per run)."""
+    first = runs[0]
     lines = [
         f"rollout-engine collector ({os.cpu_count()} CPUs, "
         f"{dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')})",
-        f"{r['servers']} simulated vLLM servers (real /metrics text) on 127.0.0.1, scraped every "
-        f"{r['rollout_interval_s']:g} s ({r['servers_up']} up at the end); {r['gpus']} simulated "
-        f"GPUs sampled every {r['interval_s']:g} s; run store on; {r['seconds']:.0f} s, "
-        "both exporters at once",
-        "",
-        f"{'':24} {'CPU % of a core':>16} {'GPU jitter p50 ms':>18} {'p99 ms':>8} "
-        f"{'max ms':>8} {'max gap s':>10}",
-        f"{'exporter without':24} {r['cpu_pct_without']:>16.2f} {jo['jitter_p50_ms']:>18.2f} "
-        f"{jo['jitter_p99_ms']:>8.2f} {jo['jitter_max_ms']:>8.2f} {jo['max_gap_s']:>10.3f}",
-        f"{'exporter with 64 servers':24} {r['cpu_pct_with']:>16.2f} {jw['jitter_p50_ms']:>18.2f} "
-        f"{jw['jitter_p99_ms']:>8.2f} {jw['jitter_max_ms']:>8.2f} {jw['max_gap_s']:>10.3f}",
-        "",
-        f"collector cost: {r['collector_cpu_pct']:.2f}% of a core (with - without); GPU jitter "
-        f"p99 ratio with/without: {jw['jitter_p99_ms'] / max(jo['jitter_p99_ms'], 1e-9):.2f}",
+        f"{first['servers']} simulated vLLM servers (real /metrics text, ~39 KB each) on "
+        f"127.0.0.1, scraped every {first['rollout_interval_s']:g} s; {first['gpus']} simulated "
+        f"GPUs sampled every {first['interval_s']:g} s; run store on; two exporters at once, "
+        "one without and one with the servers; GPU jitter = |gap between a GPU's consecutive "
+        "stored samples - interval|",
     ]
+    for r in runs:
+        jw, jo = r["jitter_with"], r["jitter_without"]
+        what = ("detector loop on (every 30 s, also over the rollout rows)" if r["detectors"]
+                else "detector loop parked in both: the scraping alone")
+        lines += [
+            "",
+            f"{what}; {r['seconds']:.0f} s; {r['servers_up']} servers up at the end",
+            f"{'':26} {'CPU % of a core':>16} {'GPU jitter p50 ms':>18} {'p99 ms':>8} "
+            f"{'max ms':>8} {'max gap s':>10}",
+            f"{'exporter without':26} {r['cpu_pct_without']:>16.2f} "
+            f"{jo['jitter_p50_ms']:>18.2f} {jo['jitter_p99_ms']:>8.2f} "
+            f"{jo['jitter_max_ms']:>8.2f} {jo['max_gap_s']:>10.3f}",
+            f"{'exporter with the servers':26} {r['cpu_pct_with']:>16.2f} "
+            f"{jw['jitter_p50_ms']:>18.2f} {jw['jitter_p99_ms']:>8.2f} "
+            f"{jw['jitter_max_ms']:>8.2f} {jw['max_gap_s']:>10.3f}",
+            f"cost: {r['collector_cpu_pct']:.2f}% of a core (with - without); GPU jitter p99 "
+            f"with/without: {jw['jitter_p99_ms'] / max(jo['jitter_p99_ms'], 1e-9):.2f}x",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -415,8 +429,10 @@ def main(argv: list[str] | None = None) -> int:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="verlmon-rollout-bench-") as tmp:
-            r = rollout_figures(args.rollout_servers, 8, args.seconds, 1.0, 5.0, Path(tmp))
-        text = rollout_report(r)
+            runs = [rollout_figures(args.rollout_servers, 8, args.seconds, 1.0, 5.0,
+                                    Path(tmp) / name, detectors=detectors)
+                    for name, detectors in (("scrape", False), ("full", True))]
+        text = rollout_report(runs)
         print(text, end="")
         out = Path(args.rollout_out) if args.rollout_out else ROOT / "bench" / "results" / \
             f"rollout_collector_{dt.date.today().isoformat()}_{args.host_name}.txt"

@@ -417,6 +417,11 @@ def attribution_caption(summary: pd.DataFrame, n_steps: int) -> str:
     return text
 
 
+def load_hang_culprits(key: str, start: float, end: float) -> pd.DataFrame:
+    """Who holds a hung job (``MetricSource.hang_culprits``), read when a hang flag shows."""
+    return get_source().hang_culprits(start, end)
+
+
 def load_flags(key: str, active_only: bool = False, start: float | None = None,
                end: float | None = None) -> list[Flag]:
     """Flags overlapping the window, newest first: a flag is open on a page exactly while it

@@ -56,7 +56,7 @@ _DEFERRED = ("_created", "_gsum", "_gcount")
 _LABEL_CACHE: dict[tuple, str] = {}
 #: Longest label value written; longer ones (log- and dump-derived text) are shortened.
 MAX_LABEL_CHARS = 128
-#: Label sets written with a shortened value (each counted when first rendered).
+#: Samples written with a shortened label value (counted at every scrape that writes one).
 labels_truncated = 0
 
 
@@ -88,15 +88,17 @@ def shorten_label(value: str, limit: int = MAX_LABEL_CHARS) -> str:
     return f"{value[:limit - 14]}...#{digest}"
 
 
-def _label_set(key: tuple) -> str:
-    """The ``k="v",...`` text of one label set, long values shortened (and counted)."""
+def _label_set(key: tuple) -> tuple[str, bool]:
+    """The ``k="v",...`` text of one label set, long values shortened (and counted); and
+    whether one was."""
     global labels_truncated
     values = [str(v) for _, v in key]
     short = [shorten_label(v) for v in values]
-    if short != values:
+    cut = short != values
+    if cut:
         labels_truncated += 1
     return ",".join(f'{k}="{_label_value(v)}"'
-                    for k, v in sorted(zip((k for k, _ in key), short, strict=True)))
+                    for k, v in sorted(zip((k for k, _ in key), short, strict=True))), cut
 
 
 def qvalues(header: str | None) -> dict[str, float]:
@@ -169,10 +171,11 @@ def format_families(families: Iterable[Metric], openmetrics: bool = False) -> by
                 key = tuple(s.labels.items())
                 inner = _LABEL_CACHE.get(key)
                 if inner is None:
-                    inner = _label_set(key)
+                    inner, cut = _label_set(key)
                     if len(_LABEL_CACHE) > 50_000:  # bounded: label sets change rarely
                         _LABEL_CACHE.clear()
-                    _LABEL_CACHE[key] = inner
+                    if not cut:  # the cache never keeps a long value alive
+                        _LABEL_CACHE[key] = inner
                 out.append(f"{s.name}{{{inner}}} {_value(s.value)}\n")
             else:
                 out.append(f"{s.name} {_value(s.value)}\n")
@@ -307,8 +310,9 @@ class Exposition:
                                       "Failed run-store writes (disk full, database locked).",
                                       value=float(self.store.write_errors))
         yield CounterMetricFamily(m.LABELS_TRUNCATED.removesuffix("_total"),
-                                  f"Label sets with a value over {MAX_LABEL_CHARS} characters, "
-                                  "written shortened (start, ...#, digest).",
+                                  f"Samples with a label value over {MAX_LABEL_CHARS} "
+                                  "characters, written shortened (start, ...#, digest); "
+                                  "counted at every scrape.",
                                   value=float(labels_truncated))
         if self.extra is not None:
             yield from self.extra()

@@ -250,8 +250,8 @@ class LiveMonitor(Recorder):
         except StoreLocked as exc:
             raise MonitorError(f"--store {exc}") from None
         except OSError as exc:
-            raise MonitorError(f"--store {path}: cannot create its lock file "
-                               f"({exc.strerror or exc})") from None
+            raise MonitorError(f"--store {path}: cannot lock it for writing ({exc.filename}: "
+                               f"{exc.strerror or exc})") from None
         self._store_lock = lock
         try:
             self.run_store = RunStore(path)

@@ -68,6 +68,8 @@ REQUEST_DEADLINE_S = 10.0
 KEEPALIVE_IDLE_S = 120.0
 #: Bytes of request body read and thrown away (a GET with a body); past it 413 and close.
 MAX_BODY_BYTES = 64 * 1024
+#: Seconds the accept loop waits for evicted connections to close before refusing a new one.
+EVICT_WAIT_S = 0.5
 #: Why a connection was closed early (``verlmon_http_connections_closed_total{reason}``).
 CLOSE_REASONS = ("over_cap", "evicted", "deadline")
 #: Why a request was refused (``verlmon_http_requests_refused_total{reason}``).
@@ -109,7 +111,7 @@ class _Connections:
 
     def __init__(self, cap: int) -> None:
         self.cap = max(1, int(cap))
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         #: socket -> [evictable since (monotonic) or None while answering, evicted?]
         self._open: dict[Any, list] = {}
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)
@@ -120,10 +122,13 @@ class _Connections:
     def admit(self, sock) -> bool:
         """Register a new connection; False (counted) when it must be closed at once."""
         with self._lock:
+            # evicted connections whose threads have not closed them yet still hold a
+            # descriptor: at most cap of them, waited for (briefly) before more are made
+            self._lock.wait_for(lambda: len(self._open) < 2 * self.cap, timeout=EVICT_WAIT_S)
             live = [(state[0], s) for s, state in self._open.items() if not state[1]]
             if len(live) >= self.cap:
                 waiting = [(since, s) for since, s in live if since is not None]
-                if not waiting or len(self._open) >= self.cap + self.cap // 4 + 1:
+                if not waiting or len(self._open) >= 2 * self.cap:
                     self.closed["over_cap"] += 1
                     return False
                 victim = min(waiting, key=lambda pair: pair[0])[1]
@@ -154,6 +159,7 @@ class _Connections:
         """The connection is closed."""
         with self._lock:
             self._open.pop(sock, None)
+            self._lock.notify_all()
 
     def count(self, reason: str) -> None:
         """Count one connection closed for ``reason``."""
@@ -431,8 +437,9 @@ def raise_open_files_limit(want: int = 65536) -> int:
 
 
 def connection_cap(wanted: int) -> int:
-    """``wanted`` connections, lowered to half the open-files limit (the rest is for the
-    store, logs, dumps and the driver), at least 1; lowering is logged once."""
+    """``wanted`` connections, lowered to a third of the open-files limit (evicted connections
+    closing hold as many again; the rest is for the store, logs and dumps), at least 1;
+    lowering is logged."""
     try:
         import resource
 
@@ -440,8 +447,8 @@ def connection_cap(wanted: int) -> int:
     except ImportError:
         soft = -1
     cap = max(1, int(wanted))
-    if soft != -1 and soft > 0 and cap > soft // 2:
-        lowered = max(1, soft // 2)
+    if soft != -1 and soft > 0 and cap > soft // 3:
+        lowered = max(1, soft // 3)
         log.warning("serving at most %d connections, not %d: the open-files limit is %d "
                     "(raise LimitNOFILE / ulimit -n)", lowered, cap, soft)
         cap = lowered
@@ -465,7 +472,7 @@ class MetricsServer:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self.web = web or WebConfig()
-        #: connections served at once: as asked, but at most half the open-files limit
+        #: connections served at once: as asked, but at most a third of the open-files limit
         self.max_connections = connection_cap(max_connections)
         self._server = _Server(address, render, landing, self.web, scrape,
                                self.max_connections)

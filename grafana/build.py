@@ -226,6 +226,30 @@ def flag_table(title: str, target: prometheus.Dataquery, description: str = "") 
     )
 
 
+def culprit_table(target: prometheus.Dataquery) -> table.Panel:
+    """Who holds a hung job: one row per rank the exporters' dump rounds named."""
+    return (
+        table.Panel()
+        .title("Who is stuck")
+        .description("When a job hangs each exporter asks its ranks for their Flight Recorder "
+                     "(--fr-dir) or py-spy stacks (--hang-pyspy); the rank that never issued "
+                     "the collective the others wait in, or whose process is gone, is named "
+                     "here with its PID, GPU and the Python frame of its last collective "
+                     "(verlmon_hang_culprit_info; docs/hangs.md). Empty while nothing hangs.")
+        .datasource(DS)
+        .unit(NONE)
+        .height(6)
+        .span(24)
+        .with_target(target.ref_id("A"))
+        .with_transformation(DataTransformerConfig(
+            id_val="organize",
+            options={"excludeByName": {"Time": True, "Value": True, "__name__": True},
+                     "indexByName": {"job": 0, "node": 1, "rank": 2, "pid": 3, "gpu": 4,
+                                     "collective": 5, "seq": 6, "frame": 7},
+                     "renameByName": {}}))
+    )
+
+
 def _organize_flags() -> DataTransformerConfig:
     """Put job, node, severity, kind, GPU, phase, evidence and advice in that order; hide time,
     value, instance and the exporter's own node label (``exported_node``)."""
@@ -364,6 +388,9 @@ def overview() -> dashboard.Dashboard:
             "Every open flag with its node, GPU and phase, the detector's evidence and its "
             "first advice (verlmon_flag_info).",
         ))
+        .with_panel(culprit_table(
+            q("max by (job, node, instance, rank, pid, gpu, collective, seq, frame) "
+              f"(verlmon_hang_culprit_info{{{SEL}}})", instant=True)))
     )
 
 

@@ -393,6 +393,13 @@ def render_text(doc: dict[str, Any]) -> str:
     goodput = _goodput_section(doc.get("goodput"))
     if goodput is not None:
         parts.append(_section("Where the GPU time went", goodput))
+    hang = doc.get("hang")
+    if hang:
+        lines = [f"  Flight Recorder dumps of {len(hang['ranks'])} rank(s): "
+                 + ",".join(str(r) for r in hang["ranks"][:16])
+                 + ("..." if len(hang["ranks"]) > 16 else ""), f"  {hang['summary']}"]
+        lines += [f"  cannot read: {k}: {v}" for k, v in sorted(hang.get("problems", {}).items())]
+        parts.append(_section("Who holds the others", "\n".join(lines)))
     pools = _pools_section(doc.get("pools"))
     if pools is not None:
         parts.append(_section("GPU time per pool", pools))

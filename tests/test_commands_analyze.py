@@ -211,3 +211,28 @@ def test_a_binary_or_directory_table_is_one_line_exit_2(tmp_path: Path, capsys,
                            "(samples as `verl-monitor export` writes them: gpu.csv, host.csv)")
     code, _, err = run_cli(capsys, str(log), flag, str(tmp_path))
     assert code == 2 and f"{flag} {tmp_path}: is a directory" in err
+
+
+def test_fr_dir_names_the_rank_the_others_wait_for(tmp_path: Path, capsys) -> None:
+    """A simulated hang's log and telemetry, with the Flight Recorder dumps of four ranks on two
+    nodes (made from a real H200 dump; rank 2 never issued the all-reduce the others wait in)."""
+    from hang_standins import as_rank, real_dump, write_dump
+
+    assert main(["simulate", "--scenario", "healthy:6,hang:6", "--gpus-per-node", "2",
+                 "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    for rank, node in ((0, "n0"), (1, "n0"), (2, "n1"), (3, "n1")):
+        (tmp_path / "fr" / node).mkdir(parents=True, exist_ok=True)
+        write_dump(tmp_path / "fr" / node / f"fr_{rank}",
+                   as_rank(real_dump(), rank, 4, drop_after=13 if rank == 2 else None))
+    (tmp_path / "fr" / "n1" / "fr_9").write_bytes(b"not a dump")
+    run = tmp_path / "run"
+    assert main(["analyze", str(run / "train.log"), "--gpu", str(run / "gpu.csv"),
+                 "--fr-dir", str(tmp_path / "fr")]) == 0
+    out = capsys.readouterr().out
+    assert "Who holds the others" in out and "Flight Recorder dumps of 4 rank(s)" in out
+    assert "cannot read: rank 9" in out
+    hang = out[out.index("[CRITICAL] hang"):]
+    assert "Who: rank 2: never issued nccl:all_reduce #14" in hang
+    assert main(["analyze", str(run / "train.log"), "--fr-dir", str(tmp_path / "run")]) == 2
+    assert "no fr_<rank> dump" in capsys.readouterr().err

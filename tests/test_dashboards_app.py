@@ -432,3 +432,32 @@ def test_overview_gives_short_phases_a_busy_share_and_names_them_with_sample_cou
     caption = html.unescape(bar[bar.index("Short phases"):])
     assert re.search(r"\breward \(\d+ samples?\)", caption) and "adv (" in caption
     assert "less the measured phases'" in caption
+
+
+def test_flags_page_shows_who_is_stuck_when_a_hang_is_open(monkeypatch, tmp_path):
+    from monitor.hang.localize import Culprit, Localization
+    from monitor.records import Flag
+
+    t = END - 60.0
+    flag = Flag("hang", "critical", t, None, evidence="No progress for 95 s",
+                advice=["look at the named rank first"])
+    path = _flag_store(tmp_path, [flag])
+    loc = Localization(culprits=[Culprit(rank=2, reason="never issued nccl:all_reduce #14",
+                                         collective="nccl:all_reduce", seq=14, node="node1",
+                                         gpu=0, pid=4242)], waiting={0: "nccl:all_reduce #14"})
+    with RunStore(path) as rs:
+        rs.add_events([loc.to_event(t + 5.0, node="node1")])
+    at = _app(monkeypatch, "flags", VERLMON_STORE=path)
+    who = [d.value for d in at.dataframe if "collective" in d.value.columns]
+    assert len(who) == 1
+    row = who[0].iloc[0]
+    assert (row["node"], row["rank"], row["pid"], row["seq"]) == ("node1", "2", "4242", "14")
+    assert "never issued" in row["why"]
+
+
+def test_flags_page_says_how_to_get_a_name_when_no_round_named_anyone(monkeypatch, tmp_path):
+    from monitor.records import Flag
+
+    path = _flag_store(tmp_path, [Flag("hang", "critical", END - 60.0, None, evidence="x")])
+    at = _app(monkeypatch, "flags", VERLMON_STORE=path)
+    assert "No rank named yet" in " ".join(c.value for c in at.caption)

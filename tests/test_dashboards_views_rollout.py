@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import streamlit as st
 from sample_store import build_store
 from streamlit.testing.v1 import AppTest
+from test_dashboards_app import _clean  # noqa: F401 - no source from the environment, no cache
 
 pytestmark = pytest.mark.slow  # starts Streamlit's script runner on a real store
 
@@ -25,17 +25,6 @@ def agent_loop_store(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("rollout") / "agent_loop.db"
     build_store(path, scenario="agent_loop_demo", end_time=END, detect=False, nccl=False)
     return path
-
-
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    for name in ("VERLMON_STORE", "VERLMON_PROMETHEUS", "VERLMON_JOB"):
-        monkeypatch.delenv(name, raising=False)
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 def _page(monkeypatch, store: Path, **params: str) -> AppTest:

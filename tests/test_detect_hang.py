@@ -37,7 +37,15 @@ def test_a_rank_stopped_before_a_collective_is_a_critical_hang_within_the_limit(
     assert f.kind == "hang" and f.severity == "critical" and f.end is None
     assert f.start == end + 60.0  # 3 x the recent 20 s step
     assert "1 of 2 GPUs wait in a collective" in f.evidence and "n0/GPU 0" in f.evidence
-    assert "after step 10" in f.evidence and "Who: unknown" in f.evidence
+    assert "after step 10" in f.evidence
+    assert "Who: most likely the rank on n0/GPU 1: its GPU idles" in f.evidence
+
+
+def test_with_no_gpu_to_suspect_the_flag_says_how_to_get_a_name():
+    def all_wait(df, tail):
+        df.loc[tail, ["util", "sm_active"]] = [100.0, 2.0]
+    f = detect_hang(_run(90.0, all_wait)[0])[0]
+    assert "2 of 2 GPUs wait" in f.evidence and "Who: unknown" in f.evidence
 
 
 def test_the_silence_below_the_limit_is_not_a_hang():

@@ -314,3 +314,33 @@ def test_its_own_thread_keeps_scraping_until_stopped(servers):
     seen = len(sink.rows)
     time.sleep(0.3)
     assert len(sink.rows) == seen  # stopped
+
+
+def test_a_port_that_does_not_speak_http_is_garbage_said_in_one_line(caplog):
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.recv(1000)
+            conn.sendall(b"SSH-2.0-OpenSSH_9.0\r\nnot http\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    col, sink = collector([address])
+    with caplog.at_level("WARNING", logger="verl_monitor.exporter"):
+        assert col.sample_once()
+    listener.close()
+    assert col.servers[address].errors == {"garbage": 1} and sink.rows == []
+    lines = [r.getMessage() for r in caplog.records if address in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0] and "garbage" in lines[0]
+    col.close()

@@ -204,6 +204,13 @@ def test_a_restart_resumes_at_the_saved_position_and_keeps_the_first_times(tmp_p
     assert sorted(s.step for s in steps) == list(range(1, 23))  # every step once
     assert {s.step: s.end_time for s in steps if s.step <= 11} == times  # not re-stamped
     assert [e.kind for e in events].count("oom") == 1
+    # the lines written while it was down carry no time: rebuilt back from the file's last
+    # write, after the first run's steps
+    later = [s for s in steps if s.step >= 12]
+    assert {s.time_source for s in later} == {"rebuilt"}
+    ends = [s.end_time for s in later]
+    assert ends == sorted(ends) and ends[0] > max(times.values())
+    assert log.stat().st_mtime - 1e-6 <= ends[-1] <= time.time()  # the last write (or the save)
 
 
 def test_a_step_the_log_repeats_is_stored_once_and_a_true_resume_is_kept(tmp_path):

@@ -148,6 +148,9 @@ def test_long_label_values_are_shortened_distinct_and_counted():
     assert all(len(v) == exposition.MAX_LABEL_CHARS for v in values[1:])
     assert values[1] != values[2] and values[1].startswith("/runs/xxx") and "...#" in values[1]
     assert exposition.labels_truncated - before == 2
+    format_families([fam])  # counted at every scrape; the cache never holds the 30 KB values
+    assert exposition.labels_truncated - before == 4
+    assert all(len(str(v)) <= 1000 for key in exposition._LABEL_CACHE for _, v in key)
     exp = Exposition({}, node="n0", version="1")
     reg = CollectorRegistry()
     reg.register(exp)

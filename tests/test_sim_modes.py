@@ -18,7 +18,8 @@ AGENT_LOOP_KEYS = {
     "generate_sequences", "tool_calls", "compute_score", "num_preempted", "prompt_length",
     "response_length")}
 FULLY_ASYNC_KEYS = {
-    "timing_s/gen", "timing_s/step", "timing_s/param_sync", "fully_async/trainer/idle_ratio",
+    "timing_s/gen", "timing_s/step", "timing_s/timing_s/param_sync",
+    "fully_async/trainer/idle_ratio",
     "fully_async/rollouter/idle_ratio", "fully_async/rollouter/active_time",
     "fully_async/rollouter/version_time", "fully_async/rollouter/step_generated_samples",
     "fully_async/count/total_generated_samples", "fully_async/count/staleness_samples",
@@ -91,8 +92,9 @@ def test_fully_async_gen_is_the_wait_for_samples_and_idle_ratio_is_gen_over_step
     idle = _segment(run, "rollouter_idle")
     assert all(st.metrics["fully_async/rollouter/idle_ratio"] == pytest.approx(0.45)
                and st.metrics["fully_async/trainer/idle_ratio"] < 0.02 for st in idle)
-    sync = [st.metrics["timing_s/param_sync"] for st in _segment(run, "weight_sync_pause")]
-    base = [st.metrics["timing_s/param_sync"] for st in _segment(run, "fully_async")]
+    sync = [st.metrics["timing_s/timing_s/param_sync"]
+            for st in _segment(run, "weight_sync_pause")]
+    base = [st.metrics["timing_s/timing_s/param_sync"] for st in _segment(run, "fully_async")]
     assert np.median(sync) > 6 * np.median(base)
 
 
@@ -127,3 +129,29 @@ def test_the_parser_reads_the_fully_async_log_with_gen_as_the_wait(tmp_path):
     last = parsed.steps[-1]
     assert last.phases["gen"] == pytest.approx(run.steps[-1].metrics["timing_s/gen"], abs=1e-3)
     assert last.metrics["fully_async/trainer/idle_ratio"] > 0.5
+
+
+def test_v1_separate_async_writes_its_switch_decision_and_off_policy_keys():
+    run = SimRun("separate_async_demo", seed=1)
+    assert run.mode == "separate_async"
+    for st in run.steps:
+        m = st.metrics
+        assert {"timing_s/gen", "timing_s/update_weights", "separate_async/switch/idle",
+                "separate_async/decision/should_switch_to_rollout",
+                "training/off_policy/trajectory_staleness_worst/max",
+                "training/off_policy/evicted_samples"} <= set(m)
+        assert "timing_s/timing_s/param_sync" not in m
+        assert not any(k.startswith("fully_async/") for k in m)
+    wait = _segment(run, "separate_async_wait")
+    ok = _segment(run, "separate_async")
+    share = [st.metrics["timing_s/gen"] / st.metrics["timing_s/step"] for st in wait]
+    assert min(share) > 0.5 and max(st.metrics["timing_s/gen"] / st.metrics["timing_s/step"]
+                                    for st in ok) < 0.12
+    # the switch lends the hybrid replicas only while the trainer waits
+    assert all(st.metrics["separate_async/switch/idle"] == 1.0
+               and st.metrics["timing_s/switch_wait"] < st.metrics["timing_s/gen"] for st in wait)
+    assert all("timing_s/switch_wait" not in st.metrics for st in ok)
+    evicted = _segment(run, "separate_async_evictions")
+    assert all(st.metrics["training/off_policy/evicted_samples"] == 16 for st in evicted)
+    worst = [st.metrics["training/off_policy/trajectory_staleness_worst/max"] for st in evicted]
+    assert worst == sorted(worst) and worst[-1] >= 5

@@ -82,7 +82,7 @@ def test_chunked_export_writes_the_same_files_as_whole_reads(tmp_path: Path) -> 
         whole = {"gpu.csv": store.gpu_frame(), "host.csv": store.host_frame(),
                  "nccl.csv": store.nccl_frame()}
         whole_steps = store.steps()
-    counts = export_dir(tmp_path / "run.db", tmp_path / "out", chunk_rows=7)
+    counts = export_dir(tmp_path / "run.db", tmp_path / "out", chunk_rows=7, step_chunk_rows=4)
     assert counts["gpu"] == 36 and counts["host"] == 23 and counts["nccl"] == 17
     assert counts["steps"] == 30
     for name, frame in whole.items():
@@ -98,7 +98,7 @@ def test_chunked_export_writes_the_same_files_as_whole_reads(tmp_path: Path) -> 
 
 def test_an_empty_store_exports_headers_only(tmp_path: Path) -> None:
     RunStore(tmp_path / "run.db").close()
-    counts = export_dir(tmp_path / "run.db", tmp_path / "out", chunk_rows=1)
+    counts = export_dir(tmp_path / "run.db", tmp_path / "out", chunk_rows=1, step_chunk_rows=1)
     assert set(counts.values()) == {0}
     assert (tmp_path / "out/gpu.csv").read_text().startswith("ts,node,gpu,util,")
     assert len((tmp_path / "out/gpu.csv").read_text().splitlines()) == 1

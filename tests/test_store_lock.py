@@ -113,3 +113,10 @@ def test_release_on_a_lock_file_that_cannot_be_cleared_does_not_raise(tmp_path: 
     again = StoreLock(tmp_path / "r.db")
     again.acquire()
     again.release()
+
+
+def test_a_folder_given_as_the_store_is_refused_without_a_lock_file(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(IsADirectoryError):
+        StoreLock(tmp_path / "runs").acquire()
+    assert not (tmp_path / "runs.lock").exists()

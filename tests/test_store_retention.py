@@ -92,3 +92,19 @@ def test_size_cap_reaches_raw_samples_when_nothing_else_is_left(tmp_path: Path) 
     df = store.gpu_frame()
     assert df["ts"].max() == 3599.0 and df["ts"].min() > 0.0
     store.close()
+
+
+def test_old_rollout_samples_become_buckets_with_the_fullest_cache(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "r.db", retention_s=600, downsample_s=15)
+    fill(store, 3600, gpus=1)
+    store.add_rollout_samples(
+        [{"ts": float(i), "node": "n0", "server": "h:1", "engine": "vllm", "model": "m",
+          "kv_cache_usage": 0.99 if i % 15 == 5 else 0.5, "running": 10.0,
+          "preemptions_total": float(i)} for i in range(0, 3600, 5)])
+    store.compact()
+    old = store.rollout_frame(end=2984.0)
+    assert len(old) == 199  # one row per 15 s bucket, as the GPU samples
+    assert (old["kv_cache_usage"] == 0.99).all()  # the bucket's fullest, not its mean
+    assert old["preemptions_total"].iloc[0] == 10.0  # the counter's last value in the bucket
+    assert len(store.rollout_frame(start=2985.0)) == len(range(2985, 3600, 5))  # raw, recent
+    store.close()

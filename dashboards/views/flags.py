@@ -49,6 +49,20 @@ def evidence_chart(flag, key: str, end: float, i: int) -> None:
     st.plotly_chart(fig, key=f"flag_chart_{i}")
 
 
+def who_is_stuck(key: str, flag, end: float) -> None:
+    """The ranks a hang's dump rounds named: node, rank, PID, GPU, collective and frame."""
+    who = common.load_hang_culprits(key, flag.start - PAD_S, end)
+    with st.container(border=True, key="who_is_stuck"):
+        st.subheader("Who is stuck", anchor=False)
+        if who.empty:
+            st.caption("No rank named yet: the exporters ask the ranks for their Flight "
+                       "Recorder (--fr-dir) or py-spy stacks (--hang-pyspy) when a job goes "
+                       "silent; see docs/hangs.md.")
+            return
+        shown = who.drop(columns=["ts"]).rename(columns={"reason": "why"})
+        st.dataframe(shown, hide_index=True, key="who_is_stuck_table")
+
+
 @common.live_panel(settings)
 def live(start: float, end: float, key: str) -> None:
     """Flag cards and history; reruns on the live refresh."""
@@ -59,6 +73,9 @@ def live(start: float, end: float, key: str) -> None:
         return
     n_open = sum(1 for f in flags if f.end is None)
     st.caption(f"{len(flags)} flags ({n_open} open), newest first.")
+    hangs = [f for f in flags if f.kind == "hang"]
+    if hangs:
+        who_is_stuck(key, hangs[0], end)
     for i, flag in enumerate(flags):
         with st.container(border=True, key=f"flag_card_{i}"):
             st.markdown(common.flag_card_markdown(flag))

@@ -41,7 +41,6 @@ from monitor.hang.localize import Localization, RankInfo, localize_dumps
 from monitor.hang.procs import scan
 from monitor.hang.pyspy import dump_stack, localize_stacks
 from monitor.hang.request import find_pipes, request_dumps
-from monitor.records import Event
 
 #: Label values are cut to this many characters (a frame's path can be long).
 MAX_LABEL = 200
@@ -84,19 +83,21 @@ class FlightRecorderCollector(PollingCollector):
         """True when a dump directory or py-spy was given."""
         return bool(self.fr_dir) or self.pyspy
 
-    def silence_start(self) -> float | None:
-        """The last step's end when the silence since it exceeds the hang limit, else None."""
+    def silence(self) -> tuple[float | None, bool]:
+        """(the last step's end, whether the silence since it exceeds the hang limit)."""
         window = self.ctx.window
         if window is None:
-            return None
+            return None, False
         steps = sorted((s for s in window.recent_steps(8) if s.end_time is not None),
                        key=lambda s: float(s.end_time))
-        recent = recent_step_time(steps)
-        if not steps or not recent:
-            return None
+        if not steps:
+            return None, False
         last = float(steps[-1].end_time)
+        recent = recent_step_time(steps)
+        if not recent:
+            return last, False
         lim = silence_limit(recent, between_step_allowance(steps), self.cfg)
-        return last if time.time() - last > lim else None
+        return last, time.time() - last > lim
 
     def waiting_start(self) -> float | None:
         """When this node's GPUs started waiting in a collective (``min_seconds`` at least).
@@ -137,17 +138,18 @@ class FlightRecorderCollector(PollingCollector):
         """Ask the ranks once per silence; nothing to do while steps keep coming."""
         if not self.enabled:
             return
-        mark = self.silence_start()
-        if mark is None:
-            mark = self._flag_start()
-        if mark is None:
-            mark = self.waiting_start()
-        if mark is None:
+        last_step, silent = self.silence()
+        flag = self._flag_start()
+        waiting = self.waiting_start()
+        if not (silent or flag is not None or waiting is not None):
             if self._handled is not None:  # progress again: the last round's series go
                 self._handled = None
                 with self._lock:
                     self._dumps, self._loc = {}, None
             return
+        # one round per silence: the silence is named by the last step before it (nodes
+        # without the log: by the flag, else by when their GPUs started waiting)
+        mark = last_step if last_step is not None else (flag if flag is not None else waiting)
         if self._handled is not None and abs(self._handled - mark) < 1e-6:
             return
         self._handled = mark
@@ -196,15 +198,7 @@ class FlightRecorderCollector(PollingCollector):
         with self._lock:
             self._dumps, self._loc, self._seconds = dumps, loc, took
         self.last_error = "; ".join(f"{k}: {v}" for k, v in sorted(problems.items()))[:500] or None
-        self.ctx.sink.add_events([Event(
-            "hang_dump", time.time(), message=loc.summary(),
-            data={"method": loc.method, "seconds": round(took, 3),
-                  "waiting": {str(k): v for k, v in loc.waiting.items()},
-                  "culprits": [{"rank": c.rank, "reason": c.reason, "pg": c.pg,
-                                "collective": c.collective, "seq": c.seq,
-                                "frame": str(c.frame) if c.frame else "", "node": c.node,
-                                "gpu": c.gpu, "pid": c.pid} for c in loc.culprits],
-                  "problems": problems, "node": self.ctx.node})])
+        self.ctx.sink.add_events([loc.to_event(time.time(), self.ctx.node, took, problems)])
         return loc
 
     def _count(self, method: str, result: str) -> None:

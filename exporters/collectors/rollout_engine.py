@@ -442,8 +442,8 @@ class RolloutEngineCollector(SampledCollector):
             return _timeout(self.timeout_s), self.timeout_s  # it had the whole round
         except (OSError, http.client.HTTPException) as exc:
             server.drop_connection()
-            reason = "connect" if isinstance(exc, (OSError, http.client.RemoteDisconnected,
-                                                   http.client.BadStatusLine)) else "http"
+            # refused, reset, unreachable: connect; not HTTP at all (a bad status line): garbage
+            reason = "connect" if isinstance(exc, OSError) else "garbage"
             return ScrapeError(reason, str(exc) or type(exc).__name__), time.monotonic() - t0
         except Exception as exc:  # noqa: BLE001 - one server's surprise must not stop the rest
             server.drop_connection()
@@ -457,7 +457,7 @@ class RolloutEngineCollector(SampledCollector):
         if isinstance(outcome, ScrapeError):
             server.errors[outcome.reason] = server.errors.get(outcome.reason, 0) + 1
             server.up = False
-            problem = f"{outcome.reason}: {outcome}"
+            problem = f"{outcome.reason}: {' '.join(str(outcome).split())[:200]}"  # one line
             if problem != server.last_problem:
                 log.warning("rollout server %s: down (%s)", server.label, problem)
                 server.last_problem = problem

@@ -290,9 +290,11 @@ def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float
         last = min(now, os.stat(path).st_mtime)
     except OSError:
         last = now
+    if since is not None:
+        last = max(last, since)  # a coarse file clock may lag the save
     totals = [float(s.total) if _usable(s.total) else 0.0 for s in steps]
     ends = [last - sum(totals[i + 1:]) for i in range(len(steps))]
-    if since is not None and since < last and ends[0] <= since:
+    if since is not None and ends[0] <= since:
         ends = [since + (last - since) * (i + 1) / len(steps) for i in range(len(steps))]
     for step, end in zip(steps, ends, strict=True):
         step.end_time = end

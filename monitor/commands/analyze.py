@@ -104,6 +104,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rollout-gpus", metavar="N", type=_positive_int, default=None,
                    help="GPUs of the rollout pool of a fully-async, separate-async or "
                    "one-step-off run (rollout.nnodes x rollout.n_gpus_per_node)")
+    p.add_argument("--fr-dir", metavar="DIR", default=None,
+                   help="PyTorch Flight Recorder dumps of the job's ranks (fr_<rank> files, "
+                   "searched recursively: copy every node's into one folder); names the rank "
+                   "the others wait for when the run hangs (docs/hangs.md)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (steps, events, summary, flags) instead of text")
     p.set_defaults(func=run)
@@ -245,6 +249,21 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "events", None):
         events = merge_events(events, read_events(args.events))
 
+    hang = None
+    if getattr(args, "fr_dir", None):
+        from monitor.hang.dump import read_dump_dir
+        from monitor.hang.localize import localize_dumps
+
+        dumps, unreadable = read_dump_dir(args.fr_dir)
+        if not dumps and not unreadable:
+            raise EventsFileError(f"--fr-dir {args.fr_dir}: no fr_<rank> dump in it")
+        loc = localize_dumps(dumps, {r: f"its dump cannot be read: {why}"
+                                     for r, why in unreadable.items()})
+        event = loc.to_event(_data_end(steps, gpu, host),
+                             problems={f"rank {r}": why for r, why in unreadable.items()})
+        events = merge_events(events, [event])
+        hang = {"ranks": sorted(dumps), "summary": loc.summary(), **event.data}
+
     from monitor.analysis.goodput import document as goodput_document
     from monitor.detect import run_all
 
@@ -299,6 +318,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "goodput": gp_doc,
             "pools": pools,
             "flags": [f.to_dict() for f in flags],
+            "hang": hang,
         }
     )
 
@@ -328,7 +348,8 @@ def run(args: argparse.Namespace) -> int:
     missing = getattr(args, "wandb", None) and explain_missing("wandb", "--wandb")
     if missing:
         return _fail(missing)
-    for path in (args.log, args.gpu, args.host, getattr(args, "events", None)):
+    for path in (args.log, args.gpu, args.host, getattr(args, "events", None),
+                 getattr(args, "fr_dir", None)):
         if path and not os.path.exists(path):
             return _fail(f"{path}: no such file")
     problem = log_file_problem(args.log)

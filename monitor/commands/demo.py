@@ -154,8 +154,9 @@ def register(subparsers: Any) -> None:
                         help="scenario or script to simulate (default demo): agent_loop_demo "
                         "(server-mode rollout: a full KV cache, a generation tail, agent-loop "
                         "overhead) and fully_async_demo (a slow rollout pool, a long weight "
-                        "sync, stale samples, an idle rollouter) serve simulated vLLM "
-                        "servers too; `verl-monitor simulate --list` lists every one")
+                        "sync, stale samples, an idle rollouter) and separate_async_demo (V1: "
+                        "a slow standalone rollout, evictions) serve simulated vLLM servers "
+                        "too; `verl-monitor simulate --list` lists every one")
     parser.add_argument("--node", default="demo-node", help="node name (default demo-node)")
     parser.set_defaults(func=run)
 

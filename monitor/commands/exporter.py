@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--web.max-connections", dest="web_max_connections", type=_positive_int,
                    default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                    help=f"HTTP connections served at once (default {DEFAULT_MAX_CONNECTIONS}; "
-                   "lowered to half the open-files limit); past it the connection that has "
+                   "lowered to a third of the open-files limit); past it the connection that has "
                    "waited longest for a request makes room, or the new one is closed")
     p.add_argument("--dcgm-compat", action="store_true",
                    help="also write dcgm-exporter names (DCGM_FI_*) for existing dashboards")

@@ -85,9 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="start time: 'now', unix seconds or ISO 8601 (default 2026-01-01T00:00Z)")
     p.add_argument("--trainer-mode", choices=SIM_MODES, default=None,
                    help="trainer to simulate: sync (colocated), agent_loop (vLLM servers "
-                   "behind the agent loop) or fully_async (the fully-async trainer, a separate "
-                   "rollout pool); default: the one the scenario needs, else sync. The last "
-                   "two also write rollout.csv (the engines' series)")
+                   "behind the agent loop), fully_async (the fully-async trainer, a separate "
+                   "rollout pool) or separate_async (the V1 trainer); default: the one the "
+                   "scenario needs, else sync. All but sync also write rollout.csv (the "
+                   "engines' series)")
     p.add_argument("--out", help="output folder (created if missing)")
     p.set_defaults(func=run)
 

@@ -119,6 +119,7 @@ def detect_hang(ctx: Context) -> list[Flag]:
         states = gpu_states(ctx.gpu, look_from, b, cfg)
         waiting = sorted(k for k, v in states.items() if v == "waiting")
         busy = sorted(k for k, v in states.items() if v == "busy")
+        idle = sorted(k for k, v in states.items() if v == "idle")
         reasons: list[str] = []
         if waiting:
             names = ", ".join(f"{n}/GPU {g}" for n, g in waiting[:8])
@@ -150,6 +151,12 @@ def detect_hang(ctx: Context) -> list[Flag]:
             names = ", ".join(f"{n}/GPU {g}" for n, g in busy[:4])
             who = (f" Who: {names} stays busy while the others wait: the rank on it is stuck "
                    "in GPU work (or far slower); ask for its Flight Recorder or py-spy stack.")
+        elif idle and waiting and len(idle) <= len(waiting):
+            names = ", ".join(f"{n}/GPU {g}" for n, g in idle[:4])
+            who = (f" Who: most likely the rank on {names}: its GPU idles while the others wait "
+                   "in the collective, so it stopped before it (a data loader, a reward call, a "
+                   "branch only some ranks take) or its process is gone; ask for its Flight "
+                   "Recorder or py-spy stack.")
         else:
             who = (" Who: unknown: no Flight Recorder dump yet (set TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
                    " and run the exporter with --fr-dir; see docs/hangs.md).")

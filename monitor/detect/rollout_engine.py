@@ -70,12 +70,15 @@ def preemption_deltas(df: pd.DataFrame) -> pd.Series:
 def detect_kv_cache_preemption(ctx: Context) -> list[Flag]:
     """A rollout server whose KV cache stays full while the engine keeps preempting requests."""
     cfg = ctx.cfg("kv_cache_preemption")
+    full = cfg.get_float("kv_usage_full")
+    raw = ctx.rollout
+    if raw is None or len(raw) == 0 or not (raw["kv_cache_usage"] >= full).any():
+        return []  # the usual case: never full, nothing to bin
     bin_s = max(cfg.get_float("bin_s"), 1.0)
     df = _bins(ctx, bin_s)
     if len(df) == 0 or df["preemptions_total"].notna().sum() == 0:
         return []
     df["preempted"] = preemption_deltas(df)
-    full = cfg.get_float("kv_usage_full")
     min_rate = cfg.get_float("min_preemptions_per_min")
     crit_rate = cfg.get_float("critical_preemptions_per_min")
     flags: list[Flag] = []

@@ -178,3 +178,22 @@ def read_dump(path: str | Path, rank: int | None = None) -> RankDump:
     except OSError as exc:
         raise DumpError(f"{p}: {exc.strerror or exc}") from None
     return parse_dump(data, rank, str(p))
+
+
+def read_dump_dir(directory: str | Path, prefix: str = "fr_"
+                  ) -> tuple[dict[int, RankDump], dict[int, str]]:
+    """Every ``<prefix><rank>`` dump under ``directory`` (searched recursively: the dumps of all
+    nodes copied into one folder, or one sub-folder per node); (dumps, rank -> why unreadable)."""
+    dumps: dict[int, RankDump] = {}
+    problems: dict[int, str] = {}
+    pat = re.compile(re.escape(prefix) + r"(\d+)$")
+    for path in sorted(Path(directory).rglob(f"{prefix}*")):
+        m = pat.match(path.name)
+        if not m or not path.is_file():
+            continue
+        rank = int(m.group(1))
+        try:
+            dumps[rank] = read_dump(path, rank)
+        except DumpError as exc:
+            problems[rank] = str(exc)
+    return dumps, problems

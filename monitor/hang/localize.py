@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from monitor.hang.dump import Frame, GroupStatus, Pending, RankDump
+from monitor.records import Event
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,18 @@ class Localization:
     waiting: dict[int, str] = field(default_factory=dict)  # rank -> "nccl:all_reduce #18 ..."
     note: str = ""
     method: str = "flight_recorder"
+
+    def to_event(self, time: float | None, node: str = "", seconds: float = 0.0,
+                 problems: dict[str, str] | None = None) -> Event:
+        """The ``hang_dump`` event the ``hang`` detector reads (message: the summary)."""
+        return Event("hang_dump", time, message=self.summary(), data={
+            "method": self.method, "seconds": round(seconds, 3), "node": node,
+            "waiting": {str(k): v for k, v in self.waiting.items()},
+            "culprits": [{"rank": c.rank, "reason": c.reason, "pg": c.pg,
+                          "collective": c.collective, "seq": c.seq,
+                          "frame": str(c.frame) if c.frame else "", "node": c.node,
+                          "gpu": c.gpu, "pid": c.pid} for c in self.culprits],
+            "problems": dict(problems or {})})
 
     def summary(self) -> str:
         """One line for a flag's evidence."""

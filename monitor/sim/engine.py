@@ -35,6 +35,7 @@ from monitor.sim.scenarios import (
     SCRIPT_STEP_SECONDS,
     SCRIPTS,
     SIM_MODES,
+    SPLIT_POOL_MODES,
     TRAINING_TIMELINE,
     Scenario,
     ScenarioContext,
@@ -179,11 +180,13 @@ class SimRun:
         self._timeline: list[Segment] = []
         self._xid: list[tuple[float, int, int]] = []
         self._down: dict[int, float] = {}
+        self._hang_idle: set[int] = set()
         self._build()
         self._telemetry = Telemetry(
             self._timeline, self.node_names, self.gpus_per_node, self.seed, self.noise,
             self._xid, self._down,
         )
+        self._telemetry.hang_idle = set(self._hang_idle)
 
     # ------------------------------------------------------------------ planning
     def _base_plan(self, index: int) -> StepPlan:
@@ -198,7 +201,7 @@ class SimRun:
             durations[phase] = d
         if self.with_rollout_wait:
             durations["rollout_wait"] = float(rng.uniform(0.005, 0.02))
-        if self.mode == "fully_async":  # gen is the wait for samples: short when all is well
+        if self.mode in SPLIT_POOL_MODES:  # gen is the wait for samples: short when all is well
             durations["gen"] *= 0.09
         finish = 1.0 - np.abs(rng.normal(0.0, 0.025 * max(self.noise, 0.2), self.n_gpus))
         finish = np.clip(finish, 0.88, 1.0)
@@ -209,13 +212,13 @@ class SimRun:
     @property
     def _reshard_after(self) -> bool:
         """Whether the weight sync follows the update (0.7.1+, and every fully-async step)."""
-        return self.profile.reshard_after_update or self.mode == "fully_async"
+        return self.profile.reshard_after_update or self.mode in SPLIT_POOL_MODES
 
     def _order(self) -> list[str]:
         order: list[str] = []
         if not self._reshard_after:
             order.append("reshard")
-        order.append(WAIT_LABEL if self.mode == "fully_async" else "gen")
+        order.append(WAIT_LABEL if self.mode in SPLIT_POOL_MODES else "gen")
         if self.with_rollout_wait:
             order.append("rollout_wait")
         order += ["reward", "old_log_prob", "ref", "values", "adv", "update_critic"]
@@ -269,11 +272,14 @@ class SimRun:
             sc.setup(ctx)
             seg_start = s0 + cur_ms / ms
             first_step: int | None = None
-            if sc.terminal == "stall":
+            if sc.terminal in ("stall", "hang"):
                 end_ms = cur_ms + round(n * self.step_seconds * 1000)
+                label = "hung" if sc.terminal == "hang" else "stalled"
                 self._timeline.append(
-                    Segment(seg_start, s0 + end_ms / ms, "stalled", None, None, prev_mem)
+                    Segment(seg_start, s0 + end_ms / ms, label, None, None, prev_mem)
                 )
+                if sc.terminal == "hang":
+                    self._hang_idle.update(ctx.state.get("global", []))
                 info = SegmentInfo(None, None, seg_start, s0 + end_ms / ms, ctx.state)
                 entries = sc.truth(info)
                 if sc.kind == "gpu_fault":
@@ -617,6 +623,7 @@ class SimRun:
             self._timeline, self.node_names, self.gpus_per_node, self.seed, self.noise,
             self._xid, self._down,
         )
+        self._telemetry.hang_idle = set(self._hang_idle)
 
     # ------------------------------------------------------------------ output
     def summary(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ sets) the simulated job also dumps NCCL Inspector records there, as NCCL >= 2.28
 AllGathers during ``reshard``, one record per rank, so the Communication page has data. They
 are written beside the log lines; the simulator's own telemetry is unchanged.
 
-A run in the ``agent_loop`` or ``fully_async`` mode also has rollout engines: ``start()``
+A run in the ``agent_loop``, ``fully_async`` or ``separate_async`` mode also has rollout engines: ``start()``
 serves one simulated vLLM (or SGLang) ``/metrics`` endpoint per engine server on 127.0.0.1
 (``monitor/sim/engine_server.py``) and keeps each one's state on the simulated clock
 (``monitor/sim/rollout.py``); ``engine_urls`` lists them for the exporter's rollout collector.

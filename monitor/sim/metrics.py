@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.sim.modes import agent_loop_timing, fully_async_metrics
+from monitor.sim.modes import agent_loop_timing, fully_async_metrics, separate_async_metrics
 from monitor.sim.scenarios import StepPlan
 from monitor.sim.versions import VersionProfile
 
@@ -37,11 +37,12 @@ def timing_keys(
     mode: str = "sync",
 ) -> dict[str, float]:
     """``timing_s/*`` for one step from the timeline durations (seconds, ms-exact). The
-    fully-async trainer's ``gen`` is its wait for samples and its weight sync ``param_sync``."""
+    fully-async trainer's ``gen`` is its wait for samples and its weight sync ``param_sync``
+    (logged as ``timing_s/timing_s/param_sync``: the timer's name already has the prefix)."""
     out: dict[str, float] = {}
     gen = dur["gen"]
     reshard = dur["reshard"]
-    if mode == "fully_async":
+    if mode in ("fully_async", "separate_async"):
         out["timing_s/gen"] = gen
     elif profile.reshard == "none":
         out["timing_s/gen"] = _ms(gen + reshard)
@@ -63,8 +64,9 @@ def timing_keys(
     out["timing_s/update_critic"] = dur["update_critic"]
     out["timing_s/update_actor"] = _ms(dur["update_actor"] + dur["comm"])
     if mode == "fully_async":
-        out["timing_s/param_sync"] = reshard
-    elif profile.reshard == "update_weights":
+        # verl times it as "timing_s/param_sync" and compute_timing_metrics prefixes it again
+        out["timing_s/timing_s/param_sync"] = reshard
+    elif profile.reshard == "update_weights" or mode == "separate_async":
         out["timing_s/update_weights"] = reshard
     out["timing_s/step"] = total
     return out
@@ -194,6 +196,8 @@ def build_metrics(
     if mode == "fully_async":
         m.update(fully_async_metrics(step, dur, total, plan, batch, r,
                                      mode_state if mode_state is not None else {}))
+    elif mode == "separate_async":
+        m.update(separate_async_metrics(dur, plan, batch))
     return m
 
 

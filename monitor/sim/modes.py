@@ -6,7 +6,9 @@ policy, named as verl's newest main writes them.
   {min,max,mean}`` and ``timing_s/agent_loop/slowest/*``; the batch waits for its slowest sample.
 - Fully-async trainer (``verl/experimental/fully_async_policy/``): ``timing_s/gen`` is the wait
   for samples from the message queue and ``fully_async/trainer/idle_ratio`` = gen / step
-  (``detach_utils.MetricsAggregator``); ``timing_s/param_sync`` the weight sync; the batch's
+  (``detach_utils.MetricsAggregator``); ``timing_s/timing_s/param_sync`` the weight sync (the
+  trainer names its timer ``timing_s/param_sync`` and ``compute_timing_metrics`` prefixes it
+  again); the batch's
   ``fully_async/{processing_time,partial,count,monitor,static}/*`` (``assemble_batch_from_
   rollout_samples``, the rollouter's ``get_statistics``); the rollouter's ``reset_staleness``
   keys ``fully_async/rollouter/{active_time,version_time,idle_ratio,step_generated_samples}``
@@ -111,4 +113,36 @@ def fully_async_metrics(step: int, dur: dict[str, float], total: float, plan: St
     m["fully_async/trainer/idle_ratio"] = float(wait / total) if total > 0 else 0.0
     m["dynamic_resource/train_resource_utilization"] = float(
         m["dynamic_resource/train_compute_time_s"] / total) if total > 0 else 0.0
+    return m
+
+
+def separate_async_metrics(dur: dict[str, float], plan: StepPlan, n_seqs: int) -> dict[str, Any]:
+    """The V1 separate-async trainer's own keys for one step (``trainer_separate_async.py``
+    with ``hybrid_rollout.enable_switch``, ``trainer_base.py``, ``v1/utils.py``): the switch
+    decision, the switch timers when the hybrid replicas were lent (parts of the wait, which
+    ``timing_s/gen`` already counts), and the off-policy staleness of the batch."""
+    eng = plan.engine
+    wait = dur["gen"]
+    groups = max(1, n_seqs // ROLLOUT_N)
+    m: dict[str, Any] = {}
+    if eng.switching:
+        m["timing_s/switch_to_trainer"] = round(min(0.4, 0.1 * wait), 3)
+        m["timing_s/switch_wait"] = round(0.4 * wait, 3)
+        m["timing_s/switch_to_rollout"] = round(min(0.6, 0.1 * wait), 3)
+    m["separate_async/switch/threshold_ratio"] = 0.45 if eng.switching else 0.4
+    m["separate_async/switch/wait_samples"] = float(groups // 2 if eng.switching else 0)
+    m["separate_async/switch/idle"] = float(eng.switching)
+    m["separate_async/decision/sampleable_count"] = float(groups // 4 if eng.switching else groups)
+    m["separate_async/decision/remaining"] = float(groups - groups // 4 if eng.switching else 0)
+    m["separate_async/decision/should_switch_to_rollout"] = float(eng.switching)
+    stale = eng.stale_share
+    spans = max(1, eng.partial_span)
+    worst = 1 + int(round(8 * max(0.0, stale - 0.3)))
+    for name, mean, top in (("trajectory_spans", 1.0 + (spans - 1) * stale, spans),
+                            ("trajectory_staleness", stale, max(1, worst - 1)),
+                            ("trajectory_staleness_worst", stale * 1.5, worst)):
+        m[f"training/off_policy/{name}/mean"] = float(mean)
+        m[f"training/off_policy/{name}/max"] = int(top)
+        m[f"training/off_policy/{name}/min"] = int(1 if name == "trajectory_spans" else 0)
+    m["training/off_policy/evicted_samples"] = int(eng.dropped_per_step)
     return m

@@ -3,8 +3,9 @@
 verl's server-mode rollout runs one engine server per tensor-parallel group. With the agent loop
 on a sync trainer (``agent_loop`` mode) the servers share the trainer's GPUs: they generate
 during ``gen`` and sleep (KV cache freed) while the trainer trains. With the fully-async policy
-(``fully_async`` mode) they form a separate rollout pool that generates through the whole step
-and pauses its requests while the weights are synced (``param_sync``). The step's
+(``fully_async`` mode) or the V1 separate-async trainer (``separate_async``) they form a
+separate rollout pool that generates through the whole step and pauses its requests while the
+weights are synced (``param_sync`` / ``update_weights``). The step's
 :class:`~monitor.sim.scenarios.EnginePlan` bends the picture: a full KV cache that preempts, a
 tail where a few requests run on one server, a saturated pool with requests queued, an idle
 rollouter waiting for weights.

@@ -45,6 +45,7 @@ GPU_SIGNATURES: dict[str, tuple[float, float, float, float, float]] = {
     "testing": (93.0, 56.0, 20.0, 62.0, 30.0),
     "save_checkpoint": (6.0, 2.0, 0.0, 8.0, 1.0),
     "stalled": (0.0, 0.0, 0.0, 0.0, 0.0),
+    "hung": (100.0, 2.0, 0.0, 1.0, 1.0),  # ranks spinning in NCCL for a peer that never came
     "exited": (0.0, 0.0, 0.0, 0.0, 0.0),
 }
 #: Memory share of the total per label (gaps keep the previous phase's level).
@@ -65,6 +66,7 @@ MEM_LEVELS: dict[str, float] = {
     "testing": 0.72,
     "save_checkpoint": 0.66,
     "stalled": 0.70,
+    "hung": 0.72,
     "exited": 0.0,
 }
 #: label -> (cpu_avg, cpu_max_core, iowait, disk_read_bps), healthy means per node.
@@ -88,6 +90,7 @@ HOST_SIGNATURES: dict[str, tuple[float, float, float, float]] = {
     "testing": (16.0, 68.0, 0.4, 2e6),
     "save_checkpoint": (12.0, 55.0, 4.0, 5e6),
     "stalled": (2.5, 10.0, 0.2, 0.1e6),
+    "hung": (2.5, 10.0, 0.2, 0.1e6),
     "exited": (1.5, 6.0, 0.1, 0.1e6),
 }
 
@@ -137,6 +140,9 @@ class Telemetry:
         self.noise = float(noise)
         self.xid_events = sorted(xid_events)
         self.down = dict(down)
+        #: GPUs whose rank stopped before the collective in a ``hung`` segment (idle; the others
+        #: spin in the collective)
+        self.hang_idle: set[int] = set()
         rng = np.random.default_rng(np.random.SeedSequence([seed, 7001]))
         self._tab = rng.standard_normal(_MASK + 1).tolist()
         # static per-GPU offsets (util, sm, tensor, dram, mem share, power factor)
@@ -183,7 +189,7 @@ class Telemetry:
         label = "idle" if seg is None else seg.label
         if seg is None and self.segments and t >= self.segments[-1].end:
             last = self.segments[-1].label
-            label = last if last in ("exited", "stalled") else "idle"
+            label = last if last in ("exited", "stalled", "hung") else "idle"
         plan = seg.plan if seg is not None else None
         mem_level = seg.mem if seg is not None else MEM_LEVELS[label]
         if seg is None and label == "idle" and self.segments and t >= self.segments[-1].end:
@@ -229,6 +235,8 @@ class Telemetry:
                 out.append(_down_row(t, node, idx, xid))
                 continue
             u, sm, te, dr, occ = base
+            if label == "hung" and g in self.hang_idle:
+                u, sm, te, dr, occ = GPU_SIGNATURES["stalled"]
             if busy:
                 if trough or (label == "gen" and plan is not None and frac > plan.gen_finish[g]):
                     u, sm, te, dr, occ = idle_sig
@@ -320,7 +328,7 @@ class Telemetry:
         label = "idle" if seg is None else seg.label
         if seg is None and self.segments and t >= self.segments[-1].end:
             last = self.segments[-1].label
-            label = last if last in ("exited", "stalled") else "idle"
+            label = last if last in ("exited", "stalled", "hung") else "idle"
         avg, mx, iow, disk = HOST_SIGNATURES[label]
         plan = seg.plan if seg is not None else None
         if plan is not None and plan.host:

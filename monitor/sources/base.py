@@ -47,6 +47,33 @@ NODE_SUMMARY_COLUMNS: tuple[str, ...] = (
 )
 
 
+#: Who holds a hung job: one row per named rank or process (``monitor/hang``), newest round.
+CULPRIT_COLUMNS: tuple[str, ...] = ("ts", "node", "rank", "pid", "gpu", "collective", "seq",
+                                    "frame", "reason")
+
+
+def culprits_from_events(events: list) -> pd.DataFrame:
+    """:data:`CULPRIT_COLUMNS` from ``hang_dump`` events: each node's newest round."""
+    newest: dict[str, object] = {}
+    for e in events:
+        if getattr(e, "kind", None) == "hang_dump" and e.time is not None:
+            node = str(e.data.get("node", ""))
+            if node not in newest or e.time >= newest[node].time:
+                newest[node] = e
+    rows = []
+    for e in newest.values():
+        for c in e.data.get("culprits") or []:
+            rank = c.get("rank")
+            rows.append({"ts": e.time, "node": c.get("node") or e.data.get("node", ""),
+                         "rank": "" if rank is None or rank < 0 else str(rank),
+                         "pid": "" if c.get("pid") is None else str(c["pid"]),
+                         "gpu": "" if c.get("gpu") is None else str(c["gpu"]),
+                         "collective": c.get("collective", ""),
+                         "seq": "" if c.get("seq") is None else str(c["seq"]),
+                         "frame": c.get("frame", ""), "reason": c.get("reason", "")})
+    return pd.DataFrame(rows, columns=list(CULPRIT_COLUMNS))
+
+
 #: Activity across GPUs per time bucket (mean and lowest utilization, mean SM activity).
 FLEET_COLUMNS: tuple[str, ...] = ("ts", "util_mean", "util_min", "sm_active_mean")
 
@@ -179,6 +206,11 @@ class MetricSource(Protocol):
     def rollout_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
         """Rollout engines per bucket and server: :data:`ROLLOUT_VIEW_COLUMNS` (empty when
         the run has no engine servers)."""
+        ...
+
+    def hang_culprits(self, start: float, end: float) -> pd.DataFrame:
+        """Who holds a hung job (:data:`CULPRIT_COLUMNS`): the newest dump round's culprits
+        in the window, from every node (empty when no round named anyone)."""
         ...
 
 

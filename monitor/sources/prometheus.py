@@ -227,11 +227,16 @@ class PrometheusSource:
         return (f"Prometheus at {self.url} answered in a shape verl-monitor cannot read "
                 f"({what}); is this the URL of a Prometheus server?")
 
-    def _result(self, data: dict, sample: str) -> list[dict]:
-        """``data.result`` checked to be series of labels and ``[time, "value"]`` samples
-        (``sample``: "value" for instant queries, "values" for range queries). The first
-        and last samples of each series are checked; the parsing guard covers the rest."""
+    def _result(self, data: dict) -> list:
+        """``data.result`` checked to be series of labels and ``[time, "value"]`` samples:
+        ``value`` in a vector, ``values`` in a matrix (a range query, or an instant query of a
+        range selector). The first and last samples of each series are checked; the parsing
+        guard covers the rest. A scalar or string result is returned as it came."""
+        kind = data.get("resultType")
         result = data.get("result")
+        if kind in ("scalar", "string"):
+            return result
+        sample = "values" if kind == "matrix" else "value"
         if not isinstance(result, list):
             raise SourceError(self._shape_message('"result" is not a list'))
         for series in result:
@@ -256,7 +261,7 @@ class PrometheusSource:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        return self._result(self._get("/api/v1/query", params), "value")
+        return self._result(self._get("/api/v1/query", params))
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict]:
         """Range query; refuses a step that would return more than 11,000 points a series.
@@ -268,7 +273,7 @@ class PrometheusSource:
         if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
             step = math.ceil((end - start) / (MAX_POINTS_PER_SERIES - 1))
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step}
-        return self._result(self._get("/api/v1/query_range", params), "values")
+        return self._result(self._get("/api/v1/query_range", params))
 
     def scrape_interval(self) -> float:
         """The job's scrape interval from the server's loaded config (15 s if unknown)."""
@@ -642,6 +647,19 @@ class PrometheusSource:
             if col not in df.columns:
                 df[col] = np.nan
         return df[list(FLEET_COLUMNS)].sort_values("ts").reset_index(drop=True)
+
+    def hang_culprits(self, start: float, end: float) -> pd.DataFrame:
+        """``verlmon_hang_culprit_info`` at ``end``: each exporter's last dump round."""
+        from monitor.sources.base import CULPRIT_COLUMNS
+
+        rows = []
+        for r in self.query(f"verlmon_hang_culprit_info{self._sel()}", at=end):
+            m = r.get("metric", {})
+            rows.append({"ts": float(end), "node": m.get("node") or m.get("instance", ""),
+                         **{k: m.get(k, "") for k in ("rank", "pid", "gpu", "collective",
+                                                      "seq", "frame")},
+                         "reason": "named by the exporter's last Flight Recorder / py-spy round"})
+        return pd.DataFrame(rows, columns=list(CULPRIT_COLUMNS))
 
     def rollout_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
         """The rollout engines per server from the ``verlmon_rollout_*`` series: gauges

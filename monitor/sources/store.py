@@ -223,6 +223,12 @@ class StoreSource:
         """Log events (OOM, traceback, resume...) in the window."""
         return self._call("events", start, end)
 
+    def hang_culprits(self, start: float, end: float) -> pd.DataFrame:
+        """The newest ``hang_dump`` round's culprits of each node in the window."""
+        from monitor.sources.base import culprits_from_events
+
+        return culprits_from_events(self.events(start, end))
+
     def nccl_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
         """NCCL samples bucketed per (node, coll): share of wall time, bytes/s, bus bandwidth."""
         raw = self._call("nccl_frame", start, end)

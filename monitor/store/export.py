@@ -8,8 +8,8 @@
 - ``events.json``, ``flags.json``: lists of the records' plain dicts;
 - ``nccl.csv`` and ``meta.json`` besides, so nothing stored is left behind.
 
-Samples and steps are streamed: read ``chunk_rows`` at a time in the order the files list them
-and appended to the files, so memory stays bounded whatever the store's size (a 2 GiB store
+Samples and steps are streamed: read a chunk at a time in the order the files list them and
+appended to the files, so memory stays bounded whatever the store's size (a 2 GiB store
 exports in a few hundred MB; ``bench/store.py --export``). The files are byte for byte what
 writing each table read whole would give.
 """
@@ -31,8 +31,10 @@ from monitor.records import StepRecord
 from monitor.store.runstore import RunStore
 from monitor.store.schema import NCCL_COLUMNS
 
-#: Rows read and written at a time (samples and steps).
-CHUNK_ROWS = 50_000
+#: Sample rows read and written at a time (a few MB of Python objects).
+CHUNK_ROWS = 20_000
+#: Steps read at a time: a step row carries every metric of the step (kilobytes of JSON).
+STEP_CHUNK_ROWS = 500
 _STEP_COLUMNS = ("step, end_time, total, phases, throughput, mem_allocated_peak_bytes, "
                  "mem_reserved_peak_bytes, metrics, time_source, source")
 
@@ -41,11 +43,12 @@ def export_dir(
     store_path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     chunk_rows: int = CHUNK_ROWS,
+    step_chunk_rows: int = STEP_CHUNK_ROWS,
 ) -> dict[str, int]:
     """Write the store's contents under ``out_dir`` (created if needed); returns row counts.
 
-    Reads ``chunk_rows`` samples or steps at a time. Raises ``StoreError`` when the store
-    file is missing or not a run store.
+    Reads ``chunk_rows`` samples and ``step_chunk_rows`` steps at a time. Raises
+    ``StoreError`` when the store file is missing or not a run store.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -58,7 +61,7 @@ def export_dir(
                 counts[kind] = write_samples_csv(store, table, columns, fh, chunk_rows)
         with open(out / "train.jsonl", "w", encoding="utf-8") as fh:
             counts["steps"] = 0
-            for s in iter_steps(store, chunk_rows):
+            for s in iter_steps(store, step_chunk_rows):
                 record = {"step": s.step, "ts": s.end_time, "data": jsonl_data(s)}
                 fh.write(json.dumps(record, allow_nan=False) + "\n")
                 counts["steps"] += 1
@@ -90,7 +93,7 @@ def write_samples_csv(store: RunStore, table: str, columns: tuple[str, ...], fh:
             return written
 
 
-def iter_steps(store: RunStore, chunk_rows: int = CHUNK_ROWS) -> Iterator[StepRecord]:
+def iter_steps(store: RunStore, chunk_rows: int = STEP_CHUNK_ROWS) -> Iterator[StepRecord]:
     """The store's steps as ``RunStore.steps()`` lists them (end-time order, steps without
     one last), read ``chunk_rows`` at a time."""
     cursor = store._conn().execute(

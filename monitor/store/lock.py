@@ -61,7 +61,10 @@ class StoreLock:
         """Take the lock or raise :class:`StoreLocked` naming the holder's pid.
 
         Raises OSError when the lock file or the store cannot be opened (a read-only volume,
-        a missing folder)."""
+        a missing folder, a folder given as the store)."""
+        real = os.path.realpath(self.store)
+        if os.path.isdir(real):  # before leaving a lock file beside it
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), real)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -75,7 +78,7 @@ class StoreLock:
             os.close(fd)
             raise
         try:
-            store_fd = os.open(os.path.realpath(self.store), os.O_RDWR | os.O_CREAT, 0o644)
+            store_fd = os.open(real, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
             _unlock_close(fd)
             raise

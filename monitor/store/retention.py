@@ -18,13 +18,13 @@ import math
 import sqlite3
 from typing import TYPE_CHECKING
 
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, ROLLOUT_COLUMNS
 from monitor.store.schema import NCCL_COLUMNS
 
 if TYPE_CHECKING:
     from monitor.store.runstore import RunStore
 
-_SAMPLE_TABLES = ("gpu_samples", "host_samples", "nccl_samples")
+_SAMPLE_TABLES = ("gpu_samples", "host_samples", "nccl_samples", "rollout_samples")
 
 #: (table, columns, group keys, aggregate per value column)
 _PLANS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], dict[str, str]], ...] = (
@@ -37,7 +37,17 @@ _PLANS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], dict[str, str]], ...]
     ("host_samples", HOST_COLUMNS, ("node",), {}),
     ("nccl_samples", NCCL_COLUMNS, ("node", "coll", "comm"), {"ops": "sum", "bytes": "sum",
                                                               "exec_s": "sum"}),
+    # rollout engines: the fullest cache and the counters' last value per bucket
+    ("rollout_samples", ROLLOUT_COLUMNS, ("node", "server", "engine", "model"),
+     {"kv_cache_usage": "max", "preemptions_total": "max", "generation_tokens_total": "max",
+      "sleeping": "max"}),
 )
+
+
+def _present(conn: sqlite3.Connection) -> set[str]:
+    """The sample tables this file has (``rollout_samples`` appears with its first row)."""
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {r[0] for r in rows} & set(_SAMPLE_TABLES)
 
 
 def bucket_query(table: str, width: float) -> tuple[str, tuple[str, ...]]:
@@ -64,7 +74,10 @@ def bucket_query(table: str, width: float) -> tuple[str, tuple[str, ...]]:
 def _downsample(conn: sqlite3.Connection, cutoff: float, width: float) -> tuple[int, int]:
     """Replace raw rows with ts < cutoff by bucket rows; returns (raw rows removed, rows added)."""
     removed = added = 0
+    present = _present(conn)
     for table, columns, _keys, _aggs in _PLANS:
+        if table not in present:
+            continue
         select, group = bucket_query(table, width)
         cur = conn.execute(
             f"INSERT INTO {table} ({', '.join(columns)}, res) "
@@ -88,8 +101,10 @@ def used_bytes(conn: sqlite3.Connection) -> int:
 
 def _span(conn: sqlite3.Connection, raw: bool) -> tuple[float | None, float | None]:
     cond = "res = 0" if raw else "res > 0"
+    present = _present(conn)
     parts = " UNION ALL ".join(
         f"SELECT min(ts) lo, max(ts) hi FROM {t} WHERE {cond}" for t in _SAMPLE_TABLES
+        if t in present
     )
     return conn.execute(f"SELECT min(lo), max(hi) FROM ({parts})").fetchone()
 
@@ -104,7 +119,7 @@ def _trim_to_size(conn: sqlite3.Connection, max_bytes: int, width: float) -> int
             if lo is None:
                 break
             chunk = max((hi - lo) / 10.0, width, 1.0)
-            for table in _SAMPLE_TABLES:
+            for table in _present(conn):
                 cur = conn.execute(f"DELETE FROM {table} WHERE {cond} AND ts < ?", (lo + chunk,))
                 dropped += max(cur.rowcount, 0)
     return dropped

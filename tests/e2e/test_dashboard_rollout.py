@@ -24,6 +24,10 @@ import pytest
 import yaml
 from playwright.sync_api import Page, expect
 from procs import free_port, start_process, start_prometheus, wait_until
+from test_dashboard_demo import (  # noqa: F401 - the same Chromium and viewport
+    browser_context_args,
+    browser_type_launch_args,
+)
 
 from monitor.sources.prometheus import PrometheusSource
 
@@ -38,22 +42,6 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
 SCREENSHOTS = REPO / "docs" / "screenshots"
 SPEED = float(os.environ.get("VERLMON_DEMO_SPEED", "10"))
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args):
-    """Debian's Chromium (``playwright install`` cannot download browsers here)."""
-    return {
-        **browser_type_launch_args,
-        "executable_path": os.environ.get("CHROMIUM", "/usr/bin/chromium"),
-        "args": ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"],
-    }
-
-
-@pytest.fixture(scope="session")
-def browser_context_args(browser_context_args):
-    return {**browser_context_args, "viewport": {"width": 1400, "height": 1000}}
 
 
 @pytest.fixture(scope="module")

@@ -158,6 +158,8 @@ NOT_SIMULATED = (
     "verlmon_gpu_nvlink_receive_bytes_per_second",
     "verlmon_gpu_pcie_transmit_bytes_per_second",
     "verlmon_gpu_pcie_receive_bytes_per_second",
+    # only while a job hangs and an exporter's dump round named a rank (monitor/hang)
+    "verlmon_hang_culprit_info",
 )
 
 
