@@ -150,7 +150,9 @@ def table(results: list[dict]) -> str:
     short = {"productive": "prod", "data_loading": "data", "rollout_long_tail": "tail",
              "straggler_wait": "strag", "weight_sync": "sync", "communication": "comm",
              "cpu_phases": "cpu", "validation_checkpoint": "val/ckpt",
-             "low_activity": "lowact", "restarts": "restart", "unattributed": "unattr"}
+             "low_activity": "lowact", "restarts": "restart", "unattributed": "unattr",
+             "waiting_for_samples": "w.smpl", "waiting_for_weights": "w.wts",
+             "parameter_sync": "psync", "preempted_work": "preempt"}
     head = f"{'run':<22}{'total':>8}" + "".join(f"{short[c]:>9}" for c in CAUSES) + f"{'sum err':>9}"
     lines += ["GPU-seconds by cause (wall x GPUs)", head, "-" * len(head)]
     for r in results:

@@ -119,6 +119,40 @@ def test_rows_reach_the_store(tmp_path):
     store.close()
 
 
+def test_an_exporter_started_again_does_not_count_the_same_collectives_twice(tmp_path):
+    """The dump positions are saved with the rows; a new collector (the exporter after a
+    SIGKILL) resumes from them: the store holds each collective once."""
+    store = RunStore(tmp_path / "run.db")
+    dump = tmp_path / "dumps" / "n0-pid1.log"
+    dump.parent.mkdir()
+    dump.write_text(record(exec_us=4000, size=100) * 3 + '{"partial line, no end')
+    writer = StoreWriter(store)
+    col, _ = make(tmp_path, dump.parent, store=writer)
+    col.sample_once()
+    assert writer.flush()
+    assert [p.offset for p in store.log_positions().values()] == [len(record(exec_us=4000,
+                                                                             size=100)) * 3]
+    # killed: a new process, a new writer on the same store
+    writer2 = StoreWriter(store)
+    col2, reg2 = make(tmp_path, dump.parent, store=writer2)
+    col2.sample_once()
+    assert writer2.flush()
+    assert store.nccl_frame()["ops"].sum() == 3
+    with dump.open("a") as fh:  # the held partial line ends, and one more record comes
+        fh.write("\n" + record(exec_us=4000, size=100))
+    col2.sample_once()
+    assert writer2.flush()
+    assert store.nccl_frame()["ops"].sum() == 4
+    assert col2.garbage_lines == 1  # the partial line, read once
+    # a dump replaced while down (another inode) is read from its start
+    dump.unlink()
+    dump.write_text(record(exec_us=4000, size=100) * 2)
+    col3, _ = make(tmp_path, dump.parent, store=StoreWriter(store))
+    col3.sample_once()
+    assert col3.records == 2
+    store.close()
+
+
 def test_without_a_directory_it_exports_nothing(tmp_path):
     ctx = ExporterContext(node="n0", interval=1.0)
     col = NcclCollector(ctx)

@@ -2,7 +2,9 @@
 
 Every ``*.log`` file in the directory (the Inspector writes ``<hostname>-pid<pid>.log``) is read
 incrementally from where the last sample stopped; a truncated or replaced file is read again
-from its start. Per collective type and communicator it exports operation, byte and
+from its start. Each file's position is saved in the run store with the rows read before it
+(``log_positions``, as the verl log's), so an exporter started again resumes there instead of
+counting every collective of the run a second time. Per collective type and communicator it exports operation, byte and
 execution-second counters and the latest bus bandwidth, plus the communication share of wall
 time over a trailing window: the execution seconds of the operations dumped in the window,
 divided by the window length and by the number of ranks (processes) seen in it. Lines that are
@@ -25,6 +27,7 @@ from exporters.nccl_inspector import MAX_LINE_BYTES, NcclRecord, parse_line
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector
 from monitor import metric_names as m
+from monitor.logs.follow import LogPosition
 
 #: Most bytes read from one file in one sample (the rest waits for the next sample).
 MAX_READ_BYTES = 8 << 20
@@ -41,6 +44,7 @@ FUTURE_SLACK_S = 60.0
 @dataclass
 class _FileState:
     inode: int
+    dev: int = 0
     offset: int = 0
     partial: bytes = b""
     dropping: bool = False  # inside a line longer than MAX_LINE_BYTES: skip to its end
@@ -101,6 +105,39 @@ class NcclCollector(SampledCollector):
         # per whole second of dump time: [execution seconds, processes (ranks) seen]
         self._seconds: dict[int, list] = {}
         self.snapshot = NcclSnapshot()
+        self._published: dict[str, LogPosition] = {}
+        self._resume = self._saved_positions()
+
+    def _saved_positions(self) -> dict[str, LogPosition]:
+        """Where the store says each dump file was read up to (restart-safe: an exporter
+        started again does not count the same collectives twice)."""
+        read = getattr(self.ctx.sink, "saved_log_positions", None)
+        if read is None or not self.directory:
+            return {}
+        try:
+            saved = dict(read())
+        except Exception:  # noqa: BLE001 - an unreadable store: read the dumps from the start
+            return {}
+        base = os.path.abspath(self.directory)
+        return {path: pos for path, pos in saved.items()
+                if os.path.dirname(path) == base and path.endswith(".log")}
+
+    def _publish_positions(self) -> None:
+        """Hand each file's position (the end of its last whole line) to the sink, which saves
+        it with the rows read before it."""
+        save = getattr(self.ctx.sink, "add_log_positions", None)
+        if save is None:
+            return
+        out = []
+        for path, state in self._files.items():
+            pos = LogPosition(os.path.abspath(path), state.dev, state.inode,
+                              state.offset - len(state.partial), 0, "")
+            if state.dropping or self._published.get(path) == pos:
+                continue
+            self._published[path] = pos
+            out.append(pos)
+        if out:
+            save(out)
 
     @property
     def garbage_lines(self) -> int:
@@ -126,15 +163,24 @@ class NcclCollector(SampledCollector):
                 continue  # removed between listing and opening; next sample sees the truth
         for gone in set(self._files) - seen:
             del self._files[gone]
+            self._published.pop(gone, None)
         self._account(new, now)
+        self._publish_positions()
 
     def _read_file(self, path: str) -> list[NcclRecord]:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
             return []  # a FIFO, device or directory named *.log: not a dump
         state = self._files.get(path)
+        if state is None:
+            saved = self._resume.pop(os.path.abspath(path), None)
+            if saved is not None and (saved.dev, saved.ino) == (st.st_dev, st.st_ino) \
+                    and saved.offset <= st.st_size:
+                state = _FileState(inode=st.st_ino, dev=st.st_dev, offset=saved.offset)
+                self._files[path] = state
         if state is None or state.inode != st.st_ino or st.st_size < state.offset:
-            state = _FileState(inode=st.st_ino)  # new, replaced or truncated: from the start
+            # new, replaced or truncated: from the start
+            state = _FileState(inode=st.st_ino, dev=st.st_dev)
             self._files[path] = state
         if st.st_size == state.offset:
             return []

@@ -83,8 +83,12 @@ DEFAULTS: dict[str, Any] = {
     "reference_sm": {p: 0.0 for p in COMPUTE_PHASES},
     "auto_quantile": 0.9,
     "auto_min": 10.0,
-    "idle_util": 3.0,
+    "idle_util": 10.0,
     "tail_share": 0.9,
+    "tail_thin_share": 0.3,
+    "tail_early_share": 0.3,
+    "tail_early_quantile": 0.9,
+    "tail_min_share": 0.2,
     "spin_util_min": 85.0,
     "spin_sm_max": 10.0,
     "straggler_gap": 15.0,
@@ -214,34 +218,8 @@ def _classify(pairs: pd.DataFrame, cfg: Section) -> pd.DataFrame:
         p["sm_active"] <= cfg.get_float("spin_sm_max"))
     idle = p["util"] <= cfg.get_float("idle_util")
     gen = p["phase"] == "gen"
-    # rollout long tail: the trailing stretch of gen in which this GPU waits (idle or
-    # spinning) while some peer has not reached its own trailing wait yet (still generating)
-    waiting = (spin | idle) & gen
-    p["waiting"] = waiting
-    tail = pd.Series(False, index=p.index)
-    gsub = p[gen].sort_values("ts")
-    done_at: dict[tuple[Any, Any], float] = {}
-    trailing: dict[tuple[Any, Any], pd.Index] = {}
-    for (step, key), grp in gsub.groupby(["step", "key"], sort=False):
-        w = grp["waiting"].to_numpy()
-        ts = grp["ts"].to_numpy(float)
-        # the longest suffix that starts waiting and waits in tail_share of its samples (a
-        # noisy sample does not end the tail)
-        share = np.cumsum(w[::-1])[::-1] / np.arange(len(w), 0, -1)
-        ok = np.flatnonzero(w & (share >= cfg.get_float("tail_share")))
-        if len(ok) == 0:
-            done_at[(step, key)] = float("inf")  # generating to the end of gen
-            continue
-        first = int(ok[0])
-        done_at[(step, key)] = float(ts[first])
-        trailing[(step, key)] = grp.index[first:][w[first:]]
-    for (step, key), idx in trailing.items():
-        peers = [t for (st, k), t in done_at.items() if st == step and k != key]
-        if not peers:
-            continue
-        latest = max(peers)
-        tail.loc[idx[p.loc[idx, "ts"].to_numpy(float) < latest]] = True
-    p.loc[tail, "cause"] = "rollout_long_tail"
+    p["waiting"] = (spin | idle) & gen
+    p.loc[gen_tail(p[gen], cfg), "cause"] = "rollout_long_tail"
     train = ~gen
     strag = (train & has_sm & (p["peers"] > 0) & (p["util"] >= cfg.get_float("spin_util_min"))
              & (p["peer_max"] >= cfg.get_float("peer_busy_min"))
@@ -251,6 +229,41 @@ def _classify(pairs: pd.DataFrame, cfg: Section) -> pd.DataFrame:
             & (p["sm_active"] <= cfg.get_float("comm_sm_max")))
     p.loc[comm & (p["cause"] == "compute"), "cause"] = "communication"
     return p
+
+
+def gen_tail(gen: pd.DataFrame, cfg: Section) -> pd.Index:
+    """The samples of ``gen`` (columns ts, step, key, act, waiting) in generation's long tail.
+
+    Per step and GPU, generation has thinned once the GPU waits (idle or spinning) or its
+    activity falls to ``tail_thin_share`` of its own early generation (the ``tail_early_quantile``
+    of its first ``tail_early_share`` of samples): the longest trailing stretch that starts thin
+    and stays thin in ``tail_share`` of its samples is the tail, whether the GPU decodes the last
+    few long sequences or waits for a peer that does. A stretch shorter than ``tail_min_share``
+    of the GPU's gen samples is the ordinary end of generation, not a tail.
+    """
+    if len(gen) == 0:
+        return gen.index
+    early_share = cfg.get_float("tail_early_share")
+    early_q = cfg.get_float("tail_early_quantile")
+    thin_share = cfg.get_float("tail_thin_share")
+    keep_share = cfg.get_float("tail_share")
+    min_share = cfg.get_float("tail_min_share")
+    hits: list[np.ndarray] = []
+    for _, grp in gen.sort_values("ts", kind="stable").groupby(["step", "key"], sort=False):
+        n = len(grp)
+        act = grp["act"].to_numpy(float)
+        head = act[: max(1, int(np.ceil(early_share * n)))]
+        head = head[np.isfinite(head)]
+        early = float(np.quantile(head, early_q)) if len(head) else np.nan
+        low = act <= thin_share * early if np.isfinite(early) else np.zeros(n, bool)
+        thin = grp["waiting"].to_numpy(bool) | low
+        share = np.cumsum(thin[::-1])[::-1] / np.arange(n, 0, -1)
+        ok = np.flatnonzero(thin & (share >= keep_share))
+        if len(ok) == 0 or (n - int(ok[0])) < min_share * n:
+            continue
+        first = int(ok[0])
+        hits.append(grp.index.to_numpy()[first:][thin[first:]])
+    return pd.Index(np.concatenate(hits)) if hits else pd.Index([])
 
 
 def _references(compute: pd.DataFrame, cfg: Section) -> dict[str, float]:

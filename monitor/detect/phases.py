@@ -8,6 +8,7 @@ import pandas as pd
 from monitor.detect import window as W
 from monitor.detect.base import Context, make_flag, step_episodes, steps_text
 from monitor.detect.nccl_time import nccl_step_share
+from monitor.logs.modes import run_mode, waits_in_gen
 from monitor.records import Flag
 
 #: Phases judged by their own detectors, left out of the share-jump rule.
@@ -38,6 +39,10 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
         return []
     flags: list[Flag] = []
     gen = W.phase(sf, "gen")
+    if waits_in_gen(run_mode(ctx.steps)):
+        # one-step-off, separate-async, fully-async trainer: "gen" is the wait for samples,
+        # not generation; pool_imbalance judges it
+        gen = gen * np.nan
     values = W.phase(sf, "values")
     critic = values.where(values > 0)
     breakdown = _from_breakdown(ctx)
