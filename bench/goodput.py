@@ -9,7 +9,8 @@ warm-up) with the amount injected, as measured independently of the ledger:
 * data_stall: ~5 s of CPU work per batch (the workload's setting) x faulty steps x GPUs;
 * slow_sync: the growth of ``timing_s/update_weights`` (the sync) x GPUs;
 * straggler: the growth of ``timing_s/update_actor`` x the waiting GPUs (all but one);
-* long_tail: the growth of ``timing_s/gen`` x the waiting GPUs;
+* long_tail: the growth of ``timing_s/gen`` x GPUs: the rank decoding the forced long
+  responses at low SM and the rank waiting for it are both the tail;
 * big_collectives: the growth of ``timing_s/update_actor`` x GPUs (every GPU all-reduces);
 * tiny_micro: the growth of the log-prob, ref and update phases x GPUs;
 * contention: the growth of the training phases and of ``adv`` x the waiting GPUs, against
@@ -18,14 +19,19 @@ warm-up) with the amount injected, as measured independently of the ledger:
   the samples of that wait into the neighbouring training phases; without it the ratio is
   1.22. In gen both ranks slow down together at decoding-like activity (a blind spot, see
   docs/goodput.md), so gen's growth is left out;
-* long_tail on one GPU: the growth of ``timing_s/gen``, against low_activity (no peer waits);
+* long_tail on one GPU: the growth of ``timing_s/gen``: the GPU decoding thin is the tail;
 * oom, nccl_hang (the job dies): from the last step line to the end of the job x GPUs,
   against restarts.
 
 A fault passes when the growth is within +-20% of the injected amount; a healthy run passes
 when its unattributed share is under 5%. Every run must add up within 2%.
 
-    .venv/bin/python bench/goodput.py [--out bench/results/goodput_<date>_H200.txt]
+Then the simulator's long tails (``monitor.sim``, 8 GPUs, seeds ``SIM_SEEDS``): the growth of
+``rollout_long_tail`` over the scenario's steps against the growth of ``timing_s/gen`` x GPUs
+(every GPU waits out, or decodes, the stretched gen); a pass is 0.7-1.3x (issue 23), and the
+healthy simulation's tail share must stay under 1%.
+
+    .venv/bin/python bench/goodput.py [--out bench/results/goodput_<date>_<host>.txt]
 """
 
 from __future__ import annotations
@@ -58,17 +64,19 @@ EXPECT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "data_stall": (("data_loading",), (), "all"),
     "slow_sync": (("weight_sync",), ("reshard",), "all"),
     "straggler": (("straggler_wait",), ("update_actor",), "waiters"),
-    "long_tail": (("rollout_long_tail",), ("gen",), "waiters"),
+    "long_tail": (("rollout_long_tail",), ("gen",), "all"),
     "big_collectives": (("communication",), ("update_actor",), "all"),
     "tiny_micro": (("low_activity",), ("old_log_prob", "ref", "update_actor"), "all"),
     "contention": (("straggler_wait",), ("old_log_prob", "ref", "adv", "update_actor"),
                    "waiters"),
 }
-#: On one GPU there is no peer to wait for: a long tail is the one GPU decoding a few long
-#: sequences at low SM activity, which the ledger names low_activity.
-EXPECT_ONE_GPU: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
-    "long_tail": (("low_activity",), ("gen",), "all"),
-}
+#: Overrides on one GPU (none since issue 23: the GPU decoding thin is the tail).
+EXPECT_ONE_GPU: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {}
+#: Simulated long tails: (scenario, seed); the pass band of the growth ratio.
+SIM_RUNS: tuple[tuple[str, int], ...] = (("rollout_long_tail", 3), ("rollout_long_tail", 11),
+                                         ("rollout_long_tail", 29), ("generation_tail", 3))
+SIM_BAND = (0.7, 1.3)
+SIM_HEALTHY_TAIL_MAX = 0.01
 
 
 #: Faults the ledger cannot see on one GPU (docs/goodput.md, blind spots): reported, not judged.
@@ -144,6 +152,55 @@ def judge(run: str) -> dict:
     return out
 
 
+def judge_sim(scenario: str, seed: int, steps: int = 20) -> dict:
+    """The ledger of one simulated run against the stretch of gen it injected."""
+    import tempfile
+
+    from monitor.sim.engine import SimRun
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = SimRun(scenario, steps=steps, seed=seed)
+        run.write(tmp)
+        parsed = parse_file(str(Path(tmp) / "train.log"))
+        gpu = read_gpu_frame(Path(tmp) / "gpu.csv")
+    led = ledger(parsed.steps, gpu, parsed.events)
+    tot = totals(led)
+    out = {"run": f"sim:{scenario}:{seed}", "gpus": tot["gpus"], "totals": tot,
+           "imbalance": imbalance(led)}
+    if scenario == "healthy":
+        share = tot["lost"]["rollout_long_tail"] / tot["gpu_seconds_total"]
+        out.update(injected=None, measured=share, ok=share < SIM_HEALTHY_TAIL_MAX)
+        return out
+    lo, hi = next(t["scope"]["steps"] for t in run.truth if t.get("scenario") == scenario)
+    logged = sorted({s.step for s in parsed.steps})
+    fault = [s for s in logged if lo <= s <= hi]
+    clean = [s for s in logged if s not in fault and s != logged[0]]
+    per_step = led.groupby("step")["rollout_long_tail"].sum()
+    gen = pd.Series({s.step: float(s.phases.get("gen") or 0.0) for s in parsed.steps})
+    injected = growth(gen, fault, clean) * tot["gpus"]
+    measured = growth(per_step, fault, clean)
+    ratio = measured / injected if injected > 0 else np.nan
+    out.update(injected=injected, measured=measured, ratio=ratio,
+               ok=bool(SIM_BAND[0] <= ratio <= SIM_BAND[1]))
+    return out
+
+
+def sim_table(results: list[dict]) -> str:
+    """The simulated long tails' check, as printed."""
+    lines = ["Simulated long tails (8 GPUs): rollout_long_tail growth vs gen growth x GPUs "
+             f"(pass: {SIM_BAND[0]}-{SIM_BAND[1]}x; healthy: tail share < "
+             f"{100 * SIM_HEALTHY_TAIL_MAX:.0f}%)",
+             f"{'run':<30}{'injected':>10}{'ledger':>10}{'ratio':>8}  result"]
+    for r in results:
+        verdict = "PASS" if r["ok"] and r["imbalance"] <= SUM_TOLERANCE else "FAIL"
+        if r["injected"] is None:
+            lines.append(f"{r['run']:<30}{'':>10}{100 * r['measured']:>9.2f}%{'':>8}  {verdict}")
+        else:
+            lines.append(f"{r['run']:<30}{r['injected']:>10.1f}{r['measured']:>10.1f}"
+                         f"{r['ratio']:>8.2f}  {verdict}")
+    return "\n".join(lines)
+
+
 def table(results: list[dict]) -> str:
     """The per-scenario cause table and the checks, as printed."""
     lines = []
@@ -190,14 +247,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="also write the table to this file")
     ap.add_argument("--run", action="append", help="only these recordings (folder names)")
+    ap.add_argument("--no-sim", action="store_true", help="leave out the simulated long tails")
     args = ap.parse_args(argv)
     runs = args.run or sorted(p.name for p in FIXTURES.iterdir() if (p / "truth.json").exists())
     results = [judge(r) for r in runs]
-    text = table(results)
+    sims = [] if args.no_sim else [judge_sim(sc, seed) for sc, seed in
+                                   (*SIM_RUNS, ("healthy", 3))]
+    text = table(results) + ("\n\n" + sim_table(sims) if sims else "")
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
-    return 0 if all(r["ok"] for r in results) else 1
+    ok = all(r["ok"] for r in results) and all(
+        r["ok"] and r["imbalance"] <= SUM_TOLERANCE for r in sims)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -70,6 +70,16 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              also=("low_utilization",)),
     Scenario("tiny_micro", "log-prob and update passes run one sequence per micro-batch",
              steps=(4, 7), expect=("low_utilization", "util_overstates_sm")),
+    # issue 23: faults the original detectors were not built for
+    Scenario("cpu_reward", "the reward function scores each response in pure Python on one "
+             "CPU core (~4 s a step) while every GPU waits", steps=(4, 7),
+             expect=("phase_imbalance",), expect_scope={"phase": "reward"}),
+    Scenario("offload", "each log-prob pass first moves 4 GiB of parameters from pageable host "
+             "memory to the GPU and back (parameter offload)", steps=(4, 7),
+             expect=("phase_imbalance", "low_utilization")),
+    Scenario("memory_creep", "the update keeps ~16 GiB more GPU memory every step, up to near "
+             "capacity, without running out", steps=(3, 9), rank=0,
+             expect=("memory_creep", "memory_pressure")),
 )}
 
 

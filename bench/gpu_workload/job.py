@@ -78,6 +78,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--micro", type=int, default=16, help="micro-batch of log-prob and update")
     p.add_argument("--stall-s", type=float, default=5.0, help="data stall per batch, seconds")
     p.add_argument("--oom-gib", type=float, default=32.0, help="memory kept per step (oom)")
+    p.add_argument("--creep-gib", type=float, default=16.0,
+                   help="memory kept per step (memory_creep)")
+    p.add_argument("--reward-s", type=float, default=4.0,
+                   help="CPU seconds of the reward function per step (cpu_reward)")
+    p.add_argument("--offload-gib", type=float, default=4.0,
+                   help="parameters moved host<->GPU per log-prob pass (offload)")
     p.add_argument("--pg-timeout-s", type=float, default=30.0)
     p.add_argument("--port", type=int, default=29531)
     return p.parse_args(argv)
@@ -171,6 +177,21 @@ class Worker:
 
     # -- helpers
 
+    def offload_round_trip(self) -> None:
+        """Parameter offload's traffic: ``--offload-gib`` from pageable host memory to the GPU
+        and back, as FSDP's param_offload moves the weights around each pass."""
+        torch = self.torch
+        if self.dev.type != "cuda":
+            return
+        n = int(self.args.offload_gib * (1 << 30)) // 2
+        if getattr(self, "_host_params", None) is None:
+            self._host_params = torch.ones(n, dtype=torch.bfloat16)  # pageable, not pinned
+        on_gpu = self._host_params.to(self.dev)
+        on_gpu.mul_(1)
+        self._host_params.copy_(on_gpu.cpu())
+        del on_gpu
+
+
     def sync(self) -> None:
         """Wait for this rank's GPU work and for every rank (the driver waits for its workers)."""
         if self.dev.type == "cuda":
@@ -256,6 +277,11 @@ class Worker:
         n = seqs.shape[0]
         mbs = list(range(0, n, micro))
         loss_sum = 0.0
+        if self.scn.name == "memory_creep" and active(self.scn, step) and self.rank == 0:
+            # memory kept every step, never freed: a leak that grows toward capacity
+            nbytes = int(self.args.creep_gib * (1 << 30))
+            self.hoard.append(torch.empty(nbytes // 2, dtype=torch.bfloat16, device=self.dev))
+            self.hoard[-1].fill_(1)
         if self.scn.name == "oom" and active(self.scn, step) and self.rank == 0:
             # memory that is never given back: real allocations until CUDA says no
             nbytes = int(self.args.oom_gib * (1 << 30))
@@ -337,6 +363,27 @@ def _stats(prefix: str, vals: list[float]) -> dict[str, float]:
             f"{prefix}/min": float(min(vals))}
 
 
+def _slow_score(responses: list[list[int]], seconds: float) -> list[float]:
+    """A reward function that is all Python: an edit distance of each response against a
+    reference, repeated until about ``seconds`` of one core are spent."""
+    t_end = time.perf_counter() + seconds
+    ref = list(range(64))
+    scores = [0.0] * len(responses)
+    while time.perf_counter() < t_end:
+        for i, r in enumerate(responses):
+            a, b = r[:64], ref
+            prev = list(range(len(b) + 1))
+            for x in a:
+                cur = [prev[0] + 1]
+                for j, y in enumerate(b):
+                    cur.append(min(prev[j + 1] + 1, cur[j] + 1, prev[j] + (x % 64 != y)))
+                prev = cur
+            scores[i] = 1.0 - prev[-1] / 128.0
+            if time.perf_counter() >= t_end:
+                break
+    return scores
+
+
 def run_rank(rank: int, world: int, args: argparse.Namespace) -> None:
     """The whole job on one rank; rank 0 also fetches batches and prints the log."""
     import torch
@@ -382,10 +429,17 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> None:
         seqs = torch.cat([prompts, resp], 1)
         # reward: rule-based, on the CPU
         rewards = torch.tensor([(int(s) % 7) / 7.0 for s in resp[:, 0].tolist()])
+        if scn.name == "cpu_reward" and active(scn, step):
+            rewards = torch.tensor(_slow_score(resp.tolist(), args.reward_s))
         t = mark("reward", t)
         micro = 1 if (scn.name == "tiny_micro" and active(scn, step)) else args.micro
+        offload = scn.name == "offload" and active(scn, step)
+        if offload:
+            w.offload_round_trip()
         old_lp = w.log_probs(w.actor.module, seqs, micro)
         t = mark("old_log_prob", t)
+        if offload:
+            w.offload_round_trip()
         ref_lp = w.log_probs(w.ref, seqs, micro)
         t = mark("ref", t)
         # adv: group-normalised advantages (GRPO) on the driver's CPU
