@@ -26,7 +26,7 @@ warm-up) with the amount injected, as measured independently of the ledger:
 A fault passes when the growth is within +-20% of the injected amount; a healthy run passes
 when its unattributed share is under 5%. Every run must add up within 2%.
 
-Then the simulator's long tails (``monitor.sim``, 8 GPUs, seeds ``SIM_SEEDS``): the growth of
+Then the simulator's long tails (``monitor.sim``, 2 to 8 GPUs, ``SIM_RUNS``): the growth of
 ``rollout_long_tail`` over the scenario's steps against the growth of ``timing_s/gen`` x GPUs
 (every GPU waits out, or decodes, the stretched gen); a pass is 0.7-1.3x (issue 23), and the
 healthy simulation's tail share must stay under 1%.
@@ -72,9 +72,12 @@ EXPECT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
 }
 #: Overrides on one GPU (none since issue 23: the GPU decoding thin is the tail).
 EXPECT_ONE_GPU: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {}
-#: Simulated long tails: (scenario, seed); the pass band of the growth ratio.
-SIM_RUNS: tuple[tuple[str, int], ...] = (("rollout_long_tail", 3), ("rollout_long_tail", 11),
-                                         ("rollout_long_tail", 29), ("generation_tail", 3))
+#: Simulated runs: (scenario, seed, nodes, GPUs per node); the pass band of the growth ratio.
+SIM_RUNS: tuple[tuple[str, int, int, int], ...] = (
+    ("rollout_long_tail", 3, 1, 2), ("rollout_long_tail", 5, 2, 1), ("rollout_long_tail", 5, 1, 3),
+    ("rollout_long_tail", 3, 1, 4), ("rollout_long_tail", 3, 1, 8), ("rollout_long_tail", 11, 2, 4),
+    ("rollout_long_tail", 29, 1, 8), ("generation_tail", 3, 1, 8), ("healthy", 3, 1, 8),
+    ("healthy", 3, 1, 2))
 SIM_BAND = (0.7, 1.3)
 SIM_HEALTHY_TAIL_MAX = 0.01
 
@@ -152,20 +155,21 @@ def judge(run: str) -> dict:
     return out
 
 
-def judge_sim(scenario: str, seed: int, steps: int = 20) -> dict:
+def judge_sim(scenario: str, seed: int, nodes: int = 1, per_node: int = 8,
+              steps: int = 20) -> dict:
     """The ledger of one simulated run against the stretch of gen it injected."""
     import tempfile
 
     from monitor.sim.engine import SimRun
 
     with tempfile.TemporaryDirectory() as tmp:
-        run = SimRun(scenario, steps=steps, seed=seed)
+        run = SimRun(scenario, steps=steps, seed=seed, nodes=nodes, gpus_per_node=per_node)
         run.write(tmp)
         parsed = parse_file(str(Path(tmp) / "train.log"))
         gpu = read_gpu_frame(Path(tmp) / "gpu.csv")
     led = ledger(parsed.steps, gpu, parsed.events)
     tot = totals(led)
-    out = {"run": f"sim:{scenario}:{seed}", "gpus": tot["gpus"], "totals": tot,
+    out = {"run": f"sim:{scenario}:{seed}:{nodes}x{per_node}", "gpus": tot["gpus"], "totals": tot,
            "imbalance": imbalance(led)}
     if scenario == "healthy":
         share = tot["lost"]["rollout_long_tail"] / tot["gpu_seconds_total"]
@@ -187,7 +191,7 @@ def judge_sim(scenario: str, seed: int, steps: int = 20) -> dict:
 
 def sim_table(results: list[dict]) -> str:
     """The simulated long tails' check, as printed."""
-    lines = ["Simulated long tails (8 GPUs): rollout_long_tail growth vs gen growth x GPUs "
+    lines = ["Simulated long tails (run:seed:nodes x GPUs): rollout_long_tail growth vs gen growth x GPUs "
              f"(pass: {SIM_BAND[0]}-{SIM_BAND[1]}x; healthy: tail share < "
              f"{100 * SIM_HEALTHY_TAIL_MAX:.0f}%)",
              f"{'run':<30}{'injected':>10}{'ledger':>10}{'ratio':>8}  result"]
@@ -251,8 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     runs = args.run or sorted(p.name for p in FIXTURES.iterdir() if (p / "truth.json").exists())
     results = [judge(r) for r in runs]
-    sims = [] if args.no_sim else [judge_sim(sc, seed) for sc, seed in
-                                   (*SIM_RUNS, ("healthy", 3))]
+    sims = [] if args.no_sim else [judge_sim(*r) for r in SIM_RUNS]
     text = table(results) + ("\n\n" + sim_table(sims) if sims else "")
     print(text)
     if args.out:

@@ -19,7 +19,11 @@ if _ROOT not in sys.path:
 
 from dashboards import common  # noqa: E402
 
-st.set_page_config(page_title="verl-monitor", page_icon=":material/monitoring:", layout="wide")
+# The tab icon is a file of ours: a ":material/...:" page icon makes the browser fetch it from
+# fonts.gstatic.com, which fails on an air-gapped cluster (the pages' own icons are in the
+# Material Symbols font Streamlit serves itself).
+FAVICON = str(Path(__file__).resolve().parent / "static" / "favicon.png")
+st.set_page_config(page_title="verl-monitor", page_icon=FAVICON, layout="wide")
 
 PAGES = [
     st.Page("views/overview.py", title="Overview", icon=":material/home:", default=True),

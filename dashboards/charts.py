@@ -7,6 +7,8 @@ seconds in the frames and UTC datetimes on the axes.
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -200,9 +202,10 @@ def goodput_bars(ledger: pd.DataFrame) -> go.Figure:
 
 def gpu_heatmap(gpu: pd.DataFrame, column: str, title: str, scale: float = 1.0,
                 zmax: float | None = 100.0, colorscale: str = "Viridis",
-                highlight: set[str] | None = None) -> go.Figure:
-    """GPU x time heat map of one column (rows ``node/gpu``); rows in ``highlight`` are
-    marked "LOW" in red beside their label."""
+                highlight: dict[str, str] | None = None) -> go.Figure:
+    """GPU x time heat map of one column (rows ``node/gpu``); a row in ``highlight`` has its
+    word ("STRAGGLER", "LOW UTIL", ...) written in red in its own label, so the mark never
+    overlaps the row name."""
     if gpu.empty or column not in gpu.columns or gpu[column].isna().all():
         return empty_figure(title)
     df = gpu.assign(row=gpu["node"].astype(str) + "/" + gpu["gpu"].astype(str))
@@ -221,11 +224,7 @@ def gpu_heatmap(gpu: pd.DataFrame, column: str, title: str, scale: float = 1.0,
         )
     )
     fig.update_yaxes(title="node/gpu", autorange="reversed", type="category")
-    _row_labels(fig, grid.index)
-    for row in sorted(highlight or ()):
-        if row in grid.index:
-            fig.add_annotation(x=0, xref="paper", y=row, yref="y", text="LOW", showarrow=False,
-                               xanchor="right", xshift=-48, font={"color": "#D62728", "size": 10})
+    _row_labels(fig, grid.index, highlight or {})
     height = 120 + 18 * min(len(grid.index), 40)
     return _layout(fig, title, height=max(height, 240), key=f"heat_{column}")
 
@@ -235,12 +234,18 @@ def gpu_heatmap(gpu: pd.DataFrame, column: str, title: str, scale: float = 1.0,
 ROW_LABELS_MAX = 32
 
 
-def _row_labels(fig: go.Figure, rows) -> None:
-    """Label every row of a categorical y axis, or every k-th when there are too many."""
+def _row_labels(fig: go.Figure, rows, marks: dict[str, str] | None = None) -> None:
+    """Label every row of a categorical y axis, or every k-th when there are too many (a
+    marked row always); a marked row's label carries its mark in red after its name."""
     rows = list(rows)
-    if len(rows) > ROW_LABELS_MAX:
-        every = -(-len(rows) // ROW_LABELS_MAX)
-        fig.update_yaxes(tickmode="array", tickvals=rows[::every], ticktext=rows[::every])
+    marks = {r: w for r, w in (marks or {}).items() if r in set(rows)}
+    if len(rows) <= ROW_LABELS_MAX and not marks:
+        return
+    every = -(-len(rows) // ROW_LABELS_MAX) if len(rows) > ROW_LABELS_MAX else 1
+    shown = [r for i, r in enumerate(rows) if i % every == 0 or r in marks]
+    text = [f'{r} <span style="color:#D62728"><b>{html.escape(marks[r])}</b></span>'
+            if r in marks else r for r in shown]
+    fig.update_yaxes(tickmode="array", tickvals=shown, ticktext=text)
 
 
 def node_heatmap(frame: pd.DataFrame, title: str = "Mean GPU utilization by node (%)") -> go.Figure:

@@ -102,14 +102,39 @@ def sidebar() -> Settings:
                                bind="query-params",
                                help="How often the data panels reload (only they rerun).")
         st.caption(source_config_label())
+        mixed_jobs_warning()
     return Settings(WINDOWS[window], REFRESHES[refresh], window, refresh)
 
 
+@st.cache_data(ttl=30, show_spinner=False, max_entries=8)
+def load_jobs(key: str) -> list[str]:
+    """The scrape jobs holding exporters (Prometheus; none from a store)."""
+    try:
+        return get_source().jobs()
+    except SourceError:
+        return []
+
+
+def mixed_jobs_warning() -> None:
+    """Say so when Prometheus holds several jobs and no ``--job`` picks one: every page would
+    mix their nodes, steps and flags."""
+    cfg = source_config()
+    if not cfg.prometheus or cfg.job:
+        return
+    jobs = load_jobs(cfg.key)
+    if len(jobs) > 1:
+        names = ", ".join(escape_markdown(j) for j in jobs)
+        st.warning(f"Prometheus holds {len(jobs)} jobs ({names}): the pages mix "
+                   "them. Pick one: `verl-monitor dashboard --prometheus URL --job NAME`.",
+                   icon=":material/call_split:")
+
+
 def source_config_label() -> str:
-    """Where the app reads from, in words."""
+    """Where the app reads from, in words (the Prometheus job named on every page)."""
     cfg = source_config()
     if cfg.prometheus:
-        return f"Source: Prometheus {cfg.prometheus}" + (f" (job {cfg.job})" if cfg.job else "")
+        return (f"Source: Prometheus {escape_markdown(cfg.prometheus)}, "
+                + (f"job **{escape_markdown(cfg.job)}**" if cfg.job else "every job (no --job)"))
     if cfg.store:
         return f"Source: run store {cfg.store}"
     return "Source: none configured"
@@ -376,7 +401,8 @@ def withheld_text(summary: pd.DataFrame) -> str:
 #: The flag kind that names each goodput cause (the Overview links the top loss to it).
 CAUSE_FLAGS: dict[str, tuple[str, ...]] = {
     "data_loading": ("io_starvation",), "rollout_long_tail": ("rollout_long_tail",),
-    "straggler_wait": ("gpu_imbalance",), "weight_sync": ("reshard_spike",),
+    "straggler_wait": ("gpu_imbalance", "GPUStraggler", "NodeImbalance"),
+    "weight_sync": ("reshard_spike",),
     "communication": ("comm_heavy",), "cpu_phases": ("phase_imbalance",),
     "low_activity": ("low_utilization", "util_overstates_sm"),
     "restarts": ("fatal_error", "oom", "stalled"),
@@ -402,6 +428,14 @@ def load_goodput(key: str, start: float, end: float, last_step_end: float,
         return pd.DataFrame()
     led = ledger(recent, samples)
     return led[led["step"] != recent[0].step] if len(led) else led
+
+
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
+def load_phase_activity(key: str, start: float, end: float) -> pd.DataFrame:
+    """Per phase over ``[start, end]`` (the last steps: the key changes once a step) from the
+    exporters' per-phase counters (Prometheus; empty from a store or without the counters):
+    the mean GPU's utilization in each phase."""
+    return get_source().phase_activity(start, end)
 
 
 def attribution_caption(summary: pd.DataFrame, n_steps: int) -> str:
@@ -437,6 +471,63 @@ def load_flags(key: str, active_only: bool = False, start: float | None = None,
 def _flags_by_stamp(key: str, stamp: tuple, active_only: bool, start: float | None,
                     end: float | None) -> list[Flag]:
     return get_source().flags(active_only, start, end)
+
+
+def load_pending(key: str, start: float | None = None,
+                 end: float | None = None) -> list[tuple[Flag, str]]:
+    """What is open but does not page (pending alerts, flags their rule holds back), with why,
+    newest first; read on every call like the Prometheus flags (a store has none)."""
+    if store_stamp():
+        return []
+    return get_source().pending_flags(start, end)
+
+
+@functools.lru_cache(maxsize=1)
+def _suppress_rules() -> dict[str, tuple[str, ...]]:
+    from monitor.config import load_config
+
+    return {k: tuple(v or ()) for k, v in load_config().section("suppress").items()}
+
+
+def explains(cause: Flag, effect: Flag) -> bool:
+    """True when ``cause`` names what ``effect`` is a consequence of (``suppress`` of
+    ``monitor/defaults.yaml``: a straggler explains its waiting peers' low activity); a
+    cross-node alert counts as the flag kind it is (``GPUStraggler`` as ``gpu_imbalance``)."""
+    from monitor.sources.alerts import base_kind
+
+    return base_kind(cause.kind) in _suppress_rules().get(base_kind(effect.kind), ())
+
+
+def rank_flags(flags: list[Flag]) -> list[Flag]:
+    """Open flags in the order to act on them: most severe first; within a severity, a cause
+    before the flags it explains (the straggler before the waiting GPUs' flags), then the
+    newest."""
+    from monitor.records import SEVERITIES
+
+    sev = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+
+    def order(f: Flag) -> tuple:
+        peers = [g for g in flags if g is not f and g.severity == f.severity]
+        explained = any(explains(g, f) for g in peers)
+        n_explains = sum(explains(f, g) for g in peers)
+        return (sev.get(f.severity, 99), explained, -n_explains, -f.start)
+
+    return sorted(flags, key=order)
+
+
+#: How the GPUs heat map and table call a GPU a flag covers (flag kind -> word); others by kind.
+GPU_MARKS: dict[str, str] = {"GPUStraggler": "STRAGGLER", "NodeImbalance": "SLOW NODE",
+                             "low_utilization": "LOW UTIL", "util_overstates_sm": "LOW SM",
+                             "memory_pressure": "MEM FULL", "gpu_fault": "FAULT"}
+
+
+def gpu_mark(flag: Flag) -> str:
+    """The word a GPU heat map writes beside a GPU ``flag`` covers: STRAGGLER for the GPU the
+    others wait for (a straggler alert, or a gpu_imbalance flag naming the straggler), BELOW
+    PEERS for a GPU well below its peers, else the flag's kind in a word or two."""
+    if flag.kind == "gpu_imbalance":
+        return "STRAGGLER" if "straggler" in (flag.evidence or "").lower() else "BELOW PEERS"
+    return GPU_MARKS.get(flag.kind, flag.kind.replace("_", " ").upper())
 
 
 def open_flags(flags: list[Flag]) -> list[Flag]:

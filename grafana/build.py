@@ -428,6 +428,16 @@ def gpus() -> dashboard.Dashboard:
                          f"(verlmon_gpu_memory_total_bytes{{{SEL_GPU}}} > 0)", legend),
                        description="Used / total framebuffer memory; near 1 means OOM risk.",
                        max_value=1))
+        .with_panel(ts("Memory growth (memory_creep)", BYTES_PER_S,
+                       q(f"instance_gpu:verlmon_gpu_memory_used_bytes:deriv10m{{{SEL_GPU}}}",
+                         legend),
+                       description="How fast each GPU's memory grows (deriv over 10 minutes): "
+                                   "a line that stays above 0 step after step is a leak; the "
+                                   "memory_creep flag forecasts when it reaches the capacity."))
+        .with_panel(ts("Time to full at this rate", SECONDS,
+                       q(f"instance_gpu:verlmon_gpu_memory_full_in:seconds{{{SEL_GPU}}}", legend),
+                       description="Free memory / growth rate: the memory_creep forecast as "
+                                   "Prometheus sees it (no line while memory does not grow)."))
         .with_panel(ts("Power", WATTS, q(f"verlmon_gpu_power_watts{{{SEL_GPU}}}", legend),
                        description="Power draw."))
         .with_panel(ts("Temperature", CELSIUS,

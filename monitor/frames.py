@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-#: GPU samples. ``sm_active``, ``tensor_active``, ``dram_active``, ``power_w`` may be empty (NaN).
+#: GPU samples. ``sm_active``, ``tensor_active``, ``dram_active``, ``power_w`` and the PCIe /
+#: NVLink rates may be empty (NaN).
 GPU_COLUMNS: tuple[str, ...] = (
     "ts",
     "node",
@@ -22,6 +23,12 @@ GPU_COLUMNS: tuple[str, ...] = (
     "power_w",
     "tensor_active",
     "dram_active",
+    # GPM link traffic, bytes per second (issue 23: the signature of offload copies and
+    # collectives); optional: stores and CSVs written before them load with NaN here
+    "pcie_tx_bps",
+    "pcie_rx_bps",
+    "nvlink_tx_bps",
+    "nvlink_rx_bps",
 )
 GPU_REQUIRED: tuple[str, ...] = ("ts", "node", "gpu", "util", "mem_used_bytes", "mem_total_bytes")
 
@@ -163,6 +170,12 @@ def read_host_frame(path: str | Path) -> pd.DataFrame:
 def read_nccl_frame(path: str | Path) -> pd.DataFrame:
     """Read NCCL Inspector records (``nccl.csv`` of ``verl-monitor export``); raises FrameError."""
     return _read(path, NCCL_COLUMNS, NCCL_REQUIRED)
+
+
+def read_rollout_frame(path: str | Path) -> pd.DataFrame:
+    """Read rollout-engine samples (``rollout.csv`` of ``verl-monitor export`` or
+    ``simulate``); raises FrameError."""
+    return _read(path, ROLLOUT_COLUMNS, ("ts", "server"))
 
 
 def write_frame(df: pd.DataFrame, path: str | Path) -> None:

@@ -58,6 +58,7 @@ GPU_XID = "verlmon_gpu_xid_errors_total"  # counter {gpu, xid}
 GPU_SAMPLED_SECONDS = "verlmon_gpu_sampled_seconds_total"  # counter {gpu}
 GPU_BUSY_SECONDS = "verlmon_gpu_busy_seconds_total"  # counter {gpu}: seconds x utilization
 GPU_SM_ACTIVE_SECONDS = "verlmon_gpu_sm_active_seconds_total"  # counter {gpu}: x SM activity
+GPU_SAMPLES = "verlmon_gpu_samples_total"  # counter {gpu}: samples counted above
 
 # --- host (psutil)
 HOST_CPU_MAX_CORE = "verlmon_host_cpu_max_core_ratio"  # gauge

@@ -45,6 +45,7 @@ FLAG_KINDS: tuple[str, ...] = (
     "util_overstates_sm",
     "step_time_spikes",
     "memory_pressure",
+    "memory_creep",  # GPU memory grows every step: the rate and the forecast to the capacity
     "oom",
     "throughput_regression",
     "gpu_fault",

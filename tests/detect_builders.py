@@ -104,6 +104,8 @@ def make_gpu(
     df["power_w"] = np.nan
     df["tensor_active"] = np.nan
     df["dram_active"] = np.nan
+    for col in ("pcie_tx_bps", "pcie_rx_bps", "nvlink_tx_bps", "nvlink_rx_bps"):
+        df[col] = np.nan  # GPM link rates: unread unless ``edit`` sets them
     if edit:
         edit(df)
     if not sm:

@@ -236,3 +236,22 @@ def test_fr_dir_names_the_rank_the_others_wait_for(tmp_path: Path, capsys) -> No
     assert "Who: rank 2: never issued nccl:all_reduce #14" in hang
     assert main(["analyze", str(run / "train.log"), "--fr-dir", str(tmp_path / "run")]) == 2
     assert "no fr_<rank> dump" in capsys.readouterr().err
+
+
+def test_rollout_samples_let_analyze_judge_the_engines(tmp_path: Path, capsys) -> None:
+    """A simulated agent-loop run whose vLLM servers fill their KV cache and preempt: with the
+    engines' samples (``--rollout``) the offline analysis names it, as the exporter does live."""
+    assert main(["simulate", "--scenario", "agent_loop:6,kv_cache_preemption:8",
+                 "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    run = tmp_path / "run"
+    args = ["analyze", str(run / "train.log"), "--gpu", str(run / "gpu.csv")]
+    assert main(args) == 0
+    assert "kv_cache_preemption" not in capsys.readouterr().out  # blind without the engines
+    assert main([*args, "--rollout", str(run / "rollout.csv"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    kinds = {f["kind"] for f in doc["flags"] if f["severity"] in ("warning", "critical")}
+    assert "kv_cache_preemption" in kinds
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    assert main([*args, "--rollout", str(tmp_path / "bad.csv")]) == 2
+    assert "missing column(s) ts, server" in capsys.readouterr().err

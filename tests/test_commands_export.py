@@ -135,6 +135,25 @@ def test_not_a_store_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert tables == ["t"]
 
 
+def test_a_store_damaged_part_way_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    """The export streams: damage met after the first chunks is said in one line too."""
+    import os
+
+    path = tmp_path / "run.db"
+    with RunStore(path) as store:
+        store.add_gpu_samples([{"ts": float(i), "node": "n0", "gpu": i % 8, "util": 50.0}
+                               for i in range(60_000)])
+        store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = path.stat().st_size
+    with path.open("r+b") as fh:  # scribble over pages in the middle of the samples
+        fh.seek(size // 2 - (size // 2) % 4096)
+        fh.write(os.urandom(8 * 4096))
+    code = main(["export", str(path), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("verl-monitor export: ")
+    assert "Traceback" not in err
+
+
 def test_events_file_brings_back_ooms_and_their_flag(tmp_path: Path, capsys) -> None:
     log = FIXTURES / "verl_0.7.1_update_weights_oom.log"
     store, _ = make_store(tmp_path, log)

@@ -142,12 +142,26 @@ def test_io_starvation_evidence_shows_iowait_and_gpu_activity():
     assert {"iowait %", "busiest core %", "GPU util mean %"} == set(_names(fig))
 
 
-def test_gpu_heatmap_marks_the_rows_found_low():
-    rows = [{"ts": float(t), "node": "n0", "gpu": g, "util": 20.0 if g == 1 else 90.0}
+def test_gpu_heatmap_writes_each_marked_rows_word_in_its_own_label():
+    rows = [{"ts": float(t), "node": "n0", "gpu": g, "util": 99.0 if g == 1 else 60.0}
             for t in range(5) for g in range(3)]
-    fig = charts.gpu_heatmap(pd.DataFrame(rows), "util", "util", highlight={"n0/1"})
-    marks = [a for a in fig.layout.annotations if a.text == "LOW"]
-    assert [a.y for a in marks] == ["n0/1"]
+    fig = charts.gpu_heatmap(pd.DataFrame(rows), "util", "util",
+                             highlight={"n0/1": "STRAGGLER"})
+    # the mark is part of the row's tick label (it cannot overlap the name), nothing says LOW
+    assert list(fig.layout.yaxis.tickvals) == ["n0/0", "n0/1", "n0/2"]
+    texts = list(fig.layout.yaxis.ticktext)
+    assert texts[0] == "n0/0" and texts[2] == "n0/2"
+    assert texts[1].startswith("n0/1 ") and "STRAGGLER" in texts[1]
+    assert not fig.layout.annotations and "LOW" not in " ".join(texts)
+
+
+def test_a_marked_row_keeps_its_label_among_many_rows():
+    rows = [{"ts": 0.0, "node": f"n{n}", "gpu": g, "util": 50.0} for n in range(8)
+            for g in range(8)]
+    fig = charts.gpu_heatmap(pd.DataFrame(rows), "util", "util",
+                             highlight={"n5/3": "STRAGGLER"})
+    labelled = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext, strict=True))
+    assert len(labelled) < 64 and "STRAGGLER" in labelled["n5/3"]
 
 
 def test_step_based_evidence_shades_the_flags_steps():

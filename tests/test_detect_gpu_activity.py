@@ -236,3 +236,35 @@ def test_low_utilization_with_short_steps_opens_after_four_steps_not_minutes():
     assert f.severity == "critical"  # 30% is below the critical line
     assert f.scope["steps"][0] == 10  # step 1 (warm-up) was low too, and is not judged
     assert steps[12].end_time - 1 <= f.start < steps[14].end_time
+
+
+# --- evidence and advice by signature (issue 23) ---------------------------------------------
+
+def _low_training(pcie_rx: float, sm: float = 45.0, dram: float = 15.0):
+    steps = make_steps(30)
+
+    def edit(df):
+        sel = df["phase"].isin(TRAINING_PHASES) & (df["step"] >= 10)
+        df.loc[sel, "sm_active"] = sm
+        df.loc[sel, "util"] = 62.0
+        df["dram_active"] = dram
+        df["pcie_tx_bps"] = 0.1e9
+        df["pcie_rx_bps"] = 0.1e9
+        df.loc[sel, "pcie_rx_bps"] = pcie_rx
+
+    return detect_low_utilization(_ctx(steps, make_gpu(steps, edit=edit)))
+
+
+def test_low_utilization_waiting_on_pcie_leads_with_offload_not_micro_batches():
+    (flag,) = _low_training(pcie_rx=9e9)
+    assert "PCIe-bound" in flag.evidence and "GB/s" in flag.evidence
+    assert "fsdp_config.param_offload" in flag.advice[0]
+    assert not any("micro_batch" in a or "use_dynamic_bsz" in a for a in flag.advice)
+
+
+def test_low_utilization_with_thin_kernels_and_quiet_pcie_leads_with_micro_batches():
+    (flag,) = _low_training(pcie_rx=0.1e9, sm=30.0)
+    assert "thin" in flag.evidence
+    assert "micro_batch_size_per_gpu" in flag.advice[0]
+    # PCIe was read and found quiet: "turn offload off" is contradicted, not shown
+    assert not any("Turn off offloading" in a for a in flag.advice)

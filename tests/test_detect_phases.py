@@ -271,3 +271,121 @@ def test_the_guides_example_line_and_a_healthy_v01_ppo_log_raise_no_warning(tmp_
         assert loud == [], (log.name, loud)
     first = parse_file(healthy, log_end=1_750_000_000.0).steps[0]
     assert round(first.phases["gen"] / first.phases["values"], 1) == 3.3
+
+
+# --- evidence and advice by phase and signature (issue 23) ----------------------------------
+
+def _host_by_phase(steps, gpu, busy: dict[str, float], base: float = 40.0):
+    """Host samples whose busiest core reads ``busy[phase]`` in those phases, else ``base``."""
+    from detect_builders import make_host
+
+    from monitor.analysis.attribution import label_samples, phase_timeline
+
+    def edit(df):
+        phase = label_samples(df, phase_timeline(steps))["phase"]
+        for name, pct in busy.items():
+            df.loc[(phase == name).to_numpy(), "cpu_max_core_pct"] = pct
+
+    return make_host(gpu, cpu_max=base, edit=edit)
+
+
+def _ctx_host(steps, gpu, host):
+    return make_context(steps, gpu, host, [], load_config())
+
+
+def test_cpu_bound_reward_gets_reward_advice_first_and_no_critic_advice():
+    """The issue's case: the driver scores on one core for seconds while every GPU idles."""
+    grpo = {k: v for k, v in SHARES.items() if k not in ("values", "update_critic")}
+
+    def edit(i, ph):
+        if i >= 12:
+            ph["reward"] *= 20
+
+    steps = make_steps(30, shares=grpo, edit=edit)
+    gpu = make_gpu(steps, n_gpus=2)
+    flags = detect_phase_imbalance(_ctx_host(steps, gpu, _host_by_phase(steps, gpu,
+                                                                         {"reward": 100.0})))
+    assert [f.scope["phase"] for f in flags] == ["reward"]
+    flag = flags[0]
+    assert "CPU-bound" in flag.evidence and "busiest CPU core 100%" in flag.evidence
+    assert flag.advice[0].startswith("The reward is computed on the CPU")
+    assert not any("critic" in a for a in flag.advice)
+    assert not any("micro_batch" in a or "use_dynamic_bsz" in a for a in flag.advice)
+
+
+def test_reward_keys_follow_the_version_the_log_reveals():
+    grpo = {k: v for k, v in SHARES.items() if k not in ("values", "update_critic")}
+
+    def edit(i, ph):
+        if i >= 12:
+            ph["reward"] *= 20
+
+    new = make_steps(30, shares=grpo, edit=edit,
+                     metrics=lambda i: {"actor/perf/max_memory_allocated_gb": 10.0})
+    gpu = make_gpu(new, n_gpus=2)
+    flag = detect_phase_imbalance(_ctx_host(new, gpu, _host_by_phase(new, gpu,
+                                                                     {"reward": 100.0})))[0]
+    assert "reward.num_workers" in flag.advice[0]
+    assert "launch_reward_fn_async" not in flag.advice[0]
+    unknown = make_steps(30, shares=grpo, edit=edit)
+    flag = detect_phase_imbalance(_ctx_host(unknown, gpu, _host_by_phase(unknown, gpu,
+                                                                         {"reward": 100.0})))[0]
+    assert "reward.num_workers" in flag.advice[0]
+    assert "reward_model.launch_reward_fn_async" in flag.advice[0]
+
+
+def _offload_run():
+    """Parameter offload from step 12: log-prob and ref take twice as long at SM ~52% while
+    ~8 GB/s cross PCIe (pageable host memory to the GPU)."""
+    def edit(i, ph):
+        if i >= 12:
+            ph["old_log_prob"] *= 2
+            ph["ref"] *= 2
+
+    shares = dict(SHARES, gen=0.3, old_log_prob=0.16, ref=0.16)
+    steps = make_steps(30, shares=shares, edit=edit)
+
+    def gpu_edit(df):
+        hit = df["phase"].isin(["old_log_prob", "ref"]) & (df["step"] >= 12)
+        df.loc[hit, "sm_active"] = 52.0
+        df["pcie_tx_bps"] = 0.2e9
+        df["pcie_rx_bps"] = 0.2e9
+        df.loc[hit, "pcie_rx_bps"] = 8e9
+
+    gpu = make_gpu(steps, n_gpus=2, edit=gpu_edit)
+    return steps, gpu
+
+
+def test_offload_gets_offload_advice_first_in_one_flag_without_micro_batch_advice():
+    steps, gpu = _offload_run()
+    flags = detect_phase_imbalance(_ctx_host(steps, gpu, _host_by_phase(steps, gpu, {})))
+    assert len(flags) == 1, [f.evidence for f in flags]
+    flag = flags[0]
+    assert flag.scope["phase"] in ("old_log_prob", "ref")
+    assert "PCIe-bound" in flag.evidence
+    assert {"old_log_prob took", "ref took"} <= {p for p in ("old_log_prob took", "ref took")
+                                                 if p in flag.evidence}
+    assert "fsdp_config.param_offload" in flag.advice[0]
+    assert not any("micro_batch" in a for a in flag.advice)
+    assert not any("critic" in a for a in flag.advice)
+
+
+def test_the_same_jump_without_pcie_traffic_keeps_log_prob_advice():
+    """Contradiction works both ways: log-prob slower with PCIe measured quiet is not
+    offload, and gets the log-prob micro-batch advice first."""
+    def edit(i, ph):
+        if i >= 12:
+            ph["old_log_prob"] *= 2
+
+    steps = make_steps(30, shares=dict(SHARES, gen=0.3, old_log_prob=0.15, ref=0.13), edit=edit)
+
+    def gpu_edit(df):
+        df["pcie_tx_bps"] = 0.2e9
+        df["pcie_rx_bps"] = 0.2e9
+        df.loc[(df["phase"] == "old_log_prob") & (df["step"] >= 12), "sm_active"] = 30.0
+
+    gpu = make_gpu(steps, n_gpus=2, edit=gpu_edit)
+    flags = detect_phase_imbalance(_ctx_host(steps, gpu, _host_by_phase(steps, gpu, {})))
+    assert [f.scope["phase"] for f in flags] == ["old_log_prob"]
+    assert "log_prob_micro_batch_size_per_gpu" in flags[0].advice[0]
+    assert not any("offload" in a and "False" in a for a in flags[0].advice)

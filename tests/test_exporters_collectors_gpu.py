@@ -191,7 +191,8 @@ def test_activity_counters_give_the_mean_of_every_sample_between_two_scrapes():
                       GpuReading(index=1, ts=float(t), util=0.5)], now=float(t))
         if t in (1, 28):  # two "scrapes", both at the second sample of the cycle
             seen.append([list(f.samples) for f in integral.families()])
-    (s0, b0, a0), (s1, b1, a1) = seen
+    (s0, b0, a0, n0), (s1, b1, a1, n1) = seen
+    assert n1[0].value - n0[0].value == 27
     sampled = s1[0].value - s0[0].value
     assert sampled == pytest.approx(27.0)
     assert (b1[0].value - b0[0].value) / sampled == pytest.approx(0.7)  # mean util, not 0.9
@@ -207,7 +208,7 @@ def test_activity_counters_skip_gaps_and_down_gpus():
     integral.add([GpuReading(index=0, ts=0.0, util=1.0)], now=0.0)
     integral.add([GpuReading(index=0, ts=60.0, util=1.0)], now=60.0)  # a stalled sampler
     integral.add([GpuReading(index=0, ts=61.0, up=False)], now=61.0)
-    assert integral.totals[0] == [2.0, 2.0, 0.0]
+    assert integral.totals[0] == [2.0, 2.0, 0.0, 1.0]
 
 
 def test_activity_counters_are_exported_and_pass_promtool(sim_run):

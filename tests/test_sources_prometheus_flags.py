@@ -7,6 +7,7 @@ import subprocess
 import time
 from dataclasses import fields
 
+import pandas as pd
 import pytest
 from e2e.procs import start_prometheus, wait_until
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
@@ -91,3 +92,73 @@ def test_flag_opens_and_closes_at_the_first_scrape_after_it_does(exporter_and_pr
     # a window ending before it closed still reads it open then
     earlier = src.flags(active_only=True, start=history[0].start - 60, end=closed_at - 1)
     assert [f.kind for f in earlier] == ["gpu_imbalance"]
+
+
+@pytest.fixture(scope="module")
+def alerting(tmp_path_factory):
+    """A real Prometheus with GPUStraggler firing, NodeImbalance pending and exporter flags
+    firing and held back (``tests/prom_alerts.py``)."""
+    from prom_alerts import start_alerting_prometheus
+
+    pair = start_alerting_prometheus(tmp_path_factory.mktemp("alerting"))
+    src = PrometheusSource(pair.url)
+    try:
+        yield pair, src
+    finally:
+        src.close()
+        pair.stop()
+
+
+def test_open_flags_are_the_firing_alerts_under_their_names_from_when_they_fired(alerting):
+    from prom_alerts import ADVICE, RUNBOOK, STRAGGLER_GPU
+
+    pair, src = alerting
+    end = src.time_range()[1]
+    flags = {f.kind: f for f in src.flags(True, end - 600, end)}
+    # firing only: the pending NodeImbalance and the held-back low_utilization are not open
+    assert set(flags) == {"GPUStraggler", "io_starvation", "util_overstates_sm"}
+    straggler = flags["GPUStraggler"]
+    assert straggler.scope == {"node": "node3", "gpus": [STRAGGLER_GPU]}
+    assert straggler.evidence.startswith("Its SMs were busy")
+    assert straggler.advice[0] == ADVICE and RUNBOOK in straggler.advice[-1]
+    # one start everywhere: the moment the alert began to fire (activeAt + for: 2 s at 1 s
+    # evaluations), the "since" Alertmanager sends to Slack
+    (since,) = src.query('ALERTS_FOR_STATE{alertname="GPUStraggler"}')
+    assert straggler.start == pytest.approx(float(since["value"][1]) + 2.0)
+    # an exporter flag starts when its own alert began to fire (no for: its activeAt)
+    (io_since,) = src.query('ALERTS_FOR_STATE{alertname="VerlIoStarvation"}')
+    assert flags["io_starvation"].start == pytest.approx(float(io_since["value"][1]))
+
+
+def test_pending_alerts_and_held_back_flags_are_shown_apart(alerting):
+    _pair, src = alerting
+    end = src.time_range()[1]
+    pending = {f.kind: why for f, why in src.pending_flags(end - 600, end)}
+    assert set(pending) == {"NodeImbalance", "low_utilization"}
+    assert pending["NodeImbalance"].startswith("pending")
+    assert pending["low_utilization"].startswith("held back")
+    # another job's view holds none of them
+    other = PrometheusSource(src.url, job="another-job")
+    try:
+        assert other.pending_flags(end - 600, end) == [] and other.flags(True, end - 600,
+                                                                        end) == []
+    finally:
+        other.close()
+
+
+def test_phase_activity_comes_from_the_per_phase_counters(alerting):
+    from prom_alerts import PHASES
+
+    _pair, src = alerting
+    end = src.time_range()[1]
+    act = src.phase_activity(end - 20, end).set_index("phase")
+    # gen: 80% busy from the counters, whatever the scrape interval; adv: too few samples
+    assert act.loc["gen", "util_mean"] == pytest.approx(100 * PHASES["gen"][1], abs=1.0)
+    assert act.loc["gen", "withheld"] == ""
+    assert act.loc["adv", "withheld"] != "" and pd.isna(act.loc["adv", "util_mean"])
+
+
+def test_jobs_lists_every_scrape_job(alerting):
+    from prom_alerts import JOB
+
+    assert alerting[1].jobs() == [JOB]

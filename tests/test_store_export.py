@@ -103,3 +103,20 @@ def test_an_empty_store_exports_headers_only(tmp_path: Path) -> None:
     assert (tmp_path / "out/gpu.csv").read_text().startswith("ts,node,gpu,util,")
     assert len((tmp_path / "out/gpu.csv").read_text().splitlines()) == 1
     assert (tmp_path / "out/train.jsonl").read_text() == ""
+
+
+def test_rollout_engine_samples_are_exported_and_read_back(tmp_path: Path) -> None:
+    from monitor.frames import read_rollout_frame
+
+    with RunStore(tmp_path / "run.db") as store:
+        store.add_steps([StepRecord(step=1, end_time=10.0, total=2.0)])
+    assert "rollout" not in export_dir(tmp_path / "run.db", tmp_path / "a")
+    assert not (tmp_path / "a" / "rollout.csv").exists()  # no engines: no file
+    with RunStore(tmp_path / "run.db") as store:
+        store.add_rollout_samples([{"ts": 5.0, "node": "n0", "server": "10.0.0.1:8000",
+                                    "engine": "vllm", "model": "m", "kv_cache_usage": 0.97,
+                                    "running": 40, "waiting": 12, "preemptions_total": 7}])
+    assert export_dir(tmp_path / "run.db", tmp_path / "b")["rollout"] == 1
+    df = read_rollout_frame(tmp_path / "b" / "rollout.csv")
+    assert df.iloc[0]["server"] == "10.0.0.1:8000" and df.iloc[0]["kv_cache_usage"] == 0.97
+    assert df.iloc[0]["preemptions_total"] == 7

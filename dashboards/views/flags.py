@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboards import charts, common
 from monitor.records import FLAG_KINDS, SEVERITIES
+from monitor.sources.alerts import CROSS_NODE_ALERTS
 
 #: Seconds shown around a flag's window.
 PAD_S = 300.0
@@ -17,7 +18,8 @@ st.title("Flags")
 c1, c2, c3 = st.columns([2, 3, 1])
 severities = c1.multiselect("Severity", list(SEVERITIES), default=list(SEVERITIES),
                             key="sev", bind="query-params")
-kinds = c2.multiselect("Kind", list(FLAG_KINDS), default=[], key="kinds", bind="query-params",
+kinds = c2.multiselect("Kind", [*FLAG_KINDS, *CROSS_NODE_ALERTS], default=[], key="kinds",
+                       bind="query-params",
                        placeholder="all kinds")
 active_only = c3.toggle("Open only", value=False, key="open", bind="query-params")
 
@@ -63,11 +65,29 @@ def who_is_stuck(key: str, flag, end: float) -> None:
         st.dataframe(shown, hide_index=True, key="who_is_stuck_table")
 
 
+def not_paging(pending: list) -> None:
+    """Pending alerts and flags their alert rule holds back: apart from the flags, which are
+    open exactly while their alert fires (the Slack messages)."""
+    with st.container(border=True, key="flags_pending"):
+        st.subheader(f"Not paging ({len(pending)})", anchor=False,
+                     help="Open in Prometheus but not firing: a pending alert waits out its "
+                          "'for:'; a held-back flag is explained by another alert. Neither "
+                          "has gone to Slack.")
+        st.dataframe(pd.DataFrame([{"kind": f.kind, "scope": f.scope_label,
+                                    "since (UTC)": common.fmt_time(f.start), "why": why,
+                                    "evidence": f.evidence} for f, why in pending]),
+                     hide_index=True, key="flags_pending_table")
+
+
 @common.live_panel(settings)
 def live(start: float, end: float, key: str) -> None:
     """Flag cards and history; reruns on the live refresh."""
     flags = common.load_flags(key, active_only, None, end)
     flags = [f for f in flags if f.severity in severities and (not kinds or f.kind in kinds)]
+    pending = [(f, why) for f, why in common.load_pending(key, None, end)
+               if f.severity in severities and (not kinds or f.kind in kinds)]
+    if pending:
+        not_paging(pending)
     if not flags:
         st.success("No flags match: the detectors found nothing to report here.", icon=":material/check_circle:")
         return

@@ -15,6 +15,7 @@ import streamlit as st
 from dashboards import charts, common
 from dashboards.escape import escape_markdown
 from monitor.sources import SourceError
+from monitor.sources.alerts import base_kind
 
 #: The page's charts, one drawn at a time (the first by default).
 VIEWS = ["Utilization", "SM active", "Memory", "Per phase"]
@@ -68,7 +69,7 @@ def live(start: float, end: float, key: str) -> None:
         return
     table = gpu_table(gpu, flags, single_node=len(nodes) <= 1)
     flagged = table[table["status"] != "ok"]
-    imbalance = [f for f in flags if f.kind == "gpu_imbalance"
+    imbalance = [f for f in flags if base_kind(f.kind) == "gpu_imbalance"
                  and (node_choice is None or f.scope.get("node") in (None, node_choice))]
     if imbalance:
         for f in imbalance:
@@ -80,9 +81,10 @@ def live(start: float, end: float, key: str) -> None:
                    "each GPU with its peers on the node; thresholds in monitor/defaults.yaml).",
                    icon=":material/check_circle:")
         elsewhere = sorted({str(f.scope.get("node")) for f in flags
-                            if f.kind == "gpu_imbalance" and f.scope.get("node")})
+                            if base_kind(f.kind) == "gpu_imbalance" and f.scope.get("node")})
         if elsewhere:
-            st.info(f"gpu_imbalance is open on {', '.join(elsewhere)}: pick it under Node.")
+            st.info(f"A straggler or imbalance flag is open on {', '.join(elsewhere)}: pick it "
+                    "under Node.")
     st.dataframe(
         table, hide_index=True, key="gpu_table", width="stretch",
         column_config={
@@ -109,7 +111,7 @@ def live(start: float, end: float, key: str) -> None:
         if label == "Per phase":
             attribution(key, start, end, steps)
             return
-        marked = {f"{r.node}/{r.gpu}" for r in flagged.itertuples()}
+        marked = gpu_marks(flagged, flags, single_node=len(nodes) <= 1)
         if label == "Memory":
             mem_col = "mem_used_bytes_max" if "mem_used_bytes_max" in gpu.columns else "mem_used_bytes"
             total = gpu["mem_total_bytes"].max()
@@ -122,6 +124,18 @@ def live(start: float, end: float, key: str) -> None:
             fig = charts.gpu_heatmap(gpu, "util", "Utilization % (NVML: a kernel was running)",
                                      highlight=marked)
         st.plotly_chart(charts.end_at(fig, start, end), key="gpu_heat")
+
+
+def gpu_marks(flagged: pd.DataFrame, flags: list, single_node: bool) -> dict[str, str]:
+    """"node/gpu" -> the word the heat map writes beside it: STRAGGLER for the GPU the others
+    wait for, before any other open flag's word (``common.gpu_mark``)."""
+    marks = {}
+    for r in flagged.itertuples():
+        words = [common.gpu_mark(f) for f in common.rank_flags(
+            common.flags_on_gpu(flags, r.node, r.gpu, single_node))]
+        if words:
+            marks[f"{r.node}/{r.gpu}"] = words[0]
+    return marks
 
 
 def attribution(key: str, start: float, end: float, steps: list) -> None:

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
+from dashboards.escape import escape_markdown
 from dashboards.gpu_time import gpu_time_segments, stacked_bar_html
 from dashboards.html_blocks import Stat, inline_html, stat_row_html
 from monitor.analysis.goodput import totals
@@ -20,13 +21,24 @@ st.title("Overview")
 
 #: The trend charts, one drawn at a time (the first by default).
 TRENDS = ["Step time", "Throughput", "Goodput per step"]
-#: Severity rank, most urgent first.
-_RANK = {s: i for i, s in enumerate(reversed(SEVERITIES))}
 
 
 def top_flag(flags: list):
-    """The open flag to act on first: most severe, then the most recent."""
-    return min(flags, key=lambda f: (_RANK.get(f.severity, 99), -f.start)) if flags else None
+    """The open flag to act on first: most severe, a cause before the flags it explains (the
+    straggler before its waiting peers), then the most recent (``common.rank_flags``)."""
+    return common.rank_flags(flags)[0] if flags else None
+
+
+def pending_note(pending: list) -> str:
+    """"2 not paging: GPUStraggler (node3 GPU 1) pending: ...": what is open but does not page
+    (Markdown, escaped; "" when nothing is)."""
+    if not pending:
+        return ""
+    items = [f"**{escape_markdown(f.kind)}** ({escape_markdown(f.scope_label or 'job')}, since "
+             f"{common.fmt_time(f.start)} UTC): {escape_markdown(why)}" for f, why in pending[:5]]
+    more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
+    return (f"{len(pending)} not paging (shown apart from the open flags):  \n"
+            + "  \n".join(items) + more)
 
 
 def gpu_time(df: pd.DataFrame, summary: pd.DataFrame, n_steps: int) -> tuple[dict, dict]:
@@ -85,6 +97,16 @@ def gpu_time_caption(n_steps: int, summary: pd.DataFrame, step_util: float | Non
     return caption
 
 
+def counter_summary(key: str, recent: pd.DataFrame, last_end: float) -> pd.DataFrame:
+    """Per phase over the last steps from the exporters' per-phase counters (Prometheus: every
+    1 s sample of theirs, where the scraped gauges hold one every 15 s); empty from a store."""
+    if common.get_source().kind != "prometheus" or recent.empty:
+        return pd.DataFrame()
+    first = recent.iloc[0]
+    begin = float(first["end_time"]) - float(first["total"] if pd.notna(first["total"]) else 0)
+    return common.load_phase_activity(key, begin, float(last_end))
+
+
 def top_loss(good: dict | None, flags: list) -> str:
     """"Top loss: **cause**, N% of the GPU-seconds - flagged as `kind`: advice" (Markdown;
     "" without a loss)."""
@@ -112,6 +134,7 @@ def live(start: float, end: float, key: str) -> None:
     window_flags = common.load_flags(key, False, start, end)
     flags = common.open_flags(window_flags)
     top = top_flag(flags)
+    pending = common.load_pending(key, start, end)
     # 1. is the run healthy?
     if top is None:
         st.success("Healthy: no open flag; every detector is quiet.", icon=":material/check_circle:")
@@ -120,6 +143,8 @@ def live(start: float, end: float, key: str) -> None:
         words = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
         box = st.error if top.severity == "critical" else st.warning
         box(f"Needs attention: {len(flags)} open flag(s) ({words}).", icon=":material/warning:")
+    if pending:
+        st.info(pending_note(pending), icon=":material/hourglass_top:")
     # the headline figures, the goodput of the last steps among them
     n_steps = min(len(df), common.ATTRIB_STEPS)
     # the last steps' figures are read up to the last step's end: samples after it change
@@ -136,10 +161,13 @@ def live(start: float, end: float, key: str) -> None:
     summary = pd.DataFrame()
     step_util = None
     if last_end is not None:
-        summary = common.load_attribution(key, start, min(end, last_end), last_end, fleet=True,
-                                          _steps_end=end)
-        step_util = common.load_steps_util(key, start, min(end, last_end), last_end,
-                                           _steps_end=end)
+        summary = counter_summary(key, df.tail(n_steps), last_end)
+        if summary.empty:  # a store (1 s samples), or exporters without per-phase counters
+            summary = common.load_attribution(key, start, min(end, last_end), last_end,
+                                              fleet=True, _steps_end=end)
+        if summary.empty or (summary["withheld"] != "").any():
+            step_util = common.load_steps_util(key, start, min(end, last_end), last_end,
+                                               _steps_end=end)
     seconds, util = gpu_time(df, summary, n_steps) if n_steps else ({}, {})
     title, segments = gpu_time_segments(seconds, util, step_util)
     notes = [f'<span style="font-size: 0.875rem; opacity: 0.7;">'

@@ -72,6 +72,10 @@ def reading_to_row(r: GpuReading, node: str) -> dict[str, Any]:
         "power_w": r.power_w,
         "tensor_active": _pct(r.tensor_active),
         "dram_active": _pct(r.dram_active),
+        "pcie_tx_bps": r.pcie_tx_bps,
+        "pcie_rx_bps": r.pcie_rx_bps,
+        "nvlink_tx_bps": r.nvlink_tx_bps,
+        "nvlink_rx_bps": r.nvlink_rx_bps,
         "up": r.up,
         "xid_total": sum(r.xid_counts.values()),
         "throttle": None if t is None else float(t),
@@ -213,7 +217,7 @@ class ActivityIntegral:
     def __init__(self, max_step_s: float) -> None:
         self.max_step_s = max_step_s
         self._last: float | None = None
-        #: gpu -> [sampled seconds, busy (utilization) seconds, SM-active seconds]
+        #: gpu -> [sampled seconds, busy (utilization) seconds, SM-active seconds, samples]
         self.totals: dict[int, list[float]] = {}
         self._has_sm: set[int] = set()
 
@@ -227,15 +231,16 @@ class ActivityIntegral:
         for r in readings:
             if not r.up or r.util is None:
                 continue
-            tot = self.totals.setdefault(r.index, [0.0, 0.0, 0.0])
+            tot = self.totals.setdefault(r.index, [0.0, 0.0, 0.0, 0.0])
             tot[0] += dt
+            tot[3] += 1
             tot[1] += dt * float(r.util)
             if r.sm_active is not None:
                 tot[2] += dt * float(r.sm_active)
                 self._has_sm.add(r.index)
 
     def families(self) -> list[CounterMetricFamily]:
-        """The three counters; SM activity only for GPUs that have reported it (GPM)."""
+        """The counters; SM activity only for GPUs that have reported it (GPM)."""
         sampled = CounterMetricFamily(
             mn.GPU_SAMPLED_SECONDS, "Seconds covered by this exporter's GPU samples.",
             labels=["gpu"])
@@ -247,12 +252,16 @@ class ActivityIntegral:
             mn.GPU_SM_ACTIVE_SECONDS, "Sampled seconds times GPM SM activity (0..1): "
             "rate(this) / rate(verlmon_gpu_sampled_seconds_total) is the mean SM activity.",
             labels=["gpu"])
-        for gpu, (s, b, a) in sorted(self.totals.items()):
+        count = CounterMetricFamily(
+            mn.GPU_SAMPLES, "GPU samples counted in verlmon_gpu_sampled_seconds_total.",
+            labels=["gpu"])
+        for gpu, (s, b, a, n) in sorted(self.totals.items()):
             sampled.add_metric([str(gpu)], s)
+            count.add_metric([str(gpu)], n)
             busy.add_metric([str(gpu)], b)
             if gpu in self._has_sm:
                 sm.add_metric([str(gpu)], a)
-        return [sampled, busy, sm]
+        return [sampled, busy, sm, count]
 
 
 _NO_ID = GpuIdentity(index=-1, uuid="", name="")

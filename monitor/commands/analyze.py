@@ -27,6 +27,7 @@ from monitor.frames import (
     read_gpu_frame,
     read_host_frame,
     read_nccl_frame,
+    read_rollout_frame,
 )
 from monitor.records import Event
 
@@ -85,6 +86,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nccl", metavar="NCCL.csv", help="NCCL Inspector records written by "
                    "`verl-monitor export` (nccl.csv); measures each step's time in collectives "
                    "for the communication detector")
+    p.add_argument("--rollout", metavar="ROLLOUT.csv", help="rollout-engine samples written by "
+                   "`verl-monitor export` or `simulate` (vLLM / SGLang servers: KV cache, "
+                   "requests, preemptions); enables kv_cache_preemption and generation_tail and "
+                   "the ledger's preempted work")
     p.add_argument("--log-end", metavar="TIME", type=_log_end, default=None,
                    help="when the log's last step ended (unix seconds or ISO 8601, naive = UTC); "
                    "used to rebuild step times of logs without timestamps (default: the file's "
@@ -241,6 +246,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     gpu = read_gpu_frame(args.gpu) if args.gpu else empty_gpu_frame()
     host = read_host_frame(args.host) if args.host else empty_host_frame()
     nccl = read_nccl_frame(args.nccl) if getattr(args, "nccl", None) else None
+    rollout = read_rollout_frame(args.rollout) if getattr(args, "rollout", None) else None
     from monitor.config import load_config
 
     config = load_config(args.config)
@@ -268,7 +274,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     from monitor.detect import run_all
 
     flags = run_all(steps, gpu, host, events, config=config, now=_data_end(steps, gpu, host),
-                    nccl=nccl)
+                    nccl=nccl, rollout=rollout)
     attribution = None
     if args.gpu:
         from monitor.analysis.attribution import attribute, phase_summary
@@ -283,7 +289,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
                               ) if args.gpu else None
     from monitor.analysis.pools import document as pools_document
 
-    pools = pools_document(steps, gpu_ledger=gp_doc,
+    pools = pools_document(steps, rollout=rollout, gpu_ledger=gp_doc,
                            trainer_gpus=getattr(args, "trainer_gpus", None),
                            rollout_gpus=getattr(args, "rollout_gpus", None))
     return json_safe(
@@ -349,11 +355,13 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         return _fail(missing)
     for path in (args.log, args.gpu, args.host, getattr(args, "events", None),
+                 getattr(args, "rollout", None),
                  getattr(args, "fr_dir", None)):
         if path and not os.path.exists(path):
             return _fail(f"{path}: no such file")
     problem = log_file_problem(args.log)
-    for flag, path in (("--gpu", args.gpu), ("--host", args.host)):
+    for flag, path in (("--gpu", args.gpu), ("--host", args.host),
+                       ("--rollout", getattr(args, "rollout", None))):
         problem = problem or (path and table_file_problem(path, flag))
     if problem:
         return _fail(problem)

@@ -2,12 +2,15 @@
 
 Writes gpu.csv, host.csv, train.jsonl, events.json, flags.json (plus nccl.csv and meta.json)
 under DIR; then ``verl-monitor analyze DIR/train.jsonl --gpu DIR/gpu.csv --host DIR/host.csv``
-reproduces the run's analysis. A missing or unreadable store is one line and exit status 2.
+reproduces the run's analysis. The store is read and the files written a chunk at a time, so
+memory stays flat whatever the store's size. A missing or unreadable store (or one damaged
+part-way) and a folder that cannot be written are one line and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 
 PROG = "verl-monitor export"
@@ -21,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write the samples, steps, events and flags of a run store written by the "
         "exporter to DIR: gpu.csv and host.csv (interchange format), train.jsonl (one "
         "{step, ts, data} object per step, like verl's file logger), events.json, flags.json, "
-        "nccl.csv and meta.json.",
+        "nccl.csv and meta.json. Streams: memory stays flat whatever the store's size.",
     )
     p.add_argument("store", metavar="STORE", help="run store file written by the exporter "
                    "(--store)")
@@ -41,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except OSError as exc:
         print(f"{PROG}: {args.out}: cannot write ({exc.strerror or exc})", file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:  # damage found part-way through the read
+        print(f"{PROG}: {args.store}: cannot read it all ({exc}); the files in {args.out} are "
+              "incomplete", file=sys.stderr)
         return 2
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
     print(f"exported {summary} to {args.out}")

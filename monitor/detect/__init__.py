@@ -37,6 +37,7 @@ from monitor.detect.health import (
     detect_stalled,
 )
 from monitor.detect.io import detect_io_starvation
+from monitor.detect.memory import detect_memory_creep
 from monitor.detect.phases import detect_comm_heavy, detect_phase_imbalance, detect_reshard_spike
 from monitor.detect.rollout import detect_rollout_long_tail, detect_rollout_wait
 from monitor.detect.rollout_engine import detect_generation_tail, detect_kv_cache_preemption
@@ -69,6 +70,7 @@ DETECTORS: dict[str, Callable[[Context], list[Flag]]] = {
     "util_overstates_sm": detect_util_overstates_sm,
     "step_time_spikes": detect_step_time_spikes,
     "memory_pressure": detect_memory_pressure,
+    "memory_creep": detect_memory_creep,
     "oom": detect_oom,
     "throughput_regression": detect_throughput_regression,
     "gpu_fault": detect_gpu_fault,

@@ -7,6 +7,7 @@ guides invent (``INVENTED_KEYS``) must never appear. A test checks both.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 REAL_KEYS: tuple[str, ...] = (
     "actor_rollout_ref.rollout.gpu_memory_utilization",
@@ -63,6 +64,15 @@ REAL_KEYS: tuple[str, ...] = (
     "actor_rollout_ref.rollout.disable_log_stats",
     "actor_rollout_ref.rollout.prometheus.enable",
     "actor_rollout_ref.rollout.prometheus.file",
+    # advice by phase and signature (issue 23; checked in verl's config: the ref keys in 0.5.0
+    # and main; reward_model.* in 0.4.1-0.7.0, reward.* from 0.7.1 on, custom_reward_function.*
+    # at the top level in 0.4.1-0.7.0 and under reward in main)
+    "actor_rollout_ref.ref.fsdp_config.param_offload",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "reward_model.launch_reward_fn_async",
+    "reward_model.reward_manager",
+    "custom_reward_function.path",
+    "reward.custom_reward_function.path",
 )
 
 INVENTED_KEYS: tuple[str, ...] = (
@@ -78,6 +88,16 @@ INVENTED_KEYS: tuple[str, ...] = (
     "trainer.gradient_accumulation_steps",
     "fsdp.sync_module_states",
     "verl.trainer.main_fastrl",
+)
+
+#: phase_imbalance's general advice about generation against the critic: shown only where the
+#: flag's phase is one of the two (or unknown).
+GEN_VS_CRITIC = (
+    "Generation far longer than the critic's scoring: speed the rollout up (raise "
+    "actor_rollout_ref.rollout.gpu_memory_utilization, lower actor_rollout_ref.rollout."
+    "tensor_model_parallel_size, cap data.max_response_length), or give the critic fewer "
+    "GPUs; scoring longer than generation: raise the critic's micro-batch, turn on "
+    "actor_rollout_ref.actor.use_dynamic_bsz and actor_rollout_ref.model.use_remove_padding."
 )
 
 ADVICE: dict[str, list[str]] = {
@@ -117,11 +137,7 @@ ADVICE: dict[str, list[str]] = {
         "data.train_batch_size so the rollout batch has more independent work.",
     ],
     "phase_imbalance": [
-        "Generation far longer than the critic's scoring: speed the rollout up (raise "
-        "actor_rollout_ref.rollout.gpu_memory_utilization, lower actor_rollout_ref.rollout."
-        "tensor_model_parallel_size, cap data.max_response_length), or give the critic fewer "
-        "GPUs; scoring longer than generation: raise the critic's micro-batch, turn on "
-        "actor_rollout_ref.actor.use_dynamic_bsz and actor_rollout_ref.model.use_remove_padding.",
+        GEN_VS_CRITIC,
         "A phase whose share of the step jumped: compare its inputs (response lengths against "
         "data.max_response_length, batch sizes) with the steps before.",
         "Profile the slow phase with global_profiler.tool (nsys or torch) to see where it goes.",
@@ -186,6 +202,16 @@ ADVICE: dict[str, list[str]] = {
         "actor_rollout_ref.actor.fsdp_config.param_offload / optimizer_offload.",
         "Lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu or actor_rollout_ref.actor."
         "ppo_max_token_len_per_gpu.",
+    ],
+    "memory_creep": [
+        "Memory that grows every step is kept across steps: look for tensors held in lists, "
+        "metrics summed on the GPU or caches never emptied in the reward function and custom "
+        "code; compare the per-worker GPU and host memory curves (verl's maintainers ask for "
+        "them) and whether the growth starts after a checkpoint save.",
+        "A jump right after each save or validation: save less often (trainer.save_freq) or "
+        "validate less often (trainer.test_freq) until the memory kept by it is freed.",
+        "Until it is fixed, buy time: lower actor_rollout_ref.rollout.gpu_memory_utilization or "
+        "offload with actor_rollout_ref.actor.fsdp_config.param_offload / optimizer_offload.",
     ],
     "oom": [
         "Lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu or actor_rollout_ref.actor."
@@ -439,9 +465,31 @@ def named_keys(text: str) -> list[str]:
     return _KEY_RE.findall(text)
 
 
-def advice_for(kind: str) -> list[str]:
-    """The advice sentences for a flag kind (an empty list for unknown kinds)."""
-    return list(ADVICE.get(kind, []))
+def advice_for(
+    kind: str,
+    phase: str | None = None,
+    signature: str | None = None,
+    version: str | None = None,
+    measured: Collection[str] = (),
+) -> list[str]:
+    """The advice sentences for a flag kind (an empty list for unknown kinds).
+
+    With the flag's ``phase`` and its GPU/host ``signature`` (``monitor.analysis.signature``),
+    the advice that fits them comes first (most likely cause first) and the kind's general
+    advice that the evidence contradicts is left out (``monitor.detect.cause_advice``);
+    ``version`` is verl's version range as ``monitor.logs.keys.guess_version`` writes it, for
+    keys that were renamed; ``measured`` names the counters the signature read (``"pcie"``).
+    """
+    general = list(ADVICE.get(kind, []))
+    if phase is None and signature is None:
+        return general
+    from monitor.detect.cause_advice import cause_advice, contradicted
+
+    out: list[str] = []
+    for sentence in cause_advice(phase, signature, version) + general:
+        if sentence not in out and not contradicted(sentence, phase, signature, measured):
+            out.append(sentence)
+    return out
 
 
 def oom_advice(phase: str | None, data: dict | None = None) -> list[str]:

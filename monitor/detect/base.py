@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from monitor.analysis import signature as S
 from monitor.analysis.attribution import label_samples, phase_timeline
 from monitor.config import Config, Section
 from monitor.detect import window as W
@@ -131,6 +132,69 @@ class Context:
         length = self.windows_length
         return max(1, int(math.floor(seconds / length + 0.5)))
 
+    # --- signatures (issue 23): what the GPUs and the host did in each phase ----------------
+    @cached_property
+    def signature_thresholds(self) -> S.Thresholds:
+        """The classifier's lines (``signature`` section of the config)."""
+        return S.Thresholds.from_config(self.cfg("signature"))
+
+    @cached_property
+    def act_host(self) -> pd.DataFrame:
+        """``act`` samples with ``cpu_max``: their node's busiest core at the same time."""
+        return S.with_host_cpu(self.act, self.host, self.signature_thresholds.host_match_s)
+
+    @cached_property
+    def signatures(self) -> pd.DataFrame:
+        """Per (step, phase, node, gpu): the samples' means and their signature
+        (``monitor.analysis.signature.summarize``); the ledger and the evidence read it."""
+        return S.step_phase_signatures(self.act_host, None, self.signature_thresholds)
+
+    @cached_property
+    def pcie_measured(self) -> bool:
+        """Whether any GPU sample carries PCIe rates (GPM), so a quiet PCIe is evidence."""
+        df = self.act
+        return any(c in df.columns and df[c].notna().any() for c in ("pcie_tx_bps",
+                                                                      "pcie_rx_bps"))
+
+    def signature_between(
+        self,
+        lo: float,
+        hi: float,
+        phases: tuple[str, ...] | None = None,
+        prefer: tuple[str, ...] = (),
+    ) -> S.Signature | None:
+        """The dominant signature of the samples in ``[lo, hi)`` (only ``phases`` when given),
+        judged per phase and GPU; None without samples."""
+        df = self.act_host
+        if len(df) == 0:
+            return None
+        sub = df[(df["ts"] >= lo) & (df["ts"] < hi)]
+        if phases is not None:
+            sub = sub[sub["phase"].isin(phases)]
+        else:
+            sub = sub.assign(phase=sub["phase"].fillna("(unlabelled)"))
+        if len(sub) == 0:
+            return None
+        table = S.summarize(sub, ["phase", "node", "gpu"], self.signature_thresholds)
+        return S.dominant(table, prefer)
+
+    @cached_property
+    def verl_version(self) -> str:
+        """verl's version range as the step metrics reveal it (``guess_version``)."""
+        from monitor.logs.keys import guess_version
+
+        keys: set[str] = set()
+        for s in self.steps[:50]:
+            keys.update(s.metrics.keys())
+        return guess_version(keys) if keys else "unknown"
+
+    def advice(self, kind: str, phase: str | None, signature: S.Signature | str | None
+               ) -> list[str]:
+        """Advice for a flag of ``kind`` chosen by its phase and signature (see ``advice_for``)."""
+        name = signature.name if isinstance(signature, S.Signature) else signature
+        return advice_for(kind, phase=phase, signature=name, version=self.verl_version,
+                          measured=("pcie",) if self.pcie_measured else ())
+
     @cached_property
     def windows_length(self) -> float:
         """Typical window length in seconds."""
@@ -162,8 +226,10 @@ def make_flag(
     end: float | None,
     scope: dict[str, Any],
     evidence: str,
+    advice: list[str] | None = None,
 ) -> Flag:
-    """A Flag with the advice for its kind attached; empty scope entries are dropped."""
+    """A Flag with the advice for its kind attached (or ``advice``, chosen by the detector,
+    e.g. ``Context.advice`` by phase and signature); empty scope entries are dropped."""
     clean = {k: v for k, v in scope.items() if v is not None and v != [] and v != ""}
     return Flag(
         kind=kind,
@@ -172,7 +238,7 @@ def make_flag(
         end=None if end is None else float(end),
         scope=clean,
         evidence=evidence,
-        advice=advice_for(kind),
+        advice=list(advice) if advice else advice_for(kind),
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from monitor.analysis import signature as S
 from monitor.detect.base import (
     Context,
     episode_times,
@@ -422,13 +423,35 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
             rng = window_steps(ctx, ep.onset, ep.last)
             phases = "training phases"
             who = f"Node {node} GPUs" if node is not None else "The GPUs"
+            sig = _training_signature(ctx, sub, starts[ep.onset], ends[ep.last])
             flags.append(make_flag(
                 "low_utilization", sev, start, end, {"node": node, "steps": rng},
                 f"{who} averaged {int(m)}% {source} during {phases}, "
                 f"{steps_text(rng) or _for_seconds(starts[ep.onset], end, ctx.now)}"
-                f" (healthy is {pct(threshold)} or more).",
+                f" (healthy is {pct(threshold)} or more)."
+                + (" " + sig.evidence() if sig is not None else ""),
+                advice=ctx.advice("low_utilization", sig.phase if sig else None, sig),
             ))
     return flags
+
+
+#: Signatures that explain low activity by a wait outside the SMs: they lead when they hold
+#: a third of the samples, even if the rest of the training phases look otherwise.
+_WAIT_SIGNATURES = ("pcie_bound", "cpu_bound", "collective_spin")
+
+
+def _training_signature(ctx: Context, sub: pd.DataFrame, lo: float, hi: float
+                        ) -> S.Signature | None:
+    """The dominant signature of the training phases of ``sub``'s GPUs in ``[lo, hi)``."""
+    df = ctx.act_host
+    nodes = set(sub["node"].astype(str))
+    part = df[(df["ts"] >= lo) & (df["ts"] < hi) & df["phase"].isin(TRAINING_PHASES)
+              & ~(df["step"] <= ctx.cfg("low_utilization").get_int("skip_first_steps"))]
+    part = part[part["node"].astype(str).isin(nodes)]
+    if len(part) == 0:
+        return None
+    table = S.summarize(part, ["phase", "node", "gpu"], ctx.signature_thresholds)
+    return S.dominant(table, _WAIT_SIGNATURES)
 
 
 def detect_util_overstates_sm(ctx: Context) -> list[Flag]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from monitor.analysis import signature as S
 from monitor.detect import window as W
 from monitor.detect.base import Context, make_flag, step_episodes, steps_text
 from monitor.detect.nccl_time import nccl_step_share
@@ -65,11 +66,14 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
                                  else ("generation", "the critic's scoring"))
         limit = guide_lim if guide else verl_lim
         sev = "critical" if ratio >= cfg.get_float("critical_gen_over_critic") else "warning"
+        sig = _phase_signature(ctx, "gen", ep.onset, ep.last)
         flags.append(make_flag(
             "phase_imbalance", sev, start, end, {"phase": "gen", "steps": rng},
             f"{_cap(gen_name)} took {g:.1f} s per step vs {c:.1f} s for {critic_name} "
             f"({ratio:.1f}:1, {limit:g}:1 or more is out of proportion), {steps_text(rng)}: "
-            "generation dominates the step; speed the rollout up or size the critic down.",
+            "generation dominates the step; speed the rollout up or size the critic down."
+            + _sig_text(sig),
+            advice=ctx.advice("phase_imbalance", "gen", sig),
         ))
     cond = [None if pd.isna(r) else bool(r > score_lim) for r in slow_scoring]
     for ep, start, end, rng in step_episodes(ctx, cond, open_n, close_n):
@@ -78,10 +82,13 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
         c = float(critic.iloc[sl].mean())
         sev = ("critical" if float(slow_scoring.iloc[sl].mean())
                >= cfg.get_float("critical_values_over_gen") else "warning")
+        sig = _phase_signature(ctx, "values", ep.onset, ep.last)
         flags.append(make_flag(
             "phase_imbalance", sev, start, end, {"phase": "values", "steps": rng},
             f"The critic's scoring took longer than generation: {c:.1f} s per step vs {g:.1f} s "
-            f"(1:{g / c:.2f}), {steps_text(rng)}: the critic is the bottleneck.",
+            f"(1:{g / c:.2f}), {steps_text(rng)}: the critic is the bottleneck."
+            + _sig_text(sig),
+            advice=ctx.advice("phase_imbalance", "values", sig),
         ))
     # a phase whose share of the step jumps against its own history
     total = W.core_total(sf)
@@ -89,6 +96,7 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
     k = cfg.get_float("mad_k")
     min_jump = cfg.get_float("share_jump_min")
     jump_ratio = cfg.get_float("share_jump_ratio")
+    jumps: list[tuple[Flag, object, float]] = []
     for name in [c for c in sf.columns if c in W.ALL_PHASES and c not in OWN_DETECTOR_PHASES]:
         share = sf[name].astype(float) / total.where(total > 0)
 
@@ -111,14 +119,65 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
             text = (f"{name} took {now_share * 100:.0f}% of the step, {steps_text(rng)}, vs "
                     f"{before * 100:.0f}% in the steps before.")
             group = ("values", "reward") if name in ("values", "reward") else (name,)
-            same = [f for f in flags if f.scope.get("phase") in group
+            same = [f for f in flags + [j[0] for j in jumps] if f.scope.get("phase") in group
                     and (f.end is None or f.end >= start) and (end is None or end >= f.start)]
             if same:  # the ratio rule already flagged this phase: add the share to its evidence
                 same[0].evidence = same[0].evidence.rstrip(".") + "; " + text
                 continue
-            flags.append(make_flag(
-                "phase_imbalance", sev, start, end, {"phase": name, "steps": rng}, text))
-    return flags
+            sig = _phase_signature(ctx, name, ep.onset, ep.last)
+            jumps.append((make_flag(
+                "phase_imbalance", sev, start, end, {"phase": name, "steps": rng},
+                text + _sig_text(sig), advice=ctx.advice("phase_imbalance", name, sig),
+            ), sig, now_share - before))
+    return flags + _merge_same_cause(jumps)
+
+
+#: Signatures whose share jumps in several phases at once are one cause (offload copies in
+#: every log-prob pass, the host busy in several phases): one flag tells them.
+_SHARED_CAUSES = ("pcie_bound", "cpu_bound")
+
+
+def _merge_same_cause(jumps: list[tuple[Flag, object, float]]) -> list[Flag]:
+    """Share-jump flags overlapping in time with the same waiting signature become one flag,
+    led by the phase whose share rose most; the others' evidence is added to it."""
+    out: list[Flag] = []
+    used: set[int] = set()
+    order = sorted(range(len(jumps)), key=lambda i: -jumps[i][2])
+    for i in order:
+        if i in used:
+            continue
+        flag, sig, _ = jumps[i]
+        used.add(i)
+        name = getattr(sig, "name", None)
+        if name in _SHARED_CAUSES:
+            for j in order:
+                other, osig, _ = jumps[j]
+                if j in used or getattr(osig, "name", None) != name:
+                    continue
+                if (flag.end is None or flag.end >= other.start) and (
+                        other.end is None or other.end >= flag.start):
+                    used.add(j)
+                    flag.evidence += " Also: " + other.evidence
+                    flag.start = min(flag.start, other.start)
+                    flag.end = None if flag.end is None or other.end is None else max(
+                        flag.end, other.end)
+                    if other.severity == "critical":
+                        flag.severity = "critical"
+        out.append(flag)
+    return sorted(out, key=lambda f: f.start)
+
+
+def _phase_signature(ctx: Context, phase: str, onset: int, last: int) -> S.Signature | None:
+    """The signature of ``phase`` over the steps ``onset..last`` (rows of ``ctx.sf``)."""
+    sf = ctx.sf
+    lo, hi = float(sf["start"].iloc[onset]), float(sf["end"].iloc[last])
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return None
+    return ctx.signature_between(lo, hi, phases=(phase,))
+
+
+def _sig_text(sig: S.Signature | None) -> str:
+    return " " + sig.evidence() if sig is not None else ""
 
 
 def gpu_comm_seconds(ctx: Context) -> pd.Series:

@@ -69,6 +69,9 @@ class StepPlan:
     training_override: tuple[float, float, float, float] | None = None  # util, sm, tensor, dram
     training_scale: tuple[float, float, float] | None = None  # util, sm, tensor multipliers
     gen_scale: tuple[float, float, float] | None = None  # util, sm, dram multipliers in gen
+    #: (from, util, sm): after this share of gen the GPUs still decoding run a thin batch (the
+    #: last few long sequences): their util and SM activity times these multipliers
+    gen_thin: tuple[float, float, float] | None = None
     mem_train: float | None = None  # absolute fraction of memory in training phases
     mem_gen: float | None = None
     reshard_peak: float = 0.84
@@ -364,6 +367,8 @@ class RolloutLongTail(Scenario):
         plan.response_mean *= 0.95
         plan.clip_ratio = 0.04
         plan.slowest_ratio = 0.19
+        # past the length of an ordinary gen only the few long sequences still decode
+        plan.gen_thin = (1.0 / self.gen_factor, 0.45, 0.15)
 
     def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
         """The gen phase."""
@@ -432,6 +437,27 @@ class MemoryPressure(Scenario):
         plan.mem_train = self.level
         plan.mem_gen = self.level - 0.025
         plan.reshard_peak = min(0.99, self.level + 0.02)
+
+
+@dataclass
+class MemoryCreep(Scenario):
+    """GPU memory held across steps: each step's peak a fixed share of the capacity higher."""
+
+    name: str = "memory_creep"
+    kind: str | None = "memory_creep"
+    related: tuple[str, ...] = ("memory_pressure",)
+    description: str = ("Memory creep: every step's memory peak 7% of the capacity above the "
+                        "last (from 30%, held below 91%), the forecast reaches the capacity.")
+    start_level: float = 0.30
+    per_step: float = 0.07
+    ceiling: float = 0.91
+
+    def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
+        """Raise the memory level of every phase by ``per_step`` each step."""
+        super().apply(plan, k, n, ctx)
+        level = min(self.start_level + self.per_step * k, self.ceiling)
+        plan.mem_train = level
+        plan.mem_gen = level - 0.03
 
 
 @dataclass
@@ -949,6 +975,7 @@ SCENARIOS: dict[str, Scenario] = {
         ReshardSpike(),
         CommHeavy(),
         MemoryPressure(),
+        MemoryCreep(),
         Oom(),
         Stalled(),
         Hang(),

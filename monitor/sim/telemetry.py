@@ -251,6 +251,9 @@ class Telemetry:
                     if label == "gen" and plan is not None and plan.gen_scale is not None:
                         fu, fs, fd = plan.gen_scale
                         u, sm, dr = u * fu, sm * fs, dr * fd
+                    if label == "gen" and plan is not None and plan.gen_thin is not None and (
+                            frac > plan.gen_thin[0]):
+                        u, sm = u * plan.gen_thin[1], sm * plan.gen_thin[2]
                     if plan is not None and g in plan.gpu_factor and (
                             plan.gpu_factor_phases is None or label in plan.gpu_factor_phases):
                         fu, fs, ft = plan.gpu_factor[g]

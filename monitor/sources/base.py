@@ -213,6 +213,20 @@ class MetricSource(Protocol):
         in the window, from every node (empty when no round named anyone)."""
         ...
 
+    def pending_flags(self, start: float | None = None, end: float | None = None) -> list:
+        """What is open but does not page, as ``(Flag, why)`` pairs, newest first: pending
+        alerts and flags their alert rule holds back (Prometheus; empty from a store)."""
+        ...
+
+    def jobs(self) -> list[str]:
+        """The scrape jobs the source holds exporters of (Prometheus; empty from a store)."""
+        ...
+
+    def phase_activity(self, start: float, end: float) -> pd.DataFrame:
+        """Per phase, from the exporters' per-phase counters: ``phase_summary`` columns for
+        the mean GPU (Prometheus; empty from a store, whose samples are attributed as they are)."""
+        ...
+
 
 def steps_to_frame(steps: list[StepRecord]) -> pd.DataFrame:
     """A flat frame of steps: ``step, end_time, total, throughput, mem_reserved_peak_bytes``

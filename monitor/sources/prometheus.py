@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -37,7 +38,16 @@ from monitor import metric_names as m
 from monitor.downsample import bucket_seconds
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
 from monitor.records import Flag, StepRecord
-from monitor.sources.alerts import FIRING_QUERY, SINCE_QUERY, alert_flags, alert_selector
+from monitor.sources.alerts import (
+    CROSS_NODE_ALERTS,
+    FIRING_QUERY,
+    SINCE_QUERY,
+    ActiveAlert,
+    active_alerts,
+    alert_flags,
+    alert_selector,
+    cross_node_flag,
+)
 from monitor.sources.base import (
     FLEET_COLUMNS,
     NCCL_COLUMNS,
@@ -517,7 +527,10 @@ class PrometheusSource:
         self, active_only: bool = False, start: float | None = None, end: float | None = None
     ) -> list[Flag]:
         """Flags as the runs of ``verlmon_flag_active == 1``; evidence and first advice from
-        ``verlmon_flag_info``, then the detectors' advice table.
+        ``verlmon_flag_info``, then the detectors' advice table. With alert rules loaded, an
+        open flag is open here only while its alert fires, from the moment it began to fire
+        (the start Slack shows); the rest are :meth:`pending_flags` (see
+        ``monitor.sources.alerts``). The firing cross-node alerts join them under their names.
 
         Whether a flag is open is the exporter's own answer at the window's end: its series is
         in the instant vector there. The exporter drops the series the moment the flag closes
@@ -536,14 +549,13 @@ class PrometheusSource:
             "open": self._pool.submit(self.query, f"{m.FLAG_ACTIVE}{sel} == 1", hi),
             "notes": self._pool.submit(
                 self.query, f"last_over_time({m.FLAG_INFO}{sel}[{window}s])", hi),
-            "alerts": self._pool.submit(self.query, alert_selector(FIRING_QUERY, self.job), hi),
-            "since": self._pool.submit(self.query, alert_selector(SINCE_QUERY, self.job), hi),
+            "rules": self._pool.submit(self._alert_rules),
         }
         res = futures["runs"].result()
         open_now = {_flag_identity(s["metric"]): float(s["value"][0])
                     for s in futures["open"].result()}
         notes = {_flag_identity(s["metric"]): s["metric"] for s in futures["notes"].result()}
-        flags: list[Flag] = []
+        flags: list[tuple[Flag, dict]] = []  # each with its series' labels
         seen: set[tuple[str, ...]] = set()
         for series in res:
             labels = series["metric"]
@@ -554,19 +566,113 @@ class PrometheusSource:
             for i, (run_start, run_end) in enumerate(runs):
                 # the last run is open while the series is there at the window's end
                 still_open = i == len(runs) - 1 and ident in open_now
-                flags.append(_flag_from(labels, notes.get(ident, {}), run_start,
-                                        None if still_open else run_end))
+                flags.append((_flag_from(labels, notes.get(ident, {}), run_start,
+                                         None if still_open else run_end), labels))
         for ident, at in open_now.items():  # opened after the range query's last step
             if ident not in seen:
                 labels = next(s["metric"] for s in futures["open"].result()
                               if _flag_identity(s["metric"]) == ident)
-                flags.append(_flag_from(labels, notes.get(ident, {}), at, None))
+                flags.append((_flag_from(labels, notes.get(ident, {}), at, None), labels))
         # the cross-node alerts (nodes without the log are compared in Prometheus): the pages
         # show the same verdict as the alert while it fires
-        flags += alert_flags(futures["alerts"].result(), futures["since"].result(), hi)
+        rules = futures["rules"].result()
+        if rules is None:  # no rules API: the firing alerts from ALERTS, the flags as they are
+            flags = [f for f, _labels in flags]
+            flags += alert_flags(self.query(alert_selector(FIRING_QUERY, self.job), hi),
+                                 self.query(alert_selector(SINCE_QUERY, self.job), hi), hi)
+        else:
+            flags = [f for f, state in _by_alert(flags, *rules) if state == "firing"]
+            flags += [cross_node_flag(a) for a in rules[0]
+                      if a.name in CROSS_NODE_ALERTS and a.state == "firing"]
         if active_only:
             flags = [f for f in flags if f.end is None]
         return sorted(flags, key=lambda f: f.start, reverse=True)
+
+    def _alert_rules(self) -> tuple[list[ActiveAlert], set[str]] | None:
+        """The pending and firing alerts of the job and the flag kinds an alerting rule reads
+        (``/api/v1/rules``); None when the server has no rules API to ask."""
+        try:
+            data = self._get("/api/v1/rules", {"type": "alert"})
+        except SourceError as exc:
+            if "unreachable" in str(exc) or "did not answer" in str(exc):
+                raise
+            return None
+        return active_alerts(data.get("groups") or [], self.job)
+
+    def pending_flags(self, start: float | None = None, end: float | None = None
+                      ) -> list[tuple[Flag, str]]:
+        """What is open but does not page, newest first, each with why in words: a pending
+        alert (waiting out its ``for:``) or an exporter flag whose alert is not firing (the
+        rule holds it back, e.g. ``VerlLowUtilization`` while a straggler alert explains it).
+        Empty without alert rules loaded."""
+        rng = self._window(start, end)
+        if rng is None:
+            return []
+        hi = rng[1]
+        sel = self._sel()
+        rules = self._alert_rules()
+        if rules is None:
+            return []
+        window = max(int(hi - rng[0]), int(self.scrape_interval()))
+        notes_q = self._pool.submit(self.query,
+                                    f"last_over_time({m.FLAG_INFO}{sel}[{window}s])", hi)
+        open_now = self.query(f"{m.FLAG_ACTIVE}{sel} == 1", hi)
+        notes = {_flag_identity(s["metric"]): s["metric"] for s in notes_q.result()}
+        flags = [(_flag_from(s["metric"], notes.get(_flag_identity(s["metric"]), {}),
+                             float(s["value"][0]), None), s["metric"]) for s in open_now]
+        out = [(f, state) for f, state in _by_alert(flags, *rules) if state != "firing"]
+        out += [(cross_node_flag(a), _pending_words(a)) for a in rules[0]
+                if a.name in CROSS_NODE_ALERTS and a.state == "pending"]
+        return sorted(out, key=lambda fs: fs[0].start, reverse=True)
+
+    def jobs(self) -> list[str]:
+        """The scrape jobs holding verl-monitor exporters (within the last day), sorted."""
+        res = self.query(f"count by (job) (last_over_time({m.BUILD_INFO}[1d]))")
+        return sorted({str(r["metric"].get("job", "")) for r in res} - {""})
+
+    def phase_activity(self, start: float, end: float) -> pd.DataFrame:
+        """Per phase over ``[start, end]`` from the exporters' per-phase counters (every 1 s
+        sample of theirs, exact at any scrape interval): the GPUs' mean utilization and SM
+        activity in the phase, the samples inside it per GPU and its seconds per GPU; the
+        columns of ``phase_summary`` (``node`` "all", ``gpu`` 0), its figures withheld where
+        the samples are too few. Empty when the exporters publish no such counters."""
+        from monitor.analysis.attribution import default_min_phase_samples
+
+        span = max(int(math.ceil(end - start)), int(self.scrape_interval()))
+        sel = self._sel()
+
+        def per_gpu(name: str) -> str:
+            return f"increase({name}{sel}[{span}s])"
+
+        qs = {"seconds": f"sum by (phase) ({per_gpu(m.PHASE_GPU_SECONDS)})",
+              "util": f"sum by (phase) ({per_gpu(m.PHASE_GPU_UTIL_SECONDS)})",
+              "sm": f"sum by (phase) ({per_gpu(m.PHASE_GPU_SM_ACTIVE_SECONDS)})",
+              "samples": f"sum by (phase) ({per_gpu(m.PHASE_GPU_SAMPLES)})",
+              "gpus": f"count by (phase) ({per_gpu(m.PHASE_GPU_SECONDS)} > 0)"}
+        futures = {k: self._pool.submit(self.query, q, end) for k, q in qs.items()}
+        vals: dict[str, dict[str, float]] = {}
+        for k, fut in futures.items():
+            vals[k] = {str(r["metric"].get("phase", "")): float(r["value"][1])
+                       for r in fut.result()}
+        cols = ["phase", "node", "gpu", "util_mean", "sm_mean", "util_p10", "sm_p10", "steps",
+                "samples", "full_samples", "seconds", "withheld"]
+        min_samples = default_min_phase_samples()
+        rows = []
+        for phase, secs in sorted(vals["seconds"].items()):
+            gpus = vals["gpus"].get(phase, 0.0)
+            if not phase or secs <= 0 or gpus <= 0:
+                continue
+            per = vals["samples"].get(phase, 0.0) / gpus
+            held = per < min_samples
+            rows.append({
+                "phase": phase, "node": "all", "gpu": 0,
+                "util_mean": np.nan if held else 100.0 * vals["util"].get(phase, np.nan) / secs,
+                "sm_mean": np.nan if held else 100.0 * vals["sm"].get(phase, np.nan) / secs,
+                "util_p10": np.nan, "sm_p10": np.nan, "steps": np.nan,
+                "samples": per, "full_samples": per, "seconds": secs / gpus,
+                "withheld": (f"{per:.0f} samples per GPU inside it (fewer than {min_samples})"
+                             if held else "")})
+        return pd.DataFrame(rows, columns=cols)
 
     def nccl_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
         """NCCL seconds per wall second, bytes per second and bus bandwidth, per collective."""
@@ -730,6 +836,43 @@ def _flag_from(labels: dict, note: dict, start: float, end: float | None) -> Fla
         ),
         advice=_flag_advice(labels.get("kind", ""), note.get("advice", "")),
     )
+
+
+def _alert_identity(labels: dict) -> tuple[str, ...]:
+    """What joins an exporter flag's series to its alert (the rule keeps the flag's labels; a
+    rule may set its own severity)."""
+    return tuple(str(labels.get(k) or "") for k in
+                 ("job", "instance", "kind", "exported_node", "node", "gpu", "phase"))
+
+
+def _pending_words(alert: ActiveAlert) -> str:
+    return f"pending: alert {alert.name} waits out its 'for:' before it fires"
+
+
+def _by_alert(flags: list[tuple[Flag, dict]], alerts: list[ActiveAlert], kinds: set[str]
+              ) -> list[tuple[Flag, str]]:
+    """Each flag with its state on the pages: "firing" (closed flags, flags of a kind no alert
+    rule reads, and flags whose alert fires, started when it began to fire), else why it does
+    not page (pending, or held back by its rule)."""
+    ids: dict[tuple[str, ...], ActiveAlert] = {}
+    for a in alerts:
+        if a.flag_kind and (a.state == "firing" or _alert_identity(a.labels) not in ids):
+            ids[_alert_identity(a.labels)] = a
+    out = []
+    for f, labels in flags:
+        if f.end is not None or f.kind not in kinds:
+            out.append((f, "firing"))
+            continue
+        a = ids.get(_alert_identity(labels))
+        if a is not None and a.state == "firing":
+            out.append((replace(f, start=a.fired_at if a.fired_at is not None else f.start),
+                        "firing"))
+        elif a is not None:
+            out.append((f, _pending_words(a)))
+        else:
+            out.append((f, "held back: its alert rule does not fire it (another alert explains "
+                           "it, or the rule has not been evaluated since it opened)"))
+    return out
 
 
 def _flag_identity(labels: dict) -> tuple[str, ...]:

@@ -229,6 +229,18 @@ class StoreSource:
 
         return culprits_from_events(self.events(start, end))
 
+    def pending_flags(self, start: float | None = None, end: float | None = None) -> list:
+        """Nothing: the run store holds the detectors' own verdicts, none of them waits to page."""
+        return []
+
+    def jobs(self) -> list[str]:
+        """Nothing: a run store holds one run."""
+        return []
+
+    def phase_activity(self, start: float, end: float) -> pd.DataFrame:
+        """Empty: the pages attribute the store's 1 s samples to the phases themselves."""
+        return pd.DataFrame()
+
     def nccl_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
         """NCCL samples bucketed per (node, coll): share of wall time, bytes/s, bus bandwidth."""
         raw = self._call("nccl_frame", start, end)

@@ -114,6 +114,28 @@ CREATE TABLE IF NOT EXISTS log_positions (
 """
 
 
+def add_missing_gpu_columns(conn: sqlite3.Connection) -> list[str]:
+    """Add the GPU sample columns a store written before them lacks (issue 23: PCIe and NVLink
+    rates), as nullable REAL columns; returns the names added. Old rows read as NaN there.
+
+    Additive and idempotent, so it runs on every open, whatever ``user_version`` says.
+    """
+    have = {r[1] for r in conn.execute("PRAGMA table_info(gpu_samples)")}
+    if not have:
+        return []
+    added = []
+    for col in GPU_COLUMNS:
+        if col not in have:
+            try:
+                conn.execute(f"ALTER TABLE gpu_samples ADD COLUMN {col} REAL")
+            except sqlite3.OperationalError as exc:  # another process added it meanwhile
+                if "duplicate column" not in str(exc):
+                    raise
+                continue
+            added.append(col)
+    return added
+
+
 class SchemaError(RuntimeError):
     """The file is not a run store this version can read."""
 
@@ -141,6 +163,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     check(conn)
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version == SCHEMA_VERSION:
+        add_missing_gpu_columns(conn)
         return
     # auto_vacuum must be set before the first table exists; it lets retention give space back.
     if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
@@ -153,6 +176,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             if statement.strip():
                 conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        add_missing_gpu_columns(conn)
     except BaseException:
         conn.execute("ROLLBACK")
         raise

@@ -1,0 +1,239 @@
+"""memory_creep: GPU memory that grows step after step, forecast to the capacity line.
+
+``memory_pressure`` speaks once memory is near the capacity; a leak (tensors kept across steps,
+a cache that never empties) is visible long before: the per-step peak of each GPU climbs by
+about the same amount every step. This detector fits that growth with a robust slope (Theil-Sen:
+the median of the pairwise slopes of the last ``window`` peaks, so one odd step does not move
+it), and when the growth is steady it opens a warning with the rate and the projected time to
+the capacity ("at +18.0 GiB per step, out of memory in about 1 step"). A one-off jump right
+after ``save_checkpoint`` or validation that stays is named as such. The first
+``warmup_points`` steps are left out (the allocator and caches fill up there). Without steps in the data
+(a log that gives no step lines) the peaks are taken per analysis window and the rate is given
+per minute. verl's own reserved peak (``perf/max_memory_reserved_gb``) is judged the same way
+when no GPU samples exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from monitor.config import Section
+from monitor.detect.base import Context, make_flag
+
+GIB = 1024**3
+
+
+@dataclass
+class Creep:
+    """The growth of one memory series over its last window of peaks."""
+
+    rate: float  # bytes per unit (step or minute)
+    level: float  # latest peak, bytes
+    first: float  # first peak of the window, bytes
+    units_left: float  # steps or minutes to the capacity at this rate (inf when unknown)
+
+
+def theil_sen(y: np.ndarray, x: np.ndarray | None = None) -> float:
+    """The median of the pairwise slopes of ``y`` over ``x`` (default 0, 1, 2, ...)."""
+    y = np.asarray(y, float)
+    x = np.arange(len(y), dtype=float) if x is None else np.asarray(x, float)
+    i, j = np.triu_indices(len(y), k=1)
+    dx = x[j] - x[i]
+    ok = dx > 0
+    if not ok.any():
+        return float("nan")
+    return float(np.median((y[j] - y[i])[ok] / dx[ok]))
+
+
+def creep(peaks: np.ndarray, capacity: float, cfg: Section, min_rate: float,
+          x: np.ndarray | None = None) -> Creep | None:
+    """The steady growth of ``peaks`` (oldest first), or None when it does not grow steadily.
+
+    Steady: the Theil-Sen slope is at least ``min_rate`` bytes per unit, at least
+    ``steady_share`` of the successive differences rise by a quarter of it or more, and the
+    window grew by ``min_total_gib`` in all."""
+    peaks = np.asarray(peaks, float)
+    if len(peaks) < max(3, cfg.get_int("min_points")):
+        return None
+    rate = theil_sen(peaks, x)
+    if not np.isfinite(rate) or rate < min_rate:
+        return None
+    diffs = np.diff(peaks)
+    if x is not None:
+        diffs = diffs / np.where(np.diff(x) > 0, np.diff(x), np.nan)
+    if np.mean(diffs >= 0.25 * rate) < cfg.get_float("steady_share"):
+        return None
+    if peaks[-1] - peaks[0] < cfg.get_float("min_total_gib") * GIB:
+        return None
+    left = (capacity - peaks[-1]) / rate if capacity > 0 else float("inf")
+    return Creep(rate=rate, level=float(peaks[-1]), first=float(peaks[0]),
+                 units_left=max(0.0, float(left)))
+
+
+def forecast_text(rate: float, units_left: float, unit: str) -> str:
+    """"at +18.0 GiB per step, out of memory in about 1 step" (or "... capacity unknown")."""
+    head = f"at +{rate / GIB:.1f} GiB per {unit}"
+    if not np.isfinite(units_left):
+        return head
+    n = max(1, int(round(units_left)))
+    return f"{head}, out of memory in about {n} {unit}{'' if n == 1 else 's'}"
+
+
+def _peaks(ctx: Context, q: float) -> pd.DataFrame:
+    """Per node, GPU and analysis window: the ``q`` quantile of the memory used (``peak``: its
+    level in that step, short spikes such as the weight sync's double copy left out), the
+    capacity, the window's end and step (NaN for fixed windows)."""
+    df = ctx.act_windowed
+    if len(df) == 0 or not df["mem_used_bytes"].notna().any():
+        return pd.DataFrame(columns=["node", "gpu", "win", "peak", "cap", "end", "step"])
+    df = df[(df["win"] >= 0) & df["mem_used_bytes"].notna()]
+    grp = df.groupby(["node", "gpu", "win"])
+    per = grp["mem_used_bytes"].quantile(q).rename("peak").to_frame()
+    per["cap"] = grp["mem_total_bytes"].max()
+    per = per.reset_index()
+    win = ctx.windows
+    per["end"] = win["end"].to_numpy(float)[per["win"].to_numpy(int)]
+    per["step"] = win["step"].to_numpy(float)[per["win"].to_numpy(int)]
+    return per
+
+
+def _after_save_or_validation(ctx: Context, step: int) -> str | None:
+    """"save_checkpoint" or "validation" when step ``step`` or the one before it ran one."""
+    sf = ctx.sf
+    for col, name in (("save_checkpoint", "save_checkpoint"), ("testing", "validation")):
+        if col in sf.columns:
+            hit = sf[sf["step"].isin([step, step - 1]) & sf[col].fillna(0).gt(0)]
+            if len(hit):
+                return name
+    for e in ctx.events:
+        if e.kind == "validation" and e.step in (step, step - 1):
+            return "validation"
+    return None
+
+
+def _jump(ctx: Context, peaks: np.ndarray, steps: np.ndarray, cfg: Section
+          ) -> tuple[int, float, str] | None:
+    """The first jump right after a checkpoint save or a validation that stays: (index of the
+    first peak after it, its size in bytes, what preceded it)."""
+    if len(peaks) < 3:
+        return None
+    diffs = np.diff(peaks)
+    lim = cfg.get_float("jump_gib") * GIB
+    for i in np.flatnonzero(diffs >= lim) + 1:
+        others = np.delete(diffs, i - 1)
+        if len(others) and diffs[i - 1] < cfg.get_float("jump_factor") * max(
+                float(np.median(np.abs(others))), 1.0):
+            continue
+        after = peaks[i:i + 3]
+        if len(after) < 2 or float(np.median(after)) < peaks[i - 1] + 0.7 * diffs[i - 1]:
+            continue
+        what = _after_save_or_validation(ctx, int(steps[i]))
+        if what:
+            return int(i), float(diffs[i - 1]), what
+    return None
+
+
+def _series_flags(ctx: Context, who: str, scope: dict, peaks: np.ndarray, ends: np.ndarray,
+                  steps: np.ndarray, capacity: float, cfg: Section) -> list:
+    """The creep (and checkpoint-jump) flags of one memory series, oldest peak first."""
+    per_step = np.isfinite(steps).all() and len(steps) >= cfg.get_int("min_points")
+    unit = "step" if per_step else "minute"
+    x = None if per_step else (ends - ends[0]) / 60.0
+    min_rate = cfg.get_float("min_rate_gib_per_step" if per_step else "min_rate_gib_per_min") * GIB
+    width = cfg.get_int("window")
+    flags = []
+    state: list[Creep | None] = []
+    for i in range(len(peaks)):
+        lo = max(0, i - width + 1)
+        state.append(creep(peaks[lo:i + 1], capacity, cfg, min_rate,
+                           None if x is None else x[lo:i + 1]))
+    i = 0
+    while i < len(state):
+        if state[i] is None:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(state) and state[j + 1] is not None:
+            j += 1
+        last = state[j]
+        lo = max(0, min(i, j - width + 1))
+        span = (f"steps {int(steps[lo])}-{int(steps[j])}" if per_step
+                else f"{(ends[j] - ends[lo]) / 60:.0f} min")
+        cap = f" of {capacity / GIB:.0f} GiB" if capacity > 0 else ""
+        crit = last.units_left <= cfg.get_float("critical_units_left")
+        end = None if j == len(state) - 1 else float(ends[j + 1])
+        rng = [int(steps[lo]), int(steps[j])] if per_step else None
+        flags.append(make_flag(
+            "memory_creep", "critical" if crit else "warning", float(ends[i]), end,
+            {**scope, **({"steps": rng} if rng else {})},
+            f"{who} memory grows steadily ({span}: {peaks[lo] / GIB:.1f} -> "
+            f"{last.level / GIB:.1f} GiB{cap}): "
+            f"{forecast_text(last.rate, last.units_left, unit)}.",
+        ))
+        i = j + 1
+    if per_step and not flags:
+        jump = _jump(ctx, peaks, steps, cfg)
+        if jump:
+            k, size, what = jump
+            cap = f" of {capacity / GIB:.0f} GiB" if capacity > 0 else ""
+            flags.append(make_flag(
+                "memory_creep", "warning", float(ends[k]), None,
+                {**scope, "steps": [int(steps[k - 1]), int(steps[k])]},
+                f"{who} memory jumped by {size / GIB:.1f} GiB right after {what} "
+                f"(step {int(steps[k - 1])} -> {int(steps[k])}: {peaks[k - 1] / GIB:.1f} -> "
+                f"{peaks[k] / GIB:.1f} GiB{cap}) and stayed: memory kept since the {what}.",
+            ))
+    return flags
+
+
+def detect_memory_creep(ctx: Context) -> list:
+    """Steady growth of each GPU's per-step memory peak, with the forecast to the capacity, or a
+    jump that stays right after a checkpoint save or a validation (see the module doc)."""
+    cfg = ctx.cfg("memory_creep")
+    flags = []
+    per = _peaks(ctx, cfg.get_float("quantile"))
+    if len(per):
+        for (node, gpu), g in per.groupby(["node", "gpu"], sort=True):
+            g = g.sort_values("end")
+            stepped = g[g["step"].notna()]
+            if len(stepped) >= cfg.get_int("min_points"):
+                g = stepped.drop_duplicates("step", keep="last")
+            g = g.iloc[cfg.get_int("warmup_points"):]  # the allocator and caches fill up first
+            cap = cfg.get_float("capacity_bytes", 0.0) or float(g["cap"].max() or 0.0)
+            flags.extend(_series_flags(
+                ctx, f"GPU {int(gpu)} on node {node}:", {"node": str(node), "gpus": [int(gpu)]},
+                g["peak"].to_numpy(float), g["end"].to_numpy(float),
+                g["step"].to_numpy(float), cap if np.isfinite(cap) else 0.0, cfg))
+        return _merge(flags)
+    sf = ctx.sf
+    if len(sf) and sf["mem_reserved"].notna().sum() >= cfg.get_int("min_points"):
+        s = sf[sf["mem_reserved"].notna()].sort_values("end").iloc[cfg.get_int("warmup_points"):]
+        cap = cfg.get_float("capacity_bytes", 0.0)
+        flags.extend(_series_flags(ctx, "verl's reserved peak:", {},
+                                   s["mem_reserved"].to_numpy(float), s["end"].to_numpy(float),
+                                   s["step"].to_numpy(float), cap, cfg))
+    return flags
+
+
+def _merge(flags: list) -> list:
+    """A node's GPUs whose flags overlap in time become one flag: the worst severity, every GPU
+    in scope, the evidence of the first critical one (else the first)."""
+    out: list = []
+    for f in sorted(flags, key=lambda f: (str(f.scope.get("node")), f.start)):
+        prev = out[-1] if out else None
+        if (prev is None or prev.scope.get("node") != f.scope.get("node")
+                or (prev.end is not None and f.start > prev.end)):
+            out.append(f)
+            continue
+        gpus = sorted(set(prev.scope.get("gpus", [])) | set(f.scope.get("gpus", [])))
+        if f.severity == "critical" and prev.severity != "critical":
+            prev.severity, prev.evidence = "critical", f.evidence
+        prev.scope["gpus"] = gpus[:16]
+        prev.end = None if prev.end is None or f.end is None else max(prev.end, f.end)
+    for f in out:
+        if len(f.scope.get("gpus", [])) > 1:
+            f.evidence += f" {len(f.scope['gpus'])} GPUs of this node grow alike."
+    return out
