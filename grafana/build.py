@@ -435,7 +435,7 @@ def gpus() -> dashboard.Dashboard:
                                    "a line that stays above 0 step after step is a leak; the "
                                    "memory_creep flag forecasts when it reaches the capacity."))
         .with_panel(ts("Time to full at this rate", SECONDS,
-                       q(f"instance_gpu:verlmon_gpu_memory_full_in:seconds{{{SEL_GPU}}}", legend),
+                       q(f"instance_gpu:verlmon_gpu_memory_used_bytes:seconds_to_full{{{SEL_GPU}}}", legend),
                        description="Free memory / growth rate: the memory_creep forecast as "
                                    "Prometheus sees it (no line while memory does not grow)."))
         .with_panel(ts("Power", WATTS, q(f"verlmon_gpu_power_watts{{{SEL_GPU}}}", legend),

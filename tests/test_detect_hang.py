@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pandas as pd
-
 from detect_builders import make_gpu, make_steps
+
 from monitor.detect import make_context, run_all
 from monitor.detect.hang import detect_hang
 from monitor.records import Event

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 
+from hang_standins import as_rank, real_dump, start_standin, stop, write_dump
 from prometheus_client.core import CollectorRegistry
 
 from exporters.collectors.flight_recorder import FlightRecorderCollector
 from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
 from exporters.window import RollingWindow
-from hang_standins import as_rank, real_dump, start_standin, stop, write_dump
 from monitor.records import StepRecord
 
 

@@ -124,6 +124,16 @@ def test_down_gpu_shows_up_zero_and_no_data_series():
     assert row["up"] is False and row["xid_total"] == 1 and row["util"] is None
 
 
+def test_rows_carry_the_gpm_link_rates():
+    """PCIe and NVLink bytes per second reach the store (offload and collective signatures)."""
+    r = GpuReading(index=0, ts=1.0, util=0.5, pcie_tx_bps=1e9, pcie_rx_bps=8e9,
+                   nvlink_tx_bps=5e10, nvlink_rx_bps=6e10)
+    row = reading_to_row(r, "n")
+    assert (row["pcie_tx_bps"], row["pcie_rx_bps"]) == (1e9, 8e9)
+    assert (row["nvlink_tx_bps"], row["nvlink_rx_bps"]) == (5e10, 6e10)
+    assert reading_to_row(GpuReading(index=1, ts=1.0), "n")["pcie_rx_bps"] is None
+
+
 def test_dcgm_compat_adds_dcgm_names_with_last_xid():
     first = GpuReading(index=0, ts=1.0, util=0.5, mem_used_bytes=1024.0 ** 3,
                        mem_total_bytes=4 * 1024.0 ** 3)

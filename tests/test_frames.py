@@ -90,3 +90,14 @@ def test_nccl_csv_keeps_collective_and_communicator_as_text(tmp_path):
     assert df["coll"].tolist() == ["Broadcast", "AllReduce"]
     assert df["comm"].tolist() == ["unknown", "0x7f"]
     assert df["exec_s"].tolist() == [0.1, 0.5] and pd.isna(df["bytes"].iloc[0])
+
+
+def test_a_gpu_csv_from_before_the_link_rates_still_loads(tmp_path):
+    """gpu.csv files written before the PCIe/NVLink columns (every real recording up to
+    issue 23) load with those columns empty."""
+    path = tmp_path / "gpu.csv"
+    path.write_text("ts,node,gpu,util,sm_active,mem_used_bytes,mem_total_bytes,power_w,"
+                    "tensor_active,dram_active\n1.0,n,0,50,40,1,2,300,10,20\n")
+    df = read_gpu_frame(path)
+    assert list(df.columns) == list(GPU_COLUMNS)
+    assert df[["pcie_tx_bps", "pcie_rx_bps", "nvlink_tx_bps", "nvlink_rx_bps"]].isna().all().all()

@@ -6,8 +6,8 @@ import os
 import pickle
 
 import pytest
-
 from hang_standins import FIXTURES
+
 from monitor.hang.dump import DumpError, parse_dump, read_dump
 
 

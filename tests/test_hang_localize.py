@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 from hang_standins import as_rank, real_dump
+
 from monitor.hang.dump import parse_dump
 from monitor.hang.localize import RankInfo, localize_dumps
 

@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-
 from hang_standins import FIXTURES
+
 from monitor.hang.pyspy import Stack, dump_stack, localize_stacks, parse_dump_text
 
 

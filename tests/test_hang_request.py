@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from hang_standins import FIXTURES, as_rank, real_dump, start_standin, stop, write_dump
+
 from monitor.hang.request import find_pipes, poke, request_dumps
 
 

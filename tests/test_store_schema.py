@@ -63,3 +63,31 @@ def test_garbage_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="junk.db: not a verl-monitor run store"):
         RunStore(junk)
     assert junk.read_bytes() == b"this is not sqlite" * 100
+
+
+def test_a_store_written_before_the_link_rates_gains_them_and_exports_them(tmp_path: Path) -> None:
+    """Issue 23: PCIe/NVLink columns join gpu_samples; an older store gets them on open (its
+    old rows read NaN there), new rows keep them, and ``export`` writes them to gpu.csv."""
+    from monitor.frames import read_gpu_frame
+    from monitor.store import export_dir
+
+    path = tmp_path / "run.db"
+    with RunStore(path) as store:
+        store.add_gpu_samples([{"ts": 1.0, "node": "n0", "gpu": 0, "util": 50.0,
+                                "mem_used_bytes": 1.0, "mem_total_bytes": 2.0}])
+    conn = sqlite3.connect(path)  # make it look like a store from before the columns
+    for col in ("pcie_tx_bps", "pcie_rx_bps", "nvlink_tx_bps", "nvlink_rx_bps"):
+        conn.execute(f"ALTER TABLE gpu_samples DROP COLUMN {col}")
+    conn.commit()
+    conn.close()
+    with RunStore(path, create=False) as store:
+        store.add_gpu_samples([{"ts": 2.0, "node": "n0", "gpu": 0, "util": 60.0,
+                                "mem_used_bytes": 1.0, "mem_total_bytes": 2.0,
+                                "pcie_tx_bps": 1e9, "pcie_rx_bps": 8e9,
+                                "nvlink_tx_bps": 5e10, "nvlink_rx_bps": 6e10}])
+        df = store.gpu_frame()
+    assert df["pcie_rx_bps"].isna().tolist() == [True, False]
+    assert df["pcie_rx_bps"].iloc[1] == 8e9 and df["nvlink_rx_bps"].iloc[1] == 6e10
+    export_dir(path, tmp_path / "out")
+    csv = read_gpu_frame(tmp_path / "out" / "gpu.csv")
+    assert csv["pcie_tx_bps"].iloc[1] == 1e9 and csv["nvlink_tx_bps"].iloc[1] == 5e10

@@ -173,12 +173,19 @@ def input_problem(options: ExporterOptions) -> str | None:
     directory, a run store or a binary file is refused, as ``analyze`` refuses it. ``--sim-log``
     must be a file whose folder exists or can be made; ``--phase-source`` an http(s) URL.
     """
+    import stat
     import urllib.parse
     from pathlib import Path
 
     from monitor.commands.analyze import log_file_problem
 
     for path in options.log:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue  # not there yet: followed once it appears
+        if stat.S_ISFIFO(mode):
+            continue  # a pipe is read as it is written; peeking at it would block the start
         if os.path.exists(path):
             problem = log_file_problem(path)
             if problem:
