@@ -26,7 +26,8 @@ title alone. Each page's "x floor" ("x bare") is the median of its warm URL time
 median of that page's, the figure to read where Streamlit's own floor (and a shared machine's
 load) leaves no room under 2 s.
 
-Usage: ``python bench/dashboard.py [--skip-store] [--skip-prometheus] [--json PATH]``
+Usage: ``python bench/dashboard.py [--skip-store] [--skip-prometheus] [--pages Overview]
+[--json PATH]``
 """
 
 from __future__ import annotations
@@ -452,7 +453,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the 128 node x 8 GPU Prometheus backfill")
     parser.add_argument("--nodes", type=int, default=128, help="nodes in the Prometheus case")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--pages", metavar="NAMES",
+                        help="only these pages, comma-separated titles (e.g. Overview)")
     args = parser.parse_args(argv)
+    if args.pages:
+        wanted = {w.strip().lower() for w in args.pages.split(",")}
+        for path in [p for p, title in PAGES.items() if title.lower() not in wanted]:
+            del PAGES[path]
+        if not PAGES:
+            parser.error(f"--pages {args.pages!r} names no page")
     results: dict = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="verlmon-bench-") as tmp:
         tmp = Path(tmp)

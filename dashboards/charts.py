@@ -448,7 +448,7 @@ def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
         return _shade_steps(step_time_trend(steps, flagged=own), flag, steps, title)
     elif kind == "comm_heavy" and not steps.empty and "comm" in steps.columns:
         return comm_share(steps, pd.DataFrame()).update_layout(title=title)
-    elif kind in ("memory_pressure", "oom") and gpu is not None and not gpu.empty:
+    elif kind in ("memory_pressure", "oom", "memory_creep") and gpu is not None and not gpu.empty:
         col = "mem_used_bytes_max" if "mem_used_bytes_max" in gpu.columns else "mem_used_bytes"
         for (node, idx), part in gpu.groupby(["node", "gpu"]):
             fig.add_trace(go.Scatter(x=to_time(part["ts"]), y=part[col] / GIB,
@@ -456,6 +456,8 @@ def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
         total = gpu["mem_total_bytes"].max()
         if pd.notna(total):
             fig.add_hline(y=total / GIB, line_dash="dash", annotation_text="capacity")
+        if kind == "memory_creep":
+            _forecast_line(fig, flag, gpu, col, total)
         fig.update_yaxes(title="GiB")
     elif gpu is not None and not gpu.empty:
         col = "sm_active" if kind == "util_overstates_sm" else "util"
@@ -477,9 +479,39 @@ def flag_evidence(flag: Flag, gpu: pd.DataFrame, host: pd.DataFrame,
     if not fig.data:
         return empty_figure(title, "no samples in the flag's window")
     _shade(fig, flag)
-    if window is not None:
+    if window is not None and kind != "memory_creep":  # the forecast runs past the window
         end_at(fig, *window)
     return _layout(fig, title, height=280, key=f"flag_{kind}")
+
+
+def _forecast_line(fig: go.Figure, flag: Flag, gpu: pd.DataFrame, col: str,
+                   total: float) -> None:
+    """memory_creep: the growth of the flag's fastest GPU carried on to the capacity (a dotted
+    line, robust slope over per-minute medians), with the flag's forecast as its label."""
+    from monitor.detect.memory import theil_sen
+
+    gpus = set(flag.scope.get("gpus") or [])
+    best: tuple[float, float, float] | None = None  # rate (bytes/s), last ts, last level
+    for (_, idx), part in gpu.groupby(["node", "gpu"]):
+        if gpus and int(idx) not in gpus:
+            continue
+        per = part.assign(m=(part["ts"] // 60)).groupby("m").agg(ts=("ts", "max"), v=(col, "median"))
+        per = per.dropna().tail(30)
+        if len(per) < 3:
+            continue
+        rate = theil_sen(per["v"].to_numpy(float), per["ts"].to_numpy(float))
+        if np.isfinite(rate) and rate > 0 and (best is None or rate > best[0]):
+            best = (rate, float(per["ts"].iloc[-1]), float(per["v"].iloc[-1]))
+    if best is None or not pd.notna(total) or total <= best[2]:
+        return
+    rate, t_last, level = best
+    t_full = t_last + (float(total) - level) / rate
+    text = flag.evidence.split(": ")[-1].rstrip(".") if "out of memory" in flag.evidence else (
+        "forecast")
+    fig.add_trace(go.Scatter(x=to_time(pd.Series([t_last, t_full])),
+                             y=[level / GIB, float(total) / GIB], name=text[:60],
+                             mode="lines", line={"dash": "dot", "width": 2,
+                                                 "color": SEVERITY_COLORS["critical"]}))
 
 
 def _shade_steps(fig: go.Figure, flag: Flag, steps: pd.DataFrame, title: str) -> go.Figure:

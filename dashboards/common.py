@@ -517,8 +517,9 @@ def rank_flags(flags: list[Flag]) -> list[Flag]:
 
 #: How the GPUs heat map and table call a GPU a flag covers (flag kind -> word); others by kind.
 GPU_MARKS: dict[str, str] = {"GPUStraggler": "STRAGGLER", "NodeImbalance": "SLOW NODE",
-                             "low_utilization": "LOW UTIL", "util_overstates_sm": "LOW SM",
-                             "memory_pressure": "MEM FULL", "gpu_fault": "FAULT"}
+                             "low_utilization": "LOW UTIL", "util_overstates_sm": "UTIL > SM",
+                             "memory_pressure": "MEM FULL", "memory_creep": "MEM GROWS",
+                             "gpu_fault": "FAULT"}
 
 
 def gpu_mark(flag: Flag) -> str:

@@ -40,6 +40,9 @@ HOST_COLUMNS: tuple[str, ...] = (
     "cpu_avg_pct",
     "iowait_pct",
     "disk_read_bps",
+    # resident memory of the verl training process tree (the job's workers), bytes (issue 23:
+    # host memory creep); optional: stores and CSVs written before it load with NaN here
+    "train_rss_bytes",
 )
 HOST_REQUIRED: tuple[str, ...] = ("ts", "node", "cpu_max_core_pct", "cpu_avg_pct")
 

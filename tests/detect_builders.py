@@ -126,6 +126,7 @@ def make_host(
     base["cpu_avg_pct"] = 10.0
     base["iowait_pct"] = iowait
     base["disk_read_bps"] = 1e6
+    base["train_rss_bytes"] = np.nan  # the training process tree's RSS: set it with ``edit``
     if edit:
         edit(base)
     return base[list(HOST_COLUMNS)]

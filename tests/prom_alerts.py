@@ -25,6 +25,7 @@ from e2e.procs import PrometheusProc, start_prometheus, wait_until
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from monitor import metric_names as m
+from monitor.sources.prometheus import PrometheusSource
 
 JOB = "straggler-job"
 NODE = "node3"
@@ -35,7 +36,7 @@ PHASES = {"gen": (0.99, 0.8), "adv": (0.01, 0.3)}
 RUNBOOK = "http://runbooks.example/verl-monitor/docs/runbooks.md#gpustraggler"
 ADVICE = "Turn on trainer.balance_batch=True so each data-parallel rank gets a similar token count."
 RULES = {"groups": [{"name": "verlmon.test", "rules": [
-    {"alert": "GPUStraggler", "expr": f'verlmon_gpu_sm_active{{gpu="{STRAGGLER_GPU}"}} > 0.5',
+    {"alert": "GPUStraggler", "expr": f'{m.GPU_SM_ACTIVE}{{gpu="{STRAGGLER_GPU}"}} > 0.5',
      "for": "2s", "labels": {"severity": "warning", "kind": "gpu_imbalance"},
      "annotations": {
          "summary": "GPU {{ $labels.gpu }} on {{ $labels.node }} is the straggler",
@@ -43,7 +44,7 @@ RULES = {"groups": [{"name": "verlmon.test", "rules": [
                         "minute while the other GPUs wait for it.\n"
                         f"Advice: {ADVICE}\nRunbook: {RUNBOOK}",
          "runbook_url": RUNBOOK}},
-    {"alert": "NodeImbalance", "expr": "count by (job, node) (verlmon_gpu_sm_active) > 0",
+    {"alert": "NodeImbalance", "expr": f"count by (job, node) ({m.GPU_SM_ACTIVE}) > 0",
      "for": "1h", "labels": {"severity": "warning", "kind": "gpu_imbalance"}},
     {"alert": "VerlLowUtilization",
      "expr": 'verlmon_flag_active{kind="low_utilization"} == 1 unless on (job) '
@@ -152,6 +153,12 @@ def start_alerting_prometheus(workdir: Path, timeout: float = 90) -> AlertingPro
         wait_until(lambda: ("VerlUtilOverstatesSm", "firing") in _states(prom.url), timeout,
                    what="the consequence flag's alert firing")
         wait_until(lambda: _steps_seen(prom.url) >= 3, timeout, what="three steps scraped")
+        # the pages start from the source's time range (found once a minute boundary passed)
+        src = PrometheusSource(prom.url, job=JOB)
+        try:
+            wait_until(src.time_range, timeout, what="the time range the pages read")
+        finally:
+            src.close()
     except BaseException:
         pair.stop()
         raise

@@ -131,3 +131,14 @@ def test_dominant_prefers_a_waiting_signature_held_by_a_third_of_the_samples():
     assert sig.name == "pcie_bound" and sig.phase == "old_log_prob"
     assert "PCIe 9.0 GB/s" in sig.evidence() and "PCIe-bound" in sig.evidence()
     assert S.dominant(table.iloc[:0]) is None
+
+
+def test_a_recorded_nccl_hang_spins_in_the_collective():
+    """2 H200s, rank 1 stops before an all-reduce: GPU 0 sits in the collective (util ~95%,
+    SM well under 20%) until the watchdog fires."""
+    d = FIXTURES / "2gpu_nccl_hang"
+    last = max(s.end_time for s in parse_file(str(d / "train.jsonl")).steps)
+    gpu = read_gpu_frame(d / "gpu.csv")
+    gpu = gpu[(gpu["ts"] > last + 5) & (gpu["gpu"] == 0)].assign(phase="hung")
+    table = S.summarize(gpu, ["phase"], TH, read_host_frame(d / "host.csv"))
+    assert table["signature"].tolist() == ["collective_spin"]

@@ -135,12 +135,15 @@ def test_overview_leads_with_health_gpu_time_and_the_top_problem_with_advice(mon
     assert "Where the GPU time goes" in bar and "GPUs idle" in bar
     assert 'title="gen: ' in bar and "idle (" in bar
     assert abs(sum(_bar_widths(bar)) - 100.0) < 0.5
-    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    assert [c["layout"]["title"]["text"] for c in charts] == ["Step time"]
+    # the step-time trend: inline SVG with the text, no Plotly chart to load on the Overview
+    assert not at.get("plotly_chart")
+    trend = next(h.value for h in at.html if "verlmon-trend" in h.value)
+    assert "Step time" in trend and "<svg" in trend and "rolling median (10)" in trend
     text = _text(at)
     if open_flags:
-        order = {"critical": 0, "warning": 1, "info": 2}
-        top = min(open_flags, key=lambda f: (order[f.severity], -f.start))
+        from dashboards.common import rank_flags
+
+        top = rank_flags(open_flags)[0]
         assert top.kind in text and "**What to do:**" in text
         assert top.advice[0] in text
     else:
@@ -461,3 +464,104 @@ def test_flags_page_says_how_to_get_a_name_when_no_round_named_anyone(monkeypatc
     path = _flag_store(tmp_path, [Flag("hang", "critical", END - 60.0, None, evidence="x")])
     at = _app(monkeypatch, "flags", VERLMON_STORE=path)
     assert "No rank named yet" in " ".join(c.value for c in at.caption)
+
+
+def _top_problem(at: AppTest) -> str:
+    """The Overview's "Top open problem" card (Markdown read as shown)."""
+    return shown_text(next(m.value for m in at.markdown if "**What to do:**" in m.value))
+
+
+def test_top_open_problem_is_the_cause_before_the_newer_flags_it_explains(monkeypatch,
+                                                                          tmp_path):
+    from monitor.records import Flag
+
+    straggler = Flag("gpu_imbalance", "warning", END - 300.0, None,
+                     scope={"node": "node1", "gpus": [1]},
+                     evidence="GPU 1 of node1 is the straggler in update_actor",
+                     advice=["Turn on trainer.balance_batch=True"])
+    waiting = [Flag(kind, "warning", END - 60.0 + i, None, scope={"node": "node0"},
+                    evidence=f"{kind} on node0", advice=["raise data.train_batch_size"])
+               for i, kind in enumerate(("low_utilization", "util_overstates_sm"))]
+    at = _app(monkeypatch, VERLMON_STORE=_flag_store(tmp_path, [straggler, *waiting]))
+    top = _top_problem(at)
+    assert "gpu_imbalance" in top and "straggler" in top and "low_utilization" not in top
+    # severity still comes first: a critical flag outranks the straggler
+    (tmp_path / "c").mkdir()
+    at = _app(monkeypatch, VERLMON_STORE=_flag_store(tmp_path / "c", [
+        straggler, *waiting, Flag("oom", "critical", END - 600.0, None, evidence="OOM",
+                                  advice=["lower ppo_micro_batch_size_per_gpu"])]))
+    assert "oom" in _top_problem(at)
+
+
+def test_gpus_heat_map_calls_the_straggler_the_straggler(monkeypatch, tmp_path):
+    from monitor.records import Flag
+
+    straggler = Flag("gpu_imbalance", "warning", END - 300.0, None,
+                     scope={"node": "node1", "gpus": [1]},
+                     evidence="GPU 1 of node1 is the straggler in update_actor")
+    below = Flag("gpu_imbalance", "warning", END - 200.0, None,
+                 scope={"node": "node1", "gpus": [0]}, evidence="GPU 0 sits below its peers")
+    monkeypatch.setenv("VERLMON_STORE", str(_flag_store(tmp_path, [straggler, below])))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["window"] = "all"
+    at.query_params["node"] = "node1"
+    at.run()
+    at.switch_page("views/gpus.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    (heat,) = _charts(at)
+    labels = dict(zip(heat["layout"]["yaxis"]["tickvals"], heat["layout"]["yaxis"]["ticktext"],
+                      strict=True))
+    assert "STRAGGLER" in labels["node1/1"] and "BELOW PEERS" in labels["node1/0"]
+    assert not any(a.get("text") == "LOW" for a in heat["layout"].get("annotations", []))
+
+
+@pytest.fixture(scope="module")
+def alerting(tmp_path_factory):
+    """A real Prometheus with GPUStraggler firing and NodeImbalance pending
+    (``tests/prom_alerts.py``)."""
+    from prom_alerts import start_alerting_prometheus
+
+    pair = start_alerting_prometheus(tmp_path_factory.mktemp("alerting"))
+    yield pair
+    pair.stop()
+
+
+def test_prometheus_overview_pages_on_firing_alerts_only_with_the_cause_on_top(monkeypatch,
+                                                                               alerting):
+    from prom_alerts import ADVICE, JOB
+
+    at = _app(monkeypatch, VERLMON_PROMETHEUS=alerting.url, VERLMON_JOB=JOB, window="15 min")
+    # firing only: GPUStraggler, io_starvation and the newer util_overstates_sm it explains
+    first = (at.error or at.warning)[0].value
+    assert first.startswith("Needs attention: 3 open flag(s)")
+    top = _top_problem(at)
+    assert "GPUStraggler" in top and ADVICE in top and "util_overstates_sm" not in top
+    # pending apart: the pending NodeImbalance and the held-back low_utilization
+    note = " ".join(shown_text(i.value) for i in at.info)
+    assert "2 not paging" in note and "NodeImbalance" in note and "low_utilization" in note
+    # the job on the page
+    assert any(JOB in shown_text(c.value) for c in at.sidebar.caption)
+
+
+def test_prometheus_overview_bar_comes_from_the_per_phase_counters(monkeypatch, alerting):
+    from prom_alerts import JOB, PHASES
+
+    at = _app(monkeypatch, VERLMON_PROMETHEUS=alerting.url, VERLMON_JOB=JOB, window="15 min")
+    bar = html.unescape(_gpu_time_bar(at))
+    # gen measured from the counters (80% busy) though Prometheus scrapes the gauges once a
+    # second and a step lasts two: never "short phases 100%" on 0 samples
+    assert f"gen: 99% of the step, GPUs {100 * PHASES['gen'][1]:.0f}% busy in it" in bar
+    assert "short phases (100%" not in bar
+
+
+def test_prometheus_flags_page_lists_what_does_not_page_apart(monkeypatch, alerting):
+    from prom_alerts import JOB
+
+    at = _app(monkeypatch, "flags", VERLMON_PROMETHEUS=alerting.url, VERLMON_JOB=JOB,
+              window="15 min")
+    pending = _table(at, "why")
+    assert sorted(pending["kind"]) == ["NodeImbalance", "low_utilization"]
+    cards = [shown_text(m.value) for m in at.markdown if "Evidence:" in m.value]
+    assert any("GPUStraggler" in c for c in cards)
+    assert not any("NodeImbalance" in c or "low_utilization" in c for c in cards)

@@ -132,6 +132,22 @@ def test_imbalance_evidence_highlights_the_lagging_gpu_and_shades_the_window():
     assert [s.type for s in fig.layout.shapes] == ["rect"]
 
 
+def test_memory_creep_evidence_carries_the_growth_on_to_the_capacity():
+    gib = 2**30
+    gpu = pd.DataFrame([{"ts": float(t), "node": "n0", "gpu": g,
+                         "mem_used_bytes": (10 + (t / 60.0) * (2 if g == 1 else 0)) * gib,
+                         "mem_total_bytes": 80 * gib} for t in range(0, 1200, 10) for g in range(2)])
+    flag = Flag("memory_creep", "warning", 600.0, None, scope={"node": "n0", "gpus": [1]},
+                evidence="GPU 1 on node n0: memory grows steadily (12 min: 20.0 -> 48.0 GiB of "
+                         "80 GiB): at +2.0 GiB per minute, out of memory in about 16 minutes.")
+    fig = charts.flag_evidence(flag, gpu, pd.DataFrame(), pd.DataFrame(), window=(0.0, 1190.0))
+    line = next(t for t in fig.data if t.name.startswith("at +2.0 GiB per minute"))
+    assert abs(line.y[-1] - 80.0) < 1e-6
+    # it reaches the capacity about (80 - 49.7) / 2 = 15 minutes after the last sample
+    end = pd.Timestamp(line.x[-1]).timestamp()
+    assert 1190 + 13 * 60 < end < 1190 + 17 * 60
+
+
 def test_io_starvation_evidence_shows_iowait_and_gpu_activity():
     host = pd.DataFrame({"ts": [100.0, 110.0], "node": "n0", "iowait_pct": [2.0, 35.0],
                          "cpu_max_core_pct": [50.0, 100.0]})

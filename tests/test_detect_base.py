@@ -35,3 +35,23 @@ def test_step_range_and_its_text():
     assert steps_text([41, 60]) == "steps 41-60"
     assert steps_text([41, 41]) == "step 41"
     assert steps_text(None) == ""
+
+
+def test_context_signatures_per_step_phase_and_gpu_for_the_ledger_and_the_evidence():
+    """``Context.signatures``: one row per (step, phase, node, gpu) with the means and the
+    signature; the host's busiest core joins by node and time."""
+    from detect_builders import make_gpu, make_host, make_steps
+
+    from monitor.config import load_config
+    from monitor.detect import make_context
+
+    steps = make_steps(6, shares={"gen": 0.5, "reward": 0.2, "update_actor": 0.3})
+    gpu = make_gpu(steps, n_gpus=2)
+    ctx = make_context(steps, gpu, make_host(gpu, cpu_max=100.0), [], load_config())
+    sig = ctx.signatures
+    assert {"step", "phase", "node", "gpu", "signature", "cpu_max"} <= set(sig.columns)
+    assert len(sig) == 6 * 3 * 2
+    assert set(sig[sig["phase"] == "reward"]["signature"]) == {"cpu_bound"}
+    assert set(sig[sig["phase"] == "update_actor"]["signature"]) == {"busy"}
+    assert not ctx.pcie_measured  # the frame has no PCIe rates: quiet PCIe is no evidence
+    assert ctx.verl_version == "unknown"

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from monitor.detect import run_all
@@ -53,7 +54,10 @@ def test_the_issue_case_18_gib_per_step_is_forecast_to_run_out_within_a_step():
     assert f.scope["gpus"] == [0, 1] and "2 GPUs of this node grow alike" in f.evidence
     # past the two warm-up steps, it opens at the fourth fitted step, before the capacity line
     assert f.start <= steps[5].end_time + 1e-6
-    assert any("trainer.save_freq" in a for a in f.advice)
+    # the leak first; no save or validation ran, so their frequencies are not advised
+    assert f.advice[0].startswith("Memory that grows every step is kept across steps")
+    assert not any("trainer.save_freq" in a for a in f.advice)
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization" in f.advice[-1]
 
 
 def test_a_slow_steady_leak_is_a_warning_with_a_far_forecast():
@@ -93,9 +97,31 @@ def test_a_jump_right_after_a_checkpoint_save_that_stays_is_named():
     (f,) = _creeps(_ctx(steps, jump))
     assert "jumped by 10.0 GiB right after save_checkpoint" in f.evidence
     assert f.scope["steps"] == [5, 6]
+    assert "trainer.save_freq" in f.advice[0]  # the most likely cause first
     # the same jump with no save or validation before it is not a creep
     plain = make_steps(n=10, step_s=20.0)
     assert _creeps(_ctx(plain, jump)) == []
+
+
+def test_the_workers_host_memory_creeping_is_named_per_node():
+    from detect_builders import make_host
+
+    steps = make_steps(n=10, step_s=20.0)
+    gpu = make_gpu(steps, n_gpus=2)
+
+    def leak(df):
+        s = pd.Series(np.searchsorted([x.end_time for x in steps], df["ts"]) + 1)
+        df["train_rss_bytes"] = (20.0 + 2.0 * s.clip(1, 10)).to_numpy() * GIB
+
+    flags = _creeps(make_context(steps, gpu, make_host(gpu, edit=leak), []))
+    (f,) = flags
+    assert f.scope == {"node": "n0", "steps": f.scope["steps"]}
+    assert f.evidence.startswith("Host memory (RSS) of the training processes on node n0")
+    assert "at +2.0 GiB per step" in f.evidence
+    # offloading to the host would make it worse: no GPU headroom or offload advice here
+    assert not any("param_offload" in a or "gpu_memory_utilization" in a for a in f.advice)
+    flat = make_host(gpu, edit=lambda df: df.__setitem__("train_rss_bytes", 30.0 * GIB))
+    assert _creeps(make_context(steps, gpu, flat, [])) == []
 
 
 def test_without_steps_the_rate_is_per_minute():
@@ -143,13 +169,22 @@ def test_the_real_recordings_without_a_leak_stay_quiet(run):
 
 
 @pytest.mark.parametrize("run", ["1gpu_oom", "2gpu_oom"])
-def test_the_real_oom_runs_keep_memory_each_step_and_the_forecast_opens_before_the_oom(run):
+def test_the_real_oom_runs_are_forecast_before_they_run_out(run):
     import json
 
+    from monitor.commands.analyze import merge_events, read_events
+
+    # the workload keeps 32 GiB per step from step 5; the OOM comes in step 7
     truth = json.loads((REAL / run / "truth.json").read_text())
     parsed = parse_file(str(REAL / run / "train.jsonl"))
-    flags = run_all(parsed.steps, read_gpu_frame(REAL / run / "gpu.csv"), None, parsed.events)
-    creep = [f for f in flags if f.kind == "memory_creep"]
-    if creep:  # a few steps may be too few to fit; when it opens, it opens before the job ends
-        assert creep[0].start < truth["job_end"]
-        assert "GiB per step" in creep[0].evidence
+    console = parse_file(str(REAL / run / "train.log"), log_end=truth["job_end"])
+    events = merge_events(merge_events(parsed.events, read_events(str(REAL / run / "events.json"))),
+                          console.events)
+    flags = run_all(parsed.steps, read_gpu_frame(REAL / run / "gpu.csv"), None, events)
+    (creep,) = [f for f in flags if f.kind == "memory_creep"]
+    assert creep.severity == "critical" and creep.scope["gpus"] == [0]
+    assert "out of memory in about 2 steps" in creep.evidence
+    step6 = next(s.end_time for s in parsed.steps if s.step == 6)
+    assert creep.start == pytest.approx(step6, abs=1.0)
+    oom = [f for f in flags if f.kind == "oom"]
+    assert oom and creep.start < oom[0].start

@@ -90,6 +90,19 @@ def test_training_process_tree_by_pid(trainer):
 
 
 @pytest.mark.slow
+def test_the_host_rows_carry_the_training_trees_resident_memory(trainer):
+    # issue 23: memory_creep judges the workers' host memory from these rows (store, host.csv)
+    col, reg, window = make(ExporterOptions(train_pid=trainer.pid))
+    col.sample_once()
+    time.sleep(0.3)
+    col.sample_once()
+    _, _, host, _ = window.frames()
+    rss = host["train_rss_bytes"].dropna()
+    assert len(rss) >= 1 and rss.iloc[-1] > 32 << 20
+    assert rss.iloc[-1] == reg.get_sample_value("verlmon_training_process_resident_bytes")
+
+
+@pytest.mark.slow
 def test_trainer_found_by_command_line(trainer):
     pids = {p.pid for p in trainer_candidates(exclude={os.getpid()})}
     assert trainer.pid in pids

@@ -46,7 +46,7 @@ def test_export_dir_files(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (tmp_path / "out/deep/train.jsonl").read_text().splitlines()]
     assert [(x["step"], x["ts"]) for x in lines] == [(1, 10.0), (2, 20.0)]  # time order
     header = (tmp_path / "out/deep/host.csv").read_text().splitlines()[0]
-    assert header == "ts,node,cpu_max_core_pct,cpu_avg_pct,iowait_pct,disk_read_bps"
+    assert header == "ts,node,cpu_max_core_pct,cpu_avg_pct,iowait_pct,disk_read_bps,train_rss_bytes"
     assert json.loads((tmp_path / "out/deep/flags.json").read_text()) == []
 
 

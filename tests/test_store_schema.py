@@ -91,3 +91,26 @@ def test_a_store_written_before_the_link_rates_gains_them_and_exports_them(tmp_p
     export_dir(path, tmp_path / "out")
     csv = read_gpu_frame(tmp_path / "out" / "gpu.csv")
     assert csv["pcie_tx_bps"].iloc[1] == 1e9 and csv["nvlink_tx_bps"].iloc[1] == 5e10
+
+
+def test_a_store_written_before_the_workers_rss_gains_it_and_exports_it(tmp_path: Path) -> None:
+    """Issue 23 (memory_creep on the host): the training process tree's RSS joins host_samples
+    the same way: an older store gets the column on open and ``export`` writes it to host.csv."""
+    from monitor.frames import read_host_frame
+    from monitor.store import export_dir
+
+    path = tmp_path / "run.db"
+    row = {"ts": 1.0, "node": "n0", "cpu_max_core_pct": 50.0, "cpu_avg_pct": 10.0}
+    with RunStore(path) as store:
+        store.add_host_samples([row])
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE host_samples DROP COLUMN train_rss_bytes")
+    conn.commit()
+    conn.close()
+    with RunStore(path, create=False) as store:
+        store.add_host_samples([{**row, "ts": 2.0, "train_rss_bytes": 3e10}])
+        df = store.host_frame()
+    assert df["train_rss_bytes"].isna().tolist() == [True, False]
+    export_dir(path, tmp_path / "out")
+    csv = read_host_frame(tmp_path / "out" / "host.csv")
+    assert csv["train_rss_bytes"].iloc[1] == 3e10

@@ -13,6 +13,7 @@ from dashboards import charts, common
 from dashboards.escape import escape_markdown
 from dashboards.gpu_time import gpu_time_segments, stacked_bar_html
 from dashboards.html_blocks import Stat, inline_html, stat_row_html
+from dashboards.sparkline import Line, trend_html
 from monitor.analysis.goodput import totals
 from monitor.records import SEVERITIES
 
@@ -95,6 +96,30 @@ def gpu_time_caption(n_steps: int, summary: pd.DataFrame, step_util: float | Non
                     f"({step_util:.0f}%) less the measured phases'." if step_util is not None
                     else "no utilization sample fell inside the steps.")
     return caption
+
+
+def step_time_html(df: pd.DataFrame, spikes: set[int], window: int = 10) -> str:
+    """The step time per step and its rolling median as an SVG trend, the steps a
+    ``step_time_spikes`` flag covers marked (the interactive chart is on Steps & phases)."""
+    steps = df.dropna(subset=["total"]) if len(df) else df
+    if steps.empty:
+        return trend_html("Step time", [], [], empty="no steps yet")
+    med = steps["total"].rolling(window, min_periods=1).median()
+    lines = [Line("step time", steps["total"].to_numpy(float), "#4C78A8"),
+             Line(f"rolling median ({window})", med.to_numpy(float), "#555555", dotted=True)]
+    marks = {float(s): f"step {s}: spike (step_time_spikes flag)" for s in spikes or ()}
+    return trend_html("Step time", steps["step"].to_numpy(float), lines, "seconds", marks)
+
+
+def throughput_html(df: pd.DataFrame) -> str:
+    """Throughput (tokens/s per GPU, as verl reports it) per step as an SVG trend."""
+    title = "Throughput (tokens/s per GPU)"
+    steps = df.dropna(subset=["throughput"]) if len(df) else df
+    if steps.empty:
+        return trend_html(title, [], [], empty="the log gives no perf/throughput yet")
+    return trend_html(title, steps["step"].to_numpy(float),
+                      [Line("throughput", steps["throughput"].to_numpy(float), "#54A24B")],
+                      "tokens/s/GPU")
 
 
 def counter_summary(key: str, recent: pd.DataFrame, last_end: float) -> pd.DataFrame:
@@ -189,11 +214,13 @@ def live(start: float, end: float, key: str) -> None:
     # 4. trends: one chart at a time (the tab picked, bound to the URL as ``trend``)
     label, tab = common.chosen_tab(TRENDS, "trend")
     with tab:
+        # the two step trends are drawn as SVG with the text (no Plotly to load and lay out:
+        # the Overview opens at the cost of a plain page); the ledger is a Plotly chart
         if label == "Step time":
             spikes = charts.flagged_steps(window_flags, "step_time_spikes", df)
-            common.chart("step_time_trend", df, flagged=spikes, key="ov_step_time")
+            st.html(step_time_html(df, spikes))
         elif label == "Throughput":
-            common.chart("throughput_trend", df, key="ov_throughput")
+            st.html(throughput_html(df))
         elif good:
             common.chart("goodput_bars", led, key="ov_goodput")
         else:

@@ -178,6 +178,7 @@ class HostCollector(SampledCollector):
                 "cpu_avg_pct": snap.cpu_avg * 100.0,
                 "iowait_pct": snap.iowait * 100.0 if snap.iowait is not None else None,
                 "disk_read_bps": snap.disk_read_bps,
+                "train_rss_bytes": snap.train_rss,  # memory_creep on the host (issue 23)
             }
             self.ctx.sink.add_host([row])
 

@@ -266,8 +266,11 @@ def detect_weight_sync_pause(ctx: Context) -> list[Flag]:
     df = step_table(ctx)
     if len(df) == 0:
         return []
-    if ctx_mode(ctx) == "sync":
-        return []  # colocated legacy rollout: the sync is the reshard (reshard_spike)
+    if not waits_in_gen(ctx_mode(ctx)):
+        # colocated rollout (legacy or server mode behind the agent loop): the engines sleep
+        # while the trainer syncs, no request is paused, and the sync is the reshard
+        # (reshard_spike); only split pools keep generating across a sync
+        return []
     pauses = _pause_seconds(ctx, df)
     sync = df["sync_s"].where(df["sync_s"].notna(), pauses)
     pause = pauses.where(pauses.notna(), sync)

@@ -9,8 +9,9 @@ the capacity ("at +18.0 GiB per step, out of memory in about 1 step"). A one-off
 after ``save_checkpoint`` or validation that stays is named as such. The first
 ``warmup_points`` steps are left out (the allocator and caches fill up there). Without steps in the data
 (a log that gives no step lines) the peaks are taken per analysis window and the rate is given
-per minute. verl's own reserved peak (``perf/max_memory_reserved_gb``) is judged the same way
-when no GPU samples exist.
+per minute. The host memory (RSS) of the training process tree (the exporter's host samples,
+``train_rss_bytes``) is judged the same way per node, and verl's own reserved peak
+(``perf/max_memory_reserved_gb``) when no GPU samples exist.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.config import Section
+from monitor.detect import window as W
 from monitor.detect.base import Context, make_flag
 
 GIB = 1024**3
@@ -82,22 +84,32 @@ def forecast_text(rate: float, units_left: float, unit: str) -> str:
     return f"{head}, out of memory in about {n} {unit}{'' if n == 1 else 's'}"
 
 
-def _peaks(ctx: Context, q: float) -> pd.DataFrame:
-    """Per node, GPU and analysis window: the ``q`` quantile of the memory used (``peak``: its
-    level in that step, short spikes such as the weight sync's double copy left out), the
-    capacity, the window's end and step (NaN for fixed windows)."""
-    df = ctx.act_windowed
-    if len(df) == 0 or not df["mem_used_bytes"].notna().any():
-        return pd.DataFrame(columns=["node", "gpu", "win", "peak", "cap", "end", "step"])
-    df = df[(df["win"] >= 0) & df["mem_used_bytes"].notna()]
-    grp = df.groupby(["node", "gpu", "win"])
-    per = grp["mem_used_bytes"].quantile(q).rename("peak").to_frame()
-    per["cap"] = grp["mem_total_bytes"].max()
+def _levels(df: pd.DataFrame, keys: list[str], col: str, cap_col: str | None, q: float,
+            windows: pd.DataFrame) -> pd.DataFrame:
+    """Per ``keys`` and analysis window (``df`` has ``win``): the ``q`` quantile of ``col``
+    (``peak``: its level in that step, short spikes such as the weight sync's double copy left
+    out), the capacity (``cap``, NaN without ``cap_col``), the window's end and step (NaN for
+    fixed windows)."""
+    df = df[(df["win"] >= 0) & df[col].notna()] if len(df) else df
+    if len(df) == 0:
+        return pd.DataFrame(columns=[*keys, "win", "peak", "cap", "end", "step"])
+    grp = df.groupby([*keys, "win"])
+    per = grp[col].quantile(q).rename("peak").to_frame()
+    per["cap"] = grp[cap_col].max() if cap_col else np.nan
     per = per.reset_index()
-    win = ctx.windows
-    per["end"] = win["end"].to_numpy(float)[per["win"].to_numpy(int)]
-    per["step"] = win["step"].to_numpy(float)[per["win"].to_numpy(int)]
+    per["end"] = windows["end"].to_numpy(float)[per["win"].to_numpy(int)]
+    per["step"] = windows["step"].to_numpy(float)[per["win"].to_numpy(int)]
     return per
+
+
+def _series(g: pd.DataFrame, cfg: Section) -> pd.DataFrame:
+    """One series' levels, oldest first: per step where the data has enough steps (else per
+    window), less the first ``warmup_points`` (the allocator and caches fill up there)."""
+    g = g.sort_values("end")
+    stepped = g[g["step"].notna()]
+    if len(stepped) >= cfg.get_int("min_points"):
+        g = stepped.drop_duplicates("step", keep="last")
+    return g.iloc[cfg.get_int("warmup_points"):]
 
 
 def _after_save_or_validation(ctx: Context, step: int) -> str | None:
@@ -136,9 +148,24 @@ def _jump(ctx: Context, peaks: np.ndarray, steps: np.ndarray, cfg: Section
     return None
 
 
+def choose_advice(advice: list[str], *, jump: bool, saves: bool, host: bool) -> list[str]:
+    """memory_creep's advice in the order the evidence makes likely, without what it contradicts:
+    a jump after a save or validation puts their frequencies first; a steady creep puts the
+    leak first and names the frequencies only when saves or validations ran in its span; host
+    memory gets no GPU headroom or offload advice (offloading adds host memory)."""
+    save = [a for a in advice if "save_freq" in a]
+    room = [a for a in advice if "gpu_memory_utilization" in a and a not in save]
+    leak = [a for a in advice if a not in save and a not in room]
+    if jump:
+        return save + leak
+    return leak + (save if saves else []) + ([] if host else room)
+
+
 def _series_flags(ctx: Context, who: str, scope: dict, peaks: np.ndarray, ends: np.ndarray,
-                  steps: np.ndarray, capacity: float, cfg: Section) -> list:
+                  steps: np.ndarray, capacity: float, cfg: Section, host: bool = False) -> list:
     """The creep (and checkpoint-jump) flags of one memory series, oldest peak first."""
+    if len(peaks) < cfg.get_int("min_points"):
+        return []
     per_step = np.isfinite(steps).all() and len(steps) >= cfg.get_int("min_points")
     unit = "step" if per_step else "minute"
     x = None if per_step else (ends - ends[0]) / 60.0
@@ -166,26 +193,32 @@ def _series_flags(ctx: Context, who: str, scope: dict, peaks: np.ndarray, ends: 
         crit = last.units_left <= cfg.get_float("critical_units_left")
         end = None if j == len(state) - 1 else float(ends[j + 1])
         rng = [int(steps[lo]), int(steps[j])] if per_step else None
-        flags.append(make_flag(
+        flag = make_flag(
             "memory_creep", "critical" if crit else "warning", float(ends[i]), end,
             {**scope, **({"steps": rng} if rng else {})},
             f"{who} memory grows steadily ({span}: {peaks[lo] / GIB:.1f} -> "
             f"{last.level / GIB:.1f} GiB{cap}): "
             f"{forecast_text(last.rate, last.units_left, unit)}.",
-        ))
+        )
+        saves = per_step and any(_after_save_or_validation(ctx, int(st))
+                                 for st in steps[lo:j + 1])
+        flag.advice = choose_advice(flag.advice, jump=False, saves=saves, host=host)
+        flags.append(flag)
         i = j + 1
     if per_step and not flags:
         jump = _jump(ctx, peaks, steps, cfg)
         if jump:
             k, size, what = jump
             cap = f" of {capacity / GIB:.0f} GiB" if capacity > 0 else ""
-            flags.append(make_flag(
+            flag = make_flag(
                 "memory_creep", "warning", float(ends[k]), None,
                 {**scope, "steps": [int(steps[k - 1]), int(steps[k])]},
                 f"{who} memory jumped by {size / GIB:.1f} GiB right after {what} "
                 f"(step {int(steps[k - 1])} -> {int(steps[k])}: {peaks[k - 1] / GIB:.1f} -> "
                 f"{peaks[k] / GIB:.1f} GiB{cap}) and stayed: memory kept since the {what}.",
-            ))
+            )
+            flag.advice = choose_advice(flag.advice, jump=True, saves=True, host=host)
+            flags.append(flag)
     return flags
 
 
@@ -193,23 +226,31 @@ def detect_memory_creep(ctx: Context) -> list:
     """Steady growth of each GPU's per-step memory peak, with the forecast to the capacity, or a
     jump that stays right after a checkpoint save or a validation (see the module doc)."""
     cfg = ctx.cfg("memory_creep")
+    q = cfg.get_float("quantile")
     flags = []
-    per = _peaks(ctx, cfg.get_float("quantile"))
-    if len(per):
-        for (node, gpu), g in per.groupby(["node", "gpu"], sort=True):
-            g = g.sort_values("end")
-            stepped = g[g["step"].notna()]
-            if len(stepped) >= cfg.get_int("min_points"):
-                g = stepped.drop_duplicates("step", keep="last")
-            g = g.iloc[cfg.get_int("warmup_points"):]  # the allocator and caches fill up first
-            cap = cfg.get_float("capacity_bytes", 0.0) or float(g["cap"].max() or 0.0)
+    per = _levels(ctx.act_windowed, ["node", "gpu"], "mem_used_bytes", "mem_total_bytes", q,
+                  ctx.windows) if "mem_used_bytes" in ctx.act_windowed else []
+    for (node, gpu), g in (per.groupby(["node", "gpu"], sort=True) if len(per) else []):
+        g = _series(g, cfg)
+        cap = cfg.get_float("capacity_bytes", 0.0) or float(g["cap"].max() or 0.0)
+        flags.extend(_series_flags(
+            ctx, f"GPU {int(gpu)} on node {node}:", {"node": str(node), "gpus": [int(gpu)]},
+            g["peak"].to_numpy(float), g["end"].to_numpy(float),
+            g["step"].to_numpy(float), cap if np.isfinite(cap) else 0.0, cfg))
+    flags = _merge(flags)
+    host = ctx.host
+    if "train_rss_bytes" in host.columns and host["train_rss_bytes"].notna().any():
+        host = host.assign(win=W.assign_windows(host["ts"].astype(float), ctx.windows))
+        hper = _levels(host, ["node"], "train_rss_bytes", None, q, ctx.windows)
+        for node, g in (hper.groupby("node", sort=True) if len(hper) else []):
+            g = _series(g, cfg)
             flags.extend(_series_flags(
-                ctx, f"GPU {int(gpu)} on node {node}:", {"node": str(node), "gpus": [int(gpu)]},
-                g["peak"].to_numpy(float), g["end"].to_numpy(float),
-                g["step"].to_numpy(float), cap if np.isfinite(cap) else 0.0, cfg))
-        return _merge(flags)
+                ctx, f"Host memory (RSS) of the training processes on node {node}:",
+                {"node": str(node)}, g["peak"].to_numpy(float), g["end"].to_numpy(float),
+                g["step"].to_numpy(float), cfg.get_float("host_capacity_bytes", 0.0), cfg,
+                host=True))
     sf = ctx.sf
-    if len(sf) and sf["mem_reserved"].notna().sum() >= cfg.get_int("min_points"):
+    if (not len(per) and len(sf) and sf["mem_reserved"].notna().sum() >= cfg.get_int("min_points")):
         s = sf[sf["mem_reserved"].notna()].sort_values("end").iloc[cfg.get_int("warmup_points"):]
         cap = cfg.get_float("capacity_bytes", 0.0)
         flags.extend(_series_flags(ctx, "verl's reserved peak:", {},

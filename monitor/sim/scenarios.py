@@ -368,7 +368,7 @@ class RolloutLongTail(Scenario):
         plan.clip_ratio = 0.04
         plan.slowest_ratio = 0.19
         # past the length of an ordinary gen only the few long sequences still decode
-        plan.gen_thin = (1.0 / self.gen_factor, 0.45, 0.15)
+        plan.gen_thin = (1.0 / self.gen_factor, 0.6, 0.15)
 
     def scope(self, ctx_state: dict[str, Any]) -> dict[str, Any]:
         """The gen phase."""
@@ -451,6 +451,7 @@ class MemoryCreep(Scenario):
     start_level: float = 0.30
     per_step: float = 0.07
     ceiling: float = 0.91
+    host_gib_per_step: float = 1.5  # the workers' host memory (RSS) grows too
 
     def apply(self, plan: StepPlan, k: int, n: int, ctx: ScenarioContext) -> None:
         """Raise the memory level of every phase by ``per_step`` each step."""
@@ -458,6 +459,7 @@ class MemoryCreep(Scenario):
         level = min(self.start_level + self.per_step * k, self.ceiling)
         plan.mem_train = level
         plan.mem_gen = level - 0.03
+        plan.host["train_rss_bytes"] = (24.0 + self.host_gib_per_step * k) * 2**30
 
 
 @dataclass

@@ -48,6 +48,8 @@ GPU_SIGNATURES: dict[str, tuple[float, float, float, float, float]] = {
     "hung": (100.0, 2.0, 0.0, 1.0, 1.0),  # ranks spinning in NCCL for a peer that never came
     "exited": (0.0, 0.0, 0.0, 0.0, 0.0),
 }
+#: Resident memory of the simulated training process tree on each node (bytes).
+TRAIN_RSS_BYTES = 24.0 * 2**30
 #: Memory share of the total per label (gaps keep the previous phase's level).
 MEM_LEVELS: dict[str, float] = {
     "idle": 0.62,
@@ -355,6 +357,9 @@ class Telemetry:
             "cpu_avg_pct": avg,
             "iowait_pct": iow,
             "disk_read_bps": disk,
+            # the training process tree's RSS: flat unless a scenario sets it (memory_creep)
+            "train_rss_bytes": float(plan.host.get("train_rss_bytes", TRAIN_RSS_BYTES))
+            if plan is not None else TRAIN_RSS_BYTES,
         }
 
 

@@ -85,6 +85,7 @@ _HOST_QUERIES: dict[str, tuple[str, float]] = {
     "cpu_max_core_pct": (m.HOST_CPU_MAX_CORE, 100.0),
     "cpu_avg_pct": (m.HOST_CPU_AVG, 100.0),
     "iowait_pct": (m.HOST_IOWAIT, 100.0),
+    "train_rss_bytes": (m.TRAIN_PROC_RSS, 1.0),  # memory_creep on the host (issue 23)
 }
 
 

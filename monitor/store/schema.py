@@ -120,14 +120,25 @@ def add_missing_gpu_columns(conn: sqlite3.Connection) -> list[str]:
 
     Additive and idempotent, so it runs on every open, whatever ``user_version`` says.
     """
-    have = {r[1] for r in conn.execute("PRAGMA table_info(gpu_samples)")}
+    return add_missing_columns(conn, "gpu_samples", GPU_COLUMNS)
+
+
+def add_missing_host_columns(conn: sqlite3.Connection) -> list[str]:
+    """The same for host samples (issue 23: the training process tree's resident memory)."""
+    return add_missing_columns(conn, "host_samples", HOST_COLUMNS)
+
+
+def add_missing_columns(conn: sqlite3.Connection, table: str,
+                        columns: tuple[str, ...]) -> list[str]:
+    """Add the ``columns`` that ``table`` lacks as nullable REAL columns; the names added."""
+    have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
     if not have:
         return []
     added = []
-    for col in GPU_COLUMNS:
+    for col in columns:
         if col not in have:
             try:
-                conn.execute(f"ALTER TABLE gpu_samples ADD COLUMN {col} REAL")
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {col} REAL")
             except sqlite3.OperationalError as exc:  # another process added it meanwhile
                 if "duplicate column" not in str(exc):
                     raise
@@ -164,6 +175,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version == SCHEMA_VERSION:
         add_missing_gpu_columns(conn)
+        add_missing_host_columns(conn)
         return
     # auto_vacuum must be set before the first table exists; it lets retention give space back.
     if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
@@ -177,6 +189,7 @@ def migrate(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         add_missing_gpu_columns(conn)
+        add_missing_host_columns(conn)
     except BaseException:
         conn.execute("ROLLBACK")
         raise

@@ -163,9 +163,10 @@ def test_scenario_flags_arrive_live_with_advice(page: Page, demo):
 def test_every_page_renders_without_exception(page: Page, demo):
     for path, title in PAGES.items():
         _open(page, demo["url"], path)
-        # each page opens with its first view: a chart, or the node table on Nodes
-        expect(page.locator(".js-plotly-plot, [data-testid='stDataFrame']").first).to_be_visible(
-            timeout=60_000)
+        # each page opens with its first view: a chart (the Overview's trend is inline SVG),
+        # or the node table on Nodes
+        expect(page.locator(".js-plotly-plot, [data-testid='stDataFrame'], "
+                            "[data-testid='verlmon-trend']").first).to_be_visible(timeout=60_000)
         expect(page.get_by_test_id("stException")).to_have_count(0)
         shot = _shoot(page, path or "overview")
         assert shot.stat().st_size > 10_000, title
@@ -178,11 +179,15 @@ def test_every_page_renders_without_exception(page: Page, demo):
     bar = page.get_by_test_id("stHtml").filter(has_text="Where the GPU time goes")
     expect(bar).to_contain_text("GPUs idle")
     expect(bar.locator("div[title^='gen: ']")).to_have_count(1)
-    # the trends draw one chart, the step time, until another tab is picked
-    expect(page.locator(".js-plotly-plot")).to_have_count(1)
+    # the trends draw one trend, the step time, as inline SVG (no Plotly chart to load) until
+    # another tab is picked
+    expect(page.locator(".js-plotly-plot")).to_have_count(0)
+    expect(page.locator("[data-testid='verlmon-trend'] svg")).to_have_count(1)
+    expect(page.locator("[data-testid='verlmon-trend']")).to_contain_text("Step time")
     page.get_by_role("tab", name="Throughput").click()
     expect(page).to_have_url(re.compile(r"trend=Throughput"), timeout=30_000)
-    expect(page.locator(".js-plotly-plot").first).to_contain_text("Throughput", timeout=30_000)
+    expect(page.locator("[data-testid='verlmon-trend']").first).to_contain_text("Throughput",
+                                                                               timeout=30_000)
     # the demo's simulated NCCL records fill the Communication page
     _open(page, demo["url"], "communication")
     expect(page.get_by_test_id("stMetric").filter(has_text="Busiest collective")).to_contain_text(
@@ -198,9 +203,10 @@ def test_every_page_reads_prometheus_with_several_nodes(page: Page, demo):
     for path, title in PAGES.items():
         # a page opened the first time on a 3-node Prometheus: allow a loaded machine a minute
         _open(page, demo["prom_url"], path, query="?refresh=off", timeout_ms=60_000)
-        # each page opens with its first view: a chart, or the node table on Nodes
-        expect(page.locator(".js-plotly-plot, [data-testid='stDataFrame']").first).to_be_visible(
-            timeout=60_000)
+        # each page opens with its first view: a chart (the Overview's trend is inline SVG),
+        # or the node table on Nodes
+        expect(page.locator(".js-plotly-plot, [data-testid='stDataFrame'], "
+                            "[data-testid='verlmon-trend']").first).to_be_visible(timeout=60_000)
         expect(page.get_by_test_id("stException")).to_have_count(0)
         assert _shoot(page, f"prometheus-{path or 'overview'}").stat().st_size > 10_000, title
     _open(page, demo["prom_url"], "nodes", query="?refresh=off")
