@@ -8,6 +8,7 @@ The interactive charts stay on the Steps & phases page.
 
 from __future__ import annotations
 
+import base64
 import html
 from typing import NamedTuple
 
@@ -50,7 +51,8 @@ def trend_html(title: str, x, lines: list[Line], y_label: str = "",
                marks: dict[float, str] | None = None, empty: str = "no data yet") -> str:
     """``lines`` over ``x`` (steps) as HTML with an inline SVG: y from 0 to the highest value,
     the first and last x and the y range written on the axes, a legend under it; ``marks``
-    (x -> words) are red dots on the first line, with their words on hover."""
+    (x -> words) are red dots on the first line. The SVG is an image (``data:`` URL): the
+    page's sanitizer keeps no inline SVG, and nothing is fetched."""
     x = np.asarray(x, dtype=float)
     head = f'<div style="font-weight: 600; margin-bottom: 0.3rem;">{html.escape(title)}</div>'
     finite = [ln.y[np.isfinite(ln.y)] for ln in lines]
@@ -84,7 +86,7 @@ def trend_html(title: str, x, lines: list[Line], y_label: str = "",
             if my is not None and np.isfinite(my):
                 parts.append(f'<circle cx="{float(sx(mx)):.1f}" cy="{float(sy(my)):.1f}" r="5" '
                              f'fill="#D62728"><title>{html.escape(words)}</title></circle>')
-    text = 'font-size="13" fill="currentColor"'
+    text = 'font-size="13" fill="#555555"'
     parts += [f'<text x="{left - 6}" y="{top + 10}" text-anchor="end" {text}>{_fmt(y_max)}</text>',
               f'<text x="{left - 6}" y="{top + h}" text-anchor="end" {text}>0</text>',
               f'<text x="{left}" y="{HEIGHT - 6}" {text}>step {x_lo:.0f}</text>',
@@ -93,13 +95,16 @@ def trend_html(title: str, x, lines: list[Line], y_label: str = "",
     if y_label:
         parts.append(f'<text x="{left + 6}" y="{top + 12}" {text} opacity="0.7">'
                      f"{html.escape(y_label)}</text>")
-    svg = (f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" preserveAspectRatio="none" '
-           f'role="img" aria-label="{html.escape(title, quote=True)}" '
-           f'style="display: block; height: 14rem;">' + "".join(parts) + "</svg>")
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+           f'font-family="sans-serif">' + "".join(parts) + "</svg>")
+    # as an image (st.html's sanitizer drops inline <svg>); a data: URL, fetched from nowhere
+    src = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+    img = (f'<img src="{src}" alt="{html.escape(title, quote=True)}" '
+           'style="display: block; width: 100%; height: auto;">')
     legend = "".join(
         f'<span style="white-space: nowrap; margin-right: 1rem;"><span style="display: '
         f"inline-block; width: 1.2rem; height: 0; vertical-align: 0.25rem; margin-right: 0.3rem;"
         f' border-top: 2px {"dotted" if ln.dotted else "solid"} {ln.color};"></span>'
         f"{html.escape(ln.name)}</span>" for ln in lines)
-    return (f'<div data-testid="verlmon-trend">{head}{svg}<div style="font-size: 0.85rem; '
+    return (f'<div data-testid="verlmon-trend">{head}{img}<div style="font-size: 0.85rem; '
             f'margin-top: 0.3rem;">{legend}</div></div>')

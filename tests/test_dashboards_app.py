@@ -138,7 +138,8 @@ def test_overview_leads_with_health_gpu_time_and_the_top_problem_with_advice(mon
     # the step-time trend: inline SVG with the text, no Plotly chart to load on the Overview
     assert not at.get("plotly_chart")
     trend = next(h.value for h in at.html if "verlmon-trend" in h.value)
-    assert "Step time" in trend and "<svg" in trend and "rolling median (10)" in trend
+    assert "Step time" in trend and "data:image/svg+xml;base64," in trend
+    assert "rolling median (10)" in trend
     text = _text(at)
     if open_flags:
         from dashboards.common import rank_flags
@@ -302,7 +303,8 @@ def test_every_page_opens_with_at_most_one_chart_and_one_table(monkeypatch, stor
     # (bench/dashboard.py): the rest waits behind a tab or an expander until asked for
     at = _app(monkeypatch, page, VERLMON_STORE=store)
     charts, tables = len(at.get("plotly_chart")), len(at.dataframe)
-    assert charts <= 1 and tables <= 1 and charts + tables >= 1
+    svg = sum("verlmon-trend" in h.value for h in at.html)  # the Overview's SVG trend
+    assert charts <= 1 and tables <= 1 and charts + tables + svg >= 1
     assert at.tabs or page == "flags"
 
 
@@ -565,3 +567,39 @@ def test_prometheus_flags_page_lists_what_does_not_page_apart(monkeypatch, alert
     cards = [shown_text(m.value) for m in at.markdown if "Evidence:" in m.value]
     assert any("GPUStraggler" in c for c in cards)
     assert not any("NodeImbalance" in c or "low_utilization" in c for c in cards)
+
+
+def test_sidebar_warns_when_prometheus_holds_several_jobs_and_no_job_is_named(monkeypatch,
+                                                                              tmp_path):
+    import yaml
+    from e2e.procs import start_prometheus, wait_until
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from monitor import metric_names as m
+    from monitor.sources.prometheus import PrometheusSource
+
+    reg = CollectorRegistry()
+    Gauge(m.BUILD_INFO, "build", ["version"], registry=reg).labels("test").set(1)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
+    target = f"127.0.0.1:{server.server_port}"
+    config = yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}
+                           for job in ("grpo-a", "grpo-b")]})
+    prom = start_prometheus(tmp_path / "prom", config_text=config, timeout=90)
+    try:
+        src = PrometheusSource(prom.url)
+        wait_until(lambda: len(src.jobs()) == 2, 60, what="both jobs scraped")
+        src.close()
+        at = _app(monkeypatch, VERLMON_PROMETHEUS=prom.url)
+        said = " ".join(shown_text(w.value) for w in at.sidebar.warning)
+        assert "holds 2 jobs (grpo-a, grpo-b)" in said and "--job NAME" in said
+        assert any("every job (no --job)" in shown_text(c.value) for c in at.sidebar.caption)
+        st.cache_data.clear()
+        st.cache_resource.clear()
+        at = _app(monkeypatch, VERLMON_PROMETHEUS=prom.url, VERLMON_JOB="grpo-a")
+        assert not at.sidebar.warning
+        assert any("job **grpo-a**" in shown_text(c.value) for c in at.sidebar.caption)
+    finally:
+        prom.stop()
+        server.shutdown()

@@ -129,7 +129,53 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
                 "phase_imbalance", sev, start, end, {"phase": name, "steps": rng},
                 text + _sig_text(sig), advice=ctx.advice("phase_imbalance", name, sig),
             ), sig, now_share - before))
+    jumps += _waiting_phases(ctx, cfg, flags + [j[0] for j in jumps])
     return flags + _merge_same_cause(jumps)
+
+
+def _waiting_phases(ctx: Context, cfg, already: list[Flag]) -> list[tuple[Flag, object, float]]:
+    """Phases in which the GPUs wait on the host (CPU-bound) or on PCIe copies, taking a large
+    share of the step: judged from the first steps on, no history needed (a run that starts
+    with a slow reward function or with offload has no "before")."""
+    min_share = cfg.get_float("waiting_share_min")
+    if not min_share > 0:
+        return []
+    sig = ctx.signatures
+    sf = ctx.sf
+    if len(sig) == 0 or len(sf) == 0 or "step" not in sig.columns:
+        return []
+    total = W.core_total(sf)
+    out: list[tuple[Flag, object, float]] = []
+    for name in [c for c in sf.columns if c in W.ALL_PHASES and c not in OWN_DETECTOR_PHASES
+                 and c != "gen"]:
+        rows = sig[sig["phase"] == name]
+        if len(rows) == 0:
+            continue
+        # the signature most samples of the phase show in each step
+        per_step = (rows.groupby(["step", "signature"])["n"].sum().reset_index()
+                    .sort_values("n", ascending=False, kind="stable")
+                    .drop_duplicates("step").set_index("step")["signature"])
+        share = sf[name].astype(float) / total.where(total > 0)
+        waits = sf["step"].map(per_step).isin(_SHARED_CAUSES)
+        cond = [None if pd.isna(sh) else bool(w and sh >= min_share)
+                for sh, w in zip(share, waits, strict=True)]
+        for ep, start, end, rng in step_episodes(
+            ctx, cond, cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
+        ):
+            if any(f.scope.get("phase") == name and (f.end is None or f.end >= start)
+                   and (end is None or end >= f.start) for f in already):
+                continue
+            now_share = float(share.iloc[ep.onset:ep.last + 1].mean())
+            found = _phase_signature(ctx, name, ep.onset, ep.last)
+            sev = ("critical" if now_share >= cfg.get_float("critical_share_jump")
+                   else "warning")
+            out.append((make_flag(
+                "phase_imbalance", sev, start, end, {"phase": name, "steps": rng},
+                f"{name} took {now_share * 100:.0f}% of the step, {steps_text(rng)}, while the "
+                "GPUs waited." + _sig_text(found),
+                advice=ctx.advice("phase_imbalance", name, found),
+            ), found, now_share))
+    return out
 
 
 #: Signatures whose share jumps in several phases at once are one cause (offload copies in

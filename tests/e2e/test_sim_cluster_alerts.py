@@ -198,19 +198,21 @@ def test_slow_gpu_on_a_node_without_the_log_is_named_within_three_steps_and_stay
             attributed = prom.query('count(verlmon_phase_gpu_sm_active_seconds_total'
                                     '{node="node3",phase="update_actor"} > 0)')
             assert attributed and float(attributed[0]["value"][1]) == 4
-            # the pages read the same verdict: an open gpu_imbalance flag naming node3's GPU
+            # the pages read the same verdict: the firing alert as an open flag naming node3's
+            # GPU, with the alert's own advice (verl keys) and runbook link
             from monitor.sources.base import mark_outliers
             from monitor.sources.prometheus import PrometheusSource
 
             src = PrometheusSource(prom.url)
             try:
-                named = [f for f in src.flags(active_only=True)
-                         if "Prometheus alert GPUStraggler" in f.evidence]
+                named = [f for f in src.flags(active_only=True) if f.kind == "GPUStraggler"]
                 marked = mark_outliers(src.node_summary(time.time() - 300, time.time()), named)
             finally:
                 src.close()
             assert [(f.kind, f.scope) for f in named] == [
-                ("gpu_imbalance", {"node": "node3", "gpus": [int(slow[2])]})], named
+                ("GPUStraggler", {"node": "node3", "gpus": [int(slow[2])]})], named
+            assert any("trainer.balance_batch" in a for a in named[0].advice), named
+            assert any("docs/runbooks.md#gpustraggler" in a for a in named[0].advice), named
             assert list(marked[marked["outlier"]]["node"]) == ["node3"], marked
     finally:
         stop_all(procs)
