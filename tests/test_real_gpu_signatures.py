@@ -9,7 +9,6 @@ columns, host samples with the busiest core) and the job's truth.
 from __future__ import annotations
 
 import pytest
-
 from test_real_gpu import _first_step, _flags
 
 CASES = {
