@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 
 from monitor.config import load_config  # noqa: E402
 from monitor.detect import run_all  # noqa: E402
-from monitor.frames import read_gpu_frame, read_host_frame  # noqa: E402
+from monitor.frames import read_gpu_frame, read_host_frame, read_rollout_frame  # noqa: E402
 from monitor.logs.parse import parse_file  # noqa: E402
 from monitor.records import FLAG_KINDS  # noqa: E402
 from monitor.sim.engine import SimRun  # noqa: E402
@@ -79,6 +79,13 @@ def scenario_names() -> list[str]:
     return [*SCENARIOS, "gpu_fault_down"]
 
 
+def _needs_server_mode(name: str) -> bool:
+    """Whether the scenario plays one of today's trainers (agent loop, split pools): the
+    simulator writes those only as verl 0.6+ console logs."""
+    sc = SCENARIOS.get(name)
+    return getattr(sc, "trainer_mode", None) not in (None, "sync")
+
+
 def _scenario(name: str):
     if name == "gpu_fault_down":
         return GpuFault(mode="down")
@@ -99,8 +106,11 @@ def build_cases(seeds: int, quick: bool, steps: int, extras: bool) -> list[Case]
         combos += [("0.7.1", 1, 1.0, "breakdown", False), ("0.7.1", 2, 2.0, "breakdown", True)]
     cases = []
     for si, name in enumerate(scenario_names()):
+        modern = _needs_server_mode(name)
         for seed in range(seeds):
             for ci, (version, nodes, noise, fmt, ts) in enumerate(combos):
+                if modern and (fmt != "console" or version in ("0.4.1",)):
+                    continue  # today's trainers print verl 0.6+ console lines only
                 cases.append(Case(name, 1000 * seed + 17 * si + ci, version, nodes, noise, fmt,
                                   ts, steps, 30.0, extras))
     return cases
@@ -129,10 +139,13 @@ def run_case(case: Case) -> dict[str, Any]:
         parsed = parse_file(Path(tmp) / "train.log")
         gpu = read_gpu_frame(Path(tmp) / "gpu.csv")
         host = read_host_frame(Path(tmp) / "host.csv")
+        rollout = (read_rollout_frame(Path(tmp) / "rollout.csv")
+                   if (Path(tmp) / "rollout.csv").exists() else None)
     if case.extras:
         gpu = _extras(run, gpu)
     t1 = time.perf_counter()
-    flags = run_all(parsed.steps, gpu, host, parsed.events, config=load_config())
+    flags = run_all(parsed.steps, gpu, host, parsed.events, config=load_config(),
+                    rollout=rollout)
     t2 = time.perf_counter()
     return {
         "case": case.__dict__,
