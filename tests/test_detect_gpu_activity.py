@@ -268,3 +268,21 @@ def test_low_utilization_with_thin_kernels_and_quiet_pcie_leads_with_micro_batch
     assert "micro_batch_size_per_gpu" in flag.advice[0]
     # PCIe was read and found quiet: "turn offload off" is contradicted, not shown
     assert not any("Turn off offloading" in a for a in flag.advice)
+
+
+def test_training_phases_shorter_than_a_few_samples_are_not_judged():
+    """5 s steps (a 10x simulated run): the training phases last ~2 s, two 1 s samples that
+    straddle the phase edges; low readings there are not low utilization. The same low SM
+    activity over 30 s steps is."""
+    from detect_builders import make_gpu, make_steps
+
+    from monitor.detect import make_context
+    from monitor.detect.gpu_activity import detect_low_utilization
+
+    def low(df):
+        df.loc[df["phase"].isin(["old_log_prob", "ref", "update_actor"]), "sm_active"] = 30.0
+
+    for step_s, flagged in ((5.0, False), (30.0, True)):
+        steps = make_steps(n=30, step_s=step_s)
+        ctx = make_context(steps, make_gpu(steps, n_gpus=2, edit=low), None, [])
+        assert bool(detect_low_utilization(ctx)) is flagged, step_s

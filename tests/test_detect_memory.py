@@ -161,7 +161,8 @@ REAL = Path(__file__).parent / "fixtures" / "real_gpu"
 
 
 @pytest.mark.parametrize("run", sorted(p.name for p in REAL.iterdir()
-                                       if (p / "truth.json").exists() and "oom" not in p.name))
+                                       if (p / "truth.json").exists() and "oom" not in p.name
+                                       and "memory_creep" not in p.name))
 def test_the_real_recordings_without_a_leak_stay_quiet(run):
     parsed = parse_file(str(REAL / run / "train.jsonl"))
     flags = run_all(parsed.steps, read_gpu_frame(REAL / run / "gpu.csv"), None, parsed.events)

@@ -407,6 +407,10 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
     open_n = min(ctx.windows_for(cfg.get_float("open_after_s")), cfg.get_int("open_after_steps"))
     close_n = ctx.windows_for(cfg.get_float("close_after_s"))
     min_samples = cfg.get_int("min_samples")
+    # a step whose training phases last fewer than min_samples sampling intervals is not
+    # judged: its few samples mostly straddle the phase edges, where the GPUs ramp (a healthy
+    # 4-node job at 10x simulated speed read low here)
+    short = _short_training_windows(ctx, min_samples * ctx.sample_interval)
     source = "SM activity" if (df["act_source"] == "sm").any() else "utilization"
     flags = []
     groups = [(None, df)] if len(nodes) == 1 else list(df.groupby("node"))
@@ -414,8 +418,8 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
         g = sub.groupby("win")["act"]
         mean = g.mean().reindex(range(nwin))
         count = g.size().reindex(range(nwin)).fillna(0)
-        cond = [None if c < min_samples else bool(m < threshold)
-                for m, c in zip(mean, count, strict=True)]
+        cond = [None if c < min_samples or i in short else bool(m < threshold)
+                for i, (m, c) in enumerate(zip(mean, count, strict=True))]
         for ep in episodes(cond, open_n, close_n):
             start, end = episode_times(ep, starts, ends)
             m = float(mean.iloc[ep.onset:ep.last + 1].mean())
@@ -433,6 +437,22 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
                 advice=ctx.advice("low_utilization", sig.phase if sig else None, sig),
             ))
     return flags
+
+
+def _short_training_windows(ctx: Context, min_seconds: float) -> set[int]:
+    """Indices of the step windows whose training phases last less than ``min_seconds``."""
+    sf = ctx.sf
+    wins = ctx.windows
+    cols = [p for p in TRAINING_PHASES if p in sf.columns]
+    if not cols or len(sf) == 0 or len(wins) == 0:
+        return set()
+    train_s = sf.set_index("step")[cols].fillna(0.0).sum(axis=1)
+    train_s = train_s[~train_s.index.duplicated(keep="last")]
+    out = set()
+    for i, step in enumerate(wins["step"].to_numpy(float)):
+        if np.isfinite(step) and float(train_s.get(step, np.inf)) < min_seconds:
+            out.add(i)
+    return out
 
 
 #: Signatures that explain low activity by a wait outside the SMs: they lead when they hold

@@ -428,6 +428,8 @@ class MemoryPressure(Scenario):
 
     name: str = "memory_pressure"
     kind: str | None = "memory_pressure"
+    # the run's memory climbs from its healthy level into the pressure: a creep on the way
+    related: tuple[str, ...] = ("memory_creep",)
     description: str = "Memory used 95-98% of capacity in training phases, reserved peak near it."
     level: float = 0.965
 
