@@ -174,7 +174,7 @@ def persistence_seconds(kind: str, step_s: float) -> float:
         windows = float(sec["open_after_steps"])
     elif "open_after_s" in sec:
         windows = max(1.0, math.floor(float(sec["open_after_s"]) / step_s + 0.5))
-    if kind == "stalled":
+    if kind in ("stalled", "hang"):
         return max(float(sec["median_multiple"]) * step_s, float(sec["min_seconds"]))
     if kind == "oom":
         return 0.0
