@@ -95,6 +95,7 @@ def _levels(df: pd.DataFrame, keys: list[str], col: str, cap_col: str | None, q:
         return pd.DataFrame(columns=[*keys, "win", "peak", "cap", "end", "step"])
     grp = df.groupby([*keys, "win"])
     per = grp[col].quantile(q).rename("peak").to_frame()
+    per["n"] = grp[col].size()
     per["cap"] = grp[cap_col].max() if cap_col else np.nan
     per = per.reset_index()
     per["end"] = windows["end"].to_numpy(float)[per["win"].to_numpy(int)]
@@ -109,6 +110,13 @@ def _series(g: pd.DataFrame, cfg: Section) -> pd.DataFrame:
     stepped = g[g["step"].notna()]
     if len(stepped) >= cfg.get_int("min_points"):
         g = stepped.drop_duplicates("step", keep="last")
+        if "n" in g.columns and float(g["n"].median()) < cfg.get_int("min_samples_per_point"):
+            # steps shorter than a few samples: each level is whichever phase its samples hit
+            # (gen and training hold different memory); judge the memory per minute instead
+            minute = np.floor((g["end"] - g["end"].iloc[0]) / 60.0)
+            g = (g.groupby(minute.to_numpy())
+                 .agg(peak=("peak", "median"), cap=("cap", "max"), end=("end", "max"))
+                 .reset_index(drop=True).assign(step=np.nan))
     return g.iloc[cfg.get_int("warmup_points"):]
 
 
