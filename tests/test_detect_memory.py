@@ -125,13 +125,28 @@ def test_the_workers_host_memory_creeping_is_named_per_node():
 
 
 def test_without_steps_the_rate_is_per_minute():
-    steps = make_steps(n=12, step_s=20.0)
+    # 30 minutes: without steps the levels are 5-minute medians, judged from the 4th on
+    steps = make_steps(n=90, step_s=20.0)
     ctx = _ctx(steps, lambda df: df.__setitem__(
         "mem_used_bytes", (20.0 + 3.0 * (df["ts"] - df["ts"].min()) / 60.0) * GIB))
     ctx.steps.clear()  # the log gave no step lines: analysis windows stand in
     ctx.__dict__.pop("sf", None)
     flags = _creeps(ctx)
     assert flags and "GiB per minute" in flags[0].evidence
+
+
+def test_without_steps_a_varying_mix_of_phases_is_not_a_creep():
+    """A node without the log: its 30 s windows catch generation (less memory) and training
+    (more) in varying shares; a healthy 10-minute job is not creeping."""
+    steps = make_steps(n=20, step_s=30.0)
+
+    def mix(df):
+        df["mem_used_bytes"] = np.where(df["phase"] == "gen", 84.0, 104.0) * GIB
+
+    ctx = _ctx(steps, mix)
+    ctx.steps.clear()
+    ctx.__dict__.pop("sf", None)
+    assert _creeps(ctx) == []
 
 
 def test_theil_sen_ignores_one_odd_point_and_the_forecast_reads_plainly():

@@ -8,6 +8,8 @@ import logging
 import time
 from pathlib import Path
 
+import pytest
+
 from exporters.live_monitor import CLOSED_AT_RESTART, LiveMonitor
 from exporters.options import ExporterOptions
 from monitor.detect import DETECTORS
@@ -15,6 +17,14 @@ from monitor.records import Event, Flag, StepRecord
 from monitor.store import RunStore
 
 T0 = time.time() - 230.0  # the last step below ends 20 s ago: nothing stalls
+
+
+@pytest.fixture(autouse=True)
+def _fresh_clock():
+    """T0 again for each test: in a long suite the module is imported half an hour before
+    its tests run, and steps that ended then would read as a stall."""
+    global T0
+    T0 = time.time() - 230.0
 
 
 def steps(first: int, last: int, throughput: float) -> list[StepRecord]:

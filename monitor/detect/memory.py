@@ -113,11 +113,20 @@ def _series(g: pd.DataFrame, cfg: Section) -> pd.DataFrame:
         if "n" in g.columns and float(g["n"].median()) < cfg.get_int("min_samples_per_point"):
             # steps shorter than a few samples: each level is whichever phase its samples hit
             # (gen and training hold different memory); judge the memory per minute instead
-            minute = np.floor((g["end"] - g["end"].iloc[0]) / 60.0)
-            g = (g.groupby(minute.to_numpy())
-                 .agg(peak=("peak", "median"), cap=("cap", "max"), end=("end", "max"))
-                 .reset_index(drop=True).assign(step=np.nan))
+            g = _buckets(g, 60.0)
+    elif len(g):
+        # no steps (a node without the verl log): fixed windows hold a varying mix of phases
+        # whose memory differs; judge levels over buckets long enough to hold many steps
+        g = _buckets(g, cfg.get_float("unstepped_bucket_s"))
     return g.iloc[cfg.get_int("warmup_points"):]
+
+
+def _buckets(g: pd.DataFrame, seconds: float) -> pd.DataFrame:
+    """The levels merged into ``seconds``-long buckets (median level; no step numbers)."""
+    b = np.floor((g["end"] - g["end"].iloc[0]) / max(seconds, 1.0))
+    return (g.groupby(b.to_numpy())
+            .agg(peak=("peak", "median"), cap=("cap", "max"), end=("end", "max"))
+            .reset_index(drop=True).assign(step=np.nan))
 
 
 def _after_save_or_validation(ctx: Context, step: int) -> str | None:

@@ -160,6 +160,10 @@ NOT_SIMULATED = (
     "verlmon_gpu_pcie_receive_bytes_per_second",
     # only while a job hangs and an exporter's dump round named a rank (monitor/hang)
     "verlmon_hang_culprit_info",
+    # memory growth: deriv over 10 minutes needs two samples of a series inside the window,
+    # and the time to full is only kept while some GPU's memory grows
+    "instance_gpu:verlmon_gpu_memory_used_bytes:deriv10m",
+    "instance_gpu:verlmon_gpu_memory_used_bytes:seconds_to_full",
 )
 
 
