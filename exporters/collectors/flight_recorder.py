@@ -64,11 +64,11 @@ class FlightRecorderCollector(PollingCollector):
     def __init__(self, ctx: ExporterContext) -> None:
         super().__init__(ctx)
         opts = ctx.options
-        self.fr_dir = getattr(opts, "fr_dir", None)
-        self.pipe_prefix = getattr(opts, "fr_pipe_prefix", "pipe_")
-        self.dump_prefix = getattr(opts, "fr_dump_prefix", "fr_")
-        self.pyspy = bool(getattr(opts, "hang_pyspy", False))
-        self.cfg = load_config(getattr(opts, "config", None)).section("hang")
+        self.fr_dir = opts.fr_dir
+        self.pipe_prefix = opts.fr_pipe_prefix
+        self.dump_prefix = opts.fr_dump_prefix
+        self.pyspy = bool(opts.hang_pyspy)
+        self.cfg = load_config(opts.config).section("hang")
         self._lock = threading.Lock()
         self._handled: float | None = None  # the silence (last step end) already handled
         self._dumps: dict[int, RankDump] = {}
