@@ -102,11 +102,13 @@ def test_a_log_that_does_not_exist_yet_is_accepted(tmp_path):
     assert input_problem(opts) is None
 
 
-def _start_exporter(tmp_path, nofile: tuple[int, int], *extra: str):
-    """A real ``verl-monitor exporter`` under the given open-files limit; (process, port)."""
+def _start_exporter(tmp_path, nofile: tuple[int, int], *extra: str, block: tuple = ()):
+    """A real ``verl-monitor exporter`` under the given open-files limit, with the signals in
+    ``block`` blocked as a parent could leave them; (process, port)."""
     import re
     import resource
     import shutil
+    import signal
     import subprocess
     import sys
     from pathlib import Path
@@ -116,7 +118,8 @@ def _start_exporter(tmp_path, nofile: tuple[int, int], *extra: str):
         [cli, "exporter", "--listen-address", "127.0.0.1:0", "--no-collector.gpu",
          "--store", str(tmp_path / "run.db"), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
+        preexec_fn=lambda: (resource.setrlimit(resource.RLIMIT_NOFILE, nofile),
+                            signal.pthread_sigmask(signal.SIG_BLOCK, block)))
     line = proc.stdout.readline()
     found = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
     if found is None:
@@ -190,3 +193,57 @@ def test_help_says_what_sighup_does(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "SIGHUP stops it cleanly too but exits 129" in text and "no reload" in text
     assert "--web.max-connections" in text
+
+
+def test_a_signal_at_any_moment_ends_the_wait():
+    """The exporter's main thread waits on a wakeup socket, never on a lock its own signal
+    handler also takes (issue 20's CI: a SIGTERM arriving as the wait began left an exporter
+    running after its ``verl-monitor run`` was killed)."""
+    import os
+    import signal
+    import socket
+    import threading
+
+    from monitor.commands.exporter import wait_for_signal
+
+    received: list[int] = []
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    wake_w.setblocking(False)
+    previous_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    previous = signal.signal(signal.SIGUSR1, lambda signum, _f: received.append(signum))
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)  # before the wait starts
+        wait_for_signal(received, wake_r)
+        assert received == [signal.SIGUSR1]
+        received.clear()
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))  # during it
+        timer.start()
+        wait_for_signal(received, wake_r)
+        timer.join()
+        assert received == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        signal.set_wakeup_fd(previous_wakeup)
+        wake_r.close()
+        wake_w.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("blocked", [False, True], ids=["plain", "parent-blocked-sigterm"])
+def test_sigterm_as_the_exporter_starts_serving_stops_it(tmp_path, blocked):
+    """SIGTERM sent the instant the startup line appears, when the main thread enters its
+    wait, stops the exporter cleanly every time, even when its parent left SIGTERM blocked
+    (a mask survives fork and exec: the exporter used to ignore such a SIGTERM for ever)."""
+    import signal
+
+    for attempt in range(3):
+        (tmp_path / str(attempt)).mkdir()
+        proc, _ = _start_exporter(tmp_path / str(attempt), (1024, 4096),
+                                  block=(signal.SIGTERM,) if blocked else ())
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()

@@ -134,7 +134,25 @@ def test_a_killed_run_leaves_no_exporter_behind(tmp_path):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and port_open(port):
         time.sleep(0.2)
-    assert not port_open(port), "the exporter outlived a SIGKILLed verl-monitor run"
+    assert not port_open(port), ("the exporter outlived a SIGKILLed verl-monitor run: "
+                                 + listener_report(port, log))
+
+
+def listener_report(port: int, log: Path) -> str:
+    """Who still listens on ``port`` (pid, command, signal masks) and the exporter's output:
+    enough to tell a missed SIGTERM from a slow stop when this fails on CI only."""
+    import psutil
+
+    lines = []
+    for conn in psutil.net_connections("tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+            status = Path(f"/proc/{conn.pid}/status").read_text() if conn.pid else ""
+            masks = [ln for ln in status.splitlines() if ln.startswith(("State", "Sig", "Shd"))]
+            lines.append(f"pid {conn.pid}: {psutil.Process(conn.pid).cmdline()} {masks}"
+                         if conn.pid else "a listener of another user")
+    out = log.with_name(log.name + ".exporter.log")
+    tail = out.read_text(errors="replace")[-2000:] if out.exists() else "(no exporter log)"
+    return "; ".join(lines) + f"\nexporter output:\n{tail}"
 
 
 @pytest.mark.slow

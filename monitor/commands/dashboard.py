@@ -230,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
     url = display_url(args.address, args.port)
     previous = signal.signal(signal.SIGTERM, interrupt_on_signal)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})  # inherited masks
     try:
         if not wait_healthy(f"http://127.0.0.1:{args.port}" if args.address in
                             ("0.0.0.0", "::") else url, proc):

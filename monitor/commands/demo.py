@@ -198,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
     exporter = dashboard = None
     previous = signal.signal(signal.SIGTERM, interrupt_on_signal)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})  # inherited masks
     try:
         listen = f"{args.address}:{args.exporter_port}"
         try:

@@ -14,9 +14,10 @@ import argparse
 import importlib
 import logging
 import os
+import select
 import signal
+import socket
 import sys
-import threading
 from typing import Any
 
 from exporters.options import DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, ExporterOptions
@@ -229,6 +230,19 @@ def parse_options(argv: list[str]) -> ExporterOptions:
     return ExporterOptions.from_namespace(parser.parse_args(argv))
 
 
+def wait_for_signal(received: list[int], wake: socket.socket) -> None:
+    """Block until ``received`` holds a signal. ``wake`` is the read end of the socket given
+    to ``signal.set_wakeup_fd``: a signal arriving at any moment, even just before the
+    select, leaves a byte there, so the wait cannot miss it."""
+    while not received:
+        select.select([wake], [], [], 60)
+        try:
+            while wake.recv(512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the exporter and serve until SIGINT/SIGTERM/SIGHUP; 0 on a clean stop, 129 after
     SIGHUP (stopped cleanly, but not asked to: a supervisor restarts it), 2 on bad input."""
@@ -249,18 +263,27 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"verl-monitor exporter: {problem}", file=sys.stderr)
         return 2
-    stop = threading.Event()
     received: list[int] = []
 
     def on_signal(signum, _frame) -> None:
+        # only a list append here: a handler runs between any two bytecodes of the main
+        # thread, so taking a lock (Event.set) could deadlock against the main thread's own
+        # wait on it; the wakeup socket below ends the wait instead
         received.append(signum)
-        stop.set()
 
     # SIGHUP too (a closed terminal, a hung-up ssh session, `kill -HUP`): every one stops
     # cleanly, with the store's final flush and close; SIGHUP then exits 129, not 0
     raise_open_files_limit()
-    previous = {sig: signal.signal(sig, on_signal)
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    wake_w.setblocking(False)
+    previous_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    stopping = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = {sig: signal.signal(sig, on_signal) for sig in stopping}
+    # a mask inherited from whatever started us (a CI harness, a supervisor that blocks
+    # signals around fork) would hold SIGTERM pending for ever: the exporter would outlive a
+    # killed `verl-monitor run` and ignore systemd's stop
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
     exporter = None
     try:
         try:
@@ -270,11 +293,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"verl-monitor exporter: {exc}", file=sys.stderr)
             return 2
         print(exporter.startup_line(), flush=True)
-        while not stop.wait(60):
-            pass
+        wait_for_signal(received, wake_r)
         return HANGUP_EXIT if signal.SIGHUP in received else 0
     finally:
         if exporter is not None:
             exporter.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signal.set_wakeup_fd(previous_wakeup)
+        wake_r.close()
+        wake_w.close()

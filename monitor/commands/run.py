@@ -365,6 +365,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             previous[sig] = signal.signal(sig, forward)
+        # forwarded signals must arrive even when whatever started us blocked them
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(previous))
         if args.targets_file:
             targets_path = write_targets(args.targets_file, groups)
             print(f"verl-monitor run: {len(groups)} scrape target(s) written to {targets_path}",
