@@ -286,3 +286,31 @@ def test_training_phases_shorter_than_a_few_samples_are_not_judged():
         steps = make_steps(n=30, step_s=step_s)
         ctx = make_context(steps, make_gpu(steps, n_gpus=2, edit=low), None, [])
         assert bool(detect_low_utilization(ctx)) is flagged, step_s
+
+
+def _low_utilization_flags(scenario: str, tmp_path):
+    from monitor.detect import run_all
+    from monitor.frames import read_gpu_frame, read_host_frame
+    from monitor.logs.parse import parse_file
+    from monitor.sim.engine import SimRun
+    from monitor.sim.scenarios import get_scenario
+
+    run = SimRun(get_scenario(scenario), steps=24, nodes=1, seed=3)
+    run.write(tmp_path)
+    parsed = parse_file(tmp_path / "train.log")
+    flags = run_all(parsed.steps, read_gpu_frame(tmp_path / "gpu.csv"),
+                    read_host_frame(tmp_path / "host.csv"), parsed.events)
+    return [f for f in flags if f.kind == "low_utilization"]
+
+
+def test_a_node_that_reads_like_a_waiter_is_told_to_look_for_the_straggler_first(tmp_path):
+    """Issue 24: a node whose GPUs wait for a straggler on another node (util ~95%, SM ~46%)
+    was told to raise its micro-batch size; it is now told to rule out a slower rank first."""
+    (waiting,) = _low_utilization_flags("straggler_elsewhere", tmp_path / "w")
+    assert "waiting in collectives for a slower rank" in waiting.evidence
+    assert waiting.advice[0].startswith("Before tuning this node, rule out a slower GPU")
+    # a node whose own work is light (util drops with the SMs) keeps the tuning advice alone
+    (light,) = _low_utilization_flags("low_utilization", tmp_path / "l")
+    assert "waiting in collectives" not in light.evidence
+    assert not any("rule out a slower GPU" in a for a in light.advice)
+    assert any("ppo_micro_batch_size_per_gpu" in a for a in light.advice)

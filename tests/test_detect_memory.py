@@ -84,6 +84,35 @@ def test_a_flat_run_and_a_noisy_flat_run_stay_quiet():
     assert _creeps(_ctx(steps, noisy)) == []
 
 
+def _levels_per_step(levels):
+    """A run whose every GPU sits at ``levels[k]`` GiB throughout step k + 1."""
+    def set_levels(df):
+        s = df["step"].fillna(1).clip(1, len(levels)).astype(int)
+        df["mem_used_bytes"] = np.asarray(levels, float)[s.to_numpy() - 1] * GIB
+
+    return _ctx(make_steps(n=len(levels), step_s=20.0), set_levels)
+
+
+def test_a_level_that_swings_back_up_to_where_it_was_is_not_a_creep():
+    # a fully-async trainer's steps mix waiting and training: the level drifts down, then climbs
+    # 1.5 GiB a step for six steps, back to the highs of the start (504-run bench: the most
+    # frequent false memory_creep); the same climb past every earlier level is a creep
+    back = [90, 90, 104, 103, 100, 98, 96, 97.5, 99, 100.5, 102, 103.5]
+    assert _creeps(_levels_per_step(back)) == []
+    past = [90, 90, 96, 95, 94, 93, 92, 93.5, 95, 96.5, 98, 99.5, 101]
+    (f,) = _creeps(_levels_per_step(past))
+    assert "memory grows steadily" in f.evidence
+
+
+def test_a_level_that_steps_up_once_and_stays_is_not_a_creep():
+    # a mode change (two weight copies kept from step 6 on): one rise of 6 GiB, then flat
+    step_up = [90, 90, 96, 96.5, 96, 102.5, 104, 104.5, 105, 105, 105]
+    assert _creeps(_levels_per_step(step_up)) == []
+    # the same growth spread over the steps is one
+    spread = [90, 90, 96, 97.5, 99, 100.5, 102, 103.5, 105, 106.5, 108]
+    assert len(_creeps(_levels_per_step(spread))) == 1
+
+
 def test_a_jump_right_after_a_checkpoint_save_that_stays_is_named():
     def save_at_5(step, phases):
         if step == 5:

@@ -428,15 +428,35 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
             phases = "training phases"
             who = f"Node {node} GPUs" if node is not None else "The GPUs"
             sig = _training_signature(ctx, sub, starts[ep.onset], ends[ep.last])
+            advice = ctx.advice("low_utilization", sig.phase if sig else None, sig)
+            waiting = _looks_like_waiting(sig, ctx.signature_thresholds)
             flags.append(make_flag(
                 "low_utilization", sev, start, end, {"node": node, "steps": rng},
                 f"{who} averaged {int(m)}% {source} during {phases}, "
                 f"{steps_text(rng) or _for_seconds(starts[ep.onset], end, ctx.now)}"
                 f" (healthy is {pct(threshold)} or more)."
-                + (" " + sig.evidence() if sig is not None else ""),
-                advice=ctx.advice("low_utilization", sig.phase if sig else None, sig),
+                + (" " + sig.evidence() if sig is not None else "")
+                + (" " + WAITERS_EVIDENCE if waiting else ""),
+                advice=[WAITERS_ADVICE, *advice] if waiting else advice,
             ))
     return flags
+
+
+#: Utilization at least this high with SM activity under the busy line: kernels resident all
+#: phase long with part of the SMs idle, which is also how a rank waiting in a collective looks.
+WAITERS_UTIL_MIN = 90.0
+WAITERS_EVIDENCE = ("Utilization near 100% with the SMs under the busy line is also how GPUs "
+                    "waiting in collectives for a slower rank look (the real 2-GPU straggler "
+                    "run: the waiting GPU at util 99-100%, SM 47-57%).")
+WAITERS_ADVICE = ("Before tuning this node, rule out a slower GPU or node elsewhere in the job: "
+                  "the GPUStraggler and NodeImbalance alerts and the dashboard's straggler heat "
+                  "map name it; a node that only waits needs no change of its own.")
+
+
+def _looks_like_waiting(sig: S.Signature | None, th: S.Thresholds) -> bool:
+    """The training phases' signature reads as a waiter's (see WAITERS_UTIL_MIN)."""
+    return (sig is not None and sig.name in ("light", "thin", "memory_bound")
+            and sig.util >= WAITERS_UTIL_MIN and sig.sm < th.busy_sm_min)
 
 
 def _short_training_windows(ctx: Context, min_seconds: float) -> set[int]:

@@ -55,8 +55,9 @@ def creep(peaks: np.ndarray, capacity: float, cfg: Section, min_rate: float,
     """The steady growth of ``peaks`` (oldest first), or None when it does not grow steadily.
 
     Steady: the Theil-Sen slope is at least ``min_rate`` bytes per unit, at least
-    ``steady_share`` of the successive differences rise by a quarter of it or more, and the
-    window grew by ``min_total_gib`` in all."""
+    ``steady_share`` of the successive differences rise by a quarter of it or more, the
+    window grew by ``min_total_gib`` in all, and no single rise is more than
+    ``max_jump_share`` of that growth."""
     peaks = np.asarray(peaks, float)
     if len(peaks) < max(3, cfg.get_int("min_points")):
         return None
@@ -68,7 +69,12 @@ def creep(peaks: np.ndarray, capacity: float, cfg: Section, min_rate: float,
         diffs = diffs / np.where(np.diff(x) > 0, np.diff(x), np.nan)
     if np.mean(diffs >= 0.25 * rate) < cfg.get_float("steady_share"):
         return None
-    if peaks[-1] - peaks[0] < cfg.get_float("min_total_gib") * GIB:
+    total = peaks[-1] - peaks[0]
+    if total < cfg.get_float("min_total_gib") * GIB:
+        return None
+    # spread over the window, not one jump: a level that steps up once and stays (a mode
+    # change, two weight copies kept from then on) fits a slope across the step too
+    if np.max(np.diff(peaks)) > cfg.get_float("max_jump_share", 1.0) * total:
         return None
     left = (capacity - peaks[-1]) / rate if capacity > 0 else float("inf")
     return Creep(rate=rate, level=float(peaks[-1]), first=float(peaks[0]),
@@ -190,8 +196,14 @@ def _series_flags(ctx: Context, who: str, scope: dict, peaks: np.ndarray, ends: 
     width = cfg.get_int("window")
     flags = []
     state: list[Creep | None] = []
+    above = cfg.get_float("above_earlier_gib", 0.0) * GIB
     for i in range(len(peaks)):
         lo = max(0, i - width + 1)
+        # a leak sets new highs; a level that swings between two modes (a fully-async trainer's
+        # steps mix waiting and training) climbs for a few steps back to where it has been
+        if lo > 0 and not peaks[i] >= np.max(peaks[:lo]) + above:
+            state.append(None)
+            continue
         state.append(creep(peaks[lo:i + 1], capacity, cfg, min_rate,
                            None if x is None else x[lo:i + 1]))
     i = 0
