@@ -86,8 +86,8 @@ node_ann = {
 lu_labels = {"job": "lowutil", "instance": "n0:9048", "node": "n0", "kind": "low_utilization", "severity": "warning"}
 lu_ann = {
     "summary": "Low GPU utilization on n0 in lowutil",
-    "description": "GPUs stay below the healthy range (85-95% while training; below 70% is a problem). Advice: raise actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu and actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu, enable actor_rollout_ref.model.use_remove_padding and actor_rollout_ref.actor.use_dynamic_bsz with a larger actor_rollout_ref.actor.ppo_max_token_len_per_gpu.",
-    "runbook_url": "docs/runbooks.md#verllowutilization",
+    "description": "GPUs stay below the healthy range (85-95% while training; below 70% is a problem). Advice: raise actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu and actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu, enable actor_rollout_ref.model.use_remove_padding and actor_rollout_ref.actor.use_dynamic_bsz with a larger actor_rollout_ref.actor.ppo_max_token_len_per_gpu.\nRunbook: " + RB + "docs/runbooks.md#verllowutilization",
+    "runbook_url": RB + "docs/runbooks.md#verllowutilization",
 }
 tests = []
 by_group = [tests]
