@@ -119,7 +119,7 @@ class Exporter:
         self.ctx = ExporterContext(node=self.node, interval=self.interval, sink=monitor,
                                    options=self.options, window=monitor.window,
                                    tracker=monitor.tracker, notifier=monitor.notifier,
-                                   live_sim=self.live_sim)
+                                   live_sim=self.live_sim, config=monitor.detect_config)
         self._specs = load_all()
         for name in enabled_collectors(self.options, self._specs):
             self.collectors[name] = self._build_collector(name)

@@ -27,6 +27,7 @@ from exporters.sink import NullSink, Sink
 if TYPE_CHECKING:
     from exporters.gpu.backend import GpuBackend
     from exporters.window import RollingWindow
+    from monitor.config import Config
     from monitor.detect.live import FlagTracker
     from monitor.notify.slack import SlackNotifier
     from monitor.sim.live import LiveSim
@@ -45,8 +46,10 @@ class ExporterContext:
     monitor side implements it). ``options`` are the typed command-line options. The rest is
     shared state that some collectors read: ``window`` (recent samples and steps, for the
     goodput and per-phase counters), ``tracker`` (the open flags), ``notifier`` (Slack, for the
-    goodput digest), ``live_sim`` (the simulator writing ``--sim-log``), and ``gpu_backend``
-    (set by the GPU collector; the host collector reads the simulated host from it).
+    goodput digest), ``live_sim`` (the simulator writing ``--sim-log``), ``gpu_backend``
+    (set by the GPU collector; the host collector reads the simulated host from it), and
+    ``config`` (the detectors' settings as the monitor loaded them from ``--config``; None
+    when the monitor runs no detectors).
     """
 
     node: str
@@ -58,6 +61,7 @@ class ExporterContext:
     notifier: SlackNotifier | None = None
     live_sim: LiveSim | None = None
     gpu_backend: GpuBackend | None = None
+    config: Config | None = None
 
 
 class BaseCollector:

@@ -142,3 +142,22 @@ def test_gpus_that_compute_are_not_a_trigger_and_progress_clears_the_last_round(
     c._handled, c._dumps = 1.0, {0: None}
     c.poll_once()
     assert c._handled is None and c._dumps == {}
+
+
+def test_the_hang_settings_are_the_monitors_own_copy_of_config(tmp_path):
+    """The collector judges silences with the detectors' settings as the monitor loaded them
+    (one read of --config, so both always agree); without a monitor it reads --config itself."""
+    from monitor.config import load_config
+
+    path = tmp_path / "verlmon.yaml"
+    path.write_text("hang:\n  min_seconds: 300.0\n")
+    window = RollingWindow()
+    shared = FlightRecorderCollector(ExporterContext(
+        node="n0", interval=1.0, window=window, config=load_config(str(path)),
+        options=ExporterOptions()))
+    assert shared.cfg.get_float("min_seconds") == 300.0
+    alone = FlightRecorderCollector(ExporterContext(
+        node="n0", interval=1.0, window=window, options=ExporterOptions(config=str(path))))
+    assert alone.cfg.get_float("min_seconds") == 300.0
+    default = FlightRecorderCollector(ExporterContext(node="n0", interval=1.0, window=window))
+    assert default.cfg.get_float("min_seconds") == 45.0

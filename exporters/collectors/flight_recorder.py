@@ -68,7 +68,8 @@ class FlightRecorderCollector(PollingCollector):
         self.pipe_prefix = opts.fr_pipe_prefix
         self.dump_prefix = opts.fr_dump_prefix
         self.pyspy = bool(opts.hang_pyspy)
-        self.cfg = load_config(opts.config).section("hang")
+        # the monitor's copy of --config when it runs detectors: read once, one truth
+        self.cfg = (ctx.config or load_config(opts.config)).section("hang")
         self._lock = threading.Lock()
         self._handled: float | None = None  # the silence (last step end) already handled
         self._dumps: dict[int, RankDump] = {}
