@@ -368,14 +368,16 @@ class PrometheusSource:
             return SourceStatus(False, "no data yet")
         return SourceStatus(True, f"{self.label}: {int(float(found[0]['value'][1]))} exporter(s)")
 
-    def time_range(self) -> tuple[float, float] | None:
+    def time_range(self, now: float | None = None) -> tuple[float, float] | None:
         """First and last scrape of any exporter within the last day.
 
         The day is searched at 1-minute resolution, which finds the first scrape at or before
         the first minute boundary after it; a second query at 1-second resolution over the
         minute before that finds the scrape itself (else a run's first minute, or all of a
-        run shorter than a minute, would fall outside the range)."""
-        now = time.time()
+        run shorter than a minute, would fall outside the range). Before any minute boundary
+        has passed since the first scrape, the second query alone finds it. ``now``: the
+        instant to ask at (default the current time)."""
+        now = time.time() if now is None else float(now)
         sel = self._sel()
         stamp = f"timestamp({m.BUILD_INFO}{sel})"
         last = self.query(f"max({stamp})", at=now)
@@ -397,12 +399,14 @@ class PrometheusSource:
         if cached is not None and time.monotonic() - cached[1] < FIRST_SCRAPE_TTL_S:
             return cached[0]
         first = self.query(f"min(min_over_time({stamp}[1d:1m]))", at=now)
-        if not first:
-            return None
-        lo = float(first[0]["value"][1])
+        # no minute boundary yet since the first scrape (a run younger than the minute it
+        # started in): the day's subquery has no step after it; the last 61 s has it
+        lo = float(first[0]["value"][1]) if first else now
         finer = self.query(f"min(min_over_time({stamp}[61s:1s]))", at=lo)
         if finer:
             lo = min(lo, float(finer[0]["value"][1]))
+        elif not first:
+            return None
         self._first_scrape = (lo, time.monotonic())
         return lo
 
