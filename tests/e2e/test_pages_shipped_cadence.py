@@ -11,6 +11,9 @@ Alertmanager config to a stand-in Slack webhook.
   while every other GPU waits in the collectives. Only that GPU is named (GPUStraggler), within
   3 steps of the onset, and it stays firing; the Slack message carries the advice (a real verl
   key) and the runbook as an absolute link.
+- While it fires, ``verl-monitor dashboard --prometheus URL --job straggler`` in a real
+  headless Chromium agrees: the Overview's top open problem is that GPUStraggler, the GPUs heat
+  map writes STRAGGLER beside that GPU of node3, and the Nodes page marks node3 with it.
 - When a job's targets file is removed, all its alerts resolve within two evaluations.
 
 Both jobs run side by side (8 exporters) to keep the wall time at ~11 minutes; the exporters'
@@ -36,6 +39,7 @@ from procs import (
     free_port,
     repo_alertmanager_config,
     start_alertmanager,
+    start_process,
     start_prometheus,
     stop_all,
 )
@@ -96,6 +100,42 @@ def _write_targets(targets_dir: Path, job: str, ports: dict[str, int]) -> None:
     tmp.replace(targets_dir / f"{job}.json")
 
 
+def _dashboard_marks_the_straggler(url: str, node: str, gpu: str) -> None:
+    """The dashboard on the test's Prometheus, limited to the straggler job, names the culprit
+    on the Overview, the GPUs heat map and the Nodes page (screenshots in test-artifacts/)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = REPO / "test-artifacts" / "shipped_cadence"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+            def open_page(path: str) -> None:
+                page.goto(f"{url}/{path}")
+                page.locator("[data-testid='stApp'][data-test-script-state='notRunning']"
+                             ).wait_for(state="attached", timeout=60_000)
+
+            open_page("?window=15+min&refresh=off")
+            top = page.locator(".st-key-ov_top_flag")
+            expect(top).to_contain_text("GPUStraggler", timeout=60_000)
+            expect(top).to_contain_text("trainer.balance_batch")
+            page.screenshot(path=shots / "overview.png", full_page=True)
+            open_page("gpus?window=15+min&refresh=off&gpu_view=SM+active")
+            expect(page.locator(".js-plotly-plot").first).to_contain_text(
+                f"{node}/{gpu} STRAGGLER", timeout=60_000)
+            page.screenshot(path=shots / "gpus.png", full_page=True)
+            open_page("nodes?window=15+min&refresh=off")
+            expect(page.get_by_test_id("stMain")).to_contain_text("GPUStraggler",
+                                                                  timeout=60_000)
+            page.screenshot(path=shots / "nodes.png", full_page=True)
+        finally:
+            browser.close()
+
+
 def _key(a: dict) -> tuple[str, str, str, str]:
     lab = a["labels"]
     return (lab.get("job", ""), lab["alertname"], lab.get("node", ""), lab.get("gpu", ""))
@@ -116,6 +156,7 @@ def test_pages_at_the_shipped_cadence(tmp_path):
     late_pending: set[tuple] = set()  # healthy-job alerts seen after the first minute
     first_firing: dict[tuple, tuple[float, int]] = {}  # key -> (seconds, driver step)
     firing_after: list[set] = []
+    app = None  # the dashboard on this test's Prometheus
     with WebhookRecorder() as slack:
         am_cfg = repo_alertmanager_config(tmp_path / "am", slack.url + "/services/T/B/x")
         with start_alertmanager(tmp_path / "am", am_cfg) as am, start_prometheus(
@@ -128,6 +169,11 @@ def test_pages_at_the_shipped_cadence(tmp_path):
                         procs.append(_exporter(tmp_path / job / node, node, scenario, follows,
                                                ports[job][node], driver))
                     _write_targets(targets_dir, job, ports[job])
+                app_port = free_port()
+                app = start_process(
+                    [CLI, "dashboard", "--prometheus", prom.url, "--job", "straggler",
+                     "--port", str(app_port)], tmp_path / "app", "dashboard", app_port,
+                    f"http://127.0.0.1:{app_port}/_stcore/health", timeout=90)
                 t0 = time.monotonic()
                 step = 0
                 while time.monotonic() - t0 < HEALTHY_S:
@@ -180,6 +226,9 @@ def test_pages_at_the_shipped_cadence(tmp_path):
                 text = json.dumps(post["body"])
                 assert "trainer.balance_batch" in text, text
                 assert "https://" in text and "docs/runbooks.md#gpustraggler" in text, text
+                # the dashboard agrees with the page
+                _dashboard_marks_the_straggler(f"http://127.0.0.1:{app_port}", culprit[2],
+                                               culprit[3])
 
                 # the straggler job ends: its targets go, every alert of it resolves within
                 # two evaluations (file_sd sees the file go at once)
@@ -201,4 +250,6 @@ def test_pages_at_the_shipped_cadence(tmp_path):
                                timeout=90, what="the resolved GPUStraggler message")
                 (targets_dir / "healthy.json").unlink()
             finally:
+                if app is not None:
+                    app.stop()
                 stop_all(procs)
