@@ -24,7 +24,9 @@ URL right before each warm visit of a page: the "floor", a title and one two-poi
 (Streamlit with its chart library, the least a dashboard page draws), and a "bare" page, a
 title alone. Each page's "x floor" ("x bare") is the median of its warm URL times over the
 median of that page's, the figure to read where Streamlit's own floor (and a shared machine's
-load) leaves no room under 2 s.
+load) leaves no room under 2 s. When the Overview is benched, a third baseline, the "app
+frame", is loaded before each of its visits: the real app (sidebar, navigation, source status,
+live panel) with an empty Overview, so the frame's cost reads apart from what the page draws.
 
 Usage: ``python bench/dashboard.py [--skip-store] [--skip-prometheus] [--pages Overview]
 [--json PATH]``
@@ -268,17 +270,20 @@ class PageTime(NamedTuple):
 
 
 def page_times(url: str, window: str, floor_url: str, bare_url: str,
-               rounds: int = 3) -> tuple[dict[str, PageTime], dict[str, tuple[float, float]]]:
+               rounds: int = 3, frame_url: str | None = None,
+               ) -> tuple[dict[str, PageTime], dict[str, tuple[float, float]]]:
     """Per page: seconds until usable after loading the page's URL first (cold) and again
     (warm: the median of ``rounds`` visits), and after clicking it in the sidebar (nav). Each
     visit follows a visit of the one-chart page at ``floor_url`` and of the title-only page at
     ``bare_url``, so load on a shared machine hits all three alike; "x floor" ("x bare") is the
-    median of the page's warm visits over the median of that page's. Also returns each
-    baseline's (cold, warm median)."""
+    median of the page's warm visits over the median of that page's. With ``frame_url`` (the
+    app with an empty Overview, :func:`start_frame`) that is visited before each Overview visit
+    too. Also returns each baseline's (cold, warm median)."""
     from playwright.sync_api import sync_playwright
 
     out: dict[str, list] = {}
-    base: dict[str, list[float]] = {"floor": [], "bare": []}
+    base: dict[str, list[float]] = {"floor": [], "bare": [], **({"frame": []} if frame_url
+                                                                 else {})}
     query = f"?window={window.replace(' ', '+')}&refresh=off"
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
@@ -295,6 +300,9 @@ def page_times(url: str, window: str, floor_url: str, bare_url: str,
                 base["floor"].append(visit(floor_url + "/", BASELINE_TITLE, "floor page",
                                            False)[0])
                 base["bare"].append(visit(bare_url + "/", BARE_TITLE, "bare page", False)[0])
+                if frame_url and path == "":
+                    base["frame"].append(visit(f"{frame_url}/{query}", "Overview", "app frame",
+                                               True)[0])
                 out.setdefault(path, []).append(visit(f"{url}/{path}{query}", title, f"/{path}",
                                                       True))
         order = list(PAGES.items())
@@ -304,7 +312,8 @@ def page_times(url: str, window: str, floor_url: str, bare_url: str,
             link.click()
             out[path].append(_wait_drawn(page, title, t0, f"/{path} (sidebar)"))
         browser.close()
-    warm = {k: statistics.median(v[len(PAGES):]) for k, v in base.items()}
+    warm = {k: statistics.median(v[len(PAGES) if k != "frame" else 1:])
+            for k, v in base.items()}
     result = {}
     for p, v in out.items():
         w = statistics.median(x[0] for x in v[1:1 + rounds])
@@ -318,6 +327,34 @@ def start_baseline(workdir: Path, name: str = "floor") -> tuple[subprocess.Popen
     script = workdir / f"{name}_app.py"
     script.write_text(BASELINE_APP if name == "floor" else BARE_APP)
     return start_app("store", str(workdir / "none.db"), script)
+
+
+#: The Overview of the "app frame" baseline: the real app (sidebar, navigation, source status,
+#: live panel) with nothing in the panel, to tell what the frame costs from what a page draws.
+FRAME_OVERVIEW = """import streamlit as st
+from dashboards import common
+
+settings = common.settings()
+st.title("Overview")
+
+
+@common.live_panel(settings)
+def live(start, end, key):
+    pass
+
+
+live()
+"""
+
+
+def start_frame(workdir: Path, kind: str, value: str) -> tuple[subprocess.Popen, str]:
+    """The app, copied with :data:`FRAME_OVERVIEW` as its Overview, on the same source."""
+    copy = workdir / "frame_app"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(REPO / "dashboards", copy / "dashboards",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "dashboards" / "views" / "overview.py").write_text(FRAME_OVERVIEW)
+    return start_app(kind, value, copy / "dashboards" / "app.py")
 
 
 def refresh_times(url: str, window: str, refreshes: int = 3) -> dict[str, float]:
@@ -405,9 +442,10 @@ def bench(kind: str, value: str, window: str,
     proc, url = start_app(kind, value)
     floor_proc, floor_url = start_baseline(workdir, "floor")
     bare_proc, bare_url = start_baseline(workdir, "bare")
+    frame_proc, frame_url = start_frame(workdir, kind, value) if "" in PAGES else (None, None)
     feeder = StoreFeeder(Path(value)) if kind == "store" else None
     try:
-        pages, base = page_times(url, window, floor_url, bare_url)
+        pages, base = page_times(url, window, floor_url, bare_url, frame_url=frame_url)
         if feeder is not None:
             feeder.start()
         refresh = refresh_times(url, window)
@@ -415,9 +453,10 @@ def bench(kind: str, value: str, window: str,
         if feeder is not None and feeder.ident is not None:
             feeder.halt.set()
             feeder.join(10)
-        for p in (proc, floor_proc, bare_proc):
-            p.terminate()
-            p.wait(20)
+        for p in (proc, floor_proc, bare_proc, frame_proc):
+            if p is not None:
+                p.terminate()
+                p.wait(20)
     rows = {PAGES[p]: {"cold_s": round(t.cold, 2), "warm_s": round(t.warm, 2),
                        "nav_s": round(t.nav, 2), "charts/tables": t.drawn,
                        "refresh_server_s": round(refresh[p], 3),
@@ -430,7 +469,10 @@ def print_table(title: str, rows: dict, base: dict[str, tuple[float, float]]) ->
     print(f"\n{title}")
     print(f"{'page':<16}{'cold s':>8}{'warm s':>8}{'x floor':>9}{'x bare':>8}{'nav s':>8}"
           f"{'drawn':>8}{'refresh s':>11}   (warm: median of 3 URL loads; drawn: charts/tables)")
-    for name, label, drawn in (("floor", "(floor page)", "1/0"), ("bare", "(bare page)", "0/0")):
+    for name, label, drawn in (("floor", "(floor page)", "1/0"), ("bare", "(bare page)", "0/0"),
+                               ("frame", "(app frame)", "0/0")):
+        if name not in base:
+            continue
         cold, warm = base[name]
         x_floor = warm / base["floor"][1]
         x_bare = warm / base["bare"][1]
