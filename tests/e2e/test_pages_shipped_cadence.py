@@ -47,8 +47,17 @@ from procs import (
     start_prometheus,
     stop_all,
 )
+from test_dashboard_demo import (  # noqa: F401 - the same Chromium and viewport
+    browser_context_args,
+    browser_type_launch_args,
+)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists(),
+                       reason="chromium not installed (make sysdeps)"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = shutil.which("verl-monitor", path=str(Path(sys.executable).parent)) or "verl-monitor"
@@ -108,40 +117,33 @@ def _write_targets(targets_dir: Path, job: str, ports: dict[str, int]) -> None:
     tmp.replace(targets_dir / f"{job}.json")
 
 
-def _dashboard_marks_the_straggler(url: str, node: str, gpu: str) -> None:
+def _dashboard_marks_the_straggler(page, url: str, node: str, gpu: str) -> None:
     """The dashboard on the test's Prometheus, limited to the straggler job, names the culprit
-    on the Overview, the GPUs heat map and the Nodes page (screenshots in test-artifacts/)."""
-    from playwright.sync_api import expect, sync_playwright
+    on the Overview, the GPUs heat map and the Nodes page (screenshots in test-artifacts/).
+    ``page`` is pytest-playwright's: a second Playwright started inside a test run that already
+    holds one fails ("Sync API inside the asyncio loop")."""
+    from playwright.sync_api import expect
 
     shots = REPO / "test-artifacts" / "shipped_cadence"
     shots.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
 
-            def open_page(path: str) -> None:
-                page.goto(f"{url}/{path}")
-                page.locator("[data-testid='stApp'][data-test-script-state='notRunning']"
-                             ).wait_for(state="attached", timeout=60_000)
+    def open_page(path: str) -> None:
+        page.goto(f"{url}/{path}")
+        page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(
+            state="attached", timeout=60_000)
 
-            open_page("?window=15+min&refresh=off")
-            top = page.locator(".st-key-ov_top_flag")
-            expect(top).to_contain_text("GPUStraggler", timeout=60_000)
-            expect(top).to_contain_text("trainer.balance_batch")
-            page.screenshot(path=shots / "overview.png", full_page=True)
-            open_page(f"gpus?window=15+min&refresh=off&gpu_view=SM+active&node={node}")
-            expect(page.locator(".js-plotly-plot").first).to_contain_text(
-                f"{node}/{gpu} STRAGGLER", timeout=60_000)
-            page.screenshot(path=shots / "gpus.png", full_page=True)
-            open_page("nodes?window=15+min&refresh=off")
-            expect(page.get_by_test_id("stMain")).to_contain_text("GPUStraggler",
+    open_page("?window=15+min&refresh=off")
+    top = page.locator(".st-key-ov_top_flag")
+    expect(top).to_contain_text("GPUStraggler", timeout=60_000)
+    expect(top).to_contain_text("trainer.balance_batch")
+    page.screenshot(path=shots / "overview.png", full_page=True)
+    open_page(f"gpus?window=15+min&refresh=off&gpu_view=SM+active&node={node}")
+    expect(page.locator(".js-plotly-plot").first).to_contain_text(f"{node}/{gpu} STRAGGLER",
                                                                   timeout=60_000)
-            page.screenshot(path=shots / "nodes.png", full_page=True)
-        finally:
-            browser.close()
+    page.screenshot(path=shots / "gpus.png", full_page=True)
+    open_page("nodes?window=15+min&refresh=off")
+    expect(page.get_by_test_id("stMain")).to_contain_text("GPUStraggler", timeout=60_000)
+    page.screenshot(path=shots / "nodes.png", full_page=True)
 
 
 def _key(a: dict) -> tuple[str, str, str, str]:
@@ -150,7 +152,7 @@ def _key(a: dict) -> tuple[str, str, str, str]:
 
 
 @pytest.mark.timeout(900)
-def test_pages_at_the_shipped_cadence(tmp_path):
+def test_pages_at_the_shipped_cadence(tmp_path, page):
     from monitor.sim.engine import SimRun
 
     truth = SimRun(JOBS["straggler"]["node3"][0], nodes=1, gpus_per_node=GPUS,
@@ -235,8 +237,8 @@ def test_pages_at_the_shipped_cadence(tmp_path):
                 assert "trainer.balance_batch" in text, text
                 assert "https://" in text and "docs/runbooks.md#gpustraggler" in text, text
                 # the dashboard agrees with the page
-                _dashboard_marks_the_straggler(f"http://127.0.0.1:{app_port}", culprit[2],
-                                               culprit[3])
+                _dashboard_marks_the_straggler(page, f"http://127.0.0.1:{app_port}",
+                                               culprit[2], culprit[3])
 
                 # the straggler job ends: its targets go (file_sd sees the file go at once);
                 # every alert of it resolves at the first evaluation after the stale markers,
