@@ -225,8 +225,12 @@ def test_a_run_younger_than_its_first_minute_boundary_has_a_range(live):
     src, _ = live
     raw = src.query("up[10m]")
     first_scrape = min(float(t) for series in raw for t, v in series["values"] if v == "1")
-    if math.floor((first_scrape + 0.2) / 60) * 60 > first_scrape:
-        pytest.skip("the first scrape fell in the last 0.2 s of a minute")
-    young = PrometheusSource(src.url)
-    assert young.time_range(now=first_scrape + 0.2) == pytest.approx(
-        (first_scrape, first_scrape), abs=0.01)
+    # asked 1.5 s after it: the 1-second subquery has a step after the scrape (its steps sit
+    # on whole seconds), and no minute boundary has passed unless the scrape fell in the last
+    # 1.5 s of a minute
+    now = first_scrape + 1.5
+    if math.floor(now / 60) * 60 > first_scrape:
+        pytest.skip("the first scrape fell in the last 1.5 s of a minute")
+    lo, hi = PrometheusSource(src.url).time_range(now=now)
+    assert lo == pytest.approx(first_scrape, abs=0.01)
+    assert first_scrape <= hi <= now
