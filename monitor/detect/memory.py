@@ -197,11 +197,12 @@ def _series_flags(ctx: Context, who: str, scope: dict, peaks: np.ndarray, ends: 
     flags = []
     state: list[Creep | None] = []
     above = cfg.get_float("above_earlier_gib", 0.0) * GIB
+    highs = np.maximum.accumulate(peaks)  # highs[k]: the highest level up to point k
     for i in range(len(peaks)):
         lo = max(0, i - width + 1)
         # a leak sets new highs; a level that swings between two modes (a fully-async trainer's
         # steps mix waiting and training) climbs for a few steps back to where it has been
-        if lo > 0 and not peaks[i] >= np.max(peaks[:lo]) + above:
+        if lo > 0 and not peaks[i] >= highs[lo - 1] + above:
             state.append(None)
             continue
         state.append(creep(peaks[lo:i + 1], capacity, cfg, min_rate,
