@@ -1,0 +1,79 @@
+"""The capture-time sidecar: when ``verl-monitor run`` captured each line of the job's log.
+
+The log itself stays exactly what the job printed (other tools keep reading it); beside it,
+``<log>.arrivals`` holds one ``"<offset> <unix_ts>\\n"`` text line per captured line, or per
+chunk of lines captured together: the byte offset in the log where that line (the chunk's
+first line) starts, and the unix time it was captured. An offline ``analyze`` of the log can
+then give each line the time it was really printed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import IO
+
+SUFFIX = ".arrivals"
+
+
+def sidecar_path(log_path: str | os.PathLike[str]) -> Path:
+    """Where the capture times of ``log_path`` are kept: ``<log>.arrivals`` beside it."""
+    p = Path(log_path)
+    return p.with_name(p.name + SUFFIX)
+
+
+class ArrivalWriter:
+    """Appends capture times to the sidecar of one log, one line per ``record`` call.
+
+    Each line is written and flushed at once, so a reader (or a ``kill -9`` of the writer)
+    sees every record made so far except, at worst, a torn last line.
+    """
+
+    def __init__(self, log_path: str | os.PathLike[str]) -> None:
+        """Open (append) the sidecar of ``log_path``; raises ``OSError`` if it cannot be."""
+        self.path = sidecar_path(log_path)
+        self._fh: IO[str] | None = open(self.path, "a", encoding="ascii")  # noqa: SIM115
+        self._last_offset = -1
+
+    def record(self, offset: int, ts: float) -> None:
+        """Record that the line starting at byte ``offset`` of the log was captured at ``ts``.
+
+        Offsets that do not move forward (the same chunk recorded twice) are skipped.
+        """
+        if self._fh is None or offset <= self._last_offset:
+            return
+        self._last_offset = offset
+        self._fh.write(f"{int(offset)} {ts:.6f}\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        """Close the sidecar; later ``record`` calls do nothing."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def read_arrivals(log_path: str | os.PathLike[str]) -> list[tuple[int, float]] | None:
+    """The ``(offset, unix_ts)`` pairs recorded for ``log_path``, in file order.
+
+    None when the log has no sidecar (or it cannot be read). A last line without its newline
+    (torn by a kill mid-write) and lines that are not two numbers are skipped.
+    """
+    try:
+        text = sidecar_path(log_path).read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    lines = text.split("\n")
+    lines.pop()  # what follows the last newline: empty, or a line torn mid-write
+    out: list[tuple[int, float]] = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 2:
+            continue
+        try:
+            offset, ts = int(parts[0]), float(parts[1])
+        except ValueError:
+            continue
+        if offset >= 0 and ts == ts:  # NaN is not a time
+            out.append((offset, ts))
+    return out

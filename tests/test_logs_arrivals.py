@@ -1,0 +1,33 @@
+"""The capture-time sidecar: written, read back, torn last line tolerated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monitor.logs.arrivals import ArrivalWriter, read_arrivals, sidecar_path
+
+
+def test_sidecar_sits_beside_the_log(tmp_path: Path) -> None:
+    assert sidecar_path(tmp_path / "job.log") == tmp_path / "job.log.arrivals"
+
+
+def test_records_read_back_in_order(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    assert read_arrivals(log) is None
+    w = ArrivalWriter(log)
+    w.record(0, 1700000000.25)
+    w.record(42, 1700000001.5)
+    w.record(42, 1700000002.0)  # same chunk again: skipped
+    w.close()
+    w.record(99, 1.0)  # after close: nothing
+    assert read_arrivals(log) == [(0, 1700000000.25), (42, 1700000001.5)]
+    assert sidecar_path(log).read_text().splitlines() == [
+        "0 1700000000.250000",
+        "42 1700000001.500000",
+    ]
+
+
+def test_torn_last_line_and_junk_are_skipped(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    sidecar_path(log).write_text("0 10.0\nhello\n7 x\n15 11.5\n30 17")
+    assert read_arrivals(log) == [(0, 10.0), (15, 11.5)]
