@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
+from monitor.detect.cause_advice import GEN_VS_CRITIC, cause_advice, contradicted
+
 REAL_KEYS: tuple[str, ...] = (
     "actor_rollout_ref.rollout.gpu_memory_utilization",
     "actor_rollout_ref.model.use_remove_padding",
@@ -88,16 +90,6 @@ INVENTED_KEYS: tuple[str, ...] = (
     "trainer.gradient_accumulation_steps",
     "fsdp.sync_module_states",
     "verl.trainer.main_fastrl",
-)
-
-#: phase_imbalance's general advice about generation against the critic: shown only where the
-#: flag's phase is one of the two (or unknown).
-GEN_VS_CRITIC = (
-    "Generation far longer than the critic's scoring: speed the rollout up (raise "
-    "actor_rollout_ref.rollout.gpu_memory_utilization, lower actor_rollout_ref.rollout."
-    "tensor_model_parallel_size, cap data.max_response_length), or give the critic fewer "
-    "GPUs; scoring longer than generation: raise the critic's micro-batch, turn on "
-    "actor_rollout_ref.actor.use_dynamic_bsz and actor_rollout_ref.model.use_remove_padding."
 )
 
 ADVICE: dict[str, list[str]] = {
@@ -483,8 +475,6 @@ def advice_for(
     general = list(ADVICE.get(kind, []))
     if phase is None and signature is None:
         return general
-    from monitor.detect.cause_advice import cause_advice, contradicted
-
     out: list[str] = []
     for sentence in cause_advice(phase, signature, version) + general:
         if sentence not in out and not contradicted(sentence, phase, signature, measured):

@@ -15,7 +15,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection
 
-from monitor.detect.advice import GEN_VS_CRITIC
+#: phase_imbalance's general advice about generation against the critic: shown only where the
+#: flag's phase is one of the two (or unknown). Kept here, beside ``contradicted`` which judges
+#: it; ``monitor.detect.advice`` lists it among the kind's advice.
+GEN_VS_CRITIC = (
+    "Generation far longer than the critic's scoring: speed the rollout up (raise "
+    "actor_rollout_ref.rollout.gpu_memory_utilization, lower actor_rollout_ref.rollout."
+    "tensor_model_parallel_size, cap data.max_response_length), or give the critic fewer "
+    "GPUs; scoring longer than generation: raise the critic's micro-batch, turn on "
+    "actor_rollout_ref.actor.use_dynamic_bsz and actor_rollout_ref.model.use_remove_padding."
+)
 
 #: verl 0.7.1 moved reward settings to a ``reward`` section (``reward.num_workers``,
 #: ``reward.reward_manager``, ``reward.custom_reward_function``); 0.4.1-0.7.0 have
