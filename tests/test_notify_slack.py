@@ -325,3 +325,24 @@ def test_an_echoed_secret_is_redacted_before_the_text_is_cut(tmp_path: Path, cap
     for text in (*errors, n.last_error, caplog.text):
         assert leaked(path, text) == [], text
     assert all("<webhook>" in e for e in errors), errors
+
+
+def test_an_answer_body_cannot_write_fake_log_lines(tmp_path: Path, caplog) -> None:
+    """Before: Slack's answer body went into the log with its newlines, so a hostile endpoint
+    could append a line that looks like the exporter's own ("CRITICAL ... stalled")."""
+    hook = Hook(SLACK_PATH)
+    try:
+        hook.statuses = [(400, {})]
+        hook.answer = lambda p: (b"invalid_payload\n2026-12-01 CRITICAL verl_monitor flag "
+                                 b"stalled opened\r\x1b[2Jcleared\x00" + b"x" * 5000)
+        n = SlackNotifier(url_file(tmp_path, hook.url), None, max_attempts=1)
+        n.notify_opened(flag())
+        with caplog.at_level(logging.WARNING, logger="verl_monitor.notify"):
+            n.deliver()
+    finally:
+        hook.close()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\x00" not in line
+    assert "invalid_payload\\n2026-12-01 CRITICAL" in line  # shown, escaped, on one line
+    assert len(line) < 800
+    assert "\n" not in n.last_error

@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from monitor.notify.outbox import MemoryOutbox
+from monitor.printable import one_line
 from monitor.records import SEVERITIES, Flag
 
 _SEVERITY_ICON = {"info": ":information_source:", "warning": ":warning:",
@@ -362,8 +363,9 @@ class SlackNotifier:
         return _mask_pieces(_HOOK_PATH.sub("<webhook>", text), self._secret_pieces)
 
     def excerpt(self, text: str, limit: int) -> str:
-        """At most ``limit`` characters of ``text``, redacted before it is cut."""
-        return _clip(self.redact(str(text)[:_SCAN_LIMIT]).strip(), limit)
+        """At most ``limit`` characters of ``text`` on one printable line (newlines and control
+        characters escaped: an answer body cannot forge log lines), redacted before it is cut."""
+        return one_line(self.redact(str(text)[:_SCAN_LIMIT]).strip(), limit)
 
     @property
     def dropped(self) -> int:
