@@ -120,3 +120,19 @@ def test_rollout_engine_samples_are_exported_and_read_back(tmp_path: Path) -> No
     df = read_rollout_frame(tmp_path / "b" / "rollout.csv")
     assert df.iloc[0]["server"] == "10.0.0.1:8000" and df.iloc[0]["kv_cache_usage"] == 0.97
     assert df.iloc[0]["preemptions_total"] == 7
+
+
+@pytest.mark.parametrize("content", [b"", b"SQLite format 3\x00" + bytes(84)],
+                         ids=["zero-bytes", "header-only"])
+def test_an_empty_file_is_refused_not_turned_into_a_store(tmp_path: Path, content: bytes
+                                                          ) -> None:
+    """Before: `export` of a 0-byte file wrote a whole schema into it and exported nothing."""
+    from monitor.store import StoreError
+
+    src = tmp_path / "empty.db"
+    src.write_bytes(content)
+    with pytest.raises(StoreError, match="not a verl-monitor run store"):
+        export_dir(src, tmp_path / "out")
+    assert src.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"] or not any(
+        (tmp_path / "out").iterdir())

@@ -125,3 +125,40 @@ def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path: Path) -> None
     lock = StoreLock(tmp_path / "r.db")  # the holder died: its lock went with it
     lock.acquire()
     lock.release()
+
+
+def _scribbled_store(path: Path) -> int:
+    """A store of 20,000 GPU rows with random bytes over many of its pages; its size."""
+    store = RunStore(path)
+    w = StoreWriter(store)
+    w.put_gpu(gpu_rows(0, 20_000))
+    assert w.flush()
+    store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    size = path.stat().st_size
+    with path.open("r+b") as fh:
+        for off in range(3 * 4096, size - 4096, 7 * 4096):
+            fh.seek(off + 8)
+            fh.write(bytes((i * 97 + off) % 256 for i in range(3000)))
+    return size
+
+
+def test_a_store_that_failed_its_check_is_not_written_and_says_so_briefly(tmp_path: Path
+                                                                         ) -> None:
+    """Before: the exporter went on writing into the damaged file, and the error was a
+    6-10 KB line of every problem SQLite found, with the raw bytes it read."""
+    path = tmp_path / "r.db"
+    _scribbled_store(path)
+    store = RunStore(path)
+    w = StoreWriter(store)
+    assert w.check_integrity() is False
+    err = w.integrity_error
+    assert len(err) < 400 and err.isprintable() and "integrity check" in err, err
+    before = path.read_bytes()
+    w.put_gpu(gpu_rows(100_000, 10))
+    assert w.flush() is False and not w.up
+    assert w.buffered == 10  # kept in memory, not written into the damaged file
+    assert "integrity check" in w.last_error and w.last_error.isprintable()
+    store.close()
+    assert path.read_bytes() == before
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0

@@ -44,6 +44,7 @@ from monitor.frames import (
 )
 from monitor.logs.fingerprint import step_fingerprint
 from monitor.logs.follow import LogPosition
+from monitor.printable import one_line
 from monitor.records import Event, Flag, StepRecord
 from monitor.store.schema import NCCL_COLUMNS, SchemaError, check, migrate
 
@@ -132,8 +133,10 @@ class RunStore:
         self._conns_lock = threading.Lock()
         self._max_pages: int | None = None
         self._closed = False
-        if not create and not self.path.is_file():
-            raise StoreError(f"{self.path}: no such file")
+        #: the first problem of a failed integrity check; writes are refused from then on
+        self.integrity_problem: str | None = None
+        if not create:
+            _refuse_non_store(self.path)
         try:
             conn = self._conn()
             migrate(conn)
@@ -211,7 +214,12 @@ class RunStore:
     # ------------------------------------------------------------------ writing
 
     def _write(self, fn) -> Any:
-        """Run ``fn(conn)`` inside one IMMEDIATE transaction; rolls back on any error."""
+        """Run ``fn(conn)`` inside one IMMEDIATE transaction; rolls back on any error. Refused
+        (:class:`StoreIntegrityError`) once the file failed its integrity check."""
+        if self.integrity_problem is not None:
+            raise StoreIntegrityError(
+                f"not written: the run store failed its integrity check "
+                f"({self.integrity_problem})")
         with self._write_lock:
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
@@ -515,10 +523,19 @@ class RunStore:
         return total + (wal.stat().st_size if wal.exists() else 0)
 
     def quick_check(self) -> str | None:
-        """SQLite's ``PRAGMA quick_check``: None when the file is sound, else its first problem."""
-        rows = self._conn().execute("PRAGMA quick_check").fetchall()
-        first = str(rows[0][0]) if rows else "no answer"
-        return None if first == "ok" else first
+        """SQLite's ``PRAGMA quick_check``: None when the file is sound, else its first problem
+        on one short printable line (SQLite lists every damaged cell, with the bytes it read).
+        A failed check makes every later write raise :class:`StoreIntegrityError`: nothing more
+        goes into a damaged file."""
+        rows = self._conn().execute("PRAGMA quick_check(20)").fetchall()
+        lines = [ln for r in rows for ln in str(r[0]).splitlines()
+                 if ln.strip() and not ln.startswith("*** in database")]
+        if rows and str(rows[0][0]) == "ok":
+            return None
+        first = one_line(lines[0] if lines else "no answer", 160)
+        more = f" and {len(lines) - 1}+ more" if len(lines) > 1 else ""
+        self.integrity_problem = first + more
+        return self.integrity_problem
 
     def compact(self, now: float | None = None) -> dict[str, int]:
         """Apply retention now; see ``monitor.store.retention.compact``."""
@@ -608,6 +625,31 @@ class RunStore:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+class StoreIntegrityError(sqlite3.OperationalError):
+    """A write refused because the file failed its integrity check (the rows are kept)."""
+
+
+def _refuse_non_store(path: Path) -> None:
+    """Raise StoreError unless ``path`` is a file holding a verl-monitor run store: opening an
+    empty file (0 bytes, or a database without tables) would write a new schema into it."""
+    if not path.is_file():
+        raise StoreError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise StoreError(f"{path}: an empty file, not a verl-monitor run store")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open ({exc})") from exc
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path}: not a verl-monitor run store ({exc})") from exc
+    finally:
+        conn.close()
+    if not names:
+        raise StoreError(f"{path}: a database without tables, not a verl-monitor run store")
 
 
 def _time_filter(column: str, start: float | None, end: float | None) -> tuple[list[str], list]:
