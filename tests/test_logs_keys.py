@@ -161,13 +161,16 @@ def test_breakdown_style_derived_phases_are_kept() -> None:
         (["timing_s/reshard", "timing_s/step"], ["TaskRunner"], "3dec", "0.4.1"),
         (["timing_s/reshard", "timing_s/step"], [], None, "0.4.1-0.5.x"),
         (["timing_s/reshard", "timing_s/step"], ["TaskRunner"], "repr", "0.5.x"),
-        (["response/aborted_ratio", "timing_s/step", "timing_s/gen"], [], "repr", "0.6.0-0.7.0"),
+        (["response/aborted_ratio", "timing_s/step", "timing_s/gen"], [], "repr", "0.5.x-0.7.0"),
         (["perf/mfu/actor_infer", "response/aborted_ratio", "timing_s/step"], [], None, "0.7.0"),
         (["timing_s/update_weights", "timing_s/step"], ["TaskRunner"], "repr", "0.7.1+"),
         (["actor/perf/max_memory_allocated_gb", "timing_s/step"], [], "repr", "0.8+"),
         (["timing_s/step"], ["TaskRunnerV1"], None, "0.9+"),
-        (["timing_s/step"], [], "numpy", "0.9+"),
-        (["response/aborted_ratio", "timing_s/step", "timing_s/param_sync"], [], None, "0.6.0+"),
+        # numpy 2's repr of verl 0.5+'s pformat: says what full-precision values say, no more
+        (["timing_s/step"], [], "numpy", "0.5+"),
+        (["response/aborted_ratio", "timing_s/step", "timing_s/param_sync"], [], None, "0.5.x+"),
+        # 2025-08-13 .. 09-03: aborted_ratio added while the sharding managers still timed
+        (["response/aborted_ratio", "timing_s/reshard", "timing_s/step"], [], "numpy", "0.5.x"),
         ([], [], None, "unknown"),
         (["foo/bar"], ["WorkerDict"], None, "unknown"),
     ],
@@ -292,3 +295,67 @@ def test_async_value_reads_both_spellings() -> None:
                        "fully_async/rollouter/idle_ratio") == 0.2
     assert async_value({"rollouter/idle_ratio": float("nan")},
                        "fully_async/rollouter/idle_ratio") is None
+
+
+# --- one run, two logs: the console and the JSONL say the same version ----------------------
+
+
+def _verl_050dev_steps(n: int = 4) -> list[dict]:
+    """The metrics of a GRPO step with the HF rollout and a reference model as verl 0.5.0.dev
+    (commit 4c3310db, the one on our H200) returns them: the keys of ``compute_data_metrics``,
+    ``compute_timing_metrics`` (timing_raw with the worker's ``generate_sequences`` and
+    ``generation_timing/*``), ``compute_throughout_metrics``, the actor's update metrics and
+    ``training/*``; values as numpy scalars, as the trainer gets them."""
+    import numpy as np
+
+    steps = []
+    for i in range(1, n + 1):
+        timing = {"gen": 3.1 + 0.01 * i, "generate_sequences": 3.0, "generation_timing/max": 3.0,
+                  "generation_timing/min": 3.0, "generation_timing/topk_ratio": 1.0,
+                  "reward": 0.2, "old_log_prob": 0.3, "ref": 0.25, "adv": 0.05,
+                  "update_actor": 0.6, "step": 4.6, "start_profile": 0.0, "stop_profile": 0.0}
+        data = {"training/global_step": i, "training/epoch": 0,
+                "actor/entropy": np.float64(9.1), "actor/kl_loss": np.float64(0.001),
+                "actor/kl_coef": 0.001, "actor/pg_loss": np.float64(-0.002),
+                "actor/pg_clipfrac": np.float64(0.0), "actor/ppo_kl": np.float64(0.0),
+                "actor/pg_clipfrac_lower": np.float64(0.0), "actor/grad_norm": np.float64(0.8),
+                "perf/mfu/actor": np.float64(0.01), "perf/max_memory_allocated_gb": 7.5,
+                "perf/max_memory_reserved_gb": 9.25, "perf/cpu_memory_used_gb": 60.5,
+                "actor/lr": 1e-06}
+        for name in ("score", "rewards", "advantages", "returns"):
+            data.update({f"critic/{name}/{s}": np.float64(0.1) for s in ("mean", "max", "min")})
+        for group in ("response_length", "response_length_non_aborted", "prompt_length"):
+            data.update({f"{group}/{s}": np.float64(120.0) for s in ("mean", "max", "min")})
+            data[f"{group}/clip_ratio"] = np.float64(0.0)
+        data["response/aborted_ratio"] = np.float64(0.0)
+        data.update({f"timing_s/{k}": np.float64(v) for k, v in timing.items()})
+        data.update({f"timing_per_token_ms/{k}": np.float64(0.2)
+                     for k in ("gen", "ref", "adv", "update_actor")})
+        data.update({"perf/total_num_tokens": 30000, "perf/time_per_step": np.float64(4.6),
+                     "perf/throughput": np.float64(6500.0)})
+        steps.append(data)
+    return steps
+
+
+def test_the_console_log_and_the_jsonl_of_one_run_give_the_same_version(tmp_path) -> None:
+    """issue 28: real verl 0.5.0.dev on the H200 read as 0.9+ from its console log (numpy 2's
+    ``np.float64(...)``) and as 0.6-0.7 from the JSONL of the same run; both are 0.5.x-0.7.0."""
+    import json
+    import pprint
+
+    from monitor.logs.parse import parse_file
+
+    steps = _verl_050dev_steps()
+    lines = ["\x1b[36m(TaskRunner pid=2741)\x1b[0m TaskRunner hostname: gpu-0, PID: 2741"]
+    with open(tmp_path / "train.jsonl", "w") as fh:
+        for i, data in enumerate(steps, 1):
+            # verl 0.5's concat_dict_to_str (verl/utils/logger/aggregate_logger.py)
+            body = " - ".join([f"step:{i}"] + [f"{k}:{pprint.pformat(v)}" for k, v in data.items()])
+            lines.append(f"\x1b[36m(TaskRunner pid=2741)\x1b[0m {body}")
+            fh.write(json.dumps({"step": i, "data": {k: float(v) for k, v in data.items()}}) + "\n")
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    assert "np.float64(" in lines[1]
+    console = parse_file(tmp_path / "train.log", log_end=10_000.0)
+    jsonl = parse_file(tmp_path / "train.jsonl", log_end=10_000.0)
+    assert console.format == "console" and len(console.steps) == len(jsonl.steps) == 4
+    assert console.version_guess == jsonl.version_guess == "0.5.x-0.7.0"

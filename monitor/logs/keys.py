@@ -227,9 +227,17 @@ def other_seconds(
 # A bound is (sortable version tuple, label). "x" labels sort above any patch release.
 _Bound = tuple[tuple[int, int, int], str]
 
+#: After the v0.5.0 tag and before v0.6.0: verl's main said "0.5.0.dev" there (the HF-rollout
+#: commit 4c3310db that runs on our H200 is one of them).
+_POST_050: _Bound = ((0, 5, 50), "0.5.x")
+
+#: Keys and the first release that prints them, each checked in verl's history:
+#: ``timing_s/reshard`` from 70bd3d3d6 (2025-06-07, before v0.4.1) until the sharding managers
+#: went (19020f618, 2025-09-03, before v0.6.0); ``response/aborted_ratio`` from ea885f32f
+#: (2025-08-13, after v0.5.0: the 0.5.0.dev main, not 0.6.0).
 _LOWER_KEY_HINTS: tuple[tuple[str, _Bound], ...] = (
     ("timing_s/reshard", ((0, 4, 1), "0.4.1")),
-    ("response/aborted_ratio", ((0, 6, 0), "0.6.0")),
+    ("response/aborted_ratio", _POST_050),
     ("perf/mfu/actor_infer", ((0, 7, 0), "0.7.0")),
     ("timing_s/update_weights", ((0, 7, 1), "0.7.1")),
 )
@@ -253,11 +261,14 @@ def guess_version(
     """A verl version range from the keys a log printed, its Ray prefixes and its number format.
 
     Returns strings such as ``"<=0.2"``, ``"0.4.1"``, ``"0.4.1-0.5.x"``, ``"0.5.x"``,
-    ``"0.6.0-0.7.0"``, ``"0.7.1+"``, ``"0.8+"``, ``"0.9+"``, or ``"unknown"`` when nothing hints.
+    ``"0.5.x-0.7.0"``, ``"0.7.1+"``, ``"0.8+"``, ``"0.9+"``, or ``"unknown"`` when nothing hints.
     ``prefixes`` are Ray actor names (``TaskRunnerV1`` means 0.9+, ``main_task`` 0.2 or older,
     ``TaskRunner`` 0.3+). ``number_format`` is ``"3dec"`` (every value with 3 decimals: 0.4.1 or
     older), ``"repr"`` (0.5+, unless a key or prefix says older: ``mfu/actor``, ``timing/``,
-    ``main_task`` keep a 0.1-0.2 log at ``"<=0.2"``) or ``"numpy"`` (``np.float64(...)``: 0.9+).
+    ``main_task`` keep a 0.1-0.2 log at ``"<=0.2"``) or ``"numpy"``: ``np.float64(...)`` is
+    numpy 2's repr through the same ``pprint.pformat`` of verl 0.5+, so it says what ``"repr"``
+    says and nothing about verl 0.9. The keys decide the rest, so a run's console log and its
+    JSONL (same keys, no number format) give the same range when its keys bound it.
     """
     keyset = set(keys)
     prefixset = set(prefixes)
@@ -279,26 +290,26 @@ def guess_version(
         uppers.append(((0, 2, 99), "0.2"))
     if "TaskRunner" in prefixset:
         lowers.append(((0, 3, 0), "0.3"))
+    key_lo = max(lowers) if lowers else None  # what the keys and prefixes say
     if number_format == "3dec":
         uppers.append(((0, 4, 1), "0.4.1"))
-    elif number_format == "repr" and not (uppers and min(uppers)[0] < (0, 5, 0)):
+    elif number_format in ("repr", "numpy") and not (uppers and min(uppers)[0] < (0, 5, 0)):
         # Full-precision values are weak evidence (forks and custom loggers print them too):
         # a key or prefix that only verl before 0.5 printed outweighs them.
         lowers.append(((0, 5, 0), "0.5"))
-    elif number_format == "numpy":
-        lowers.append(((0, 9, 0), "0.9"))
-
     lo = max(lowers) if lowers else None
     hi = min(uppers) if uppers else None
-    # 0.6.0-0.7.0 printed no reshard timer at all: a full training step without one (and
-    # without an async trainer's sync timer) caps the range, if that stays consistent.
+    # From the sharding managers' removal (before 0.6.0) to 0.7.0 verl printed no reshard
+    # timer, nor did the HF rollout before it; 0.7.1+ times update_weights. A full training step
+    # without any sync timer, from a release after v0.5.0 (by its keys, not its number format,
+    # which a JSONL does not have), caps the range at 0.7.0, if that stays consistent.
     if (
         "timing_s/step" in keyset
         and "timing_s/update_weights" not in keyset
         and "timing_s/reshard" not in keyset
         and not any(key in keyset for key in _ASYNC_RESHARD_KEYS)
-        and lo is not None
-        and lo[0] >= (0, 6, 0)
+        and key_lo is not None
+        and key_lo[0] >= _POST_050[0]
         and (hi is None or hi[0] > (0, 7, 0))
     ):
         hi = ((0, 7, 0), "0.7.0")
