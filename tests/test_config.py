@@ -83,3 +83,51 @@ def test_typed_reads_convert_and_name_a_missing_key(tmp_path):
     with pytest.raises(KeyError):
         cfg.get_float("no_dot")
     assert cfg.section("no_such_section") == {}
+
+
+# ---------------------------------------------------------------- issue 30 row 8: shapes,
+# ranges and size checked, each with one line naming the key
+
+@pytest.mark.parametrize("text, key, words", [
+    ("suppress:\n  low_utilization: 5\n", "suppress.low_utilization", "list of flag kinds"),
+    ("suppress:\n  low_utilization: [stalled, 7]\n", "suppress.low_utilization",
+     "list of flag kinds"),
+    ("suppress:\n  low_utilization: [stalld]\n", "suppress.low_utilization", "'stalld'"),
+    ("suppress:\n  no_such_flag: [stalled]\n", "suppress.no_such_flag", "not a flag kind"),
+    ("stalled:\n  min_seconds: -180\n", "stalled.min_seconds", "at least 0"),
+    ("stalled:\n  median_multiple: -3\n", "stalled.median_multiple", "at least 0"),
+    ("stalled:\n  idle_seconds: .nan\n", "stalled.idle_seconds", "finite"),
+    ("stalled:\n  idle_seconds: .inf\n", "stalled.idle_seconds", "finite"),
+    ("hang:\n  waiting_share: 1.5\n", "hang.waiting_share", "between 0 and 1"),
+    ("memory_creep:\n  quantile: -0.1\n", "memory_creep.quantile", "between 0 and 1"),
+    ("hang:\n  min_samples: 2.5\n", "hang.min_samples", "whole number"),
+])
+def test_shapes_and_ranges_are_checked_with_the_key_named(tmp_path, text, key, words):
+    """Before: `suppress: {low_utilization: 5}` loaded, then `analyze` died and the exporter's
+    detector loop failed on every pass; `stalled.min_seconds: -180` loaded and gave 61 false
+    flags, one Slack post per step."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    message = str(err.value)
+    assert key in message and words in message and "\n" not in message, message
+
+
+def test_in_range_values_still_load(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("suppress:\n  low_utilization: [stalled, hang]\nstalled:\n  min_seconds: 0\n"
+                    "hang:\n  waiting_share: 1\n  min_samples: 7.0\n")
+    cfg = load_config(str(path))
+    assert cfg["suppress"]["low_utilization"] == ["stalled", "hang"]
+    assert cfg.get_float("stalled.min_seconds") == 0 and cfg.get_int("hang.min_samples") == 7
+
+
+def test_a_huge_config_is_refused_before_it_is_parsed(tmp_path):
+    """Before: a 100 MB --config ran 5 minutes and grew to 7.9 GB."""
+    path = tmp_path / "big.yaml"
+    with path.open("w") as fh:
+        fh.write("stalled:\n  min_seconds: 180\n")
+        fh.write("# " + "x" * 100 + "\n" * 1 + ("# padding\n" * 120_000))
+    with pytest.raises(ConfigError, match=r"big.yaml: larger than 1 MB"):
+        load_config(str(path))
