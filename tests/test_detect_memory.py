@@ -233,3 +233,62 @@ def test_the_real_oom_runs_are_forecast_before_they_run_out(run):
     assert creep.start == pytest.approx(step6, abs=1.0)
     oom = [f for f in flags if f.kind == "oom"]
     assert oom and creep.start < oom[0].start
+
+
+# --- levels per phase (issue 28 item 6) ---------------------------------------------------------
+
+
+def _longer_generations(leak_gib_per_step: float = 0.0):
+    """12 steps of 40 s whose generation share grows from 50% to 90% (responses getting longer),
+    as verl frees and refills memory by phase: generation's memory climbs from 30 to 100 GiB
+    through each generation (an HF rollout's KV cache; the engine wakes from sleep), the
+    training phases hold 20 GiB. ``leak_gib_per_step`` is added to every phase each step."""
+    from monitor.analysis.attribution import phase_timeline
+
+    def mix(step, phases):
+        gen = 0.5 + 0.4 * (step - 1) / 11
+        rest = 40.0 * (1 - gen)
+        phases.update(gen=40.0 * gen, old_log_prob=0.2 * rest, ref=0.16 * rest,
+                      update_actor=0.54 * rest, other=0.1 * rest)
+
+    steps = make_steps(n=12, step_s=40.0, edit=mix)
+    gen = phase_timeline(steps).query("phase == 'gen'").set_index("step")
+
+    def memory(df):
+        step = df["step"].fillna(1).astype(int)
+        start = gen["start"].reindex(step).to_numpy()
+        end = gen["end"].reindex(step).to_numpy()
+        through = np.clip((df["ts"].to_numpy() - start) / (end - start), 0, 1)
+        level = np.where(df["phase"] == "gen", 30.0 + 70.0 * through, 20.0)
+        df["mem_used_bytes"] = (level + leak_gib_per_step * (step.to_numpy() - 1)) * GIB
+
+    return _ctx(steps, memory)
+
+
+def test_memory_that_differs_by_phase_is_compared_phase_by_phase():
+    # the step's median over all phases climbs 25 -> 60 GiB as generation grows; each phase's
+    # own level stays where it was: no leak (the old all-phase level flagged +1.9 GiB a step)
+    ctx = _longer_generations()
+    mixed = ctx.act_windowed.groupby("step")["mem_used_bytes"].median()
+    assert mixed.iloc[-1] - mixed.iloc[2] > 15 * GIB  # the mix alone moves the mixed level
+    assert _creeps(ctx) == []
+
+
+def test_a_leak_under_memory_that_differs_by_phase_is_still_named_with_its_phase():
+    (f,) = _creeps(_longer_generations(leak_gib_per_step=1.5))
+    assert "at +1.5 GiB per step" in f.evidence
+    assert f.evidence.startswith("GPU 0 on node n0 (gen):")  # the longest phase names it
+    assert f.scope["gpus"] == [0, 1]
+
+
+def test_a_rollout_engine_that_sleeps_through_training_is_not_a_creep():
+    # sleep mode: 96 GiB while the engine is awake, 24 GiB while it sleeps; the share of
+    # generation grows step after step
+    def mix(step, phases):
+        gen = 0.4 + 0.04 * step
+        phases.update(gen=30.0 * gen, update_actor=30.0 * (1 - gen))
+
+    steps = make_steps(n=12, step_s=30.0, edit=mix)
+    awake = _ctx(steps, lambda df: df.__setitem__(
+        "mem_used_bytes", np.where(df["phase"] == "gen", 96.0, 24.0) * GIB))
+    assert _creeps(awake) == []

@@ -5,7 +5,10 @@ a cache that never empties) is visible long before: the per-step peak of each GP
 about the same amount every step. This detector fits that growth with a robust slope (Theil-Sen:
 the median of the pairwise slopes of the last ``window`` peaks, so one odd step does not move
 it), and when the growth is steady it opens a warning with the rate and the projected time to
-the capacity ("at +18.0 GiB per step, out of memory in about 1 step"). A one-off jump right
+the capacity ("at +18.0 GiB per step, out of memory in about 1 step"). Levels are taken phase
+by phase (``_phase_series``): verl frees and refills memory by phase (the rollout engine's
+sleep mode, a KV cache that grows through generation), so a level over a whole step drifts
+with the phase mix; generation is compared with generation. A one-off jump right
 after ``save_checkpoint`` or validation that stays is named as such. The first
 ``warmup_points`` steps are left out (the allocator and caches fill up there). Without steps in the data
 (a log that gives no step lines) the peaks are taken per analysis window and the rate is given
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from monitor.analysis.attribution import label_samples
 from monitor.config import Section
 from monitor.detect import window as W
 from monitor.detect.base import Context, make_flag
@@ -252,35 +256,75 @@ def _series_flags(ctx: Context, who: str, scope: dict, peaks: np.ndarray, ends: 
     return flags
 
 
-def detect_memory_creep(ctx: Context) -> list:
-    """Steady growth of each GPU's per-step memory peak, with the forecast to the capacity, or a
-    jump that stays right after a checkpoint save or a validation (see the module doc)."""
-    cfg = ctx.cfg("memory_creep")
+def _phase_series(df: pd.DataFrame, keys: list[str], col: str, cap_col: str | None,
+                  ctx: Context, cfg: Section) -> list[tuple[tuple, str | None, pd.DataFrame]]:
+    """``(key, phase, levels)`` per series to judge: one per phase of each ``keys`` group.
+
+    verl frees and refills GPU memory by phase (the rollout engine sleeps through training and
+    wakes for generation; an HF rollout's KV cache grows through generation), so a step's level
+    over all its samples moves with the phase mix: longer generations alone make it climb.
+    Each phase is judged against itself, where the steps give it at least ``min_points``
+    levels of ``min_samples_per_point`` samples each; a group with no such phase (short steps,
+    no step lines) is judged over all its samples as before. Phases with the most samples
+    come first."""
     q = cfg.get_float("quantile")
+    per = _levels(df, keys, col, cap_col, q, ctx.windows)
+    out: list[tuple[tuple, str | None, pd.DataFrame]] = []
+    if not len(per):
+        return out
+    labelled = df[df["phase"].notna()] if "phase" in df.columns else df.iloc[:0]
+    by_phase = _levels(labelled, [*keys, "phase"], col, cap_col, q, ctx.windows)
+    min_points = cfg.get_int("min_points") + cfg.get_int("warmup_points")
+    for key, g in per.groupby(keys, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        mine = by_phase
+        for name, value in zip(keys, key, strict=True):
+            mine = mine[mine[name] == value] if len(mine) else mine
+        judged = []
+        for phase, gp in (mine.groupby("phase", sort=False) if len(mine) else []):
+            stepped = gp[gp["step"].notna()]
+            if (len(stepped) >= min_points
+                    and float(stepped["n"].median()) >= cfg.get_int("min_samples_per_point")):
+                judged.append((-int(stepped["n"].sum()), str(phase), gp))
+        if judged:
+            out.extend((key, phase, _series(gp, cfg)) for _, phase, gp in sorted(judged))
+        else:
+            out.append((key, None, _series(g, cfg)))
+    return out
+
+
+def detect_memory_creep(ctx: Context) -> list:
+    """Steady growth of each GPU's per-step memory level, phase by phase, with the forecast to
+    the capacity, or a jump that stays right after a checkpoint save or a validation (see the
+    module doc and ``_phase_series``)."""
+    cfg = ctx.cfg("memory_creep")
     flags = []
-    per = _levels(ctx.act_windowed, ["node", "gpu"], "mem_used_bytes", "mem_total_bytes", q,
-                  ctx.windows) if "mem_used_bytes" in ctx.act_windowed else []
-    for (node, gpu), g in (per.groupby(["node", "gpu"], sort=True) if len(per) else []):
-        g = _series(g, cfg)
+    act = ctx.act_windowed
+    series = (_phase_series(act, ["node", "gpu"], "mem_used_bytes", "mem_total_bytes", ctx, cfg)
+              if "mem_used_bytes" in act else [])
+    for (node, gpu), phase, g in series:
         cap = cfg.get_float("capacity_bytes", 0.0) or float(g["cap"].max() or 0.0)
+        where = f" ({phase})" if phase else ""
         flags.extend(_series_flags(
-            ctx, f"GPU {int(gpu)} on node {node}:", {"node": str(node), "gpus": [int(gpu)]},
+            ctx, f"GPU {int(gpu)} on node {node}{where}:", {"node": str(node), "gpus": [int(gpu)]},
             g["peak"].to_numpy(float), g["end"].to_numpy(float),
             g["step"].to_numpy(float), cap if np.isfinite(cap) else 0.0, cfg))
     flags = _merge(flags)
     host = ctx.host
     if "train_rss_bytes" in host.columns and host["train_rss_bytes"].notna().any():
+        host = label_samples(host, ctx.timeline)
         host = host.assign(win=W.assign_windows(host["ts"].astype(float), ctx.windows))
-        hper = _levels(host, ["node"], "train_rss_bytes", None, q, ctx.windows)
-        for node, g in (hper.groupby("node", sort=True) if len(hper) else []):
-            g = _series(g, cfg)
-            flags.extend(_series_flags(
-                ctx, f"Host memory (RSS) of the training processes on node {node}:",
+        hflags = []
+        for (node,), phase, g in _phase_series(host, ["node"], "train_rss_bytes", None, ctx, cfg):
+            where = f" ({phase})" if phase else ""
+            hflags.extend(_series_flags(
+                ctx, f"Host memory (RSS) of the training processes on node {node}{where}:",
                 {"node": str(node)}, g["peak"].to_numpy(float), g["end"].to_numpy(float),
                 g["step"].to_numpy(float), cfg.get_float("host_capacity_bytes", 0.0), cfg,
                 host=True))
+        flags.extend(_merge(hflags))
     sf = ctx.sf
-    if (not len(per) and len(sf) and sf["mem_reserved"].notna().sum() >= cfg.get_int("min_points")):
+    if (not series and len(sf) and sf["mem_reserved"].notna().sum() >= cfg.get_int("min_points")):
         s = sf[sf["mem_reserved"].notna()].sort_values("end").iloc[cfg.get_int("warmup_points"):]
         cap = cfg.get_float("capacity_bytes", 0.0)
         flags.extend(_series_flags(ctx, "verl's reserved peak:", {},
@@ -290,8 +334,9 @@ def detect_memory_creep(ctx: Context) -> list:
 
 
 def _merge(flags: list) -> list:
-    """A node's GPUs whose flags overlap in time become one flag: the worst severity, every GPU
-    in scope, the evidence of the first critical one (else the first)."""
+    """A node's GPUs (or phases of one series) whose flags overlap in time become one flag: the
+    worst severity, every GPU in scope, the evidence of the first critical one (else the
+    first)."""
     out: list = []
     for f in sorted(flags, key=lambda f: (str(f.scope.get("node")), f.start)):
         prev = out[-1] if out else None
@@ -302,7 +347,8 @@ def _merge(flags: list) -> list:
         gpus = sorted(set(prev.scope.get("gpus", [])) | set(f.scope.get("gpus", [])))
         if f.severity == "critical" and prev.severity != "critical":
             prev.severity, prev.evidence = "critical", f.evidence
-        prev.scope["gpus"] = gpus[:16]
+        if gpus:  # host series have no GPUs
+            prev.scope["gpus"] = gpus[:16]
         prev.end = None if prev.end is None or f.end is None else max(prev.end, f.end)
     for f in out:
         if len(f.scope.get("gpus", [])) > 1:
