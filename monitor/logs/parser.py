@@ -32,6 +32,7 @@ from monitor.logs.jsonl import JsonlMerger, JsonStep, read_json_step
 from monitor.logs.keys import other_seconds, phases_and_total
 from monitor.logs.prefix import unwrap
 from monitor.logs.stats import Item, ParseStats
+from monitor.logs.values import absurd_durations
 from monitor.logs.vocabulary import Vocabulary
 from monitor.numbers import finite_float
 from monitor.records import Event, StepRecord
@@ -283,6 +284,7 @@ class LogParser:
             if pending_val[0] == step:
                 # validation printed just before the training line of the same step: one step
                 metrics = {**pending_val[1], **metrics}
+        metrics = self._skip_absurd(step, metrics)
         phases, total = phases_and_total(metrics, version_hint=hint)
         record = StepRecord(
             step=step,
@@ -301,6 +303,15 @@ class LogParser:
         self._resume_since_step = False
         self._failures.reset()
         return record
+
+    def _skip_absurd(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
+        """``metrics`` without its absurd timers (negative, or over 30 days), each counted as a
+        parse error saying which value was skipped."""
+        absurd = absurd_durations(metrics)
+        for key, value in absurd.items():
+            self.stats.add_error(f"absurd value for {key!r} ({value:g} s), skipped",
+                                 f"step:{step} {key}:{value:g}")
+        return {k: v for k, v in metrics.items() if k not in absurd} if absurd else metrics
 
     def _breakdown(self, match: Any, ts: float | None, when: float | None, line: str,
                    out: list[Item]) -> None:

@@ -88,3 +88,23 @@ def value_format(texts: list[str]) -> str | None:
     if finite < 5:
         return None
     return "3dec" if three == finite else "repr"
+
+
+#: Longest duration a verl timer can report, seconds (30 days): past it (``1e12``, ``1e308``)
+#: the value is damage, not a step; a timestamp built from it would be out of range.
+MAX_DURATION_S = 30 * 86400.0
+_TIMER_PREFIXES = ("timing_s/", "timing/")
+
+
+def absurd_durations(metrics: dict[str, object]) -> dict[str, float]:
+    """The timers (``timing_s/*``, ``timing/*``) of one step whose finite value is negative or
+    longer than ``MAX_DURATION_S``: key -> value. NaN and inf are left to the readers, which
+    already skip them."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if not key.startswith(_TIMER_PREFIXES) or isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)) and math.isfinite(value) and not (
+                0.0 <= value <= MAX_DURATION_S):
+            out[key] = float(value)
+    return out
