@@ -56,6 +56,10 @@ _DEFERRED = ("_created", "_gsum", "_gcount")
 _LABEL_CACHE: dict[tuple, str] = {}
 #: Longest label value written; longer ones (log- and dump-derived text) are shortened.
 MAX_LABEL_CHARS = 128
+#: Labels written whole up to ``TEXT_LABEL_CHARS``: a flag's evidence and advice
+#: (``verlmon_flag_info``), which readers of Prometheus show as the flag's words.
+TEXT_LABELS = frozenset({"evidence", "advice"})
+TEXT_LABEL_CHARS = 4096
 #: Samples written with a shortened label value (counted at every scrape that writes one).
 labels_truncated = 0
 
@@ -93,7 +97,8 @@ def _label_set(key: tuple) -> tuple[str, bool]:
     whether one was."""
     global labels_truncated
     values = [str(v) for _, v in key]
-    short = [shorten_label(v) for v in values]
+    short = [shorten_label(v, TEXT_LABEL_CHARS if k in TEXT_LABELS else MAX_LABEL_CHARS)
+             for (k, _), v in zip(key, values, strict=True)]
     cut = short != values
     if cut:
         labels_truncated += 1

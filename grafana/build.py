@@ -385,8 +385,8 @@ def overview() -> dashboard.Dashboard:
             "Open flags with evidence",
             q("max by (job, node, exported_node, severity, kind, gpu, phase, evidence, advice) "
               f"(verlmon_flag_info{{{SEL}}})", instant=True),
-            "Every open flag with its node, GPU and phase, the detector's evidence and its "
-            "first advice (verlmon_flag_info).",
+            "Every open flag with its node, GPU and phase, the detector's whole evidence and "
+            "advice, a line per piece (verlmon_flag_info: the words of the dashboard and Slack).",
         ))
         .with_panel(culprit_table(
             q("max by (job, node, instance, rank, pid, gpu, collective, seq, frame) "

@@ -53,13 +53,17 @@ def test_without_a_tracker_nothing_is_exported():
     assert list(FlagsCollector(ctx).collect()) == []
 
 
-def test_scope_is_separate_labels_and_info_carries_evidence_and_advice():
+def test_scope_is_separate_labels_and_info_carries_evidence_and_advice_whole():
     tracker, reg = make()
-    long_evidence = "rollout took " + "very " * 80 + "long"
+    evidence = ("GPU 1 is the straggler in update_actor: its SM activity averaged 81% while "
+                "GPU 0, GPU 2, GPU 3, GPU 4, GPU 5, GPU 6 and GPU 7 waited at 53-58% with "
+                "their utilization near 100% (they spin in collectives): 6 of the last 6 steps")
+    advice = ["Raise actor_rollout_ref.rollout.n\nfor more samples.",
+              "Check GPU 1's clocks and temperature (nvidia-smi -q -d CLOCK,TEMPERATURE) "
+              "and its XID errors before moving work off it."]
     tracker.update([
         Flag("rollout_long_tail", "warning", start=10.0, end=None,
-             scope={"phase": "gen", "gpus": [2, 5]}, evidence=long_evidence,
-             advice=["Raise actor_rollout_ref.rollout.n\nfor more samples.", "second"]),
+             scope={"phase": "gen", "gpus": [2, 5]}, evidence=evidence, advice=advice),
     ], now=20.0)
     # no node in the scope: the exporter's own node
     labels = {"kind": "rollout_long_tail", "severity": "warning", "node": "n0", "gpu": "2,5",
@@ -70,9 +74,35 @@ def test_scope_is_separate_labels_and_info_carries_evidence_and_advice():
     assert len(info) == 1 and info[0].value == 1
     got = info[0].labels
     assert {k: got[k] for k in labels} == labels
-    assert got["advice"] == "Raise actor_rollout_ref.rollout.n for more samples."
-    assert len(got["evidence"]) <= 200 and got["evidence"].startswith("rollout took very")
-    assert got["evidence"].endswith("…")
+    # every piece of advice, a line each; the evidence whole (the old 200-character cut and
+    # the exposition's 128-character digest cut the numbers off)
+    assert got["advice"].split("\n") == ["Raise actor_rollout_ref.rollout.n for more samples.",
+                                         advice[1]]
+    assert got["evidence"] == evidence
+    # what Prometheus scrapes: the same words, no "...#digest"
+    from exporters.exposition import format_families
+
+    text = format_families(FlagsCollector(tracker_ctx(tracker)).collect()).decode()
+    line = next(ln for ln in text.splitlines() if ln.startswith("verlmon_flag_info{"))
+    assert f'evidence="{evidence}"' in line and "...#" not in line
+    assert "nvidia-smi -q -d CLOCK,TEMPERATURE) and its XID errors" in line
+
+
+def tracker_ctx(tracker: FlagTracker) -> ExporterContext:
+    return ExporterContext(node="n0", interval=1.0, tracker=tracker)
+
+
+def test_a_runaway_evidence_is_cut_at_a_word_with_an_ellipsis_not_a_digest():
+    tracker, reg = make()
+    tracker.update([Flag("fatal_error", "critical", start=1.0, end=None,
+                         evidence="log said " + "word " * 2000)], now=2.0)
+    from exporters.collectors.flags import TEXT_MAX
+    from exporters.exposition import format_families
+
+    text = format_families(FlagsCollector(tracker_ctx(tracker)).collect()).decode()
+    line = next(ln for ln in text.splitlines() if ln.startswith("verlmon_flag_info{"))
+    evidence = line.split('evidence="', 1)[1].split('"', 1)[0]
+    assert len(evidence) <= TEXT_MAX and evidence.endswith("word…") and "#" not in evidence
 
 
 def test_raised_counters_exist_at_zero_for_every_kind_before_any_flag():

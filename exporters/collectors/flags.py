@@ -7,8 +7,12 @@ The monitor's detector loop (exporters/live_monitor.py) keeps a ``FlagTracker`` 
   separate labels (``gpu`` is the GPU index, or indices joined by commas; empty labels are
   left out by Prometheus); ``node`` is the flag's node, this exporter's when the flag names none.
 - ``verlmon_flag_info{...same labels..., evidence, advice}``: 1 per open flag, carrying its
-  evidence and first piece of advice (each cut to ``TEXT_MAX`` characters, one line), so flags
-  read back from Prometheus keep them.
+  whole evidence (one line) and its whole advice (one line per piece, in order), so every
+  reader of Prometheus (the dashboard, Grafana, the alert rules' Slack text through
+  Alertmanager) shows the same words as the store and the monitor's own Slack post. These two
+  labels are exempt from the exposition's 128-character cap (``TEXT_LABELS`` in
+  exporters/exposition.py); only a text over ``TEXT_MAX`` characters (a runaway log quote) is
+  cut, at a word, with "…", never with a digest.
 - ``verlmon_flags_raised_total{kind, severity}``: every kind and severity at 0 from the start,
   so ``increase()`` counts the first flag too.
 """
@@ -27,8 +31,9 @@ from monitor.records import FLAG_KINDS, SEVERITIES, Flag
 
 #: Scope labels of the flag series, in order.
 SCOPE_LABELS: tuple[str, ...] = ("node", "gpu", "phase")
-#: Longest evidence or advice text carried by ``verlmon_flag_info`` (characters).
-TEXT_MAX = 200
+#: Longest evidence or advice text carried by ``verlmon_flag_info`` (characters): far above
+#: any detector's text (the longest is ~600), so a flag's words arrive whole.
+TEXT_MAX = 4000
 
 
 def _raised_items(counts: Any) -> Iterable[tuple[str, str, float]]:
@@ -54,9 +59,18 @@ def scope_labels(flag: Flag, default_node: str) -> tuple[str, str, str]:
     return str(scope.get("node") or default_node), gpu, str(scope.get("phase") or "")
 
 
-def short_text(text: str, limit: int = TEXT_MAX) -> str:
-    """``text`` on one line, cut at a word boundary to at most ``limit`` characters."""
-    flat = " ".join(str(text or "").split())
+def advice_text(advice: Iterable[str], limit: int = TEXT_MAX) -> str:
+    """A flag's advice as one label value: each piece on one line, pieces joined by newlines
+    (monitor/sources/prometheus.py splits it back)."""
+    return short_text("\n".join(" ".join(str(a or "").split()) for a in advice if a), limit,
+                      keep_lines=True)
+
+
+def short_text(text: str, limit: int = TEXT_MAX, keep_lines: bool = False) -> str:
+    """``text`` on one line (``keep_lines``: its lines kept, each on one line), cut at a word
+    boundary to at most ``limit`` characters."""
+    lines = str(text or "").split("\n") if keep_lines else [str(text or "")]
+    flat = "\n".join(" ".join(line.split()) for line in lines)
     if len(flat) <= limit:
         return flat
     cut = flat[: limit - 1]
@@ -81,8 +95,8 @@ class FlagsCollector(BaseCollector):
         labels = ["kind", "severity", *SCOPE_LABELS]
         active = GaugeMetricFamily(m.FLAG_ACTIVE, "1 while a detector flag is open.",
                                    labels=labels)
-        info = GaugeMetricFamily(m.FLAG_INFO, "Evidence and first advice of each open "
-                                 "detector flag (always 1).",
+        info = GaugeMetricFamily(m.FLAG_INFO, "Whole evidence and advice (a line per piece) "
+                                 "of each open detector flag (always 1).",
                                  labels=[*labels, "evidence", "advice"])
         seen = set()
         for flag in tracker.active():
@@ -91,8 +105,8 @@ class FlagsCollector(BaseCollector):
                 continue
             seen.add(values)
             active.add_metric(list(values), 1.0)
-            advice = flag.advice[0] if flag.advice else ""
-            info.add_metric([*values, short_text(flag.evidence), short_text(advice)], 1.0)
+            info.add_metric([*values, short_text(flag.evidence), advice_text(flag.advice)],
+                            1.0)
         yield active
         yield info
         raised = CounterMetricFamily(m.FLAGS_RAISED.removesuffix("_total"),

@@ -150,10 +150,11 @@ def active_alerts(groups: list[dict], job: str | None = None
 
 def split_description(text: str) -> tuple[str, list[str]]:
     """A rule's ``description`` as (evidence, advice lines): the text before "Advice:", then
-    each line of advice (the runbook line kept last)."""
+    each line of advice without its bullet (the runbook line kept last)."""
     text = (text or "").strip()
     head, sep, tail = text.partition("Advice:")
-    advice = [ln.strip() for ln in tail.splitlines() if ln.strip()] if sep else []
+    advice = [ln.strip().removeprefix("• ").strip() for ln in tail.splitlines()
+              if ln.strip().removeprefix("•").strip()] if sep else []
     return " ".join(head.split()), advice
 
 

@@ -531,8 +531,8 @@ class PrometheusSource:
     def flags(
         self, active_only: bool = False, start: float | None = None, end: float | None = None
     ) -> list[Flag]:
-        """Flags as the runs of ``verlmon_flag_active == 1``; evidence and first advice from
-        ``verlmon_flag_info``, then the detectors' advice table. With alert rules loaded, an
+        """Flags as the runs of ``verlmon_flag_active == 1``; their whole evidence and advice
+        from ``verlmon_flag_info`` (the detectors' advice table when it has none). With alert rules loaded, an
         open flag is open here only while its alert fires, from the moment it began to fire
         (the start Slack shows); the rest are :meth:`pending_flags` (see
         ``monitor.sources.alerts``). The firing cross-node alerts join them under their names.
@@ -887,12 +887,13 @@ def _flag_identity(labels: dict) -> tuple[str, ...]:
 
 
 def _flag_advice(kind: str, exported: str) -> list[str]:
-    """The detectors' advice for ``kind``; the exporter's own first advice leads when it
-    differs (it may name the numbers of this run)."""
+    """The flag's own advice as the exporter exports it (``verlmon_flag_info``'s ``advice``, a
+    line per piece: the words the store and Slack show); the detectors' advice table for
+    ``kind`` only when the exporter sent none (an older exporter, or a flag without advice)."""
     from monitor.detect.advice import advice_for
 
-    table = list(advice_for(kind) or [])
-    return table if not exported or exported in table else [exported, *table]
+    own = [line.strip() for line in str(exported or "").split("\n") if line.strip()]
+    return own or list(advice_for(kind) or [])
 
 
 def _node_matcher(node: str | None) -> str:
