@@ -86,6 +86,9 @@ _SGLANG: dict[str, tuple[str, str]] = {
     "sglang:e2e_request_latency_seconds_sum": ("e2e_latency_sum", "sum"),
     "sglang:e2e_request_latency_seconds_count": ("e2e_latency_count", "sum"),
 }
+#: The same series as some SGLang releases, its router and OpenTelemetry relays spell them:
+#: ``sglang_num_running_reqs`` for ``sglang:num_running_reqs``.
+_SGLANG.update({"sglang_" + name.removeprefix("sglang:"): how for name, how in _SGLANG.items()})
 _SLEEP = "vllm:engine_sleep_state"
 _WANTED = {**_VLLM, **_SGLANG}
 #: The series worth parsing, by exact sample name (``vllm:num_requests_waiting_by_reason`` is
