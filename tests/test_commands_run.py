@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -73,7 +74,7 @@ def test_output_passes_through_is_logged_followed_and_exit_code_returned(tmp_pat
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 7, err.decode()
     assert "step:3" in out.decode() and "exporter saw step 3" in out.decode(), err.decode()
-    assert "a warning on stderr" in err.decode()
+    assert "a warning on stderr" in out.decode()  # both streams are shown, read from the log
     text = log.read_text()
     assert "step:1 " in text and "step:3 " in text and "a warning on stderr" in text
     assert "exporter saw step 3" in text
@@ -269,3 +270,135 @@ def test_a_log_that_is_a_directory_or_binary_is_refused(tmp_path, kind):
     assert proc.returncode == 2
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and f"--log {log}: is a {kind}" in lines[0], lines
+
+
+def _gone(pid: int) -> bool:
+    """True when ``pid`` has exited (a zombie counts: it runs no more)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def _wait_for(predicate, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+@pytest.mark.slow
+def test_a_job_outlives_a_kill_9_of_run_and_logs_every_line(tmp_path):
+    """Issue 30 row 1: the job's output does not go through ``run``: a SIGKILLed (or
+    OOM-killed) ``run`` leaves the job running, and every line it prints lands in the log."""
+    log = tmp_path / "t.log"
+    done = tmp_path / "done"
+    job = script(tmp_path, f"""
+        import os, sys, time
+        open({str(tmp_path / 'pid')!r}, "w").write(str(os.getpid()))
+        for i in range(200):
+            print(f"line {{i}}", flush=True)
+            if i == 20:
+                # wait until the test has killed `run`, then keep printing
+                while not os.path.exists({str(tmp_path / 'killed')!r}):
+                    time.sleep(0.02)
+        print("and on stderr", file=sys.stderr, flush=True)
+        open({str(done)!r}, "w").write("ok")
+    """)
+    proc = run_cli(["--no-exporter", "--log", str(log), "--", sys.executable, job], tmp_path)
+    try:
+        assert _wait_for(lambda: log.exists() and "line 20\n" in log.read_text())
+        proc.kill()
+        proc.communicate(timeout=30)
+        (tmp_path / "killed").write_text("")
+        job_pid = int((tmp_path / "pid").read_text())
+        _wait_for(lambda: done.exists() or _gone(job_pid))
+        assert done.exists(), "the job died with verl-monitor run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if (tmp_path / "pid").exists() and not done.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
+    lines = log.read_text().splitlines()
+    assert [ln for ln in lines if ln.startswith("line ")] == [f"line {i}" for i in range(200)]
+    assert "and on stderr" in lines
+
+
+@pytest.mark.slow
+def test_a_grandchild_keeps_its_output_after_the_job_and_run_exit(tmp_path):
+    """Issue 30 row 1: a grandchild that keeps stdout open after the job exits writes all its
+    lines to the log, even after ``run`` is gone; ``run`` prints no traceback."""
+    log = tmp_path / "t.log"
+    done = tmp_path / "done"
+    grandchild = script(tmp_path, f"""
+        import os, sys, time
+        run_pid = int(sys.argv[1])
+        open({str(tmp_path / 'gpid')!r}, "w").write(str(os.getpid()))
+        print("grandchild started", flush=True)
+        for _ in range(1200):  # until `run` has exited
+            try:
+                state = open(f"/proc/{{run_pid}}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                break
+            if state in ("Z", "X"):
+                break
+            time.sleep(0.05)
+        for i in range(100):
+            print(f"grandchild {{i}}", flush=True)
+        open({str(done)!r}, "w").write("ok")
+    """)
+    job = [sys.executable, "-c", "import os, subprocess, sys; "
+           f"subprocess.Popen([sys.executable, {grandchild!r}, str(os.getppid())]); "
+           "print('child exits', flush=True)"]
+    proc = run_cli(["--no-exporter", "--linger", "0", "--log", str(log), "--", *job], tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert "Traceback" not in err.decode(), err.decode()
+    assert _wait_for(lambda: (tmp_path / "gpid").exists())
+    gpid = int((tmp_path / "gpid").read_text())
+    _wait_for(lambda: done.exists() or _gone(gpid))
+    assert done.exists(), "the grandchild died (a broken pipe) after run exited"
+    lines = log.read_text().splitlines()
+    assert "child exits" in lines and "grandchild started" in lines
+    assert [ln for ln in lines if ln.startswith("grandchild ") and ln[11:].isdigit()] == [
+        f"grandchild {i}" for i in range(100)]
+
+
+@pytest.mark.slow
+def test_run_records_when_it_captured_each_line(tmp_path):
+    """Issue 28 item 2: ``run`` writes ``<log>.arrivals`` (offset and capture time of the
+    lines), leaving the log itself exactly as printed."""
+    from monitor.logs.arrivals import read_arrivals
+
+    log = tmp_path / "t.log"
+    log.write_text("an older run's line\n")
+    job = script(tmp_path, f"""
+        import os, time
+        for i in range(3):
+            print(f"step {{i}}", flush=True)
+            n = os.path.getsize({str(log)!r})
+            for _ in range(400):  # until `run` has recorded the line
+                if os.path.exists({str(log) + '.arrivals'!r}) and str(n - len(f"step {{i}}") - 1) in \\
+                        open({str(log) + '.arrivals'!r}).read().split():
+                    break
+                time.sleep(0.01)
+    """)
+    started = time.time()
+    proc = run_cli(["--no-exporter", "--linger", "0", "--log", str(log), "--", sys.executable,
+                    job], tmp_path)
+    out, err = proc.communicate(timeout=60)
+    finished = time.time()
+    assert proc.returncode == 0, err.decode()
+    data = log.read_bytes()
+    assert data == b"an older run's line\nstep 0\nstep 1\nstep 2\n"
+    assert out.decode() == "step 0\nstep 1\nstep 2\n"  # shown on the terminal as printed
+    arrivals = read_arrivals(log)
+    assert arrivals is not None
+    offsets = [o for o, _ in arrivals]
+    assert offsets == [data.index(b"step 0"), data.index(b"step 1"), data.index(b"step 2")]
+    times = [t for _, t in arrivals]
+    assert started <= times[0] <= times[1] <= times[2] <= finished

@@ -7,8 +7,12 @@ What it does, in order:
    the terminal does not stop it before the job), following the log this command writes;
    ``--no-exporter`` leaves that to an exporter the platform already runs on this node;
 3. starts the command with the NCCL Inspector environment when ``--nccl-plugin`` is given,
-   passes its stdout and stderr through to the terminal unchanged and appends every line to
-   the log (``--log``), which the exporter follows;
+   its stdout and stderr appended straight to the log (``--log``), which the exporter follows:
+   the job never writes to a pipe this process reads, so a ``kill -9`` (or the OOM killer)
+   of ``verl-monitor run`` costs the job nothing and every line still reaches the log. What
+   the log gains is shown on our stdout (both streams, unchanged, progress bars included),
+   and the time each line was captured goes to ``<log>.arrivals`` (``monitor.logs.arrivals``)
+   so an offline ``analyze`` of the log has real times;
 4. forwards SIGINT/SIGTERM/SIGHUP to the command first: the exporter keeps running while the
    job shuts down, so the job's last lines (a traceback, the final step) are still read;
 5. when the command exits, stops the exporter (SIGTERM, then SIGKILL) and exits with the
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from exporters.options import DEFAULT_LISTEN, DEFAULT_PORT
+from monitor.logs.arrivals import ArrivalWriter
 
 #: Seconds the exporter gets to stop after SIGTERM before it is killed.
 EXPORTER_STOP_S = 15.0
@@ -40,6 +45,10 @@ EXPORTER_STOP_S = 15.0
 EXPORTER_READY_S = 30.0
 #: NCCL Inspector dump cadence when none is given: every 5 s (in microseconds).
 DEFAULT_NCCL_DUMP_US = 5_000_000
+#: Seconds between two reads of the log to show the job's new output on the terminal.
+ECHO_POLL_S = 0.05
+#: Seconds to wait for the terminal to take the job's last output before exiting anyway.
+ECHO_STOP_S = 5.0
 
 _SERVING = re.compile(r"serving (https?://\S+)/metrics")
 
@@ -179,58 +188,107 @@ def _port_of(listen: str) -> int:
 # ---------------------------------------------------------------------------- the log tee
 
 
-class Tee:
-    """Copies a child's stdout and stderr to ours as they come (chunks, so progress bars keep
-    working) and appends complete lines to one log file (lines of the two streams never mix)."""
+class LogEcho:
+    """Shows the job's output on our terminal by reading it back from the log, and records
+    when each line was captured (``<log>.arrivals``, see ``monitor.logs.arrivals``).
 
-    def __init__(self, log_path: Path) -> None:
+    The job writes to the log itself (its stdout and stderr are the file, opened for append),
+    so nothing the job prints passes through this process: a ``kill -9`` of ``run`` leaves
+    the job and its grandchildren writing every line to the log."""
+
+    def __init__(self, log_path: Path, start: int, out: IO[bytes]) -> None:
         self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
+        self._fd = os.open(log_path, os.O_RDONLY)
+        self._offset = start
+        self._line_start = start  # where the line being completed started
+        self._out: IO[bytes] | None = out
         self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        try:
+            self._arrivals: ArrivalWriter | None = ArrivalWriter(log_path)
+        except OSError as exc:
+            self._arrivals = None
+            print(f"verl-monitor run: capture times not recorded ({exc.strerror or exc}); "
+                  "the log is written as usual", file=sys.stderr)
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="verl-monitor-run-echo")
 
-    def follow(self, src: IO[bytes], dst: IO[bytes]) -> None:
-        """Copy ``src`` to ``dst`` and the log in a background thread until EOF."""
-        t = threading.Thread(target=self._pump, args=(src, dst), daemon=True,
-                             name="verl-monitor-run-tee")
-        t.start()
-        self._threads.append(t)
+    def start(self) -> None:
+        """Follow the log on a background thread until ``stop``."""
+        self._thread.start()
 
-    def _pump(self, src: IO[bytes], dst: IO[bytes]) -> None:
-        pending = b""
-        fd = src.fileno()
-        while True:
+    def _loop(self) -> None:
+        while not self._stop.wait(ECHO_POLL_S):
+            self.pump()
+
+    def pump(self) -> None:
+        """Show and time-stamp what the log gained since the last call (all of it)."""
+        with self._lock:
+            if self._fd < 0:
+                return
             try:
-                chunk = os.read(fd, 65536)
+                if os.fstat(self._fd).st_size < self._offset:  # truncated under us
+                    self._offset = self._line_start = 0
+                while True:
+                    chunk = os.pread(self._fd, 1 << 20, self._offset)
+                    if not chunk:
+                        return
+                    self._take(chunk, time.time())
             except OSError:
-                chunk = b""
-            if not chunk:
-                break
+                return
+
+    def _take(self, chunk: bytes, now: float) -> None:
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            if self._arrivals is not None:
+                try:
+                    self._arrivals.record(self._line_start, now)
+                except (OSError, ValueError):
+                    self._arrivals = None  # the sidecar's disk failed: the log goes on
+            self._line_start = self._offset + cut + 1
+        self._offset += len(chunk)
+        if self._out is not None:
             try:
-                dst.write(chunk)
-                dst.flush()
+                self._out.write(chunk)
+                self._out.flush()
             except (OSError, ValueError):
-                pass  # our terminal went away: keep writing the log
-            pending += chunk
-            cut = pending.rfind(b"\n")
-            if cut >= 0:
-                self._write(pending[:cut + 1])
-                pending = pending[cut + 1:]
-        if pending:
-            self._write(pending + b"\n")
-        src.close()
+                self._out = None  # our terminal went away: the log goes on
 
-    def _write(self, data: bytes) -> None:
+    def stop(self) -> None:
+        """Show what is left, then stop following and close the log and the sidecar."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(ECHO_STOP_S)
+            if self._thread.is_alive():
+                return  # our stdout blocks (a reader that stopped reading): the log is whole
+        self.pump()
         with self._lock:
-            self._log.write(data)
-            self._log.flush()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            if self._arrivals is not None:
+                self._arrivals.close()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Wait for both streams to end, then close the log."""
-        for t in self._threads:
-            t.join(timeout)
-        with self._lock:
-            self._log.close()
+
+def open_job_log(log_path: Path) -> tuple[int, int]:
+    """Open the log for the job's stdout and stderr (append); return the descriptor and the
+    offset its output starts at. A log left without a final newline gets one first, so the
+    job's first line is not glued to the last one of an earlier run."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and _byte_at(log_path, size - 1) != b"\n":
+            os.write(fd, b"\n")
+            size += 1
+    except OSError:
+        os.close(fd)
+        raise
+    return fd, size
+
+
+def _byte_at(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as fh:
+        return os.pread(fh.fileno(), 1, offset)
 
 
 # ---------------------------------------------------------------------------- the exporter
@@ -349,6 +407,7 @@ def _run(args: argparse.Namespace) -> int:
     targets_path: Path | None = None
     exporter: subprocess.Popen | None = None
     job: subprocess.Popen | None = None
+    echo: LogEcho | None = None
     received: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
@@ -378,19 +437,25 @@ def _run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         if received:  # interrupted before the job started: do not start it
             return 128 + received[-1]
-        tee = Tee(log_path)
         try:
-            # its own process group: a Ctrl-C comes to us and we pass it on, so the job always
-            # gets it before the exporter is stopped
-            job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   env=env, process_group=0)
+            out_fd, start = open_job_log(log_path)
         except OSError as exc:
-            tee.close()
+            raise RunError(f"--log {log_path}: cannot write ({exc.strerror or exc})") from None
+        echo = LogEcho(log_path, start, sys.stdout.buffer)
+        try:
+            # stdout and stderr are the log itself, never a pipe to us: whatever happens to
+            # this process, the job (and its grandchildren) keep writing every line there.
+            # Its own process group: a Ctrl-C comes to us and we pass it on, so the job
+            # always gets it before the exporter is stopped.
+            job = subprocess.Popen(command, stdout=out_fd, stderr=out_fd, env=env,
+                                   process_group=0)
+        except OSError as exc:
             raise RunError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
-        tee.follow(job.stdout, sys.stdout.buffer)
-        tee.follow(job.stderr, sys.stderr.buffer)
+        finally:
+            os.close(out_fd)
+        echo.start()
         returncode = job.wait()
-        tee.close()
+        echo.pump()
         status = exit_status(returncode)
         print(f"verl-monitor run: command exited with status {status}; log {log_path}",
               file=sys.stderr)
@@ -402,6 +467,8 @@ def _run(args: argparse.Namespace) -> int:
             if exporter.poll() is None and job is not None and args.linger > 0:
                 time.sleep(args.linger)
             stop_process(exporter)
+        if echo is not None:
+            echo.stop()  # what a grandchild printed meanwhile is shown too
         if targets_path is not None and not args.keep_targets:
             targets_path.unlink(missing_ok=True)
         for sig, handler in previous.items():
