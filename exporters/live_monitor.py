@@ -225,6 +225,9 @@ class LiveMonitor(Recorder):
         """Open the store and load the detectors (and Slack); raises MonitorError."""
         self._open_store()
         self._load_detectors()
+        if self.store is not None and self.detect_config is not None:
+            # the dashboard on this store reads the ledger under the same --config
+            self.store.set_meta("config", dict(self.detect_config))
         self._restore()
 
     def start(self) -> None:
@@ -356,7 +359,7 @@ class LiveMonitor(Recorder):
         try:
             from monitor.integrations.wandb_sink import WandbSink
 
-            sink = WandbSink.from_target(target)
+            sink = WandbSink.from_target(target, config=self.detect_config)
         except Exception as exc:  # noqa: BLE001 - wandb never takes the exporter down
             log.warning("--wandb %s: disabled (%s)", target, exc)
             return

@@ -360,6 +360,18 @@ def _flags_section(flags: list[dict[str, Any]]) -> str:
     return "\n".join(blocks)
 
 
+def top_problem_text(top: dict[str, Any] | None) -> str:
+    """"  Top problem: rollout_long_tail, 412 s of GPU time (19.5%): <first advice>" (the flag
+    that costs the most GPU time; "" without one)."""
+    if not top:
+        return ""
+    text = f"  Top problem: {top['kind']} ({top.get('severity')})"
+    if top.get("gpu_seconds"):
+        text += f", {secs(top['gpu_seconds'])} of GPU time ({pct(top.get('share'))})"
+    advice = top.get("advice") or []
+    return text + (f": {advice[0]}" if advice else "")
+
+
 def render_text(doc: dict[str, Any]) -> str:
     """The whole report as text (see the module docstring for ``doc``)."""
     summary = doc["summary"]
@@ -404,5 +416,7 @@ def render_text(doc: dict[str, Any]) -> str:
     if pools is not None:
         parts.append(_section("GPU time per pool", pools))
     flags = doc.get("flags") or []
-    parts.append(_section(f"Flags ({len(flags)})", _flags_section(flags)))
+    top = top_problem_text(doc.get("top_problem"))
+    parts.append(_section(f"Flags ({len(flags)})", (top + "\n" if top else "")
+                          + _flags_section(flags)))
     return "\n\n".join(parts) + "\n"

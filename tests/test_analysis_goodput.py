@@ -102,7 +102,13 @@ def test_a_long_generation_tail_is_charged_to_the_gpu_that_waits_and_the_one_sti
     for s in (4, 5, 6, 7):
         assert tail.loc[s, 1] > 3.0 and tail.loc[s, 0] > 3.0, tail
     gen = {s.step: s.phases["gen"] for s in steps}
-    clean = float(np.median([tail.loc[s].sum() for s in (2, 3, 8)]))
+    # the clean steps' responses are uniform (longest/mean 1.37): no tail there now; their
+    # thin HF decode is slow decoding (issue 28), though the GPU samples alone read it thin
+    assert all(tail.loc[s].sum() < 0.5 for s in (2, 3, 8)), tail
+    d = FIXTURES / "2gpu_long_tail"
+    by_gpus = ledger(steps, read_gpu_frame(d / "gpu.csv"), [], tail_steps={}).pivot_table(
+        index="step", columns="gpu", values="rollout_long_tail")
+    clean = float(np.median([by_gpus.loc[s].sum() for s in (2, 3, 8)]))
     growth = sum(tail.loc[s].sum() - clean for s in (4, 5, 6, 7))
     injected = 2 * sum(gen[s] - float(np.median([gen[c] for c in (2, 3, 8)])) for s in (4, 5, 6, 7))
     assert 0.8 <= growth / injected <= 1.2, (growth, injected)
@@ -158,8 +164,12 @@ def test_idle_gpus_that_read_a_few_percent_still_wait_in_the_tail():
 
     led = ledger(steps, gpu_frame(), [], config={})
     per = led.groupby("gpu")["rollout_long_tail"].sum()
-    assert per[1] == pytest.approx(4 * 3.5, rel=0.2), per
+    # step 1 is the warm-up: its wait is the warm-up's (issue 28), steps 2-4 are the tail
+    assert per[1] == pytest.approx(3 * 3.5, rel=0.2), per
     assert per[0] < 0.5, per
+    first = led[led["step"] == 1].set_index("gpu")
+    assert first.loc[1, "warmup"] == pytest.approx(3.5, rel=0.2)
+    assert first.loc[1, "rollout_long_tail"] == 0.0
 
 
 def test_a_crash_tail_is_restarts_only_when_a_crash_is_logged_and_an_end_is_given():

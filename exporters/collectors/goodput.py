@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -24,7 +25,11 @@ from prometheus_client.metrics_core import Metric
 from exporters.registry import ExporterContext, register
 from exporters.sampling import PollingCollector
 from monitor import metric_names as m
-from monitor.analysis.goodput import CAUSES, default_settings, ledger
+from monitor.analysis.goodput import CAUSES
+from monitor.analysis.run_analysis import RunAnalysis, config_of
+
+if TYPE_CHECKING:
+    from monitor.config import Config
 
 #: The counter (documented in docs/metrics.md, summed by the recording rules).
 GPU_SECONDS = m.GPU_SECONDS
@@ -64,10 +69,14 @@ class GoodputTotals:
 
 
 def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
-                    now: float, config: dict | None = None) -> int:
+                    now: float, config: Config | None = None,
+                    flags: list | None = None) -> int:
     """Run the ledger on the steps not counted yet and add their seconds; returns how many.
 
-    Pure apart from ``totals``: the exporter's thread calls it with the window's frames.
+    ``config`` is the whole ``Config`` the monitor loaded (``--config``; None: the packaged
+    defaults), ``flags`` the open flags (a ``rollout_long_tail`` flag books its steps' gen
+    loss as the tail, as ``analyze`` does). Pure apart from ``totals``: the exporter's thread
+    calls it with the window's frames.
     """
     timed = sorted((s for s in steps if s.end_time is not None and s.total is not None),
                    key=lambda s: float(s.end_time))
@@ -83,7 +92,8 @@ def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
     window = timed[max(0, first - CONTEXT_STEPS):upto + 1]
     lo = float(window[0].end_time) - float(window[0].total) - 1.0
     gpu = gpu[gpu["ts"] >= lo]
-    led = ledger(window, gpu, events, config=config)
+    led = RunAnalysis(window, gpu, events=events, config=config,
+                      flags=list(flags or [])).ledger()
     want = {(s.step, float(s.end_time)) for s in ready}
     for row in led.itertuples(index=False):
         if (int(row.step), float(row.end)) not in want:
@@ -109,7 +119,8 @@ class GoodputCollector(PollingCollector):
     def __init__(self, ctx: ExporterContext) -> None:
         super().__init__(ctx)
         self.totals = GoodputTotals()
-        self.config = default_settings()
+        #: the monitor's config (``--config`` over the defaults): the same as analyze's
+        self.config = config_of(ctx.config)
         self._last_steps_added = -1
         self._pending = False
         self.digest_s = float(ctx.options.slack_digest_hours or 0.0) * 3600.0
@@ -153,8 +164,11 @@ class GoodputCollector(PollingCollector):
             return 0
         self._last_steps_added = added
         steps, gpu, _, events = window.frames()
+        tracker = self.ctx.tracker
+        flags = list(tracker.active()) if tracker is not None else []
         n = count_new_steps(self.totals, steps, gpu, events,
-                            now=time.time() if now is None else now, config=self.config)
+                            now=time.time() if now is None else now, config=self.config,
+                            flags=flags)
         waiting = [s for s in steps if s.end_time is not None and s.total is not None
                    and (s.step, float(s.end_time)) not in self.totals.done]
         self._pending = bool(waiting)

@@ -12,7 +12,7 @@ The module is pure: steps, GPU samples and events in, a data frame out.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from monitor.records import Event, StepRecord
 
 #: Lost causes, in the order reports list them (metric label values).
 LOST_CAUSES: tuple[str, ...] = (
+    "warmup",  # the first steps (and the first after a resume): compilation, allocation, caches
     "data_loading",
     "rollout_long_tail",
     "straggler_wait",
@@ -96,7 +97,93 @@ DEFAULTS: dict[str, Any] = {
     "comm_util_min": 70.0,
     "comm_sm_max": 30.0,
     "sum_tolerance": 0.02,
+    "warmup_steps": 1,
+    "tail_min_response_ratio": 2.0,
+    "tail_agent_ratio": 2.5,
 }
+
+#: Each cause in one line for the pages: what it is, then what to do about it.
+CAUSE_TEXT: dict[str, tuple[str, str]] = {
+    "productive": ("the GPUs doing the job's work at the run's reference activity", ""),
+    "warmup": ("the first step(s): compilation, allocation, caches filling",
+               "nothing to fix in a long run; judge the steps after it"),
+    "data_loading": ("the wait for the next batch before the step timer starts (DataLoader, "
+                     "tokenisation)", "raise data.dataloader_num_workers or pre-tokenise"),
+    "rollout_long_tail": ("generation waiting on a few long responses while the other GPUs "
+                          "idle", "cap data.max_response_length or use partial rollout / "
+                          "over-sampling"),
+    "straggler_wait": ("GPUs waiting in a collective for a slower peer",
+                       "look at the GPU the flag names (clocks, co-tenant, data skew)"),
+    "weight_sync": ("the actor-to-rollout weight sync (reshard)",
+                    "check the rollout's tensor parallel size and the sync's bucket size"),
+    "communication": ("collectives that no compute overlaps",
+                      "raise the micro-batch or overlap the collectives (FSDP prefetch)"),
+    "cpu_phases": ("the GPUs waiting for CPU work: reward scoring, advantages",
+                   "make compute_score faster or run the reward asynchronously"),
+    "validation_checkpoint": ("validation and checkpoint saves",
+                              "raise trainer.test_freq / trainer.save_freq if they cost much"),
+    "low_activity": ("busy time at SM activity below the run's reference (small kernels, "
+                     "small batches, host-bound loops)",
+                     "raise ppo_micro_batch_size_per_gpu / log_prob_micro_batch_size_per_gpu"),
+    "restarts": ("time lost to a crash: from the last step to the resume, and redone steps",
+                 "fix the crash the flag quotes; checkpoint more often"),
+    "waiting_for_samples": ("the trainer waiting for the rollout pool's samples",
+                            "give the rollout pool more GPUs or lower the staleness wait"),
+    "waiting_for_weights": ("the rollout pool idle until new weights arrive",
+                            "raise the staleness allowed or give the trainer more GPUs"),
+    "parameter_sync": ("the weight sync between the trainer and rollout pools",
+                       "check the sync's bucket size and the network between the pools"),
+    "preempted_work": ("rollout work the engine threw away by preempting requests",
+                       "raise gpu_memory_utilization or lower max_num_seqs"),
+    "unattributed": ("time no rule explains (no timer, no GPU sample)",
+                     "give the log timestamps and sample the GPUs through the whole step"),
+}
+
+
+def cause_line(cause: str) -> str:
+    """``"rollout_long_tail: what it is; what to do"`` in one line (the cause alone if
+    unknown)."""
+    what, todo = CAUSE_TEXT.get(cause, ("", ""))
+    if not what:
+        return cause
+    return f"{cause}: {what}" + (f"; {todo}" if todo else "")
+
+
+def tail_evidence(steps: list[StepRecord], cfg: Mapping[str, Any] | None = None
+                  ) -> dict[int, bool]:
+    """Per step, what the log says of generation's long tail: True where the longest response
+    is at least ``tail_min_response_ratio`` x the mean, or the slowest agent-loop generation at
+    least ``tail_agent_ratio`` x the mean; False where the log gives those figures and both are
+    below (uniform responses: a thin decode is slow decoding, not a tail). Steps whose log gives
+    neither are left out (their GPU samples alone judge them). ``cfg``: ledger settings."""
+    sec = settings(cfg) if not isinstance(cfg, Section) else cfg
+    limits = ((_RESP_MAX, _RESP_MEAN, sec.get_float("tail_min_response_ratio")),
+              (_SLOWEST, _GEN_MEAN, sec.get_float("tail_agent_ratio")))
+    out: dict[int, bool] = {}
+    for rec in steps:
+        known = hit = False
+        for top_key, mean_key, lim in limits:
+            top, mean = _number(rec.metrics.get(top_key)), _number(rec.metrics.get(mean_key))
+            if top is None or mean is None or mean <= 0:
+                continue
+            known = True
+            hit = hit or top / mean >= lim
+        if known:
+            out[int(rec.step)] = out.get(int(rec.step), False) or hit
+    return out
+
+
+_RESP_MAX, _RESP_MEAN = "response_length/max", "response_length/mean"
+_SLOWEST = "timing_s/agent_loop/slowest/generate_sequences"
+_GEN_MEAN = "timing_s/agent_loop/generate_sequences/mean"
+
+
+def _number(value: object) -> float | None:
+    """A finite number, or None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        return None
+    v = float(value)
+    return v if np.isfinite(v) else None
 
 
 def settings(cfg: Mapping[str, Any] | None = None) -> Section:
@@ -124,14 +211,33 @@ def default_settings() -> Section:
         return settings()
 
 
+def distinct_steps(steps: list[StepRecord]) -> list[StepRecord]:
+    """The step lines with a second line of the same step dropped: the same step number as the
+    line before it, ending within half its step time of it (two exporters of one job, or a
+    step printed twice), is one step, not a step redone after a restart."""
+    timed = sorted((s for s in steps if s.end_time is not None and s.total is not None),
+                   key=lambda s: float(s.end_time))
+    drop: set[int] = set()
+    last: StepRecord | None = None
+    for rec in timed:
+        if (last is not None and rec.step == last.step
+                and float(rec.end_time) - float(last.end_time) <= 0.5 * float(rec.total)):
+            drop.add(id(rec))
+            continue
+        last = rec
+    return [s for s in steps if id(s) not in drop]
+
+
 def _step_intervals(steps: list[StepRecord], run_end: float | None,
-                    events: list[Event]) -> pd.DataFrame:
-    """One row per step line (and a crash tail): its wall interval and what fills the gap."""
+                    events: list[Event], cfg: Section) -> pd.DataFrame:
+    """One row per step line (and a crash tail): its wall interval, what fills the gap, and
+    whether it is a warm-up step (the run's first ``warmup_steps``, the first after a resume)."""
     timed = sorted((s for s in steps if s.end_time is not None and s.total is not None),
                    key=lambda s: float(s.end_time))
     rows = []
     prev_end: float | None = None
     top = None
+    warm_left = max(0, int(cfg.get_int("warmup_steps", 1)))
     for rec in timed:
         end = float(rec.end_time)
         covered = float(rec.total) + sum(
@@ -143,10 +249,11 @@ def _step_intervals(steps: list[StepRecord], run_end: float | None,
         start = end - covered if prev_end is None else prev_end
         if prev_end is not None and end - prev_end <= 0:
             start = end  # two lines at one instant: nothing to split
+        warm = int(rec.step) <= warm_left or (after_resume and not resumed)
         rows.append({"step": int(rec.step), "start": start, "end": end,
                      "data_wait": float(rec.data_wait or 0.0) if not after_resume else 0.0,
                      "gap_cause": "restarts" if after_resume else "unattributed",
-                     "redone": bool(resumed), "tail": False})
+                     "redone": bool(resumed), "tail": False, "warm": bool(warm)})
         prev_end = end
         top = rec.step if top is None else max(top, rec.step)
     if run_end is not None and prev_end is not None and run_end > prev_end:
@@ -154,9 +261,9 @@ def _step_intervals(steps: list[StepRecord], run_end: float | None,
                       and prev_end < e.time <= run_end + 1e-6 for e in events)
         rows.append({"step": int(top) + 1, "start": prev_end, "end": float(run_end),
                      "data_wait": 0.0, "gap_cause": "restarts" if crashed else "unattributed",
-                     "redone": False, "tail": True})
+                     "redone": False, "tail": True, "warm": False})
     return pd.DataFrame(rows, columns=["step", "start", "end", "data_wait", "gap_cause",
-                                       "redone", "tail"])
+                                       "redone", "tail", "warm"])
 
 
 def _outside_step_timer(rec: StepRecord) -> bool:
@@ -191,10 +298,11 @@ def _clip_timeline(timeline: pd.DataFrame, iv: pd.DataFrame) -> pd.DataFrame:
     return tl.drop(columns=["_lo", "_hi"]).reset_index(drop=True)
 
 
-def _classify(pairs: pd.DataFrame, cfg: Section) -> pd.DataFrame:
+def _classify(pairs: pd.DataFrame, cfg: Section, no_tail: set[int]) -> pd.DataFrame:
     """Give each (sample, compute phase) pair a cause, or ``compute`` for the work itself.
 
-    Peers are the other GPUs sampled in the same time bin.
+    Peers are the other GPUs sampled in the same time bin. Generation of the steps in
+    ``no_tail`` (uniform responses) has no tail: its thin samples are judged as compute.
     """
     p = pairs.copy()
     has_sm = p["sm_active"].notna()
@@ -219,7 +327,7 @@ def _classify(pairs: pd.DataFrame, cfg: Section) -> pd.DataFrame:
     idle = p["util"] <= cfg.get_float("idle_util")
     gen = p["phase"] == "gen"
     p["waiting"] = (spin | idle) & gen
-    p.loc[gen_tail(p[gen], cfg), "cause"] = "rollout_long_tail"
+    p.loc[gen_tail(p[gen & ~p["step"].isin(no_tail)], cfg), "cause"] = "rollout_long_tail"
     train = ~gen
     strag = (train & has_sm & (p["peers"] > 0) & (p["util"] >= cfg.get_float("spin_util_min"))
              & (p["peer_max"] >= cfg.get_float("peer_busy_min"))
@@ -294,6 +402,8 @@ def ledger(
     config: Mapping[str, Any] | None = None,
     run_end: float | None = None,
     sample_s: float | None = None,
+    tail_steps: Mapping[int, bool] | None = None,
+    flagged_tail: Iterable[int] = (),
 ) -> pd.DataFrame:
     """Per step and GPU: wall seconds and their split into :data:`CAUSES` (columns
     :data:`LEDGER_COLUMNS`; one row per step line and GPU sampled in the run).
@@ -302,10 +412,18 @@ def ledger(
     known, adds a last row from the last step line to it: ``restarts`` when a crash is logged
     in between (the work of the unfinished step is lost), else ``unattributed``. The inputs are
     not modified (``data_wait`` is measured on copies where missing).
+
+    ``tail_steps`` (default: :func:`tail_evidence` of the steps) says per step whether the
+    responses have a long tail: where False, generation's thin samples are not a tail. The
+    steps of ``flagged_tail`` (a ``rollout_long_tail`` flag covers them) book generation's
+    whole loss as the tail. In warm-up steps every loss of the compute phases is ``warmup``.
     """
     cfg = settings(config) if config is not None else default_settings()
     events = list(events or [])
-    steps = fill_data_wait([dataclasses.replace(s) for s in steps])
+    steps = fill_data_wait([dataclasses.replace(s) for s in distinct_steps(steps)])
+    evidence = tail_evidence(steps, cfg) if tail_steps is None else dict(tail_steps)
+    flagged = {int(s) for s in flagged_tail}
+    no_tail = {int(s) for s, hit in evidence.items() if not hit} - flagged
     if gpu is None or len(gpu) == 0 or not steps:
         return pd.DataFrame(columns=LEDGER_COLUMNS)
     samples = gpu[["ts", "node", "gpu", "util", "sm_active"]].copy()
@@ -313,7 +431,7 @@ def ledger(
     samples["gpu"] = samples["gpu"].astype(int)
     samples["ts"] = samples["ts"].astype(float)
     keys = sorted({(n, int(g)) for n, g in zip(samples["node"], samples["gpu"], strict=True)})
-    iv = _step_intervals(steps, run_end, events)
+    iv = _step_intervals(steps, run_end, events, cfg)
     if len(iv) == 0:
         return pd.DataFrame(columns=LEDGER_COLUMNS)
     iv = iv.reset_index(drop=True)
@@ -344,7 +462,13 @@ def ledger(
         comp = tl[tl["phase"].isin(judged)].reset_index(drop=True)
         # compute phases: sample by sample
         if len(comp):
-            _judge_compute(comp, samples, width, cfg, kidx, acc)
+            _judge_compute(comp, samples, width, cfg, kidx, acc, no_tail, flagged)
+    # warm-up steps: what their compute phases lost is the warm-up's
+    warm = iv["warm"].to_numpy(bool)
+    if warm.any():
+        for c in ("rollout_long_tail", "straggler_wait", "communication", "low_activity"):
+            acc["warmup"][warm] += acc[c][warm]
+            acc[c][warm] = 0.0
     # steps run again after a resume: all of their time is the restart's
     redone = iv["redone"].to_numpy(bool)
     if redone.any():
@@ -368,8 +492,10 @@ def ledger(
 
 def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,
                    cfg: Section, kidx: dict[tuple[str, int], int],
-                   acc: dict[str, np.ndarray]) -> None:
-    """Split each compute phase's seconds per GPU (adds to ``acc`` in place)."""
+                   acc: dict[str, np.ndarray], no_tail: set[int] = frozenset(),
+                   flagged: set[int] = frozenset()) -> None:
+    """Split each compute phase's seconds per GPU (adds to ``acc`` in place); generation's
+    share below the reference in ``flagged`` steps is the tail's, not low activity."""
     comp = comp.assign(_pid=np.arange(len(comp)))
     pairs = overlap_samples(samples, comp[["step", "phase", "start", "end"]].assign(
         step=comp["_pid"]), width)
@@ -381,7 +507,7 @@ def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,
     t0 = float(samples["ts"].min())
     pairs["tbin"] = np.floor((pairs["ts"].astype(float) - t0) / width + 0.5).astype(np.int64)
     pairs["key"] = list(zip(pairs["node"].astype(str), pairs["gpu"].astype(int), strict=True))
-    judged = _classify(pairs, cfg)
+    judged = _classify(pairs, cfg, no_tail)
     compute = judged[judged["cause"] == "compute"]
     refs = _references(compute, cfg)
     phase_len = (comp["end"] - comp["start"]).to_numpy(float)
@@ -410,7 +536,11 @@ def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,
     ok = (ref > 0) & np.isfinite(act)
     share = np.where(ok, np.minimum(1.0, act / np.where(ref > 0, ref, 1.0)), 0.0)
     np.add.at(acc["productive"], (rows[hit], ks[hit]), secs[hit] * share)
-    np.add.at(acc["low_activity"], (rows[hit], ks[hit]), secs[hit] * (1.0 - share))
+    steps_hit = comp["step"].to_numpy(int)[pids][hit]
+    tail = (phases[hit] == "gen") & np.isin(steps_hit, list(flagged))
+    for cause, where in (("low_activity", ~tail), ("rollout_long_tail", tail)):
+        np.add.at(acc[cause], (rows[hit][where], ks[hit][where]),
+                  (secs[hit] * (1.0 - share))[where])
     # seconds of a phase no sample of a GPU covers: nobody knows what it did
     covered = np.zeros((len(comp), len(kidx)))
     for (pid, k), v in seen.items():
@@ -481,15 +611,19 @@ def document(
     config: Mapping[str, Any] | None = None,
     gpu_hour_cost: float | None = None,
     run_end: float | None = None,
+    **ledger_kw: Any,
 ) -> dict[str, Any]:
     """The ``goodput`` object of ``analyze --json``: :func:`totals`, each cause's share of the
     GPU-seconds (``shares``), per-GPU sums (``per_gpu``) and, with ``gpu_hour_cost`` (money per
     GPU-hour), the cost of the whole and of each lost cause (``cost``). ``run_end`` defaults to
-    the last crash logged after the last step (:func:`crash_end`)."""
+    the last crash logged after the last step (:func:`crash_end`); ``ledger_kw`` go to
+    :func:`ledger` (``tail_steps``, ``flagged_tail``), or ``led``: the ledger already made."""
     events = list(events or [])
     if run_end is None:
         run_end = crash_end(steps, events)
-    led = ledger(steps, gpu, events, config=config, run_end=run_end)
+    led = ledger_kw.pop("led", None)
+    if led is None:
+        led = ledger(steps, gpu, events, config=config, run_end=run_end, **ledger_kw)
     out = totals(led)
     total = out["gpu_seconds_total"]
     secs = {"productive": out["productive"], **out["lost"], "unattributed": out["unattributed"]}

@@ -227,13 +227,14 @@ def attribute_rows(steps: list, gpu: pd.DataFrame) -> pd.DataFrame:
 
 
 def log_to_wandb(target: str, steps: list, flags: list, attribution: Any,
-                 gpu: Any = None) -> None:
+                 gpu: Any = None, config: Any = None) -> None:
     """Send the analysis to wandb (with per-step goodput shares when ``gpu`` samples are
-    given); any failure is one line on stderr, never fatal."""
+    given, under ``config``: the report's own); any failure is one line on stderr, never
+    fatal."""
     try:
         from monitor.integrations.wandb_sink import WandbSink
 
-        with WandbSink.from_target(target) as sink:
+        with WandbSink.from_target(target, config=config) as sink:
             sink.log_analysis(steps, flags, attribution, gpu)
     except Exception as exc:  # noqa: BLE001 - the report must still print
         print(f"{PROG}: --wandb {target}: not logged ({exc})", file=sys.stderr)
@@ -270,28 +271,20 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
         events = merge_events(events, [event])
         hang = {"ranks": sorted(dumps), "summary": loc.summary(), **event.data}
 
-    from monitor.analysis.goodput import document as goodput_document
-    from monitor.detect import run_all
+    from monitor.analysis.run_analysis import RunAnalysis, json_top
 
-    flags = run_all(steps, gpu, host, events, config=config, now=_data_end(steps, gpu, host),
-                    nccl=nccl, rollout=rollout)
-    attribution = None
-    if args.gpu:
-        from monitor.analysis.attribution import attribute, phase_summary
-
-        attribution = phase_summary(attribute(steps, gpu)).to_dict("records")
+    ra = RunAnalysis(steps, gpu if args.gpu else None, host=host, events=events, nccl=nccl,
+                     rollout=rollout, config=config, now=_data_end(steps, gpu, host))
+    flags = ra.flags()
+    attribution = ra.phase_summary().to_dict("records") if args.gpu else None
     if getattr(args, "wandb", None):
-        log_to_wandb(args.wandb, steps, flags, attribute_rows(steps, gpu) if args.gpu else None,
-                     gpu if args.gpu else None)
+        log_to_wandb(args.wandb, steps, flags, ra.attribution() if args.gpu else None,
+                     gpu if args.gpu else None, config=config)
     stats = parsed.stats
-    gp_doc = goodput_document(steps, gpu, events, config=config.section("goodput"),
-                              gpu_hour_cost=getattr(args, "gpu_hour_cost", None)
-                              ) if args.gpu else None
-    from monitor.analysis.pools import document as pools_document
-
-    pools = pools_document(steps, rollout=rollout, gpu_ledger=gp_doc,
-                           trainer_gpus=getattr(args, "trainer_gpus", None),
-                           rollout_gpus=getattr(args, "rollout_gpus", None))
+    gp_doc = ra.goodput(getattr(args, "gpu_hour_cost", None))
+    pools = ra.pools(gp_doc, trainer_gpus=getattr(args, "trainer_gpus", None),
+                     rollout_gpus=getattr(args, "rollout_gpus", None))
+    costs = [{k: v for k, v in c.items() if k != "flag"} for c in ra.flag_costs()]
     return json_safe(
         {
             "log": str(args.log),
@@ -324,6 +317,8 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "goodput": gp_doc,
             "pools": pools,
             "flags": [f.to_dict() for f in flags],
+            "flag_costs": costs,
+            "top_problem": json_top(ra.top_problem()),
             "hang": hang,
         }
     )

@@ -190,17 +190,42 @@ def goodput_shares(led: pd.DataFrame) -> dict[int, dict[str, float]]:
     return out
 
 
-def _ledger_shares(steps: list[StepRecord], gpu_samples: Any) -> dict[int, dict[str, float]]:
-    """Goodput shares per step for steps and GPU samples; {} when it cannot be computed."""
-    if gpu_samples is None or len(gpu_samples) == 0 or not steps:
+def _analysis(steps: list[StepRecord], gpu_samples: Any, config: Any,
+              flags: list[Flag]) -> Any:
+    """The run's :class:`~monitor.analysis.run_analysis.RunAnalysis` under the sink's config
+    (the exporter's ``--config``, or ``analyze``'s), with the flags already known."""
+    from monitor.analysis.run_analysis import RunAnalysis
+
+    return RunAnalysis(steps, gpu_samples, config=config, flags=flags)
+
+
+def _ledger_shares(ra: Any) -> dict[int, dict[str, float]]:
+    """Goodput shares per step of an analysis; {} when they cannot be computed."""
+    if not ra.has_gpu or not ra.steps:
         return {}
     try:
-        from monitor.analysis.goodput import ledger
-
-        return goodput_shares(ledger(steps, gpu_samples))
+        return goodput_shares(ra.ledger())
     except Exception as exc:  # the ledger is extra: log the steps regardless
         log.debug("wandb: goodput ledger failed: %s", exc)
         return {}
+
+
+def top_problem_summary(ra: Any) -> dict[str, Any]:
+    """The run summary's ``top_problem`` keys: the flag that costs the most GPU time
+    (``RunAnalysis.top_problem``); {} without one or without GPU samples."""
+    try:
+        top = ra.top_problem() if ra.has_gpu else None
+    except Exception as exc:  # extra: never stops the logging
+        log.debug("wandb: top problem failed: %s", exc)
+        return {}
+    if top is None:
+        return {}
+    out: dict[str, Any] = {PREFIX + "top_problem": top["kind"],
+                           PREFIX + "top_problem_severity": top["severity"]}
+    if top.get("gpu_seconds") is not None:
+        out[PREFIX + "top_problem_gpu_seconds"] = float(top["gpu_seconds"])
+        out[PREFIX + "top_problem_share"] = top.get("share")
+    return out
 
 
 def _flag_id(flag: Flag) -> tuple[str, str, float]:
@@ -235,7 +260,11 @@ class WandbSink:
         init_timeout: float = 20.0,
         finish_timeout: float = 30.0,
         wandb_dir: str | os.PathLike[str] | None = None,
+        config: Any = None,
     ) -> None:
+        #: the whole ``Config`` the ledger runs under (the exporter's ``--config``, or
+        #: ``analyze``'s); None: the packaged defaults
+        self.config = config
         self.project = project or DEFAULT_PROJECT
         self.run_id = run_id
         self.entity = entity
@@ -526,12 +555,21 @@ class WandbSink:
                 except Exception as exc:  # attribution is extra: log the steps regardless
                     log.debug("wandb: attribution failed: %s", exc)
             # the window's steps give each new step its predecessor (its wall time starts there)
-            shares = _ledger_shares(steps, gpu_samples)
+            opened, closed = list(opened), list(closed)
+            now_open = {(f.kind, f.scope_label): f for f in
+                        [*(self._flags[at] for at in self._open.values()), *opened]}
+            for f in closed:
+                now_open.pop((f.kind, f.scope_label), None)
+            ra = _analysis(steps, gpu_samples, self.config, list(now_open.values()))
+            shares = _ledger_shares(ra)
             for rec in sorted(new, key=lambda r: (r.end_time or 0.0, r.step)):
                 self.log_step(rec, rows, shares.get(int(rec.step)))
                 self._logged_steps[(rec.step, rec.end_time)] = None
             while len(self._logged_steps) > MAX_REMEMBERED_STEPS:
                 self._logged_steps.pop(next(iter(self._logged_steps)))
+            top = top_problem_summary(ra)
+            if top and self.run is not None:
+                self._call("summary", self.run.summary.update, top)
         self.log_flags(opened, closed)
         return len(new)
 
@@ -549,7 +587,9 @@ class WandbSink:
         for r in per_step:
             by_step.setdefault(float(r["step"]), []).append(r)
         steps = list(steps)
-        shares = _ledger_shares(steps, gpu_samples)
+        flags = list(flags)
+        ra = _analysis(steps, gpu_samples, self.config, flags)
+        shares = _ledger_shares(ra)
         for rec in sorted(steps, key=lambda r: r.step):
             self.log_step(rec, by_step.get(float(rec.step), []), shares.get(int(rec.step)))
         flags = sorted(flags, key=lambda f: f.start)
@@ -565,6 +605,7 @@ class WandbSink:
         summary: dict[str, Any] = {
             f"{PREFIX}flags/{sev}": sum(1 for f in flags if f.severity == sev)
             for sev in ("info", "warning", "critical")}
+        summary.update(top_problem_summary(ra))
         phase_rows = rows
         if per_step:
             phase_rows = phase_summary(pd.DataFrame(per_step)).to_dict("records")
