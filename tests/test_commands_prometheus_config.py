@@ -77,3 +77,67 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str],
     err = capsys.readouterr().err
     assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "t").exists()  # nothing written
+
+
+def test_a_named_target_keeps_its_node_and_two_on_one_host_stay_two(tmp_path: Path) -> None:
+    d = tmp_path / "targets"
+    assert main(["prometheus-config", "--job", "j", "--no-ask", "--targets-dir", str(d),
+                 "--targets", "node-a=127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"]) == 0
+    groups = json.loads((d / "j.json").read_text())
+    # before: every target on 127.0.0.1 was node "127.0.0.1" (one node for three exporters)
+    assert [g["labels"]["node"] for g in groups] == ["node-a", "127.0.0.1:9102",
+                                                     "127.0.0.1:9103"]
+
+
+@pytest.mark.parametrize("targets", ["=127.0.0.1:1", "a=", "a=b=c:1"])
+def test_a_bad_named_target_is_one_line_and_exit_2(tmp_path: Path, capsys, targets) -> None:
+    assert main(["prometheus-config", "--job", "j", "--no-ask", "--targets", targets,
+                 "--targets-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "NODE=HOST[:PORT]" in err and "\n" not in err
+
+
+def test_one_node_named_for_two_exporters_is_refused(tmp_path: Path, capsys) -> None:
+    assert main(["prometheus-config", "--job", "j", "--no-ask", "--targets-dir", str(tmp_path),
+                 "--targets", "n=h1:1,n=h2:1"]) == 2
+    assert "named for two exporters" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_exporters_are_asked_their_node_names(tmp_path: Path) -> None:
+    """Two real exporters on 127.0.0.1 (``--node node-a``, ``--node node-b``): the targets
+    file names them as they name themselves."""
+    import socket
+    import sys
+    import time
+
+    from monitor.commands.prometheus_config import _ask_node
+
+    cli = str(Path(sys.executable).parent / "verl-monitor")
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    procs = [subprocess.Popen(
+        [cli, "exporter", "--listen-address", f"127.0.0.1:{port}", "--node", node,
+         "--gpu-backend", "sim", "--sim-gpus", "1", "--no-collector.verl_log",
+         "--store", str(tmp_path / f"{node}.db")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for node, port in zip(("node-a", "node-b"), ports, strict=True)]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(_ask_node(f"127.0.0.1:{p}")
+                                                      for p in ports):
+            time.sleep(0.5)
+        d = tmp_path / "targets"
+        assert main(["prometheus-config", "--job", "j", "--targets-dir", str(d), "--targets",
+                     ",".join(f"127.0.0.1:{p}" for p in ports)]) == 0
+        groups = json.loads((d / "j.json").read_text())
+        assert [(g["labels"]["node"], g["targets"]) for g in groups] == [
+            ("node-a", [f"127.0.0.1:{ports[0]}"]), ("node-b", [f"127.0.0.1:{ports[1]}"])]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)

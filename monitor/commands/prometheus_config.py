@@ -1,11 +1,18 @@
 """``verl-monitor prometheus-config --job NAME --targets HOST:PORT,...``: one job's scrape targets.
 
-Writes the job's file_sd file (``DIR/NAME.json``, one entry per node with its ``job`` and
+Writes the job's file_sd file (``DIR/NAME.json``, one entry per exporter with its ``job`` and
 ``node`` labels, written atomically) into the folder Prometheus reads (``targets/*.json`` in
 ``prometheus/prometheus.yml``), and with ``--config PATH`` a Prometheus config that reads that
 folder with the shipped cadence (15 s scrape and evaluation), the rules, Alertmanager and the
 runbook base URL. ``--remove`` deletes the job's file when the job ends, so its alerts resolve.
 Bad input is one line and exit status 2.
+
+Each target's ``node`` label is the name its exporter goes by (its ``--node``, which every
+series it sends carries), so the pages, the rules and the exporter agree on it: ``NODE=HOST:PORT``
+names it; otherwise the exporter is asked (``verlmon_node_info`` on its /metrics, a few
+seconds at most, all targets at once); an exporter that does not answer yet is named after its
+host, or ``HOST:PORT`` where two of the job's exporters share a host (two exporters on one host
+stay two nodes).
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +33,9 @@ DEFAULT_RUNBOOK_BASE = "https://github.com/verl-monitor/verl-monitor/blob/main/"
 #: The shipped scrape and evaluation interval (prometheus/prometheus.yml).
 SCRAPE_INTERVAL = "15s"
 _JOB_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: Seconds an exporter has to say its node name.
+ASK_TIMEOUT_S = 3.0
+_NODE_INFO_RE = re.compile(r'^verlmon_node_info\{[^}]*\bnode="((?:[^"\\]|\\.)*)"', re.M)
 
 
 class ConfigInputError(ValueError):
@@ -42,9 +54,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--job", required=True, metavar="NAME",
                    help="the training job's name: the `job` label every rule groups by")
-    p.add_argument("--targets", metavar="HOST[:PORT],...",
+    p.add_argument("--targets", metavar="[NODE=]HOST[:PORT],...",
                    help="the job's exporters, comma- or space-separated (`scontrol show "
-                   f"hostnames` output works); a host without a port gets {DEFAULT_PORT}")
+                   f"hostnames` output works); a host without a port gets {DEFAULT_PORT}; "
+                   "NODE= names the node as its exporter's --node does (else the exporter is "
+                   "asked, then the host is used)")
+    p.add_argument("--no-ask", action="store_true",
+                   help="do not ask the exporters for their node names (name them NODE= or "
+                   "after their hosts)")
     p.add_argument("--targets-dir", default="prometheus/targets", metavar="DIR",
                    help="the folder Prometheus's file_sd reads (default: prometheus/targets)")
     p.add_argument("--remove", action="store_true",
@@ -62,20 +79,61 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def target_groups(job: str, targets: str | None) -> list[dict[str, Any]]:
-    """file_sd entries for ``targets`` of ``job``; raises ConfigInputError on bad input."""
+def target_groups(job: str, targets: str | None, ask: bool = True) -> list[dict[str, Any]]:
+    """file_sd entries for ``targets`` of ``job``, each ``node`` label its exporter's node
+    name (module docstring); raises ConfigInputError on bad input."""
     from monitor.commands.run import RunError, file_sd_targets, parse_nodes
 
     if not _JOB_RE.match(job):
         raise ConfigInputError(f"--job {job!r}: use letters, digits, '.', '_' and '-' only")
-    nodes = parse_nodes(targets)
-    if not nodes:
+    items = parse_nodes(targets)
+    if not items:
         raise ConfigInputError("--targets: give the job's exporters, e.g. "
                                "gpu-01:9048,gpu-02:9048")
+    named = [item.partition("=") for item in items]  # (NODE, "=", ADDR) or (ADDR, "", "")
+    named = [(n, a) if sep else ("", n) for n, sep, a in named]
+    for item, (name, addr) in zip(items, named, strict=True):
+        if "=" in item and (not name or not addr or "=" in addr):
+            raise ConfigInputError(f"--targets {item!r}: write NODE=HOST[:PORT]")
     try:
-        return file_sd_targets(nodes, DEFAULT_PORT, job)
+        groups = file_sd_targets([addr for _n, addr in named], DEFAULT_PORT, job)
     except RunError as exc:
         raise ConfigInputError(f"--targets: {exc}") from None
+    addresses = [g["targets"][0] for g in groups]
+    asked = _ask_nodes([a for a, (n, _a) in zip(addresses, named, strict=True) if not n]
+                       if ask else [])
+    hosts = [a.rpartition(":")[0] for a in addresses]
+    for group, addr, host, (name, _a) in zip(groups, addresses, hosts, named, strict=True):
+        node = name or asked.get(addr) or (addr if hosts.count(host) > 1 else host)
+        group["labels"]["node"] = node
+    nodes = [g["labels"]["node"] for g in groups]
+    if len(set(nodes)) < len(nodes):
+        twice = sorted({n for n in nodes if nodes.count(n) > 1})
+        raise ConfigInputError(f"--targets: node {twice[0]!r} is named for two exporters; give "
+                               "each its own NODE= (as its --node)")
+    return groups
+
+
+def _ask_nodes(addresses: list[str]) -> dict[str, str]:
+    """{HOST:PORT: node} of the exporters that say their node name within ``ASK_TIMEOUT_S``
+    (asked all at once; one that does not answer is left out)."""
+    if not addresses:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(32, len(addresses))) as pool:
+        names = list(pool.map(_ask_node, addresses))
+    return {a: n for a, n in zip(addresses, names, strict=True) if n}
+
+
+def _ask_node(address: str) -> str | None:
+    """The ``node`` of ``verlmon_node_info`` on ``http://ADDRESS/metrics``, or None."""
+    url = f"http://{address}/metrics?name[]=verlmon_node_info"
+    try:
+        with urllib.request.urlopen(url, timeout=ASK_TIMEOUT_S) as resp:  # noqa: S310
+            text = resp.read(1 << 20).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    found = _NODE_INFO_RE.search(text)
+    return found.group(1).replace('\\"', '"').replace("\\\\", "\\") if found else None
 
 
 def prometheus_config(targets_dir: Path, rules_dir: Path, alertmanager: str,
@@ -124,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             path.unlink(missing_ok=True)
             print(f"{PROG}: removed {path}")
             return 0
-        groups = target_groups(args.job, args.targets)
+        groups = target_groups(args.job, args.targets, ask=not args.no_ask)
         config = None
         if args.config:
             rules = Path(args.rules_dir) if args.rules_dir else _default_rules_dir()
@@ -135,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
         if targets_dir.exists() and not targets_dir.is_dir():
             raise ConfigInputError(f"--targets-dir {targets_dir}: is a file")
         write_targets(path, groups)
-        print(f"{PROG}: {len(groups)} target(s) of job {args.job} written to {path}")
+        print(f"{PROG}: {len(groups)} target(s) of job {args.job} written to {path}: "
+              + ", ".join(f"{g['labels']['node']} at {g['targets'][0]}" for g in groups))
         if config is not None:
             Path(args.config).write_text(
                 "# Written by verl-monitor prometheus-config; see prometheus/prometheus.yml.\n"

@@ -696,7 +696,8 @@ class PrometheusSource:
         return df[list(NCCL_COLUMNS)].sort_values(["node", "coll", "ts"]).reset_index(drop=True)
 
     def node_summary(self, start: float, end: float) -> pd.DataFrame:
-        """Per-node aggregates from instant queries over the whole window (cheap at 128 nodes)."""
+        """Per-node aggregates from instant queries over the whole window (cheap at 128 nodes),
+        of the nodes still reporting at its end (every node when none is: the run is over)."""
         span = max(int(end - start), int(self.scrape_interval()))
         sel = self._sel()
         def mean(counter: str, gauge: str) -> str:
@@ -715,6 +716,10 @@ class PrometheusSource:
         iow_fut = self._pool.submit(
             self.query, f"avg_over_time({m.HOST_IOWAIT}{sel}[{span}s])", end
         )
+        # the nodes still reporting at the window's end: an instant selector drops a series
+        # Prometheus marked stale (its target gone from the targets file, or not answering)
+        live_fut = self._pool.submit(self.query, f"count by (node, instance) ({m.GPU_UTIL}{sel})",
+                                     end)
         per_gpu = None
         for col, fut in futures.items():
             df = self._series_frame(fut.result(), col, qs[col][1], keys=["gpu"]).drop(columns="ts")
@@ -729,6 +734,9 @@ class PrometheusSource:
         per_gpu["mem_ratio"] = per_gpu["mem_used"] / per_gpu["mem_total"].where(
             per_gpu["mem_total"] > 0
         )
+        live = {_node_of(r["metric"]) for r in live_fut.result()}
+        if live:  # a node that stopped reporting is not counted (all gone: the run is over)
+            per_gpu = per_gpu[per_gpu["node"].isin(live)]
         host = self._series_frame(iow_fut.result(), "iowait_pct", 100.0)
         return summarize_nodes(per_gpu, host)
 
