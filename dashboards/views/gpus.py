@@ -3,7 +3,9 @@ chart at a time, picked in tabs), the GPUs an open flag names highlighted.
 
 The page draws no verdict of its own: a GPU is marked when an open flag (gpu_imbalance,
 low_utilization, ...) covers it, so the page and the flags always agree; the thresholds live
-in ``monitor/defaults.yaml`` with the detectors.
+in ``monitor/defaults.yaml`` with the detectors. Where a straggler flag names a phase, the
+table adds each GPU's utilization and SM activity in that phase since the flag opened (what
+the detector looked at: the window's means mix every phase and hide the straggler).
 """
 
 from __future__ import annotations
@@ -68,6 +70,20 @@ def live(start: float, end: float, key: str) -> None:
         st.info("No GPU samples in this window yet.")
         return
     table = gpu_table(gpu, flags, single_node=len(nodes) <= 1)
+    looked = where_the_flag_looked(key, flags, end, steps)
+    phase_cols = {}
+    if looked is not None:
+        phase, since, per_phase = looked
+        table = table.merge(per_phase, on=["node", "gpu"], how="left")
+        phase_cols = {
+            "phase_util": st.column_config.NumberColumn(
+                f"util % in {phase}", format="%.0f", width="small",
+                help=f"mean utilization in {phase} since the flag opened ({since})"),
+            "phase_sm": st.column_config.NumberColumn(
+                f"SM % in {phase}", format="%.0f", width="small",
+                help=f"mean SM activity in {phase} since the flag opened ({since}): where "
+                "the straggler flag looked"),
+        }
     flagged = table[table["status"] != "ok"]
     imbalance = [f for f in flags if base_kind(f.kind) == "gpu_imbalance"
                  and (node_choice is None or f.scope.get("node") in (None, node_choice))]
@@ -90,10 +106,13 @@ def live(start: float, end: float, key: str) -> None:
         column_config={
             "node": st.column_config.TextColumn("node", width="small"),
             "gpu": st.column_config.NumberColumn("GPU", width="small", format="%d"),
-            "util": st.column_config.ProgressColumn("util %", min_value=0, max_value=100,
+            "util": st.column_config.ProgressColumn("util % (window)", min_value=0,
+                                                    max_value=100,
                                                     format="%.0f", width="small"),
-            "sm_active": st.column_config.NumberColumn("SM %", format="%.0f", width="small",
-                                                       help="SM active % (GPM), window mean"),
+            "sm_active": st.column_config.NumberColumn(
+                "SM % (window)", format="%.0f", width="small",
+                help="SM active % (GPM), mean over the window's every phase"),
+            **phase_cols,
             "util_low_1m": st.column_config.NumberColumn(
                 "low 1-min %", format="%.0f", width="small",
                 help="lowest mean utilization over any one minute of the window"),
@@ -124,6 +143,33 @@ def live(start: float, end: float, key: str) -> None:
             fig = charts.gpu_heatmap(gpu, "util", "Utilization % (NVML: a kernel was running)",
                                      highlight=marked)
         st.plotly_chart(charts.end_at(fig, start, end), key="gpu_heat")
+
+
+def where_the_flag_looked(key: str, flags: list, end: float, steps: list
+                          ) -> tuple[str, str, pd.DataFrame] | None:
+    """(phase, since when in words, per GPU ``node, gpu, phase_util, phase_sm``) for the first
+    open straggler flag that names a phase, over the last steps since it opened; None when no
+    such flag is open or no step since then has samples in that phase."""
+    named = [f for f in common.rank_flags(flags) if base_kind(f.kind) == "gpu_imbalance"
+             and f.scope.get("phase") and (node_choice is None
+                                           or f.scope.get("node") in (None, node_choice))]
+    timed = [s for s in steps if s.end_time is not None]
+    if not named or not timed:
+        return None
+    flag = named[0]
+    last_end = float(timed[-1].end_time)
+    summary = common.load_attribution(key, float(flag.start), min(end, last_end), last_end,
+                                      flag.scope.get("node") or node_choice, _steps_end=end)
+    phase = str(flag.scope["phase"])
+    if summary is None or summary.empty:
+        return None
+    part = summary[summary["phase"] == phase]
+    if part.empty or part["sm_mean"].isna().all():
+        return None
+    per = part[["node", "gpu", "util_mean", "sm_mean"]].rename(
+        columns={"util_mean": "phase_util", "sm_mean": "phase_sm"})
+    per = per.assign(gpu=pd.to_numeric(per["gpu"], errors="coerce").astype("Int64"))
+    return phase, common.fmt_time(flag.start), per
 
 
 def gpu_marks(flagged: pd.DataFrame, flags: list, single_node: bool) -> dict[str, str]:
