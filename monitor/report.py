@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from monitor.logs.clocks import CLOCK_WORDS
 from monitor.numbers import finite_float as _num
 
 _GIB = float(2**30)
@@ -83,25 +84,30 @@ def _steps_section(summary: dict[str, Any]) -> str:
         f"  {st['count']} step records, step {st['first']} .. {st['last']} "
         f"({st['distinct']} distinct), {st['resumes']} resume(s)"
     ]
+    w = summary.get("wall") or {}
     if st.get("start_time") is not None:
         span = (st["end_time"] or 0) - st["start_time"]
-        sources = ", ".join(f"{k} {v}" for k, v in st.get("time_sources", {}).items())
+        sources = ", ".join(f"{CLOCK_WORDS.get(k, k)} {v}"
+                            for k, v in st.get("time_sources", {}).items())
         lines.append(
             f"  from {when(st['start_time'])} to {when(st['end_time'])} ({secs(span)}); "
             f"end times: {sources}"
         )
-    w = summary.get("wall") or {}
     if w.get("span_s"):
         span = w["span_s"]
-        line = (f"  wall time {secs(span)}: step timers {secs(w['steps_s'])} "
-                f"({pct(w['steps_s'] / span)})")
+        clock = CLOCK_WORDS.get(w.get("clock") or "", w.get("clock") or "?")
+        line = (f"  wall time {secs(span)} (clock: {clock}): step timers "
+                f"{secs(w['steps_s'])} ({pct(w['steps_s'] / span)})")
         if w.get("data_wait_s") is not None:
             line += (f", before the step timers (fetching batches) {secs(w['data_wait_s'])} "
                      f"({pct(w['data_wait_s'] / span)}; most {secs(w['data_wait_max_s'])} before "
                      f"step {w['data_wait_max_step']}), other {secs(w['other_s'])}")
+        elif w.get("measured"):
+            line += ("; the time between steps (fetching batches) is unknown: the clock is too "
+                     "coarse or inconsistent for it")
         else:
             line += ("; time spent between steps (fetching batches) is unknown: the log has "
-                     "no timestamps or arrival times")
+                     "no timestamps, tqdm bar or dated lines, and no .arrivals file beside it")
         lines.append(line)
     t = summary["step_time"]
     if t["count"]:
@@ -120,7 +126,7 @@ def _phases_section(summary: dict[str, Any]) -> str:
     ]
     if not rows:
         return "  no phase timers in this log"
-    return table(["phase", "steps", "mean", "p50", "p95", "max", "share of step"], rows)
+    return table(["phase", "steps", "mean", "p50", "p95", "max", "share of wall"], rows)
 
 
 def _throughput_section(summary: dict[str, Any]) -> str:
@@ -288,6 +294,7 @@ MODE_WORDS: dict[str, str] = {
     "separate_async": "V1 separate-async trainer (separate rollout pool)",
     "fully_async_trainer": "fully-async policy, trainer (separate rollout pool)",
     "fully_async_rollouter": "fully-async policy, rollouter statistics",
+    "unknown": "unknown (no line names a verl trainer or its GPU layout)",
 }
 
 

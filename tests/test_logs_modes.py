@@ -15,8 +15,9 @@ from monitor.logs.modes import (
     trainer_mode,
     waits_in_gen,
 )
-from monitor.logs.parse import parse_file
+from monitor.logs.parse import LogParser, parse_file
 from monitor.logs.vocabulary import Vocabulary
+from monitor.records import StepRecord
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verl_modes"
 
@@ -40,16 +41,34 @@ def test_each_fixture_reads_as_its_trainer(name: str, mode: str, suffix: str) ->
 
 
 def test_every_mode_has_a_fixture() -> None:
-    assert set(EXPECTED.values()) == set(TRAINER_MODES)
+    assert set(EXPECTED.values()) == set(TRAINER_MODES) - {"unknown"}
 
 
 def test_fully_async_console_lines_of_the_rollouter_alone_read_as_rollouter() -> None:
     """The trainer prints the rollouter's reset_staleness figures on a line of their own: that
-    line alone is the rollouter's, the run is the trainer's."""
-    steps = parse_file(FIXTURES / "fully_async_trainer.log").steps
-    modes = step_modes(steps)
+    line alone is the rollouter's; the two lines of one step are one step record, the
+    trainer's, and so is the run."""
+    parser = LogParser()
+    raw = [item for line in (FIXTURES / "fully_async_trainer.log").read_text().splitlines()
+           for item in parser.feed(line) if isinstance(item, StepRecord)]
+    modes = step_modes(raw)
     assert modes[0] == "fully_async_rollouter" and modes[1] == "fully_async_trainer"
+    steps = parse_file(FIXTURES / "fully_async_trainer.log").steps
+    assert len(steps) == len(raw) // 2
+    assert set(step_modes(steps)) == {"fully_async_trainer"}
     assert run_mode(steps) == "fully_async_trainer"
+
+
+@pytest.mark.parametrize("text", [
+    "",
+    "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom\n",
+    "step:1 - actor/entropy:0.5 - critic/score/mean:0.1\nstep:2 - actor/entropy:0.4\n",
+])
+def test_text_with_no_verl_timer_is_unknown_not_sync(tmp_path, text: str) -> None:
+    """A pasted traceback, or step lines with no timer, name no trainer and no GPU layout."""
+    log = tmp_path / "paste.log"
+    log.write_text(text)
+    assert run_mode(parse_file(log).steps) == "unknown"
 
 
 @pytest.mark.parametrize(
@@ -68,7 +87,8 @@ def test_fully_async_console_lines_of_the_rollouter_alone_read_as_rollouter() ->
         ({"count/staleness_samples", "rollouter/idle_ratio"}, "fully_async_rollouter"),
         ({"fully_async/rollouter/idle_ratio", "fully_async/rollouter/active_time"},
          "fully_async_rollouter"),
-        (set(), "sync"),
+        (set(), "unknown"),
+        ({"actor/entropy", "critic/score/mean"}, "unknown"),
     ],
 )
 def test_mode_from_keys(keys: set[str], mode: str) -> None:

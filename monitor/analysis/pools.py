@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from monitor.logs.gaps import fill_data_wait
 from monitor.logs.keys import async_value, timers
 from monitor.logs.modes import SPLIT_POOL_MODES, run_mode, waits_in_gen
 from monitor.records import TRAINING_PHASES, StepRecord
@@ -146,6 +147,20 @@ def _batch_samples(m: Mapping[str, Any]) -> float | None:
     return float(tokens) / float(p + r)
 
 
+def _add_untimed_wall(causes: dict[str, float], steps: list[StepRecord]) -> None:
+    """Book the measured wall time that no step timer or batch fetch accounts for (restarts,
+    what the log does not say) as ``unattributed``, so the pool spans the run's wall time as
+    the summary measures it (``summary.wall_time``)."""
+    from monitor.analysis.summary import wall_time
+
+    wall = wall_time(steps)
+    if not wall["measured"] or wall["span_s"] is None:
+        return
+    rest = float(wall["span_s"]) - sum(causes.values())
+    if rest > 0:
+        causes["unattributed"] += rest
+
+
 def _pool_doc(name: str, causes: Mapping[str, float], gpus: int | None, source: str,
               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     wall = float(sum(causes.values()))
@@ -182,6 +197,7 @@ def document(
     (``pools``: trainer and rollout, or one ``colocated`` pool) and ``overall`` when the GPU
     count of every pool is known. ``gpu_ledger``: the GPU ledger's document for the trainer's
     node (its GPU count is the trainer pool's unless ``trainer_gpus`` says otherwise)."""
+    fill_data_wait(steps)  # the batch fetch before each step timer, where the clocks tell it
     mode = run_mode(steps)
     split = mode in SPLIT_POOL_MODES
     pools: list[dict[str, Any]] = []
@@ -192,6 +208,7 @@ def document(
         pools[-1]["busy_share"] = gpu_ledger.get("goodput_share")
     elif mode != "fully_async_rollouter":
         causes = trainer_pool(steps, mode)
+        _add_untimed_wall(causes, steps)
         if sum(causes.values()) > 0:
             pools.append(_pool_doc("trainer" if split else "colocated", causes, trainer_gpus,
                                    "log"))

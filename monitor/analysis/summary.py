@@ -20,11 +20,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from monitor.logs.gaps import fill_data_wait
+from monitor.logs.clocks import MEASURED
+from monitor.logs.gaps import covered_seconds, fill_data_wait
 from monitor.numbers import finite_float as _finite
 from monitor.records import ALL_PHASES, Event, StepRecord
 
 PHASE_TABLE_COLUMNS: tuple[str, ...] = ("steps", "mean", "p50", "p95", "max", "sum", "share")
+#: The phase-table row of wall time between steps that no timer covers.
+BETWEEN_STEPS = "between_steps"
 
 #: Long-tail sources, in order of preference: (label, numerator keys, denominator key).
 _LONG_TAIL_SOURCES: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -74,22 +77,26 @@ def _stats(values: Iterable[float | None]) -> dict[str, float | int | None]:
     }
 
 
-def phase_table(steps: Sequence[StepRecord]) -> pd.DataFrame:
+def phase_table(steps: Sequence[StepRecord], wall_s: float | None = None) -> pd.DataFrame:
     """Per phase (index, in ``ALL_PHASES`` order, only phases seen): steps, mean, p50, p95,
-    max, sum (seconds) and share (sum over the sum of step times, 0..1).
+    max, sum (seconds) and share (0..1).
 
-    Share uses the steps whose total is known; with no totals at all it is the share of the sum
-    of all phase seconds. verl 0.6+ leaves testing and checkpoint saving outside the step time,
-    so the shares of those two can make the column add up to more than 1.
+    The shares are of the wall time: ``wall_s`` (the run's measured span, ``wall_time``) or,
+    without it, the time the steps' timers cover (validation and checkpointing outside verl's
+    step timer included). Wall time no timer covers is the row ``between_steps`` (the batch
+    fetch before the step timer, restarts, what the log does not say), so the column adds up to
+    1. With no step time at all the shares are of the sum of the phase seconds.
     """
     rows = []
     with_total = [s for s in steps if _finite(s.total) is not None]
-    total_sum = sum(float(s.total) for s in with_total)  # type: ignore[arg-type]
-    if total_sum <= 0:
+    covered_sum = sum(covered_seconds(s) or 0.0 for s in with_total)
+    if covered_sum <= 0:
         with_total = list(steps)
-        total_sum = sum(
+        covered_sum = sum(
             v for s in steps for v in (_finite(x) for x in s.phases.values()) if v is not None
         )
+    wall = _finite(wall_s)
+    denominator = max(covered_sum, wall) if wall is not None and covered_sum > 0 else covered_sum
     for phase in ALL_PHASES:
         values = [_finite(s.phases.get(phase)) for s in steps if phase in s.phases]
         values = [v for v in values if v is not None]
@@ -99,20 +106,21 @@ def phase_table(steps: Sequence[StepRecord]) -> pd.DataFrame:
         share_sum = sum(
             v for s in with_total for v in [_finite(s.phases.get(phase))] if v is not None
         )
-        rows.append(
-            {
-                "phase": phase,
-                "steps": int(arr.size),
-                "mean": float(arr.mean()),
-                "p50": float(np.percentile(arr, 50)),
-                "p95": float(np.percentile(arr, 95)),
-                "max": float(arr.max()),
-                "sum": float(arr.sum()),
-                "share": share_sum / total_sum if total_sum > 0 else float("nan"),
-            }
-        )
+        rows.append(_phase_row(phase, arr, share_sum / denominator if denominator > 0
+                               else float("nan")))
+    if denominator > covered_sum > 0:
+        rest = denominator - covered_sum
+        rows.append({"phase": BETWEEN_STEPS, "steps": len(with_total), "mean": None,
+                     "p50": None, "p95": None, "max": None, "sum": rest,
+                     "share": rest / denominator})
     df = pd.DataFrame(rows, columns=["phase", *PHASE_TABLE_COLUMNS])
     return df.set_index("phase")
+
+
+def _phase_row(phase: str, arr: np.ndarray, share: float) -> dict[str, Any]:
+    return {"phase": phase, "steps": int(arr.size), "mean": float(arr.mean()),
+            "p50": float(np.percentile(arr, 50)), "p95": float(np.percentile(arr, 95)),
+            "max": float(arr.max()), "sum": float(arr.sum()), "share": share}
 
 
 def step_overview(steps: Sequence[StepRecord], events: Sequence[Event] = ()) -> dict[str, Any]:
@@ -264,32 +272,39 @@ def event_summary(events: Sequence[Event]) -> dict[str, Any]:
 def wall_time(steps: Sequence[StepRecord]) -> dict[str, Any]:
     """Where the run's wall time went between its first step's start and its last step's end.
 
-    ``steps_s`` is what the step timers hold; ``data_wait_s`` the time before step timers that
-    no timer covers (the batch fetch, see ``monitor.logs.gaps``), known only for steps whose
-    end times are measured; ``other_s`` the rest (testing, checkpoints, restarts, unknown).
+    ``steps_s`` is what the steps' timers hold (validation, checkpointing and a weight sync
+    outside verl's step timer included: ``gaps.covered_seconds``); ``data_wait_s`` the time
+    before step timers that no timer covers (the batch fetch, see ``monitor.logs.gaps``),
+    known only for steps whose end times are measured; ``other_s`` the rest (restarts,
+    unknown). ``clock`` names where the end times came from (``clocks.CLOCK_WORDS``: the most
+    used source) and ``measured`` whether that is a measurement rather than a rebuild.
     """
     fill_data_wait(list(steps))
     timed = sorted((s for s in steps if _finite(s.end_time) is not None),
                    key=lambda s: float(s.end_time))  # type: ignore[arg-type]
+    sources = Counter(s.time_source for s in timed)
+    clock = sources.most_common(1)[0][0] if sources else None
     if len(timed) < 2:
         return {"span_s": None, "steps_s": None, "data_wait_s": None, "other_s": None,
-                "data_wait_steps": 0, "data_wait_max_s": None, "data_wait_max_step": None}
+                "data_wait_steps": 0, "data_wait_max_s": None, "data_wait_max_step": None,
+                "clock": clock, "measured": clock in MEASURED}
     first = timed[0]
-    start = float(first.end_time) - float(_finite(first.total) or 0.0)  # type: ignore[arg-type]
+    start = float(first.end_time) - (covered_seconds(first) or 0.0)  # type: ignore[arg-type]
     span = float(timed[-1].end_time) - start  # type: ignore[arg-type]
-    steps_s = float(sum(_finite(s.total) or 0.0 for s in timed))
+    steps_s = float(sum(covered_seconds(s) or 0.0 for s in timed))
     waits = [(s.step, float(s.data_wait)) for s in timed if _finite(s.data_wait) is not None]
     wait_s = float(sum(w for _, w in waits)) if waits else None
     top = max(waits, key=lambda x: x[1]) if waits else (None, None)
     return {"span_s": span, "steps_s": steps_s, "data_wait_s": wait_s,
             "other_s": None if wait_s is None else max(0.0, span - steps_s - wait_s),
             "data_wait_steps": len(waits), "data_wait_max_s": top[1],
-            "data_wait_max_step": top[0]}
+            "data_wait_max_step": top[0], "clock": clock, "measured": clock in MEASURED}
 
 
 def summarize(steps: Sequence[StepRecord], events: Sequence[Event] = ()) -> dict[str, Any]:
     """Every number of the text report, as a JSON-safe dict (see the module docstring)."""
-    table = phase_table(steps)
+    wall = wall_time(steps)
+    table = phase_table(steps, wall["span_s"] if wall["measured"] else None)
     phases = table.reset_index().to_dict("records")
     for row in phases:
         row["steps"] = int(row["steps"])
@@ -302,7 +317,7 @@ def summarize(steps: Sequence[StepRecord], events: Sequence[Event] = ()) -> dict
     return json_safe(
         {
             "steps": step_overview(steps, events),
-            "wall": wall_time(steps),
+            "wall": wall,
             "step_time": step_time,
             "phases": phases,
             "throughput": throughput_stats(steps),

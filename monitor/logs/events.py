@@ -22,6 +22,11 @@ _SYNC_RE = re.compile(
     r"sync_weights success\.? cost ([-+\d.eE]+) seconds?(?:, pause:\s*([-+\d.eE]+) ?s)?"
     r"(?:, sync:\s*([-+\d.eE]+) ?s)?"
 )
+#: The fully-async trainer's own print of each weight sync.
+_PARAM_SYNC_RE = re.compile(
+    r"_fit_update_weights, timing_s/param_sync: ([-+\d.eE]+) ?s(?:econds)?"
+    r".*?current_param_version: (\d+)"
+)
 _MEMORY_RE = re.compile(
     r"(?P<head>[^,]*?),\s*memory allocated \(GB\):\s*(?P<a>[-\d.eE+naif]+),\s*"
     r"memory reserved \(GB\):\s*(?P<r>[-\d.eE+naif]+)"
@@ -60,7 +65,14 @@ def progress_event(text: str, when: float | None) -> Event | None:
 
 
 def sync_event(text: str, when: float | None, step: int | None) -> Event | None:
-    """A ``reshard`` event from a ``sync_weights success ... cost S seconds`` line."""
+    """A ``reshard`` event from a ``sync_weights success ... cost S seconds`` line or the
+    fully-async trainer's ``_fit_update_weights, timing_s/param_sync: S seconds ...
+    current_param_version: N`` (its step is N, the version the sync made)."""
+    match = _PARAM_SYNC_RE.search(text)
+    if match is not None:
+        return Event("reshard", when, int(match.group(2)), text,
+                     {"seconds": _float_or_none(match.group(1)), "pause_s": None,
+                      "sync_s": None, "source": "fully_async_trainer"})
     match = _SYNC_RE.search(text)
     if match is None:
         return None

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from monitor.logs.clocks import arrival_times, assign_times, rebuild_times
 from monitor.logs.follow import iter_lines
+from monitor.logs.merge import merge_steps
 from monitor.logs.parser import LogParser
 from monitor.logs.stats import Item, LogReadError, ParsedLog
 from monitor.records import Event, StepRecord
@@ -18,9 +20,12 @@ from monitor.records import Event, StepRecord
 def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> ParsedLog:
     """Parse a whole verl log (console or JSONL, told apart by content), streaming it.
 
-    Step end times come from line timestamps (``time_source="line"``); the others are rebuilt
-    from cumulative step totals ending at ``log_end`` (default: the file's modification time),
-    ``time_source="rebuilt"``. Events without a time take the end time of the step before
+    Step end times come from line timestamps (``time_source="line"``), the capture times of a
+    ``<log>.arrivals`` sidecar (``"sidecar"``), or the clocks in the text (``"tqdm"``,
+    ``"worker"``: ``monitor.logs.clocks``); the others are rebuilt from the step times ending at
+    the next measured one or at ``log_end`` (default: the file's modification time),
+    ``time_source="rebuilt"``. Records of one step printed on several lines are one record
+    (``monitor.logs.merge``). Events without a time take the end time of the step before
     them; in a log with neither timestamps nor steps, they take ``log_end`` (their data then
     says ``time_from: "log_end"``). Raises ``LogReadError`` for a missing or unreadable file.
     """
@@ -33,16 +38,26 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     ordered: list[Item] = []
     fmt = "empty"
     first_line_seen = False
-    for item in _iter_with_format(p, parser):
+    captured = arrival_times(p)
+    for item in _iter_with_format(p, parser, captured):
         if isinstance(item, str):
             if not first_line_seen:
                 fmt = _detect_format(item)
                 first_line_seen = True
             continue
         ordered.append(item)
-    steps = [item for item in ordered if isinstance(item, StepRecord)]
+    raw = [item for item in ordered if isinstance(item, StepRecord)]
     end = log_end if log_end is not None else mtime
-    _rebuild_times(steps, end)
+    if captured is not None:
+        for rec in raw:
+            if rec.time_source == "arrival":
+                rec.time_source = "sidecar"
+    assign_times(raw, parser.clock, end)
+    parts: dict[int, StepRecord] = {}
+    steps = merge_steps(raw, parser.version_guess, parts)
+    rebuild_times(steps, end)
+    ordered = [parts.get(id(item), item) if isinstance(item, StepRecord) else item
+               for item in ordered]
     events = _time_events(ordered, end)
     return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt)
 
@@ -79,9 +94,12 @@ class _ReaderCounts:
     oversize_lines: int = 0
 
 
-def _iter_with_format(path: Path, parser: LogParser) -> Iterator[Item | str]:
-    """Like ``iter_items`` but first yields the first non-blank line (a str) for detection."""
+def _iter_with_format(path: Path, parser: LogParser,
+                      captured: list[float] | None = None) -> Iterator[Item | str]:
+    """Like ``iter_items`` but first yields the first non-blank line (a str) for detection.
+    ``captured``: each physical line's capture time (``clocks.arrival_times``), or None."""
     seen = False
+    n = 0
     try:
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory", str(path))
@@ -90,26 +108,13 @@ def _iter_with_format(path: Path, parser: LogParser) -> Iterator[Item | str]:
             if not seen and line.strip():
                 seen = True
                 yield line
-            yield from parser.feed(line)
+            when = captured[n] if captured is not None and n < len(captured) else None
+            n += 1
+            yield from parser.feed(line, when)
     except OSError as exc:
         raise _open_error(path, exc) from exc
     parser.stats.oversize_lines += counts.oversize_lines
     yield from parser.flush()
-
-
-def _rebuild_times(steps: list[StepRecord], log_end: float) -> None:
-    """Fill missing end times backwards from ``log_end`` using each step's total."""
-    known = [s.total for s in steps if s.total is not None and s.total >= 0]
-    fallback = sorted(known)[len(known) // 2] if known else 0.0
-    anchor = log_end
-    for record in reversed(steps):
-        if record.end_time is not None and record.time_source == "line":
-            anchor = record.end_time
-        else:
-            record.end_time = anchor
-            record.time_source = "rebuilt"
-        total = record.total if record.total is not None and record.total >= 0 else fallback
-        anchor = record.end_time - total
 
 
 def _time_events(ordered: list[Item], log_end: float | None = None) -> list[Event]:

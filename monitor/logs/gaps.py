@@ -6,16 +6,19 @@ building the generation batch happen before ``timing_s/step`` starts, in every v
 0.9.1 (VERL_SIGNALS.md, "What no timer covers"). A data stall therefore shows in no
 ``timing_s/*`` key, only as wall time between two step lines beyond what the later line's
 timers account for. This module measures that gap from the lines' end times (timestamps on
-the lines, or the times the lines arrived while following live); logs without either carry
-no such information and are left unknown.
+the lines, the times the lines arrived or were captured, tqdm's elapsed time, dated worker
+lines: ``monitor.logs.clocks``); logs without any carry no such information and are left
+unknown.
 """
 
 from __future__ import annotations
 
+from monitor.logs.clocks import RESOLUTION_S
 from monitor.records import StepRecord
 
-#: End-time sources that are measurements (not rebuilt from the step times themselves).
-MEASURED_SOURCES = ("line", "arrival")
+#: End-time sources that are measurements (not rebuilt from the step times themselves): a
+#: stamp on the line, the arrival or capture time, tqdm's elapsed time, dated worker lines.
+MEASURED_SOURCES = ("line", "arrival", "sidecar", "tqdm", "worker")
 #: A gap smaller than this share of the step's own timers means the two end times are not
 #: comparable (lines read in a burst when following starts, clocks of different hosts):
 #: the wait is then unknown rather than zero.
@@ -61,7 +64,9 @@ def data_wait(prev: StepRecord | None, rec: StepRecord, scale: float = 1.0) -> f
     gap = (float(rec.end_time) - float(prev.end_time)) * scale
     if gap < INCONSISTENT_SHARE * covered:
         return None
-    return max(0.0, gap - covered - JITTER_S)
+    jitter = max(JITTER_S, RESOLUTION_S.get(prev.time_source, JITTER_S),
+                 RESOLUTION_S.get(rec.time_source, JITTER_S))
+    return max(0.0, gap - covered - jitter)
 
 
 def fill_data_wait(steps: list[StepRecord]) -> list[StepRecord]:

@@ -11,7 +11,9 @@ verl's trainers print different timers and key families (docs/verl_modes.md):
 - ``fully_async_trainer``: the fully-async policy's trainer (``fully_async/*``, ``param_sync``);
 - ``fully_async_rollouter``: a stream of the fully-async rollouter's own statistics only
   (``count/*``, ``static/*``, ``rollouter/*``, with or without the ``fully_async/`` prefix,
-  and no ``timing_s/step``).
+  and no ``timing_s/step``);
+- ``unknown``: nothing that any trainer prints (no step lines, or step lines with no verl timer
+  and no key of the families above): the text is not read as one trainer or another.
 
 In ``one_step_off``, ``separate_async`` and ``fully_async_trainer`` the rollout runs on its own
 GPU pool and ``timing_s/gen`` is the time the trainer *waits for samples*
@@ -28,7 +30,7 @@ from monitor.records import StepRecord
 #: Every mode ``trainer_mode`` returns.
 TRAINER_MODES: tuple[str, ...] = (
     "sync", "agent_loop", "one_step_off", "separate_async", "fully_async_trainer",
-    "fully_async_rollouter",
+    "fully_async_rollouter", "unknown",
 )
 #: Modes whose ``timing_s/gen`` is the trainer waiting for samples from a separate rollout pool.
 WAITING_GEN_MODES: frozenset[str] = frozenset({"one_step_off", "separate_async",
@@ -46,13 +48,16 @@ _ROLLOUTER_PREFIXES = ("fully_async/rollouter/", "rollouter/", "fully_async/coun
 _SEPARATE_KEYS = ("timing_s/switch_wait", "timing_s/switch_to_rollout",
                   "timing_s/switch_to_trainer")
 _ONE_STEP_OFF_KEYS = ("timing_s/generate_async", "timing_s/sync_rollout_weights")
+#: The timing breakdown of tuning guides (``Step N: total=...ms | actor_gen=...``): a sync trainer.
+_BREAKDOWN_KEYS = frozenset({"actor_gen", "critic_score", "loss_comp", "rollout_wait"})
 
 
 def trainer_mode(metrics_keys: Iterable[str]) -> str:
     """The trainer mode (one of :data:`TRAINER_MODES`) a set of metric keys comes from.
 
     Keys of one step line are enough; more lines only make the answer surer. The old
-    ``timing/`` spelling is accepted. Keys of nothing recognisable give ``"sync"``.
+    ``timing/`` spelling is accepted. Keys with no verl timer (``timing_s/*``) and none of the
+    families above give ``"unknown"``: a sync trainer is only said when its timers say so.
     """
     keys = {("timing_s/" + k[7:]) if k.startswith("timing/") else k for k in metrics_keys}
     has_step = "timing_s/step" in keys
@@ -71,7 +76,9 @@ def trainer_mode(metrics_keys: Iterable[str]) -> str:
         return "one_step_off"
     if any(k.startswith("timing_s/agent_loop/") for k in keys):
         return "agent_loop"
-    return "sync"
+    if any(k.startswith("timing_s/") for k in keys) or keys & _BREAKDOWN_KEYS:
+        return "sync"
+    return "unknown"
 
 
 def step_modes(steps: Iterable[StepRecord]) -> list[str]:
@@ -81,11 +88,12 @@ def step_modes(steps: Iterable[StepRecord]) -> list[str]:
 
 def run_mode(steps: Iterable[StepRecord]) -> str:
     """The mode of a run: the fully-async trainer when any line says so (its rollouter lines
-    say less), else the most common mode of its step lines with a step time, else of all."""
+    say less), else the most common mode of its step lines with a step time, else of all;
+    ``"unknown"`` without step lines."""
     steps = list(steps)
     timed = [s for s in steps if s.total is not None] or steps
     if not timed:
-        return "sync"
+        return "unknown"
     modes = Counter(step_modes(timed))
     for strong in ("fully_async_trainer", "separate_async", "one_step_off"):
         if modes.get(strong):

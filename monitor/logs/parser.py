@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from monitor.logs.blocks import TRACEBACK_START, VALIDATION_START, BlockReader, HybridSwitch
+from monitor.logs.clocks import LineClock
 from monitor.logs.console import (
     BREAKDOWN_RE,
     STEP_ANYWHERE_RE,
@@ -60,6 +61,9 @@ class LogParser:
         self._switch = HybridSwitch()
         self._failures = FailureLines()
         self._line_ip: str | None = None
+        #: the times the text carries (tqdm, dated lines), each after the record before it
+        self.clock = LineClock()
+        self._last_record: StepRecord | None = None
         self._last_step: int | None = None
         self._resume_since_step = False
         #: a reshard's seconds (weight sync, HybridEngine switch) for the next step record
@@ -125,6 +129,10 @@ class LogParser:
         stripped = text.strip()
         if not stripped:
             return
+        if ts is not None:
+            self.clock.stamp(ts, self._last_record)
+        else:
+            self.clock.line(text, self._last_record)
         if stripped[0] == "{":
             self._json_line(stripped, arrival, line, out)
             return
@@ -152,6 +160,7 @@ class LogParser:
                 self.stats.noise_lines += 1
             else:
                 out.append(event)
+                self.clock.tqdm(event.data.get("elapsed_s"), self._last_record)
             return True
         if "validation metrics:" in stripped and any(s in stripped for s in VALIDATION_START):
             self._blocks.start_validation(stripped, when, out, step)
@@ -173,10 +182,10 @@ class LogParser:
         if "[HybridEngine]" in stripped:
             self._set_reshard(self._switch.feed(stripped, when, out, step))
             return True
-        if "sync_weights success" in stripped:
+        if "sync_weights success" in stripped or "_fit_update_weights, timing_s/" in stripped:
             event = sync_event(stripped, when, step)
             if event is None:
-                self.stats.add_error("unreadable sync_weights line", line)
+                self.stats.add_error("unreadable weight-sync line", line)
             else:
                 out.append(event)
                 self._set_reshard(usable_seconds(event.data["seconds"]))
@@ -299,6 +308,7 @@ class LogParser:
             source=source,
         )
         self._apply_pending_reshard(record, old_era=hint is not None)
+        self._last_record = record
         self._last_step = step
         self._resume_since_step = False
         self._failures.reset()
@@ -321,6 +331,7 @@ class LogParser:
             return
         self._apply_pending_reshard(record, old_era=True)
         self._vocabulary.keys.update(record.metrics)
+        self._last_record = record
         self._last_step = record.step
         self._resume_since_step = False
         out.append(record)
@@ -330,7 +341,13 @@ class LogParser:
             self._pending_reshard = seconds
 
     def _apply_pending_reshard(self, record: StepRecord, *, old_era: bool = False) -> None:
-        if self._pending_reshard is None or "reshard" in record.phases:
+        """A weight sync printed on a line of its own goes to the next step-timed record, once:
+        a record that times its own sync (``param_sync``, ``update_weights``) takes its place,
+        and a record without a step time (the rollouter's line) does not take it."""
+        if self._pending_reshard is None or record.total is None:
+            return
+        if "reshard" in record.phases:
+            self._pending_reshard = None  # the record's own timer: the line was the same sync
             return
         record.phases["reshard"] = self._pending_reshard
         self._pending_reshard = None

@@ -1,0 +1,294 @@
+"""The clocks a verl log carries in its own text, and the step end times read from them.
+
+A console log rarely stamps verl's ``step:N`` lines, yet it is full of time:
+
+- **tqdm** (``Training Progress:  3%|...| 19/624 [1:02:10<33:01:00, 196.4s/it]``): verl's fit
+  loop updates the bar right after logging a step, so the bar's elapsed time printed after a
+  step line is that step's end, counted from the bar's start (a resumed run starts a new bar:
+  a new segment). Exact to the second, relative to the bar's start.
+- **dated lines** (``2025-06-04 23:48:30,126 INFO ...`` at the start of a line or after Ray's
+  prefix, ``INFO:2025-10-07 07:01:41,025:...`` of verl's workers, ``[2025-08-17 10:00:00]``):
+  absolute times.
+- **dated lines without a year** (vLLM's ``INFO 12-01 14:11:02 file.py:12]``, glog's
+  ``[W228 01:39:36.9 ...]``): the year of the log's other dates (else of its end).
+- **``HH:MM:SS`` stamps** at the start of a trainer's own line: the date of the last dated line
+  before them (a stamp earlier than the one before it is the next day).
+- **capture times** that ``verl-monitor run`` wrote beside the log (``<log>.arrivals``, see
+  ``monitor.logs.arrivals``): the time each line was read from the job's output.
+
+``LineClock`` is fed by the parser with each line's readings, each tied to the step record
+before it; ``assign_times`` then gives every step record without a stamp of its own the best
+measured end time there is (``time_source``: ``"sidecar"``, ``"tqdm"``, ``"worker"``), and
+``rebuild_times`` fills what is left from the step times, backwards from the next measured end
+or from the log's end (``"rebuilt"``, an estimate).
+"""
+
+from __future__ import annotations
+
+import bisect
+import calendar
+import os
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor.records import StepRecord
+
+#: Words for each ``StepRecord.time_source`` in reports.
+CLOCK_WORDS: dict[str, str] = {
+    "line": "stamped on the step lines",
+    "arrival": "arrival times (followed live)",
+    "sidecar": "capture times (the .arrivals file beside the log)",
+    "tqdm": "tqdm's elapsed time",
+    "worker": "dated worker lines",
+    "rebuilt": "estimated (rebuilt from the step times, ending at the log's end)",
+}
+#: Sources that are measurements of when a line was printed (``rebuilt`` is not).
+MEASURED: frozenset[str] = frozenset({"line", "arrival", "sidecar", "tqdm", "worker"})
+#: How far each source can be from the true end (seconds), for the gap between steps.
+RESOLUTION_S: dict[str, float] = {"line": 0.05, "arrival": 0.05, "sidecar": 0.05,
+                                  "tqdm": 1.0, "worker": 1.0}
+
+_FULL_DATE_RE = re.compile(
+    r"(?:^|[\s\[:(])(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+_MONTH_DAY_RE = re.compile(
+    r"^(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? ")
+_GLOG_RE = re.compile(r"^\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? ")
+_HMS_RE = re.compile(r"^\[?(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?\]? ")
+_DAY_S = 86400.0
+
+
+@dataclass
+class Reading:
+    """One time read from the text, after the step record ``after`` (None: before any)."""
+
+    after: StepRecord | None
+    kind: str  # "tqdm" (elapsed s), "abs" (unix), "md" (month, day, s of day), "hms" (s of day)
+    value: float
+    month: int = 0
+    day: int = 0
+
+
+@dataclass
+class LineClock:
+    """The readings of one log, in log order (see the module docstring)."""
+
+    readings: list[Reading] = field(default_factory=list)
+
+    def tqdm(self, elapsed_s: float | None, after: StepRecord | None) -> None:
+        """A ``Training Progress`` bar drawn after ``after`` with this elapsed time."""
+        if elapsed_s is not None and elapsed_s >= 0:
+            self.readings.append(Reading(after, "tqdm", float(elapsed_s)))
+
+    def stamp(self, unix: float, after: StepRecord | None) -> None:
+        """A line stamped with a whole date (the parser's leading timestamp)."""
+        self.readings.append(Reading(after, "abs", float(unix)))
+
+    def line(self, text: str, after: StepRecord | None) -> None:
+        """Read a date or time inside a line's text (after Ray's prefix), if it has one."""
+        head = text[:64]
+        if not head or not (head[0].isalpha() or head[0].isdigit() or head[0] == "["):
+            return
+        match = _MONTH_DAY_RE.match(head) or _GLOG_RE.match(head)
+        if match is not None:
+            mon, day, hh, mi, ss, frac = match.groups()
+            if 1 <= int(mon) <= 12 and 1 <= int(day) <= 31:
+                self.readings.append(Reading(after, "md", _day_seconds(hh, mi, ss, frac),
+                                             int(mon), int(day)))
+            return
+        match = _FULL_DATE_RE.search(head)
+        if match is not None:
+            unix = _unix(*match.groups())
+            if unix is not None:
+                self.readings.append(Reading(after, "abs", unix))
+            return
+        match = _HMS_RE.match(head)
+        if match is not None and int(match.group(1)) < 24:
+            self.readings.append(Reading(after, "hms", _day_seconds(*match.groups())))
+
+
+def _day_seconds(hh: str, mi: str, ss: str, frac: str | None) -> float:
+    value = int(hh) * 3600 + int(mi) * 60 + int(ss)
+    return value + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def _unix(year: str, mon: str, day: str, hh: str, mi: str, ss: str,
+          frac: str | None) -> float | None:
+    m, d, h, n, s = int(mon), int(day), int(hh), int(mi), int(ss)
+    if not (1 <= m <= 12 and 1 <= d <= 31 and h <= 23 and n <= 59 and s <= 60):
+        return None
+    value = float(calendar.timegm((int(year), m, d, h, n, s, 0, 0, 0)))
+    return value + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def _resolve_dates(readings: list[Reading], log_end: float) -> dict[int, float]:
+    """Unix time of each dated reading, by its index: dates without a year take the year of the
+    log's whole dates (else of ``log_end``), ``HH:MM:SS`` the date of the last dated reading."""
+    years = [time.gmtime(r.value).tm_year for r in readings if r.kind == "abs"]
+    year = statistics.median_low(years) if years else time.gmtime(log_end).tm_year
+    out: dict[int, float] = {}
+    last_abs: float | None = None
+    for n, r in enumerate(readings):
+        if r.kind == "abs":
+            value = r.value
+        elif r.kind == "md":
+            value = calendar.timegm((year, r.month, r.day, 0, 0, 0, 0, 0, 0)) + r.value
+        elif r.kind == "hms":
+            base = last_abs if last_abs is not None else log_end
+            value = base - (base % _DAY_S) + r.value
+            if value < base - _DAY_S / 2:
+                value += _DAY_S  # past midnight
+        else:
+            continue
+        last_abs = value
+        out[n] = value
+    return out
+
+
+def _tqdm_segments(readings: list[Reading]) -> list[list[int]]:
+    """Indexes of the tqdm readings, split where the elapsed time goes back (a new bar: a
+    restarted run)."""
+    segments: list[list[int]] = []
+    last: float | None = None
+    for n, r in enumerate(readings):
+        if r.kind != "tqdm":
+            continue
+        if last is None or r.value < last - 1.0:
+            segments.append([])
+        segments[-1].append(n)
+        last = r.value
+    return segments
+
+
+def _segment_origin(segment: list[int], readings: list[Reading],
+                    dated: dict[int, float]) -> float | None:
+    """Unix time of a tqdm segment's zero from the dated lines printed while it ran: the
+    median of each dated time less the elapsed time drawn last before it; None without any."""
+    candidates: list[float] = []
+    elapsed: float | None = None
+    for n in range(segment[0], segment[-1] + 1):
+        if readings[n].kind == "tqdm":
+            elapsed = readings[n].value
+        elif n in dated and elapsed is not None:
+            candidates.append(dated[n] - elapsed)
+    return statistics.median(candidates) if candidates else None
+
+
+def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> None:
+    """Give each step record with no measured end time the one its log's clocks give
+    (``tqdm`` first, then ``worker``: the last dated line before the step line). Records with
+    a stamp of their own (``line``) or a capture time keep theirs."""
+    readings = clock.readings
+    if not readings or not steps:
+        return
+    dated = _resolve_dates(readings, log_end)
+    ends: dict[int, tuple[float, str]] = {}
+    next_origin = _tail_start(steps, readings, log_end)
+    for segment in reversed(_tqdm_segments(readings)):
+        origin = _segment_origin(segment, readings, dated)
+        if origin is None:
+            # no dated line while it ran: the bar ends where the next one starts (back to
+            # back: the restart's gap is not in the text), else at the log's end
+            origin = next_origin - readings[segment[-1]].value
+        for n in segment:  # the last drawing after a step line wins (tqdm's close())
+            after = readings[n].after
+            if after is not None:
+                ends[id(after)] = (origin + readings[n].value, "tqdm")
+        next_origin = origin
+    worker = _bracketed(steps, readings, dated)
+    for n, rec in enumerate(steps):
+        if rec.end_time is not None and rec.time_source in ("line", "arrival", "sidecar"):
+            continue
+        found = ends.get(id(rec))
+        if found is not None:
+            rec.end_time, rec.time_source = found
+        elif n in worker:
+            rec.end_time, rec.time_source = worker[n], "worker"
+
+
+def _tail_start(steps: list[StepRecord], readings: list[Reading], log_end: float) -> float:
+    """Where the last tqdm bar's last drawing stands when nothing dates it: the log's end less
+    the timers of the steps printed after it."""
+    last = next((r.after for r in reversed(readings) if r.kind == "tqdm"), None)
+    position = {id(s): n for n, s in enumerate(steps)}
+    k = position.get(id(last), -1) if last is not None else -1
+    return log_end - sum(covered_seconds(s) for s in steps[k + 1:])
+
+
+def _bracketed(steps: list[StepRecord], readings: list[Reading],
+               dated: dict[int, float]) -> dict[int, float]:
+    """Step index -> end time from the dated lines either side of its step line: the last one
+    before it and the first one after it, when they are close enough (a second, or a tenth of
+    the step's timers) to pin the line down; their middle."""
+    position = {id(s): n for n, s in enumerate(steps)}
+    before: dict[int, float] = {}
+    after: dict[int, float] = {}
+    for n, value in dated.items():
+        prev = readings[n].after
+        k = position.get(id(prev), -1) if prev is not None else -1
+        if k >= 0:
+            after.setdefault(k, value)
+        if k + 1 < len(steps):
+            before[k + 1] = value
+    out: dict[int, float] = {}
+    for k, low in before.items():
+        high = after.get(k)
+        if high is None or high < low:
+            continue
+        if high - low <= max(RESOLUTION_S["worker"], 0.1 * covered_seconds(steps[k])):
+            out[k] = (low + high) / 2
+    return out
+
+
+def covered_seconds(rec: StepRecord) -> float:
+    """Wall seconds a step's timers account for (0 when it has none); see
+    ``monitor.logs.gaps.covered_seconds``."""
+    from monitor.logs.gaps import covered_seconds as covered
+
+    value = covered(rec)
+    return float(value) if value is not None and value >= 0 else 0.0
+
+
+def rebuild_times(steps: list[StepRecord], log_end: float) -> None:
+    """Fill the end times still missing, backwards from the next measured end (or ``log_end``)
+    by each step's covered seconds (its timers, validation and checkpointing included; the
+    median for a step without timers): ``time_source="rebuilt"``."""
+    known = sorted(v for v in (covered_seconds(s) for s in steps) if v > 0)
+    fallback = known[len(known) // 2] if known else 0.0
+    anchor = log_end
+    for rec in reversed(steps):
+        if rec.end_time is not None and rec.time_source in MEASURED:
+            anchor = rec.end_time
+        else:
+            rec.end_time = anchor
+            rec.time_source = "rebuilt"
+        anchor = rec.end_time - (covered_seconds(rec) or fallback)
+
+
+def arrival_times(log_path: str | os.PathLike[str]) -> list[float] | None:
+    """The capture time of each physical line of ``log_path`` (by index, lines split at
+    ``\\n``) from its ``.arrivals`` sidecar: the time recorded for the chunk holding the line's
+    start; None when the log has no sidecar or the sidecar has no record."""
+    from monitor.logs.arrivals import read_arrivals
+
+    pairs = read_arrivals(log_path)
+    if not pairs:
+        return None
+    try:
+        data = Path(log_path).read_bytes()
+    except OSError:
+        return None
+    offsets = [off for off, _ in pairs]
+    times = [ts for _, ts in pairs]
+    out: list[float] = []
+    start = 0
+    while start < len(data):
+        k = bisect.bisect_right(offsets, start) - 1
+        out.append(times[k] if k >= 0 else times[0])
+        nl = data.find(b"\n", start)
+        if nl < 0:
+            break
+        start = nl + 1
+    return out
