@@ -23,12 +23,12 @@ Clocks of the nodes must agree (NTP) to within a fraction of the shortest phase 
 
 from __future__ import annotations
 
+import http.client
 import math
 import socket
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -37,6 +37,7 @@ import pandas as pd
 
 from monitor import metric_names as m
 from monitor.records import StepRecord
+from monitor.urls import redact, split_url
 
 #: Seconds a fetch of the driver's /metrics may take.
 FETCH_TIMEOUT_S = 3.0
@@ -72,14 +73,65 @@ def step_from_metrics(text: str) -> StepRecord | None:
                       total=total, phases=phases, time_source="line")
 
 
-def fetch_step(url: str, timeout: float = FETCH_TIMEOUT_S) -> StepRecord | None:
-    """GET the driver's /metrics and return its last step (None before the first step)."""
+#: Largest /metrics answer of the driver read, bytes (a driver's is ~50 KB).
+MAX_ANSWER_BYTES = 8 << 20
+
+
+def read_url(url: str, timeout: float = FETCH_TIMEOUT_S,
+             headers: dict[str, str] | None = None) -> str:
+    """GET ``url`` (no user information in it: credentials come in ``headers``) and return the
+    body as text, all of it within ``timeout`` seconds: connect, headers and every byte. At the
+    deadline a timer shuts the socket down, so a server that drips its answer (each byte
+    within any per-read timeout) cannot hold the read. Raises PhaseSourceError in words."""
+    parts = urllib.parse.urlsplit(url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    late = threading.Event()
+
+    def cut() -> None:
+        late.set()
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(timeout, cut)
+    timer.daemon = True
+    timer.start()
+    shown = redact(url)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - user's URL
-            text = resp.read().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise PhaseSourceError(f"cannot read {url}: {getattr(exc, 'reason', exc)}") from None
-    return step_from_metrics(text)
+        conn.connect()
+        if late.is_set():  # connected after the timer fired: it found no socket to cut
+            raise TimeoutError
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request("GET", path, headers={"Accept": "text/plain", **(headers or {})})
+        resp = conn.getresponse()
+        body = resp.read(MAX_ANSWER_BYTES + 1)
+        if late.is_set():
+            raise TimeoutError
+        if resp.status != 200:
+            raise PhaseSourceError(f"cannot read {shown}: HTTP {resp.status}")
+        if len(body) > MAX_ANSWER_BYTES:
+            raise PhaseSourceError(f"cannot read {shown}: an answer over "
+                                   f"{MAX_ANSWER_BYTES >> 20} MiB")
+        return body.decode("utf-8", errors="replace")
+    except (TimeoutError, OSError, http.client.HTTPException) as exc:
+        if late.is_set() or isinstance(exc, TimeoutError):
+            raise PhaseSourceError(f"cannot read {shown}: no whole answer within "
+                                   f"{timeout:g} s") from None
+        why = redact(str(exc) or type(exc).__name__)
+        raise PhaseSourceError(f"cannot read {shown}: {why}") from None
+    finally:
+        timer.cancel()
+        conn.close()
+
+
+def fetch_step(url: str, timeout: float = FETCH_TIMEOUT_S,
+               headers: dict[str, str] | None = None) -> StepRecord | None:
+    """GET the driver's /metrics and return its last step (None before the first step)."""
+    return step_from_metrics(read_url(url, timeout, headers))
 
 
 def _resolve(host: str, port: int) -> list[str]:
@@ -100,7 +152,10 @@ class PhaseSource:
 
     def __init__(self, url: str, rescan_s: float = RESCAN_S,
                  resolve=_resolve, timeout: float = FETCH_TIMEOUT_S) -> None:
-        self.url = url
+        split = split_url(url, "--phase-source")
+        #: the URL without its user information (shown, logged); that goes in ``_headers``
+        self.url = split.url
+        self._headers = split.auth_header()
         self.rescan_s = rescan_s
         self.timeout = timeout
         self._resolve = resolve
@@ -117,20 +172,18 @@ class PhaseSource:
             raise PhaseSourceError(f"cannot resolve {host}: {exc}") from None
         if len(addrs) <= 1:
             return [self.url]
-        netloc = parts.netloc.rsplit("@", 1)[-1]
         out = []
         for addr in addrs:
             name = f"[{addr}]" if ":" in addr else addr
             port = f":{parts.port}" if parts.port else ""
-            out.append(urllib.parse.urlunsplit(parts._replace(
-                netloc=parts.netloc.replace(netloc, f"{name}{port}"))))
+            out.append(urllib.parse.urlunsplit(parts._replace(netloc=f"{name}{port}")))
         return out
 
     def fetch(self) -> StepRecord | None:
         """The driver's last step (None before the first step or while no address has one)."""
         if self.driver is not None:
             try:
-                rec = fetch_step(self.driver, self.timeout)
+                rec = fetch_step(self.driver, self.timeout, self._headers)
                 if rec is not None:
                     return rec
             except PhaseSourceError:
@@ -138,7 +191,7 @@ class PhaseSource:
             self.driver = None
         urls = self.candidates()
         if len(urls) == 1:
-            rec = fetch_step(urls[0], self.timeout)
+            rec = fetch_step(urls[0], self.timeout, self._headers)
             self.driver = urls[0] if rec is not None else None
             return rec
         now = time.monotonic()
@@ -149,7 +202,7 @@ class PhaseSource:
         errors: list[str] = []
         for url in urls:
             try:
-                rec = fetch_step(url, self.timeout)
+                rec = fetch_step(url, self.timeout, self._headers)
             except PhaseSourceError as exc:
                 errors.append(str(exc))
                 continue

@@ -33,6 +33,7 @@ import http.client
 import logging
 import math
 import os
+import socket
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -47,6 +48,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector
 from monitor import metric_names as m
+from monitor.urls import UrlError, redact, split_url
 
 log = logging.getLogger("verl_monitor.exporter")
 
@@ -54,6 +56,8 @@ log = logging.getLogger("verl_monitor.exporter")
 MAX_SERVERS = 1024
 #: Threads that fetch at once (each keeps its servers' connections alive between rounds).
 MAX_WORKERS = 16
+#: Seconds between two looks of a round's watchdog for scrapes past their deadline.
+WATCH_S = 0.05
 #: Largest /metrics answer read (bytes); a bigger one is cut and counted as garbage.
 MAX_BODY_BYTES = 16 << 20
 #: The job of verl's written Prometheus config that lists the rollout servers.
@@ -121,22 +125,30 @@ class EngineReading:
 
 
 def server_label(target: str) -> str:
-    """``HOST:PORT`` of a target given as a URL or an address (the ``server`` label)."""
-    text = target.strip()
+    """``HOST:PORT`` of a target given as a URL or an address (the ``server`` label); user
+    information (``user:PASS@``) is never part of it. Raises UrlError for a target without a
+    host or with a port that is not a number."""
+    text = split_url(target, "--rollout-server").url
     if "://" in text:
         text = text.split("://", 1)[1]
     return text.split("/", 1)[0]
 
 
 def metrics_url(target: str) -> str:
-    """The ``/metrics`` URL of a target: ``HOST:PORT`` or ``http://HOST:PORT[/path]``."""
-    text = target.strip()
+    """The ``/metrics`` URL of a target: ``HOST:PORT`` or ``http://HOST:PORT[/path]``, without
+    its user information (that goes into the ``Authorization`` header: :func:`auth_headers`)."""
+    text = split_url(target, "--rollout-server").url
     if "://" not in text:
         text = "http://" + text
     scheme, rest = text.split("://", 1)
     if "/" not in rest:
         return f"{scheme}://{rest}/metrics"
     return text
+
+
+def auth_headers(target: str) -> dict[str, str]:
+    """The basic ``Authorization`` header for a target's ``user:pass@``, else ``{}``."""
+    return split_url(target, "--rollout-server").auth_header()
 
 
 #: Parsed sample lines: most lines of an answer (gauges that did not move, labels) repeat
@@ -238,7 +250,14 @@ class _Server:
     prev_e2e: tuple[float, float] | None = None
     #: a fetch of this server is under way (a slow one may outlive its round)
     busy: bool = False
-    conn: http.client.HTTPConnection | None = None
+    conn: http.client.HTTPConnection | None = field(default=None, repr=False)
+    #: the basic Authorization header from the target's user information (never shown)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    #: monotonic time past which this scrape is cut (its socket shut down), and whether it was
+    cut_at: float = math.inf
+    cut: bool = False
+    #: last round's outcome, for the order of the next one: answered, and how fast
+    rank: tuple[int, float] = (1, 0.0)
 
     def drop_connection(self) -> None:
         """Close the kept-alive connection (the next scrape opens a new one)."""
@@ -246,42 +265,68 @@ class _Server:
         if conn is not None:
             conn.close()
 
+    def cut_now(self) -> None:
+        """End the scrape under way at once: shut its socket down, so a read that a server
+        drips byte by byte (each byte within the socket timeout) returns now."""
+        self.cut = True
+        conn = self.conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
 
 def _timeout(seconds: float) -> ScrapeError:
     return ScrapeError("timeout", f"no answer within {seconds:g} s")
 
 
-def _get(server: _Server, timeout: float) -> str:
-    """GET ``server.url`` on its kept-alive connection (opened when missing); the body as text.
+def _get(server: _Server) -> str:
+    """GET ``server.url`` on its kept-alive connection (opened when missing); the body as text,
+    all of it before ``server.cut_at`` (the round's watchdog shuts the socket down then).
     A kept-alive connection the server has closed meanwhile is retried once on a new one.
     Raises ScrapeError (``http``, ``garbage``), OSError or HTTPException."""
     reused = server.conn is not None
     try:
-        return _get_once(server, timeout)
+        return _get_once(server)
     except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
         server.drop_connection()
-        if not reused:
+        if not reused or server.cut:
             raise
-        return _get_once(server, timeout)
+        return _get_once(server)
 
 
-def _get_once(server: _Server, timeout: float) -> str:
+def _left(server: _Server) -> float:
+    """Seconds left to the scrape; raises TimeoutError when none (or when it was cut)."""
+    left = server.cut_at - time.monotonic()
+    if server.cut or left <= 0:
+        raise TimeoutError("past the deadline")
+    return left
+
+
+def _get_once(server: _Server) -> str:
     parts = urlsplit(server.url)
     conn = server.conn
+    timeout = _left(server)
     if conn is None:
         cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
         server.conn = conn
-    else:
-        conn.timeout = timeout
-        if conn.sock is not None:
-            conn.sock.settimeout(timeout)
+    conn.timeout = timeout
+    if conn.sock is None:
+        conn.connect()
+    # the socket exists before the deadline is looked at: a cut after this line finds it
+    conn.sock.settimeout(_left(server))
     path = parts.path or "/metrics"
     if parts.query:
         path += "?" + parts.query
-    conn.request("GET", path, headers={"Accept": "text/plain", "Accept-Encoding": "identity"})
+    conn.request("GET", path, headers={"Accept": "text/plain", "Accept-Encoding": "identity",
+                                       **server.headers})
     resp = conn.getresponse()
     body = resp.read(MAX_BODY_BYTES + 1)
+    if server.cut:  # the watchdog shut the socket: what came is a cut piece, not the answer
+        raise TimeoutError("past the deadline")
     if len(body) > MAX_BODY_BYTES:
         raise ScrapeError("garbage", f"answer larger than {MAX_BODY_BYTES} bytes")
     if resp.status != 200:
@@ -323,15 +368,23 @@ class RolloutEngineCollector(SampledCollector):
         self._discovery_stamp: tuple[float, int] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._capped_logged = False
+        self._bad_targets: set[str] = set()
+        self._closed = False
 
     # ------------------------------------------------------------------ targets
 
     def targets(self) -> list[str]:
-        """Explicit targets, then discovered ones (no duplicates), capped at ``max_servers``."""
+        """Explicit targets, then discovered ones (no duplicates), capped at ``max_servers``.
+        A discovered target that is not an address is left out (logged once)."""
         self._refresh_discovery()
         seen: dict[str, str] = {}
         for target in (*self.explicit, *self._discovered):
-            seen.setdefault(server_label(target), target)
+            try:
+                seen.setdefault(server_label(target), target)
+            except UrlError as exc:
+                if str(exc) not in self._bad_targets:
+                    self._bad_targets.add(str(exc))
+                    log.warning("rollout engines: %s; left out", exc)
         out = list(seen.values())
         if len(out) > self.max_servers:
             if not self._capped_logged:
@@ -386,13 +439,14 @@ class RolloutEngineCollector(SampledCollector):
         targets = self.targets()
         labels = {server_label(t) for t in targets}
         for gone in [k for k in self.servers if k not in labels]:
-            del self.servers[gone]  # no longer listed: its series go
+            self.servers.pop(gone).cut_now()  # no longer listed: its series go
         if not targets:
             return
         for t in targets:
             label = server_label(t)
             if label not in self.servers:
-                self.servers[label] = _Server(url=metrics_url(t), label=label)
+                self.servers[label] = _Server(url=metrics_url(t), label=label,
+                                              headers=auth_headers(t))
         results = self._scrape_all(list(self.servers.values()))
         now = time.time()
         rows = []
@@ -405,52 +459,75 @@ class RolloutEngineCollector(SampledCollector):
 
     def _scrape_all(self, servers: list[_Server]
                     ) -> dict[_Server, tuple[EngineReading | ScrapeError, float]]:
-        """Every server at once on the pool, all within ``timeout_s``; a server still being
-        read at the deadline (or still busy from the previous round) counts as a timeout."""
+        """Every server on the pool, all within ``timeout_s``; a server still being read at
+        its deadline (or still busy from the previous round) counts as a timeout.
+
+        Servers that answered last round go first, fastest first, so ``MAX_WORKERS`` slow
+        ones cannot hold every worker while a healthy one waits; with more servers than
+        workers each gets an equal share of the round (``timeout_s`` over the waves needed).
+        A watchdog here shuts down the socket of a scrape past its deadline: a server that
+        drips its answer (each byte within the socket timeout) is cut there."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=MAX_WORKERS,
                                             thread_name_prefix="rollout-scrape")
-        deadline = time.monotonic() + self.timeout_s
+        t0 = time.monotonic()
+        deadline = t0 + self.timeout_s
+        idle = sorted((s for s in servers if not s.busy), key=lambda s: s.rank)
+        waves = max(1, math.ceil(len(idle) / MAX_WORKERS))
+        share = self.timeout_s / waves
         futures: dict[Future, _Server] = {}
-        out: dict[_Server, tuple[EngineReading | ScrapeError, float]] = {}
-        for server in servers:
-            if server.busy:
-                out[server] = (_timeout(self.timeout_s), self.timeout_s)
-                continue
-            server.busy = True
-            futures[self._pool.submit(self._scrape_one, server, deadline)] = server
-        done, _pending = wait(futures, timeout=self.timeout_s)
+        out: dict[_Server, tuple[EngineReading | ScrapeError, float]] = {
+            s: (_timeout(self.timeout_s), self.timeout_s) for s in servers if s.busy}
+        for server in idle:
+            server.busy, server.cut, server.cut_at = True, False, deadline
+            futures[self._pool.submit(self._scrape_one, server, share, deadline)] = server
+        pending = set(futures)
+        while pending:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            _done, pending = wait(pending, timeout=min(WATCH_S, deadline - now))
+            now = time.monotonic()
+            for future in pending:
+                if futures[future].cut_at <= now:
+                    futures[future].cut_now()
         for future, server in futures.items():
-            if future in done:
-                out[server] = future.result()
-            else:
+            if future in pending:
+                server.cut_now()
                 out[server] = (_timeout(self.timeout_s), self.timeout_s)
+            else:
+                out[server] = future.result()
+            ok = not isinstance(out[server][0], ScrapeError)
+            server.rank = (0 if ok else 1, out[server][1])
         return out
 
-    def _scrape_one(self, server: _Server, deadline: float
+    def _scrape_one(self, server: _Server, share: float, deadline: float
                     ) -> tuple[EngineReading | ScrapeError, float]:
-        """One GET of the server's /metrics on a kept-alive connection; never raises."""
+        """One GET of the server's /metrics on a kept-alive connection, within ``share``
+        seconds from now and the round's ``deadline``; never raises."""
         t0 = time.monotonic()
+        server.cut_at = min(t0 + share, deadline)
         try:
-            left = deadline - t0
-            if left <= 0:
-                return _timeout(self.timeout_s), 0.0
-            text = _get(server, left)
+            if self._closed:
+                raise TimeoutError("closing")
+            text = _get(server)
             return parse_exposition(text), time.monotonic() - t0
         except ScrapeError as exc:
             server.drop_connection()
             return exc, time.monotonic() - t0
-        except TimeoutError:
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
             server.drop_connection()
-            return _timeout(self.timeout_s), self.timeout_s  # it had the whole round
-        except (OSError, http.client.HTTPException) as exc:
-            server.drop_connection()
+            if server.cut or isinstance(exc, TimeoutError) or time.monotonic() >= server.cut_at:
+                # past its deadline (the watchdog shut the socket: reads then fail)
+                return _timeout(self.timeout_s), time.monotonic() - t0
             # refused, reset, unreachable: connect; not HTTP at all (a bad status line): garbage
             reason = "connect" if isinstance(exc, OSError) else "garbage"
-            return ScrapeError(reason, str(exc) or type(exc).__name__), time.monotonic() - t0
+            return ScrapeError(reason, redact(str(exc) or type(exc).__name__)), \
+                time.monotonic() - t0
         except Exception as exc:  # noqa: BLE001 - one server's surprise must not stop the rest
             server.drop_connection()
-            return ScrapeError("garbage", f"{type(exc).__name__}: {exc}"), time.monotonic() - t0
+            return ScrapeError("garbage", redact(f"{type(exc).__name__}: {exc}")), \
+                time.monotonic() - t0
         finally:
             server.busy = False
 
@@ -492,12 +569,18 @@ class RolloutEngineCollector(SampledCollector):
         return row
 
     def close(self) -> None:
-        """Stop the scrape pool and close the kept-alive connections."""
+        """Stop the scrape pool: scrapes under way are cut (their sockets shut down, so no
+        worker thread outlives this by more than a moment whatever the servers do), and the
+        kept-alive connections closed."""
+        self._closed = True
         pool, self._pool = self._pool, None
+        for server in list(self.servers.values()):
+            server.cut_now()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-        for server in self.servers.values():
-            server.drop_connection()
+        for server in list(self.servers.values()):
+            if not server.busy:
+                server.drop_connection()
 
     # ------------------------------------------------------------------ exposition
 
