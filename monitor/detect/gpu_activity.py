@@ -435,11 +435,37 @@ def detect_low_utilization(ctx: Context) -> list[Flag]:
                 f"{who} averaged {int(m)}% {source} during {phases}, "
                 f"{steps_text(rng) or _for_seconds(starts[ep.onset], end, ctx.now)}"
                 f" (healthy is {pct(threshold)} or more)."
-                + (" " + sig.evidence() if sig is not None else "")
+                + (" " + _signature_words(sig) if sig is not None else "")
                 + (" " + WAITERS_EVIDENCE if waiting else ""),
-                advice=[WAITERS_ADVICE, *advice] if waiting else advice,
+                advice=advice_once([WAITERS_ADVICE, *advice] if waiting else advice),
             ))
     return flags
+
+
+def _signature_words(sig: S.Signature) -> str:
+    """The training phases' signature in a low_utilization flag's evidence. A phase whose SMs
+    clear the classifier's busy line is still under the flag's healthy line: it is said to come
+    closest, not to be "well used" (which the flag's own first sentence contradicts)."""
+    text = sig.evidence()
+    if sig.name == "busy":
+        text = text.replace(f" was {S.WORDS['busy']}", " came closest to the line, still under it")
+    return text
+
+
+def advice_once(advice: list[str]) -> list[str]:
+    """``advice`` without a piece whose verl keys the pieces before it all name already (the
+    phase's advice and the kind's often give the same micro-batch levers)."""
+    from monitor.detect.advice import named_keys
+
+    out: list[str] = []
+    seen: set[str] = set()
+    for piece in advice:
+        keys = set(named_keys(piece))
+        if keys and keys <= seen:
+            continue
+        seen |= keys
+        out.append(piece)
+    return out
 
 
 #: Utilization at least this high with SM activity under the busy line: kernels resident all

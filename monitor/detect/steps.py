@@ -10,7 +10,11 @@ import pandas as pd
 
 from monitor.detect import window as W
 from monitor.detect.base import Context, make_flag, step_episodes, steps_text
-from monitor.records import Flag
+from monitor.records import ALL_PHASES, Flag
+
+#: The throughput_regression advice that asks the reader to find the phase that grew: dropped
+#: when the detector names that phase itself.
+_FIND_THE_PHASE = "Compare the phases of recent steps with the baseline"
 
 
 def spike_steps(ctx: Context) -> pd.Series:
@@ -165,10 +169,44 @@ def detect_throughput_regression(ctx: Context) -> list[Flag]:
         d = 1.0 - cur / baseline
         sev = "critical" if d >= cfg.get_float("critical_drop") else "warning"
         b_lo, b_hi = int(sf["step"].iloc[base_vals.index[0]]), int(sf["step"].iloc[first_after])
+        grew = grown_phase(sf, base_vals.index, valid.index[(valid.index >= ep.onset)
+                                                             & (valid.index <= ep.last)])
+        words = ""
+        if grew is not None:
+            words = (f" {grew[0]} grew most: {grew[1]:.1f} s a step in the baseline, "
+                     f"{grew[2]:.1f} s now.")
         flags.append(make_flag(
             "throughput_regression", sev, start, end, {"steps": rng},
             f"Throughput fell to {cur:,.0f} {unit}, {d * 100:.0f}% below the run's baseline of "
             f"{baseline:,.0f} (steps {b_lo}-{b_hi}), {steps_text(rng)}"
-            + (" (the log gives no token counts)." if unit == "steps/h" else "."),
+            + (" (the log gives no token counts)." if unit == "steps/h" else ".") + words,
+            advice=_regression_advice(ctx, grew[0] if grew else None),
         ))
     return flags
+
+
+def grown_phase(sf: pd.DataFrame, base_rows: pd.Index, now_rows: pd.Index
+                ) -> tuple[str, float, float] | None:
+    """(phase, baseline median s, recent median s) of the phase whose time per step grew the
+    most seconds between the baseline rows and the recent rows of ``sf``; None when no phase
+    is timed or none grew."""
+    best = None
+    for name in ALL_PHASES:
+        if name not in sf.columns or len(base_rows) == 0 or len(now_rows) == 0:
+            continue
+        col = sf[name].astype(float)
+        before, after = col.loc[base_rows].median(), col.loc[now_rows].median()
+        if pd.notna(before) and pd.notna(after) and after > before and (
+                best is None or after - before > best[2] - best[1]):
+            best = (name, float(before), float(after))
+    return best
+
+
+def _regression_advice(ctx: Context, phase: str | None) -> list[str]:
+    """The advice for ``phase``'s regression; once the phase is named, no piece asks the
+    reader to find it, and the profiler line names it."""
+    advice = ctx.advice("throughput_regression", phase, None)
+    if phase is None:
+        return advice
+    return [f"Profile {phase} in one step with global_profiler.tool to see what got slower."
+            if a.startswith(_FIND_THE_PHASE) else a for a in advice]
