@@ -184,3 +184,50 @@ def test_failure_and_oom_advice_name_only_real_keys() -> None:
             assert key not in sentence
     assert failure_advice("worker_killed", {"reason": "bus_error"})[0].startswith("SIGBUS")
     assert failure_advice("worker_killed", {"reason": "unknown"})[0].startswith("A worker process")
+
+
+# --- a task's own exception, quoted with where it happened (issue 28 item 10) -----------------
+
+
+def test_a_tasks_exception_is_quoted_with_its_task_and_frame_and_advised_by_its_message():
+    """Real verl 0.5.0.dev on the H200 with parameter offload and the HF rollout failed at its
+    first generation; Ray re-raised the worker's AssertionError through TaskRunner.run. The flag
+    said "a Ray worker died ... the host OOM killer"; it now quotes the exception, the worker
+    method and the deepest frames, and advises the offload with the HF rollout."""
+    parsed = parse_file(FIXTURES / "ray_task_assertion_hf_offload.log", log_end=LOG_END)
+    (flag,) = [f for f in run_all(parsed.steps, None, None, parsed.events)
+               if f.kind == "fatal_error"]
+    assert ("AssertionError: Expects tensor to be on the compute device cuda:0, was on cpu, "
+            "in WorkerDict.actor_rollout_generate_sequences (gen)") in flag.evidence
+    assert "at torch/distributed/utils.py:167 in _p_assert" in flag.evidence
+    assert "verl/workers/rollout/hf_rollout.py:112 in _generate_minibatch" in flag.evidence
+    first = flag.advice[0]
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload=False" in first
+    assert "HF rollout" in first
+    assert not any("OOM killer" in a for a in flag.advice)
+    # a bare worker death still gets the worker-death advice
+    died = failure_advice("actor_died", {"exception": "RayActorError", "cause": None})
+    assert died[0].startswith("A Ray worker died")
+
+
+def test_the_same_device_error_outside_generation_gets_the_general_offload_advice():
+    data = {"exception": "RayTaskError", "cause": "AssertionError", "phase": "old_log_prob",
+            "task": "WorkerDict.actor_rollout_compute_log_prob",
+            "message": "AssertionError: Expects tensor to be on the compute device cuda:0, was "
+                       "on cpu"}
+    advice = failure_advice("actor_died", data)
+    assert advice[0].startswith("A module was on the CPU when its pass ran")
+    assert "HF rollout" not in advice[0]
+
+
+def test_analyze_tells_the_advice_what_the_printed_config_already_has(capsys):
+    import json
+
+    from monitor.cli import main
+
+    assert main(["analyze", str(FIXTURES / "ray_task_assertion_hf_offload.log"), "--json"]) == 0
+    (flag,) = json.loads(capsys.readouterr().out)["flags"]
+    first = flag["advice"][0]
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload (True in this job)" in first
+    assert "actor_rollout_ref.rollout.name ('hf' in this job)" in first
+    assert "trainer.save_freq (-1 in this job)" in flag["advice"][-1]

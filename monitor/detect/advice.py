@@ -7,7 +7,8 @@ guides invent (``INVENTED_KEYS``) must never appear. A test checks both.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from monitor.detect.cause_advice import GEN_VS_CRITIC, cause_advice, contradicted
 
@@ -75,6 +76,8 @@ REAL_KEYS: tuple[str, ...] = (
     "reward_model.reward_manager",
     "custom_reward_function.path",
     "reward.custom_reward_function.path",
+    # the rollout's engine (hf in 0.5.x and before, vllm, sglang; rollout.yaml ``name``)
+    "actor_rollout_ref.rollout.name",
 )
 
 INVENTED_KEYS: tuple[str, ...] = (
@@ -403,6 +406,54 @@ FAILURE_ADVICE: dict[str, list[str]] = {
     ],
 }
 
+#: Advice for an exception a worker's task raised (``RayTaskError(X)``), by a pattern of its
+#: message and the phases it fits (None: any); the first that matches is used.
+_DEVICE_MISMATCH = r"Expects tensor to be on the compute device|Expected all tensors to be on " \
+    r"the same device|was on cpu"
+EXCEPTION_ADVICE: tuple[tuple[str, frozenset[str] | None, list[str]], ...] = (
+    (_DEVICE_MISMATCH, frozenset({"gen"}), [
+        "Generation found the model's parameters on the CPU: with parameter offload on "
+        "(actor_rollout_ref.actor.fsdp_config.param_offload) the HF rollout "
+        "(actor_rollout_ref.rollout.name) generates from the FSDP module whose parameters the "
+        "offload left on the CPU; this verl does not load them back for it. Set "
+        "actor_rollout_ref.actor.fsdp_config.param_offload=False (the optimizer state can stay "
+        "offloaded: actor_rollout_ref.actor.fsdp_config.optimizer_offload), or roll out with "
+        "vLLM or SGLang.",
+    ]),
+    (_DEVICE_MISMATCH, None, [
+        "A module was on the CPU when its pass ran: offloading (actor_rollout_ref.actor."
+        "fsdp_config.param_offload, actor_rollout_ref.ref.fsdp_config.param_offload) moves "
+        "parameters to the CPU between passes and back before each; a worker, model or "
+        "rollout that skips the loading trips this. Run once with offload off to confirm.",
+    ]),
+)
+
+#: Ray's own causes of a task failure (the worker died): not an exception of the task's code.
+_RAY_DEATHS = frozenset({"unhandled error", "RayActorError", "ActorDiedError",
+                         "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError"})
+
+
+def exception_advice(data: dict) -> list[str]:
+    """Advice for an exception a task raised: the message's own cause first (``message``,
+    ``phase`` in ``data``), then where to read the rest. Empty when ``data`` is not one."""
+    cause = data.get("cause")
+    if data.get("exception") != "RayTaskError" or not cause or cause in _RAY_DEATHS:
+        return []
+    message = str(data.get("message") or "")
+    out: list[str] = []
+    for pattern, phases, sentences in EXCEPTION_ADVICE:
+        if re.search(pattern, message) and (phases is None or data.get("phase") in phases):
+            out.extend(sentences)
+            break
+    task = f" in {data['task']}" if data.get("task") else ""
+    out.append(
+        f"The task raised {cause}{task}; its worker did not die of memory or a signal: the "
+        "quoted message and frame say what failed, and the worker's log (under "
+        "/tmp/ray/session_latest/logs) holds the whole traceback."
+    )
+    return out
+
+
 #: CUDA out-of-memory advice by the phase the traceback names (before the general advice).
 OOM_PHASE_ADVICE: dict[str, list[str]] = {
     "gen": [
@@ -502,6 +553,9 @@ def failure_advice(kind: str, data: dict | None = None) -> list[str]:
     """Advice for one failure event: its specific cause (``kind:reason``/``kind:error``)
     first, then its kind, then the general ``fatal_error`` advice; no sentence twice."""
     data = data or {}
+    raised = exception_advice(data) if kind == "actor_died" else []
+    if raised:
+        return raised + advice_for("fatal_error")
     keys = []
     for detail in (data.get("reason"), data.get("error")):
         if detail:
@@ -515,3 +569,123 @@ def failure_advice(kind: str, data: dict | None = None) -> list[str]:
         if out and key != kind:
             break  # the specific advice replaces the kind's general one
     return out + advice_for("fatal_error")
+
+
+# --- advice that knows the job's config (issue 28 item 9) --------------------------------------
+
+_SETTING_RE = re.compile(r"\b((?:[a-z_][a-z0-9_]*\.)+[a-z_][a-z0-9_]*)=([\w+-]+(?:\.\d+)?)")
+_OFF_WORDS = ("turn off", "turn offload off", "disable", "turn that off")
+_ON_WORDS = ("turn on", "enable", "use ")
+_JOINERS = (" and {}", "{} and ", ", {}", "{}, ", " / {}", "{} / ", " or {}", "{} or ")
+
+
+def _same(value: object, text: str) -> bool:
+    """Whether a config value is what ``text`` (as advice writes it) sets."""
+    if isinstance(value, bool):
+        return text in (str(value), str(value).lower())
+    if isinstance(value, (int, float)):
+        try:
+            return float(text) == float(value)
+        except ValueError:
+            return False
+    return str(value) == text
+
+
+def _shown(value: object) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _wanted(sentence: str, at: int) -> bool | None:
+    """The value a bare mention of a switch at ``at`` asks for (turn off/on, enable/disable),
+    read from its clause; None when the clause says neither."""
+    clause = re.split(r"[;:.](?:\s|$)", sentence[:at].lower())[-1]
+    off = max(clause.rfind(w) for w in _OFF_WORDS)
+    on = max(clause.rfind(w) for w in _ON_WORDS)
+    if off < 0 and on < 0:
+        return None
+    return off < on
+
+
+def _drop_setting(sentence: str, token: str) -> str:
+    for joiner in _JOINERS:
+        piece = joiner.format(token)
+        if piece in sentence:
+            return sentence.replace(piece, "", 1)
+    return sentence
+
+
+def with_job_config(sentence: str, config: Mapping[str, Any]) -> str | None:
+    """One advice sentence told what the job already has (``config``: dotted keys, as
+    ``monitor.logs.job_config.flatten`` writes them). A ``key=value`` the job already has is
+    taken out (and said to be so); a knob the job sets is named with its value; a sentence
+    that only asks for what is already set is None (left out)."""
+    asks = already = 0
+    notes: list[str] = []
+    for match in list(_SETTING_RE.finditer(sentence)):
+        key, text = match.groups()
+        if key not in config:
+            continue
+        asks += 1
+        if _same(config[key], text):
+            already += 1
+            sentence = _drop_setting(sentence, f"{key}={text}")
+            notes.append(f"{key.rsplit('.', 1)[-1]} is already {_shown(config[key])}")
+        elif key not in _KEY_RE.findall(_SETTING_RE.sub("", sentence)):  # not named bare too
+            notes.append(f"{key.rsplit('.', 1)[-1]} is {_shown(config[key])} in this job")
+    seen: set[str] = set()
+    bare_already: list[tuple[str, str]] = []
+
+    def name(m: re.Match[str]) -> str:
+        nonlocal asks, already
+        key = m.group(0)
+        end = m.end()
+        if key not in config or key in seen or sentence[end:end + 1] == "=":
+            return key
+        seen.add(key)
+        value = config[key]
+        if isinstance(value, bool):
+            want = _wanted(sentence, m.start())
+            if want is not None:
+                asks += 1
+                if want == value:
+                    already += 1
+                    bare_already.append((f"{key} (already {value} in this job)", key))
+                    return bare_already[-1][0]
+        return f"{key} ({_shown(value)} in this job)"
+
+    sentence = _KEY_RE.sub(name, sentence)
+    for shown, key in bare_already:  # a list of switches to flip: leave out the flipped ones
+        dropped = _drop_setting(sentence, shown)
+        if dropped != sentence:
+            sentence = dropped
+            notes.append(f"{key.rsplit('.', 1)[-1]} is already {config[key]}")
+    if asks and already == asks:
+        return None
+    if notes:
+        sentence = sentence.rstrip(".") + " (" + "; ".join(notes) + ")."
+    return sentence
+
+
+def advice_with_job_config(advice: list[str], config: Mapping[str, Any] | None) -> list[str]:
+    """``with_job_config`` over a flag's advice (unchanged without a config)."""
+    if not config:
+        return list(advice)
+    out = []
+    for sentence in advice:
+        told = with_job_config(sentence, config)
+        if told is not None and told not in out:
+            out.append(told)
+    return out
+
+
+def tell_job_config(flags: list, config: Mapping[str, Any] | None) -> None:
+    """Tell each flag's advice (in place) what the job's printed config already has (see
+    ``with_job_config``; ``config`` nested as verl prints it, or None: unchanged)."""
+    if not config:
+        return
+    from monitor.logs.job_config import flatten
+
+    flat = flatten(config)
+    for flag in flags:
+        flag.advice = advice_with_job_config(flag.advice, flat)

@@ -57,6 +57,42 @@ def _counts(events: list[Event]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
 
+def _traceback_of(ctx: Context, cause: Event, lo: float, hi: float) -> Event | None:
+    """The traceback that reports ``cause`` (a task's exception of the same type, printed
+    within ``[lo, hi]``), None when the log has none."""
+    want = (cause.data or {}).get("cause") if cause.kind == "actor_died" else None
+    for it in timed_events(ctx, [e for e in ctx.events if e.kind == "traceback"]):
+        data = it.event.data or {}
+        if not lo <= it.time <= hi or not data.get("exception"):
+            continue
+        if want is None or str(data.get("type", "")).rsplit(".", 1)[-1] == want:
+            return it.event
+    return None
+
+
+def _raised(cause: Event, tb: Event | None) -> tuple[str, dict]:
+    """What the cause says, quoting its own exception and where it happened, and the data
+    its advice is chosen by."""
+    data = dict(cause.data or {})
+    if tb is None or cause.kind != "actor_died" or data.get("exception") != "RayTaskError":
+        return describe(cause.kind, data), data
+    origin = tb.data or {}
+    data["message"] = str(origin.get("exception", ""))[:300]
+    for key in ("task", "phase", "frame", "verl_frame"):
+        if origin.get(key):
+            data[key] = origin[key]
+    text = data["message"]
+    if data.get("task"):
+        text += f", in {data['task']}"
+        if data.get("phase"):
+            text += f" ({data['phase']})"
+    if data.get("frame"):
+        text += f", at {data['frame']}"
+    if data.get("verl_frame"):
+        text += f" (verl's last frame: {data['verl_frame']})"
+    return text, data
+
+
 def detect_fatal_error(ctx: Context) -> list[Flag]:
     """One critical flag per burst of fatal failure events; closed when a later step completes
     (the run went on, e.g. after an automatic restart), else open."""
@@ -82,7 +118,9 @@ def detect_fatal_error(ctx: Context) -> list[Flag]:
         rng = [min(stepnos), max(stepnos)] if stepnos else None
         scope = {"steps": rng}
         others = [e for e in events if e is not cause]
-        text = f"The run hit a fatal error: {describe(cause.kind, cause.data or {})}"
+        tb = _traceback_of(ctx, cause, t0 - group_s, grp[-1].time + group_s)
+        said, data = _raised(cause, tb)
+        text = f"The run hit a fatal error: {said}"
         if (cause.data or {}).get("ip"):
             text += f" (worker at {cause.data['ip']})"
         if rng:
@@ -93,6 +131,6 @@ def detect_fatal_error(ctx: Context) -> list[Flag]:
             text += "; training continued afterwards"
         text += untimed_note(ctx, events)
         flag = make_flag("fatal_error", "critical", t0, end, scope, text + ".")
-        flag.advice = failure_advice(cause.kind, cause.data or {})
+        flag.advice = failure_advice(cause.kind, data)
         flags.append(flag)
     return flags

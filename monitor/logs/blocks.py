@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from monitor.logs.failures import traceback_origin
 from monitor.logs.stats import SAMPLE_CHARS, Item
 from monitor.logs.values import to_number
 from monitor.records import Event
@@ -146,6 +147,7 @@ class BlockReader:
         data = {"exception": exception, "type": exc_type, "lines": len(block.lines)}
         if block.chained:
             data["chained"] = block.chained
+        data.update(traceback_origin(block.lines))  # the Ray task, the deepest frames
         out.append(Event("traceback", block.time, step, exception, data))
 
 

@@ -465,3 +465,59 @@ def _duration(seconds: float) -> str:
     if seconds >= 120:
         return f"{seconds / 60:.0f} min"
     return f"{seconds:.0f} s"
+
+
+# --- where a traceback happened (issue 28 item 10) ----------------------------------------------
+
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([\w<>.]+)')
+_RAY_TASK_LINE_RE = re.compile(r"RayTaskError\((\w+)\): ray::([\w.<>]+)\(\)")
+_PATH_ROOTS = ("/site-packages/", "/dist-packages/")
+
+
+def short_path(path: str) -> str:
+    """A frame's file without the install prefix: ``.../site-packages/torch/x.py`` ->
+    ``torch/x.py``, ``/work/verl/verl/workers/fsdp_workers.py`` -> ``verl/workers/...``."""
+    for root in _PATH_ROOTS:
+        at = path.rfind(root)
+        if at >= 0:
+            return path[at + len(root):]
+    at = path.rfind("/verl/")
+    if at >= 0:
+        return path[at + 1:]
+    return path
+
+
+def _is_verl(path: str) -> bool:
+    return "/verl/" in path or path.startswith("verl/")
+
+
+def traceback_origin(lines: list[str]) -> dict[str, Any]:
+    """Where a traceback happened: ``task`` (the innermost Ray task of a ``RayTaskError(X):
+    ray::Actor.method()`` line, e.g. ``WorkerDict.actor_rollout_generate_sequences``), its
+    ``phase``, ``frame`` (the deepest frame, ``file:line in function``) and ``verl_frame`` (the
+    deepest frame in verl's own code); only the ones the lines give."""
+    out: dict[str, Any] = {}
+    deepest = verl = None
+    for line in lines:
+        if "RayTaskError(" in line:
+            match = _RAY_TASK_LINE_RE.search(line)
+            if match is not None:
+                out["task"] = match.group(2)
+                deepest = verl = None  # the worker's own frames follow
+            continue
+        if 'File "' in line:
+            match = _FRAME_RE.search(line)
+            if match is not None:
+                path, number, fn = match.groups()
+                deepest = f"{short_path(path)}:{number} in {fn}"
+                if _is_verl(path):
+                    verl = deepest
+    if "task" in out:
+        phase = function_phase(out["task"].rsplit(".", 1)[-1])
+        if phase is not None:
+            out["phase"] = phase
+    if deepest is not None:
+        out["frame"] = deepest
+    if verl is not None and verl != deepest:
+        out["verl_frame"] = verl
+    return out

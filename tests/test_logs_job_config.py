@@ -1,0 +1,89 @@
+"""verl's printed config: read from Ray-prefixed, coloured, pprint-wrapped lines, kept when cut
+short, and told to the advice (a knob is named with its value; nothing is advised that the
+job already has)."""
+
+from __future__ import annotations
+
+import pprint
+
+from monitor.detect.advice import (
+    EXCEPTION_ADVICE,
+    REAL_KEYS,
+    advice_with_job_config,
+    named_keys,
+    with_job_config,
+)
+from monitor.detect.cause_advice import cause_advice
+from monitor.logs.job_config import flatten, read_job_config, read_job_config_file
+
+PREFIX = "\x1b[36m(TaskRunner pid=2741)\x1b[0m "
+CONFIG = {
+    "actor_rollout_ref": {
+        "actor": {"fsdp_config": {"optimizer_offload": True, "param_offload": False,
+                                  "wrap_policy": {"min_num_params": 0}},
+                  "checkpoint": {"save_contents": ["model", "optimizer", "extra"]},
+                  "ppo_micro_batch_size_per_gpu": 4},
+        "model": {"path": "/tmp/it's a model", "override_config": {}},
+        "rollout": {"name": "hf", "gpu_memory_utilization": 0.5, "n": 4},
+    },
+    "data": {"train_batch_size": 32, "max_response_length": 128},
+    "trainer": {"logger": ["console"], "save_freq": -1, "test_freq": 10},
+}
+
+
+def _printed(config: dict) -> list[str]:
+    """The lines verl's TaskRunner prints (pprint, wrapped at 80 columns) under Ray's prefix."""
+    lines = [PREFIX + "TaskRunner hostname: h200-0, PID: 2741"]
+    lines += [PREFIX + line for line in pprint.pformat(config).split("\n")]
+    return lines + [PREFIX + "Size of train dataloader: 8, Size of val dataloader: 1"]
+
+
+def test_the_printed_config_is_read_whole_across_prefixed_wrapped_lines(tmp_path):
+    lines = _printed(CONFIG)
+    assert len(lines) > 8  # pprint wrapped it
+    assert read_job_config(lines) == CONFIG
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\nstep:1 - timing_s/step:1.0\n")
+    assert read_job_config_file(path) == CONFIG
+    flat = flatten(CONFIG)
+    assert flat["actor_rollout_ref.actor.fsdp_config.optimizer_offload"] is True
+    assert flat["actor_rollout_ref.model.override_config"] == {}
+    assert flat["trainer.logger"] == ["console"]
+
+
+def test_a_config_cut_short_keeps_what_was_printed():
+    lines = _printed(CONFIG)
+    cut = lines[:7] + [lines[7][:70] + "..."]  # a logger cut the print off mid-line
+    got = flatten(read_job_config(cut) or {})
+    assert got["actor_rollout_ref.actor.fsdp_config.param_offload"] is False
+    assert "trainer.save_freq" not in got
+    assert read_job_config([PREFIX + "no config here", PREFIX + "{'a': 1}"]) is None
+
+
+def test_advice_never_sets_a_knob_to_the_value_the_job_already_has():
+    """issue 28: a real run with only optimizer_offload=True was told to set param_offload=False
+    too, which it already was."""
+    flat = flatten(CONFIG)
+    offload = cause_advice("update_actor", "pcie_bound")[0]
+    told = with_job_config(offload, flat)
+    assert told is not None
+    assert "param_offload=False" not in told
+    assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False" in told
+    assert "param_offload is already False" in told and "optimizer_offload is True" in told
+    # a knob the job sets is named with its value
+    update = cause_advice("update_actor", None)[0]
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (4 in this job)" in \
+        with_job_config(update, flat)
+    # a sentence that only asks for what is already so is left out
+    both_off = {**flat, "actor_rollout_ref.actor.fsdp_config.optimizer_offload": False}
+    assert with_job_config(offload, both_off) is None
+    assert advice_with_job_config([offload, update], both_off)[0].startswith("The actor update")
+    # without a config nothing changes
+    assert advice_with_job_config([offload], None) == [offload]
+
+
+def test_exception_advice_names_real_keys_only():
+    for _, _, sentences in EXCEPTION_ADVICE:
+        for sentence in sentences:
+            for key in named_keys(sentence):
+                assert key in REAL_KEYS, key
