@@ -72,6 +72,17 @@ def when(ts: Any) -> str:
     return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+#: Beside a time of a log whose step times are rebuilt (no clock in it: ending at the file's
+#: modification time), so no one reads it as when the run happened.
+ESTIMATED = " (estimated)"
+
+
+def times_estimated(summary: dict[str, Any]) -> bool:
+    """True when the run's end times were rebuilt, not measured (``wall.measured``)."""
+    wall = summary.get("wall") or {}
+    return bool(wall) and wall.get("clock") is not None and not wall.get("measured", True)
+
+
 def _section(title: str, body: str) -> str:
     return f"{title}\n{body}" if body else title
 
@@ -89,9 +100,10 @@ def _steps_section(summary: dict[str, Any]) -> str:
         span = (st["end_time"] or 0) - st["start_time"]
         sources = ", ".join(f"{CLOCK_WORDS.get(k, k)} {v}"
                             for k, v in st.get("time_sources", {}).items())
+        mark = ESTIMATED if times_estimated(summary) else ""
         lines.append(
-            f"  from {when(st['start_time'])} to {when(st['end_time'])} ({secs(span)}); "
-            f"end times: {sources}"
+            f"  from {when(st['start_time'])}{mark} to {when(st['end_time'])}{mark} "
+            f"({secs(span)}); end times: {sources}"
         )
     if w.get("span_s"):
         span = w["span_s"]
@@ -350,15 +362,15 @@ def scope_text(scope: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
-def _flags_section(flags: list[dict[str, Any]]) -> str:
+def _flags_section(flags: list[dict[str, Any]], mark: str = "") -> str:
     if not flags:
         return "  none: no detector fired"
     blocks = []
     for f in flags:
         scope = scope_text(f.get("scope"))
-        state = "open" if f.get("end") is None else f"until {when(f['end'])}"
+        state = "open" if f.get("end") is None else f"until {when(f['end'])}{mark}"
         lines = [f"  [{f['severity'].upper()}] {f['kind']}  ({scope or 'run'}; "
-                 f"from {when(f['start'])}, {state})"]
+                 f"from {when(f['start'])}{mark}, {state})"]
         if f.get("evidence"):
             lines.append(f"    evidence: {f['evidence']}")
         for advice in f.get("advice") or []:
@@ -425,5 +437,6 @@ def render_text(doc: dict[str, Any]) -> str:
     flags = doc.get("flags") or []
     top = top_problem_text(doc.get("top_problem"))
     parts.append(_section(f"Flags ({len(flags)})", (top + "\n" if top else "")
-                          + _flags_section(flags)))
+                          + _flags_section(flags, ESTIMATED if times_estimated(summary)
+                                           else "")))
     return "\n\n".join(parts) + "\n"
