@@ -1,0 +1,140 @@
+"""The real-verl cases: verl 0.5.0.dev (commit 4c3310db) GRPO with the HF rollout on one GPU.
+
+Each case is the same small job (``COMMON``) with verl's own knobs changed, a custom reward,
+dataset or worker hook (files beside this one), and how the runner ends it. ``overrides(case,
+work, data)`` gives the Hydra command line, ``environment(case, work)`` the variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BATCH, N = 32, 4  # prompts a step, responses a prompt
+
+
+@dataclass(frozen=True)
+class Case:
+    """One recording: knobs, the fault injected and how long it may take."""
+
+    name: str
+    what: str
+    steps: int = 8
+    model: str = "small"
+    reward: str = "compute_score"
+    knobs: tuple[str, ...] = ()
+    env: dict = field(default_factory=dict)
+    fault_step: int | None = None     # first step with the fault (None: from the start / none)
+    hold_after_silence: float = 0.0   # hang cases: end the run this long after the last step
+    estimate_s: float = 90.0          # what the runner budgets for it
+    timeout_s: float = 300.0          # hard limit of the case
+    expect: tuple[str, ...] = ()      # flag kinds that are the right diagnosis (empty: healthy)
+    hooks: bool = False               # put hooks/ (sitecustomize.py) on PYTHONPATH
+
+
+CASES = [
+    Case("healthy", "no fault", steps=8, estimate_s=75),
+    Case("hang_reward", "compute_score sleeps 100 s once at step 4 (a verifier stuck on one "
+         "input), then the run goes on", reward="hang_once", fault_step=4,
+         env={"VERL_REAL_HANG_S": "100"}, estimate_s=165, timeout_s=330, expect=("hang",)),
+    Case("hang_http", "compute_score asks a judge over HTTP with no timeout from step 4; the "
+         "local server accepts and never answers; the run is killed 100 s after its last step",
+         reward="http_block", fault_step=4, hold_after_silence=100, estimate_s=160,
+         timeout_s=330, expect=("hang",)),
+    Case("hang_data", "verl's RLHFDataset (data.custom_cls) blocks in __getitem__ in the "
+         "DataLoader workers after 2 batches each; the run is killed 100 s after its last step",
+         knobs=("data.custom_cls.path=" + str(HERE / "blocking_dataset.py"),
+                "data.custom_cls.name=BlockingRLHFDataset"),
+         env={"VERL_REAL_BLOCK_AFTER": str(2 * BATCH)}, fault_step=5,
+         hold_after_silence=100, estimate_s=160, timeout_s=330, expect=("hang",)),
+    Case("cpu_reward", "compute_score burns 30 ms of pure Python per response from step 4 "
+         "(~3.8 s a step on one core) while the GPU waits", reward="cpu_heavy", fault_step=4,
+         steps=9, env={"VERL_REAL_CPU_MS": "30"}, estimate_s=100,
+         expect=("phase_imbalance",)),
+    Case("mem_grow", "a hook in the WorkerDict process keeps 4 GiB more GPU memory after each "
+         "update_actor from step 3", hooks=True, fault_step=3, steps=10,
+         env={"VERL_REAL_FAULT": "mem_grow", "VERL_REAL_GROW_GIB": "4"}, estimate_s=85,
+         expect=("memory_creep",)),
+    Case("param_offload", "actor parameter offload with the HF rollout: fails at the first "
+         "generation (AssertionError: Expects tensor to be on the compute device)",
+         knobs=("actor_rollout_ref.actor.fsdp_config.param_offload=True",
+                "actor_rollout_ref.ref.fsdp_config.param_offload=True"),
+         steps=4, estimate_s=50, timeout_s=180, expect=("fatal_error",)),
+    Case("tiny_micro", "micro-batches of one: ppo_micro_batch_size_per_gpu=1 and "
+         "log_prob_micro_batch_size_per_gpu=1 (rollout and ref)",
+         knobs=("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1"),
+         steps=6, estimate_s=110, expect=("low_utilization",)),
+    Case("healthy_val", "validation every 2 steps (trainer.test_freq=2)",
+         knobs=("trainer.test_freq=2",), steps=8, estimate_s=85),
+    Case("healthy_ckpt", "a checkpoint every 3 steps (trainer.save_freq=3)",
+         knobs=("trainer.save_freq=3",), steps=8, estimate_s=85),
+    Case("opt_offload", "optimizer offload (actor.fsdp_config.optimizer_offload=True) on a "
+         "0.4B model: Adam state moves to the host and back every update", model="big",
+         knobs=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",),
+         steps=6, estimate_s=120, expect=("phase_imbalance",)),
+]
+BY_NAME = {c.name: c for c in CASES}
+
+
+def overrides(case: Case, work: Path, data: Path) -> list[str]:
+    """The Hydra overrides of ``python3 -m verl.trainer.main_ppo`` for this case."""
+    common = [
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet",
+        f"data.train_batch_size={BATCH}", "data.max_prompt_length=64",
+        "data.max_response_length=128", "data.filter_overlong_prompts=False",
+        "data.truncation=left", "data.dataloader_num_workers=2",
+        f"actor_rollout_ref.model.path={data}/model_{case.model}",
+        "+actor_rollout_ref.model.override_config._attn_implementation=sdpa",
+        "actor_rollout_ref.actor.optim.lr=1e-6",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
+        "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.001",
+        "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.rollout.name=hf", f"actor_rollout_ref.rollout.n={N}",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
+        "algorithm.use_kl_in_reward=False",
+        f"custom_reward_function.path={HERE / 'rewards.py'}",
+        f"custom_reward_function.name={case.reward}",
+        "trainer.logger=[console]", "trainer.project_name=verl_real",
+        f"trainer.experiment_name={case.name}", "trainer.val_before_train=False",
+        "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.resume_mode=disable",
+        "trainer.n_gpus_per_node=1", "trainer.nnodes=1",
+        f"trainer.total_training_steps={case.steps}", "trainer.total_epochs=100",
+        f"trainer.default_local_dir={work}/ckpt",
+        "+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=8",
+        "+ray_kwargs.ray_init.include_dashboard=False",
+        "+ray_kwargs.ray_init._node_ip_address=127.0.0.1",
+        "+ray_kwargs.ray_init.object_store_memory=4000000000",
+        f"hydra.run.dir={work}/hydra",
+    ]
+    return _merge(common, list(case.knobs))
+
+
+def _merge(common: list[str], knobs: list[str]) -> list[str]:
+    """Later ``key=value`` wins (Hydra refuses a key given twice)."""
+    out: dict[str, str] = {}
+    for item in common + knobs:
+        out[item.split("=", 1)[0]] = item
+    return list(out.values())
+
+
+def environment(case: Case, work: Path) -> dict[str, str]:
+    """Variables for the verl command (Ray workers started by a local ray.init inherit them)."""
+    env = {
+        "VERL_REAL_SAMPLES_PER_STEP": str(BATCH * N),
+        "VERL_REAL_MARKERS": str(work / "markers"),
+        "VERL_REAL_FAULT_STEP": str(case.fault_step or 1),
+        "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1",
+        "HYDRA_FULL_ERROR": "1", "TOKENIZERS_PARALLELISM": "true",
+        "TORCH_FR_BUFFER_SIZE": "20000",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(work / "fr" / "pipe_"),
+        "TORCH_FR_DUMP_TEMP_FILE": str(work / "fr" / "fr_"),
+    }
+    env.update(case.env)
+    return env
