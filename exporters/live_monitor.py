@@ -218,6 +218,8 @@ class LiveMonitor(Recorder):
         self._store_error_logged: str | None = None
         self._store_lock: StoreLock | None = None
         self._stopped = False
+        self._urgent = 0  # hang_dump events received (the detectors run soon after one)
+        self._finished_steps = -1  # steps_added when the run was seen finished
 
     # ------------------------------------------------------------------ open and start
 
@@ -394,11 +396,22 @@ class LiveMonitor(Recorder):
         with self._detect_lock:  # one run at a time: the window read and the update pair up
             now = self.now()
             steps, gpu_df, host_df, events = self.window.frames()
-            flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
-                                  now=now, reference_steps=self.window.first_steps(),
-                                  nccl=self.window.nccl(), rollout=self.window.rollout(),
-                                  on_error=self._detector_failed)
-            opened, closed = self.tracker.update(flags, now)
+            ended = self.run_finished(steps, events)
+            if ended is None and self.tracker.finished and \
+                    self.window.steps_added == self._finished_steps:
+                ended = self.tracker.finished  # its end aged out of the window: still over
+            if ended is not None:  # a finished run: its flags close, nothing new opens
+                opened = []
+                closed = [] if self.tracker.finished else self.tracker.finish(now, ended)
+                self._finished_steps = self.window.steps_added
+            else:
+                if self.tracker.finished:
+                    self.tracker.resume()
+                flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
+                                      now=now, reference_steps=self.window.first_steps(),
+                                      nccl=self.window.nccl(), rollout=self.window.rollout(),
+                                      on_error=self._detector_failed)
+                opened, closed = self.tracker.update(flags, now)
             self.detect_runs += 1
         sink = self.wandb_sink
         if sink is not None:
@@ -417,6 +430,24 @@ class LiveMonitor(Recorder):
                 self.notifier.notify_resolved(flag)
         return opened, closed
 
+    def run_finished(self, steps: Sequence[StepRecord], events: Sequence[Event]) -> str | None:
+        """Why the run is over, in words (None while it goes on): verl's last progress line or
+        final validation in the log, or the exit marker ``verl-monitor run`` (or the
+        simulator) wrote beside a followed log (``monitor.hang.finish``)."""
+        from monitor.hang.finish import exit_after_steps, finish_time
+
+        logs = list(self.options.log) + ([self.options.sim_log] if self.options.sim_log else [])
+        got = finish_time(events, steps) or exit_after_steps(logs, steps)
+        return got[1] if got else None
+
+    def add_events(self, events: Sequence[Event]) -> None:
+        """Events to the window and the store; a py-spy or Flight Recorder round (``hang_dump``)
+        has the detectors run soon (at most once a second), so its flag does not wait for the
+        next interval."""
+        super().add_events(events)
+        if any(e.kind == "hang_dump" for e in events):
+            self._urgent += 1
+
     def _detect_loop(self) -> None:
         """Run the detectors every ``detect_interval`` seconds, and also soon after a new step
         arrives (at most once a second): step-based flags follow the log without the cost of
@@ -424,14 +455,16 @@ class LiveMonitor(Recorder):
         last_run = time.monotonic()
         # after a restart with state read back: a first pass soon (adopted flags settle)
         seen_steps = -1 if self._restored else self.window.steps_added
+        seen_urgent = self._urgent
         tick = min(1.0, self.detect_interval)
         while not self._stop.wait(tick):
             now = time.monotonic()
-            new_steps = self.window.steps_added != seen_steps
+            new_steps = self.window.steps_added != seen_steps or self._urgent != seen_urgent
             if now - last_run < self.detect_interval and not (
                     new_steps and now - last_run >= MIN_DETECT_INTERVAL_S):
                 continue
             seen_steps = self.window.steps_added
+            seen_urgent = self._urgent
             last_run = now
             try:
                 self.detect_once()

@@ -66,7 +66,7 @@ class ExporterOptions:
     fr_dir: str | None = None
     fr_pipe_prefix: str = "pipe_"
     fr_dump_prefix: str = "fr_"
-    hang_pyspy: bool = False
+    hang_pyspy: bool | None = None  # None: on where py-spy is installed
     collectors: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod

@@ -88,3 +88,178 @@ def stop(procs: list[subprocess.Popen]) -> None:
 
 
 __all__ = ["FIXTURES", "as_rank", "real_dump", "start_standin", "stop", "write_dump", "os"]
+
+
+# ---------------------------------------------------------------------------- verl-shaped jobs
+#: A job tree laid out as verl's own files are (verl/trainer/ppo/ray_trainer.py, ...), with
+#: stand-ins for the libraries the box lacks (ray, torch.utils.data): real processes running
+#: real Python in those files, so py-spy prints what it prints on a verl job.
+JOB_FILES: dict[str, str] = {
+    "ray/_private/worker.py": '''
+import threading, time
+_never = threading.Event()
+def get(refs, timeout=None):
+    while not _never.wait(0.5):
+        pass
+def main_loop(task):
+    task()
+    while True:
+        time.sleep(0.5)
+''',
+    "verl/single_controller/ray/base.py": '''
+from ray._private import worker
+def execute_all(method_name, *args):
+    return worker.get([method_name])
+class RayWorkerGroup:
+    def generate_sequences(self, batch):
+        return execute_all("generate_sequences", batch)
+''',
+    "verl/workers/reward_manager/naive.py": '''
+class NaiveRewardManager:
+    def __init__(self, compute_score):
+        self.compute_score = compute_score
+    def __call__(self, data):
+        return [self.compute_score("gsm8k", s, "42", {}) for s in data]
+''',
+    "verl/trainer/ppo/reward.py": '''
+def compute_reward(data, reward_fn):
+    return reward_fn(data)
+''',
+    "torch/utils/data/dataloader.py": '''
+class _SingleProcessDataLoaderIter:
+    def __init__(self, dataset):
+        self.dataset, self.i = dataset, 0
+    def _next_data(self):
+        self.i += 1
+        return self.dataset[self.i]
+    def __next__(self):
+        return self._next_data()
+class DataLoader:
+    def __init__(self, dataset):
+        self.dataset = dataset
+    def __iter__(self):
+        return _SingleProcessDataLoaderIter(self.dataset)
+''',
+    "verl/trainer/ppo/ray_trainer.py": '''
+from torch.utils.data.dataloader import DataLoader
+from verl.trainer.ppo.reward import compute_reward
+class RayPPOTrainer:
+    def __init__(self, dataset, reward_fn, wg):
+        self.train_dataloader = DataLoader(dataset)
+        self.reward_fn, self.actor_rollout_wg = reward_fn, wg
+    def fit(self, steps, log):
+        it = iter(self.train_dataloader)
+        for step in range(1, steps + 1):
+            batch = next(it)
+            gen_batch_output = self.actor_rollout_wg.generate_sequences(batch)
+            compute_reward([batch, gen_batch_output], self.reward_fn)
+            log(step)
+''',
+    "verl/workers/fsdp_workers.py": '''
+import threading
+class ActorRolloutRefWorker:
+    def generate_sequences(self, prompts):
+        threading.Event().wait()
+''',
+    "user_reward.py": '''
+import re, requests
+URL = None
+def normalize_final_answer(answer):
+    while True:
+        answer = re.sub(r"(\\\\s)+", " ", answer + " x")[-200:]
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    if URL:
+        return requests.post(URL, json={"s": solution_str}).json()["score"]
+    if solution_str == "hang":
+        return normalize_final_answer(solution_str)
+    return 1.0
+''',
+    "user_dataset.py": '''
+import threading
+class BlockingDataset:
+    def __init__(self, block_at):
+        self.block_at = block_at
+    def __getitem__(self, i):
+        if i >= self.block_at:
+            threading.Event().wait()
+        return "ok"
+''',
+    "job.py": '''
+import os, sys, threading, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+case, log_path, steps, step_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+import user_reward
+from user_dataset import BlockingDataset
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.workers.reward_manager.naive import NaiveRewardManager
+class LocalGroup:
+    def __init__(self):
+        self.calls = 0
+    def generate_sequences(self, batch):
+        self.calls += 1
+        if case == "worker" and self.calls > steps:
+            from verl.single_controller.ray.base import RayWorkerGroup
+            return RayWorkerGroup().generate_sequences(batch)
+        time.sleep(step_s)
+        return "hang" if case == "reward" and self.calls > steps else "fine"
+def log(step):
+    with open(log_path, "a") as fh:
+        fh.write(f"(TaskRunner pid={os.getpid()}) step:{step} - timing_s/step:{step_s:.3f}"
+                 f" - timing_s/gen:{step_s:.3f}\\n")
+    if case == "http" and step == steps:
+        user_reward.URL = sys.argv[5]
+trainer = RayPPOTrainer(BlockingDataset(steps + 1 if case == "data" else 10**9),
+                        NaiveRewardManager(user_reward.compute_score), LocalGroup())
+print("ready", flush=True)
+trainer.fit(10**6, log)
+''',
+    "ray/_private/workers/default_worker.py": '''
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)) + "/../../..")
+from ray._private.worker import main_loop
+from verl.workers.fsdp_workers import ActorRolloutRefWorker
+log_path = sys.argv[1]
+with open(log_path, "a") as fh:
+    fh.write(f"(WorkerDict pid={os.getpid()}, ip=127.0.0.1) init done\\n")
+print("ready", flush=True)
+main_loop(lambda: ActorRolloutRefWorker().generate_sequences(None) if sys.argv[2] == "busy"
+          else None)
+''',
+}
+
+
+def write_job_tree(root: Path) -> Path:
+    """Lay out the verl-shaped job under ``root``; returns ``root``."""
+    for rel, text in JOB_FILES.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.lstrip("\n"))
+    for pkg in ("ray", "ray/_private", "ray/_private/workers", "verl", "verl/single_controller",
+                "verl/single_controller/ray", "verl/workers", "verl/workers/reward_manager",
+                "verl/trainer", "verl/trainer/ppo", "torch", "torch/utils", "torch/utils/data"):
+        (root / pkg / "__init__.py").touch()
+    return root
+
+
+def start_job(root: Path, case: str, log: Path, steps: int = 3, step_s: float = 0.5,
+              url: str = "", title: str = "ray::TaskRunner.run") -> subprocess.Popen:
+    """The driver stand-in: ``steps`` healthy steps logged as ``(TaskRunner pid=N) step:..``,
+    then stuck as ``case`` says (reward: a compute_score loop; http: compute_score waits on
+    ``url``; data: the dataset's __getitem__ blocks; worker: a worker-group call never
+    returns). Its process title reads like Ray's (``title``)."""
+    p = subprocess.Popen([title, str(root / "job.py"), case, str(log), str(steps), str(step_s),
+                          url], executable=sys.executable, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    return p
+
+
+def start_worker(root: Path, log: Path, busy: bool = True,
+                 title: str = "ray::WorkerDict.actor_rollout_generate_sequences"
+                 ) -> subprocess.Popen:
+    """A worker stand-in: Ray's task loop running a method that never returns (``busy``), or
+    idle in the task loop; it logs ``(WorkerDict pid=N, ip=127.0.0.1)`` once."""
+    p = subprocess.Popen([title, str(root / "ray/_private/workers/default_worker.py"), str(log),
+                          "busy" if busy else "idle"],
+                         executable=sys.executable, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    return p

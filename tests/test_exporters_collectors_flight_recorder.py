@@ -35,6 +35,7 @@ def _collector(tmp_path, silent_s: float, **opts) -> tuple[FlightRecorderCollect
     window.add_steps([StepRecord(step=i, end_time=end - 10.0 * (5 - i), total=10.0)
                       for i in range(1, 6)])
     sink = Events()
+    opts.setdefault("hang_pyspy", False)  # py-spy is on by default: these tests ask for it
     ctx = ExporterContext(node="n0", interval=1.0, sink=sink, window=window,
                           options=ExporterOptions(**opts))
     return FlightRecorderCollector(ctx), sink
@@ -90,10 +91,22 @@ def test_without_fifos_the_round_says_what_to_set_and_the_collector_reports_it(t
                                        {"method": "flight_recorder", "result": "failed"}) == 1
 
 
-def test_py_spy_fallback_without_gpu_processes_says_so(tmp_path):
-    c, sink = _collector(tmp_path, silent_s=60.0, hang_pyspy=True)
+def test_py_spy_without_a_process_of_the_job_says_so(tmp_path):
+    c, sink = _collector(tmp_path, silent_s=60.0, hang_pyspy=True, log=(str(tmp_path / "x"),))
     c.poll_once()
-    assert "no process has a GPU open" in sink.events[0].data["problems"]["py-spy"]
+    ev = sink.events[0]
+    assert ev.data["method"] == "py-spy" and ev.data["where"]["stuck"] is False
+    if not ev.data["where"]["who"]:  # nothing of a job on this host: said in words
+        assert "no process of the job found" in ev.data["problems"]["py-spy"]
+
+
+def test_py_spy_is_on_by_default_where_installed_and_off_with_the_option(tmp_path):
+    from monitor.hang.pyspy import find_pyspy
+
+    on, _ = _collector(tmp_path, silent_s=1.0, hang_pyspy=None)
+    off, _ = _collector(tmp_path, silent_s=1.0, hang_pyspy=False)
+    assert on.pyspy == (find_pyspy() is not None) and on.enabled == on.pyspy
+    assert not off.pyspy and not off.enabled
 
 
 def test_off_unless_asked(tmp_path):
@@ -118,7 +131,7 @@ def test_a_node_without_the_log_asks_once_its_gpus_wait_in_a_collective(tmp_path
         sink = Events()
         c = FlightRecorderCollector(ExporterContext(
             node="n1", interval=1.0, sink=sink, window=window,
-            options=ExporterOptions(fr_dir=str(run))))
+            options=ExporterOptions(fr_dir=str(run), hang_pyspy=False)))
         c.poll_once()
         c._wait_checked = 0.0
         c.poll_once()  # the same waiting episode: not asked again
@@ -136,7 +149,8 @@ def test_gpus_that_compute_are_not_a_trigger_and_progress_clears_the_last_round(
     sink = Events()
     c = FlightRecorderCollector(ExporterContext(node="n1", interval=1.0, sink=sink,
                                                 window=window,
-                                                options=ExporterOptions(fr_dir=str(tmp_path))))
+                                                options=ExporterOptions(fr_dir=str(tmp_path),
+                                                                        hang_pyspy=False)))
     c.poll_once()
     assert sink.events == []
     c._handled, c._dumps = 1.0, {0: None}

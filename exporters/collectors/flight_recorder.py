@@ -35,17 +35,21 @@ from monitor.detect.hang import (
     gpu_states,
     recent_step_time,
     silence_limit,
+    stack_limit,
 )
 from monitor.hang.dump import RankDump
 from monitor.hang.localize import Localization, RankInfo, localize_dumps
-from monitor.hang.procs import scan
-from monitor.hang.pyspy import dump_stack, localize_stacks
+from monitor.hang.procs import find_job_processes, scan
+from monitor.hang.pyspy import find_pyspy
 from monitor.hang.request import find_pipes, request_dumps
+from monitor.hang.stacks import StackRound, stack_round
 
 #: Label values are cut to this many characters (a frame's path can be long).
 MAX_LABEL = 200
 #: Seconds between two looks at the local GPUs' waiting signature.
 WAIT_CHECK_S = 5.0
+#: py-spy rounds at most per silence (one every ``hang.restack_s`` while none says stuck).
+MAX_STACK_ROUNDS = 20
 
 
 def _cut(text: object) -> str:
@@ -67,7 +71,11 @@ class FlightRecorderCollector(PollingCollector):
         self.fr_dir = opts.fr_dir
         self.pipe_prefix = opts.fr_pipe_prefix
         self.dump_prefix = opts.fr_dump_prefix
-        self.pyspy = bool(opts.hang_pyspy)
+        #: py-spy: on by default where it is installed (``--no-hang-pyspy`` turns it off)
+        self.pyspy_exe = find_pyspy() if opts.hang_pyspy is not False else None
+        self.pyspy = opts.hang_pyspy is True or self.pyspy_exe is not None
+        #: each round's dumps are kept beside the run store for ``analyze --stacks``
+        self.stacks_dir = f"{opts.store}.stacks" if getattr(opts, "store", None) else None
         # the monitor's copy of --config when it runs detectors: read once, one truth
         self.cfg = (ctx.config or load_config(opts.config)).section("hang")
         self._lock = threading.Lock()
@@ -78,6 +86,11 @@ class FlightRecorderCollector(PollingCollector):
         self._seconds = 0.0
         self._wait_episode: float | None = None  # start of the local GPUs' waiting, if any
         self._wait_checked = 0.0
+        self._stacked: float | None = None  # the silence the stack rounds belong to
+        self._stack_rounds = 0
+        self._stacked_at = 0.0
+        self._stuck = False
+        self._stacks: StackRound | None = None
 
     @property
     def enabled(self) -> bool:
@@ -140,6 +153,11 @@ class FlightRecorderCollector(PollingCollector):
         if not self.enabled:
             return
         last_step, silent = self.silence()
+        if self._stacked is not None and last_step is not None and \
+                abs(self._stacked - last_step) > 1e-6:  # progress again: its stacks go
+            self._stacked, self._stacks = None, None
+        if last_step is not None and self._stack_due(last_step):
+            self.run_stacks(last_step)
         flag = self._flag_start()
         waiting = self.waiting_start()
         if not (silent or flag is not None or waiting is not None):
@@ -155,6 +173,44 @@ class FlightRecorderCollector(PollingCollector):
             return
         self._handled = mark
         self.run_round()
+
+    def _stack_due(self, last: float) -> bool:
+        """True when a py-spy round is due in the silence after ``last`` (the last step's end):
+        first at ``stack_limit``, then every ``hang.restack_s`` while no round said stuck."""
+        if not self.pyspy:
+            return False
+        now = time.time()
+        if self._stacked is None or abs(self._stacked - last) > 1e-6:
+            window = self.ctx.window
+            steps = sorted((s for s in window.recent_steps(8) if s.end_time is not None),
+                           key=lambda s: float(s.end_time)) if window is not None else []
+            recent = recent_step_time(steps)
+            return bool(recent) and now - last > stack_limit(recent, self.cfg)
+        return (not self._stuck and self._stack_rounds < MAX_STACK_ROUNDS
+                and now - self._stacked_at >= self.cfg.get_float("restack_s", 30.0))
+
+    def run_stacks(self, last: float | None = None) -> StackRound:
+        """py-spy the job's local processes (driver and workers), judge where each is, and
+        publish the ``hang_dump`` event; ``last`` names the silence it belongs to."""
+        if last is not None and (self._stacked is None or abs(self._stacked - last) > 1e-6):
+            self._stacked, self._stack_rounds, self._stuck = last, 0, False
+        procs = find_job_processes(tuple(self.ctx.options.log or ()), os.getppid(),
+                                   set(scan([]).gpu_pids))
+        got = stack_round(procs, self.ctx.node, self.pyspy_exe,
+                          self.cfg.get_float("pyspy_timeout_s", 10.0), self.stacks_dir)
+        if not procs:
+            got.problems["py-spy"] = ("no process of the job found on this node (no Ray "
+                                      "prefix, Ray title, child of verl-monitor run or GPU "
+                                      "holder)")
+        self._stack_rounds += 1
+        self._stacked_at = time.time()
+        self._stuck = bool(got.verdict and got.verdict.stuck)
+        self._stacks = got
+        self._count("py-spy", "ok" if got.wheres else "failed")
+        self.last_error = "; ".join(f"{k}: {v}" for k, v in sorted(got.problems.items())
+                                    )[:500] or None
+        self.ctx.sink.add_events([got.to_event(time.time(), self.ctx.node)])
+        return got
 
     def run_round(self) -> Localization:
         """One round: Flight Recorder, else py-spy; publishes the ``hang_dump`` event."""
@@ -180,26 +236,29 @@ class FlightRecorderCollector(PollingCollector):
             if dumps:
                 loc = localize_dumps(dumps, got.problems, infos)
         if (loc is None or not loc.culprits) and self.pyspy:
-            pmap = scan([])
-            stacks = {pid: dump_stack(pid) for pid in sorted(pmap.gpu_pids)[:64]}
-            infos_pid = {pid: RankInfo(node=self.ctx.node, gpu=pmap.gpu_of(pid), pid=pid)
-                         for pid in stacks}
-            for pid, st in stacks.items():
-                if st.error:
-                    problems[f"py-spy PID {pid}"] = st.error
-            if not stacks:
-                problems["py-spy"] = "no process has a GPU open on this node"
-            spy = localize_stacks(stacks, infos_pid)
-            self._count("py-spy", "ok" if any(not s.error for s in stacks.values()) else "failed")
-            if loc is None or spy.culprits:
-                loc = spy
+            fresh = self._stacks is not None and time.time() - self._stacked_at < \
+                self.cfg.get_float("restack_s", 30.0)
+            if not fresh:
+                self.run_stacks()
+            if loc is None:
+                loc = Localization(method="py-spy",
+                                   note=self._stacks.verdict.summary() if self._stacks and
+                                   self._stacks.verdict else "no stack could be read")
+                return self._publish_fr(loc, dumps, problems, t0, event=False)
         if loc is None:
             loc = Localization(note="; ".join(problems.values()) or "nothing to ask")
+        return self._publish_fr(loc, dumps, problems, t0)
+
+    def _publish_fr(self, loc: Localization, dumps: dict[int, RankDump],
+                    problems: dict[str, str], t0: float, event: bool = True) -> Localization:
         took = time.monotonic() - t0
         with self._lock:
             self._dumps, self._loc, self._seconds = dumps, loc, took
-        self.last_error = "; ".join(f"{k}: {v}" for k, v in sorted(problems.items()))[:500] or None
-        self.ctx.sink.add_events([loc.to_event(time.time(), self.ctx.node, took, problems)])
+        if problems or event:
+            self.last_error = "; ".join(f"{k}: {v}" for k, v in sorted(problems.items())
+                                        )[:500] or self.last_error
+        if event:  # a py-spy round published its own event already
+            self.ctx.sink.add_events([loc.to_event(time.time(), self.ctx.node, took, problems)])
         return loc
 
     def _count(self, method: str, result: str) -> None:
@@ -213,6 +272,7 @@ class FlightRecorderCollector(PollingCollector):
         with self._lock:
             dumps, loc, rounds, took = dict(self._dumps), self._loc, dict(self._rounds), \
                 self._seconds
+        stacks = self._stacks
         seq = GaugeMetricFamily("verlmon_fr_collective_seq",
                                 "Last collective sequence number per rank and process group in "
                                 "the last Flight Recorder round (started is -1 when not tracked)",
@@ -235,6 +295,16 @@ class FlightRecorderCollector(PollingCollector):
             who.add_metric(["" if c.rank < 0 else str(c.rank), str(c.pid or ""), "" if c.gpu is None else str(c.gpu),
                             _cut(c.collective), "" if c.seq is None else str(c.seq),
                             _cut(c.frame or "")], 1.0)
+        verdict = stacks.verdict if stacks is not None else None
+        for w in (verdict.who if verdict is not None and verdict.stuck else []):
+            who.add_metric(["", str(w.pid or ""), "", "", "", _cut(w.frame or "")], 1.0)
+        where = GaugeMetricFamily("verlmon_hang_where_info",
+                                  "Where each local process of the job was in the last py-spy "
+                                  "round of a silence (value 1: the process named as stuck)",
+                                  labels=["role", "pid", "place", "phase", "frame"])
+        for w in (verdict.who + verdict.others if verdict is not None else []):
+            where.add_metric([w.role, str(w.pid or ""), w.place, w.phase, _cut(w.frame or "")],
+                             1.0 if verdict.stuck and w in verdict.who else 0.0)
         rounds_f = CounterMetricFamily("verlmon_hang_dump_rounds",
                                        "Dump rounds taken when the job went silent, by method "
                                        "and result", labels=["method", "result"])
@@ -243,4 +313,4 @@ class FlightRecorderCollector(PollingCollector):
         secs = GaugeMetricFamily("verlmon_hang_dump_seconds",
                                  "Seconds the last dump round took (request to answer)")
         secs.add_metric([], took)
-        return [seq, pend, who, rounds_f, secs]
+        return [seq, pend, who, where, rounds_f, secs]

@@ -153,9 +153,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="TORCH_FR_DUMP_TEMP_FILE's prefix: a name in --fr-dir, or a path "
                         "(default fr_)")
     p.add_argument("--hang-pyspy", action="store_true", default=None,
-                   help="when the job hangs and Flight Recorder names no rank, take a py-spy "
-                        "stack of each process on this node's GPUs (needs py-spy and ptrace "
-                        "rights)")
+                   help="when the log falls silent, take py-spy stacks of the job's processes "
+                        "on this node (driver and workers) and say where each is (default: on "
+                        "where py-spy is installed; needs ptrace rights)")
+    p.add_argument("--no-hang-pyspy", dest="hang_pyspy", action="store_false", default=None,
+                   help="take no py-spy stacks (docs/hangs.md)")
     p.add_argument("-v", "--verbose", action="store_true", help="log more (debug level)")
     group = p.add_argument_group("collectors", "turn each collector on or off")
     for name, help_text, default in _collector_specs():
@@ -175,7 +177,6 @@ def input_problem(options: ExporterOptions) -> str | None:
     must be a file whose folder exists or can be made; ``--phase-source`` an http(s) URL.
     """
     import stat
-    import urllib.parse
     from pathlib import Path
 
     from monitor.commands.analyze import log_file_problem
@@ -200,11 +201,28 @@ def input_problem(options: ExporterOptions) -> str | None:
             return f"--sim-log {sim}: {folder} is a file, so the log's folder cannot be made"
         if folder is not None and not os.access(folder, os.W_OK):
             return f"--sim-log {sim}: cannot write in {folder}"
+    return url_options_problem(options)
+
+
+def url_options_problem(options: ExporterOptions) -> str | None:
+    """None when every URL option can be used, else one line naming it (never a password:
+    ``user:pass@`` in a URL is sent as basic authentication, and shown nowhere)."""
+    import urllib.parse
+
+    from monitor.urls import UrlError, redact, split_url
+
     if options.phase_source:
-        url = urllib.parse.urlsplit(options.phase_source)
+        url = urllib.parse.urlsplit(redact(options.phase_source))
         if url.scheme not in ("http", "https") or not url.hostname:
-            return (f"--phase-source {options.phase_source!r}: expected the driver exporter's "
-                    "URL, e.g. http://DRIVER:9048/metrics")
+            return (f"--phase-source {redact(options.phase_source)!r}: expected the driver "
+                    "exporter's URL, e.g. http://DRIVER:9048/metrics")
+    try:
+        if options.phase_source:
+            split_url(options.phase_source, "--phase-source")
+        for target in options.rollout_server:
+            split_url(target, "--rollout-server")
+    except UrlError as exc:
+        return str(exc)
     return None
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from exporters.options import DEFAULT_LISTEN, DEFAULT_PORT
+from monitor.hang.finish import clear_exit, mark_exit
 from monitor.logs.arrivals import ArrivalWriter
 
 #: Seconds the exporter gets to stop after SIGTERM before it is killed.
@@ -437,6 +438,7 @@ def _run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         if received:  # interrupted before the job started: do not start it
             return 128 + received[-1]
+        clear_exit(log_path)  # the exporter reads <log>.exit as "the job exited"
         try:
             out_fd, start = open_job_log(log_path)
         except OSError as exc:
@@ -457,6 +459,7 @@ def _run(args: argparse.Namespace) -> int:
         returncode = job.wait()
         echo.pump()
         status = exit_status(returncode)
+        mark_exit(log_path, status)  # the exporter closes the run's flags: it finished
         print(f"verl-monitor run: command exited with status {status}; log {log_path}",
               file=sys.stderr)
         return status

@@ -15,6 +15,15 @@ the CPU, a data stall) are not a hang; ``stalled`` covers a silence without that
 Who: the newest ``hang_dump`` event in the silence (the exporter's ``flight_recorder``
 collector asks the ranks when the flag opens) names the rank and its frame; without one, a GPU
 that stays busy while the others wait is named from the GPU samples.
+
+Where, faster: the collector also takes py-spy stacks of the job's processes (driver and
+workers) once the silence passes ``stack_multiple`` recent step times (at least
+``min_seconds``). A round that finds a process stuck (the driver scoring rewards, waiting on an
+HTTP answer, the data loader, a replay buffer, a worker-group call no worker runs; a worker
+method that never returns; ranks outside a collective the others wait in) is the flag at once,
+whatever the GPUs do, with the advice for that place. A round that finds a long but healthy
+phase (validation, a checkpoint, a generation) keeps the flag quiet; ``stalled`` says it later.
+A silence that starts at the run's end (``monitor.hang.finish``) is no silence.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ import numpy as np
 import pandas as pd
 
 from monitor.detect.base import Context, make_flag
+from monitor.hang.advice import where_advice
+from monitor.hang.finish import SLACK_S, finish_time
 from monitor.records import Event, Flag
 
 #: Phases that run between steps and may legitimately keep the log silent.
@@ -94,6 +105,64 @@ def silence_limit(recent_step: float, between_steps: float, cfg) -> float:
     return lim + cfg.get_float("between_step_multiple") * between_steps
 
 
+def stack_limit(recent_step: float, cfg) -> float:
+    """Seconds of silence after which py-spy stacks are taken, and a stuck place is a hang."""
+    return max(cfg.get_float("stack_multiple", 1.3) * recent_step, cfg.get_float("min_seconds"))
+
+
+def where_events(events: list[Event], t0: float, t1: float) -> list[Event]:
+    """The newest py-spy round per node in (t0, t1] (events with a ``where`` verdict)."""
+    newest: dict[str, Event] = {}
+    for e in events:
+        if (e.kind == "hang_dump" and e.time is not None and t0 < float(e.time) <= t1 + 1e-6
+                and isinstance((e.data or {}).get("where"), dict)):
+            node = str(e.data.get("node") or "")
+            if node not in newest or float(e.time) >= float(newest[node].time):
+                newest[node] = e
+    return sorted(newest.values(), key=lambda e: float(e.time))
+
+
+def ended_at(ctx: Context) -> float | None:
+    """When the run finished (verl's last progress line or final validation), else None."""
+    got = finish_time(ctx.events, ctx.steps)
+    return got[0] if got else None
+
+
+def _after(ctx: Context, a: float) -> str:
+    sf = ctx.sf
+    if len(sf):
+        last_step = sf["step"][sf["end"] <= a + 1e-6]
+        if len(last_step):
+            return f" after step {int(last_step.iloc[-1])}"
+    return ""
+
+
+def _stack_flag(ctx: Context, a: float, b: float, resumed: bool, recent: float,
+                rounds: list[Event]) -> Flag | None:
+    """The ``hang`` flag from py-spy rounds that found a process stuck (None otherwise)."""
+    slim = stack_limit(recent, ctx.cfg("hang"))
+    stuck = [e for e in rounds if e.data["where"].get("stuck")]
+    if not stuck or b - a <= slim:
+        return None
+    main = stuck[-1]
+    verdict = main.data["where"]
+    who = verdict.get("who") or [{}]
+    node = main.data.get("node") or ""
+    lines = [f"on node {e.data.get('node')}: {e.message}" if e.data.get("node") else e.message
+             for e in stuck]
+    evidence = (f"No progress for {b - a:.0f} s{_after(ctx, a)} (recent step {recent:.0f} s, "
+                f"limit {slim:.0f} s). Where (py-spy): " + " ".join(lines))
+    fr = [e for e in ctx.events if e.kind == "hang_dump" and e.time is not None
+          and float(e.time) > a and e.data.get("method") == "flight_recorder" and e.message]
+    if fr:
+        evidence += f" Flight Recorder: {fr[-1].message}."
+    scope = {"node": node} if node and len({e.data.get('node') for e in stuck}) == 1 else {}
+    advice = where_advice(str(verdict.get("place") or ""), str(who[0].get("detail") or ""),
+                          ctx.verl_version)
+    return make_flag("hang", "critical", a + slim, b if resumed else None, scope, evidence,
+                     advice or None)
+
+
 def recent_step_time(steps: list) -> float | None:
     """Median of the last five step times (None when no step has one)."""
     tot = [float(s.total) for s in steps[-5:] if s.total is not None and s.total > 0]
@@ -101,7 +170,8 @@ def recent_step_time(steps: list) -> float | None:
 
 
 def detect_hang(ctx: Context) -> list[Flag]:
-    """A critical ``hang`` flag for each silence that the GPUs or collectives show as waiting."""
+    """A critical ``hang`` flag for each silence where a process is stuck (py-spy), or that the
+    GPUs or collectives show as waiting."""
     cfg = ctx.cfg("hang")
     marks = _marks(ctx)
     ordered = sorted(ctx.steps, key=lambda s: float(s.end_time or 0.0))
@@ -109,59 +179,69 @@ def detect_hang(ctx: Context) -> list[Flag]:
     if not marks or not recent:
         return []
     lim = silence_limit(recent, between_step_allowance(ctx.steps), cfg)
+    first = min(lim, stack_limit(recent, cfg))
+    end = ended_at(ctx)
     flags: list[Flag] = []
     bounds = marks + [float(ctx.now)]
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        if b - a <= lim:
-            continue
+        if b - a <= first or (end is not None and a >= end - SLACK_S):
+            continue  # short, or the silence after the run's end
         resumed = b != bounds[-1]
-        look_from = max(a, b - cfg.get_float("evidence_window_s"))
-        states = gpu_states(ctx.gpu, look_from, b, cfg)
-        waiting = sorted(k for k, v in states.items() if v == "waiting")
-        busy = sorted(k for k, v in states.items() if v == "busy")
-        idle = sorted(k for k, v in states.items() if v == "idle")
-        reasons: list[str] = []
-        if waiting:
-            names = ", ".join(f"{n}/GPU {g}" for n, g in waiting[:8])
-            reasons.append(f"{len(waiting)} of {len(states)} GPUs wait in a collective "
-                           f"(utilization high, SM activity near zero): {names}")
-        stopped = _nccl_stopped(ctx.nccl, a, b, cfg.get_float("nccl_quiet_s"))
-        if stopped:
-            reasons.append(stopped)
-        dumps = _dump_events(ctx.events, a)
-        newest = dumps[-1] if dumps else None
-        if newest is not None and newest.data.get("waiting"):
-            reasons.append("py-spy stacks show ranks waiting in a collective"
-                           if newest.data.get("method") == "py-spy"
-                           else "the Flight Recorder shows collectives pending")
-        if not reasons:
-            continue
-        if states and len(busy) == len(states):
-            continue  # every GPU computes: a long phase, not a hang
-        after = ""
-        sf = ctx.sf
-        if len(sf):
-            last_step = sf["step"][sf["end"] <= a + 1e-6]
-            if len(last_step):
-                after = f" after step {int(last_step.iloc[-1])}"
-        who = ""
-        if newest is not None and newest.message:
-            who = f" Who: {newest.message}"
-        elif busy and waiting:
-            names = ", ".join(f"{n}/GPU {g}" for n, g in busy[:4])
-            who = (f" Who: {names} stays busy while the others wait: the rank on it is stuck "
-                   "in GPU work (or far slower); ask for its Flight Recorder or py-spy stack.")
-        elif idle and waiting and len(idle) <= len(waiting):
-            names = ", ".join(f"{n}/GPU {g}" for n, g in idle[:4])
-            who = (f" Who: most likely the rank on {names}: its GPU idles while the others wait "
-                   "in the collective, so it stopped before it (a data loader, a reward call, a "
-                   "branch only some ranks take) or its process is gone; ask for its Flight "
-                   "Recorder or py-spy stack.")
-        else:
-            who = (" Who: unknown: no Flight Recorder dump yet (set TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
-                   " and run the exporter with --fr-dir; see docs/hangs.md).")
-        evidence = (f"No progress for {b - a:.0f} s{after} (recent step {recent:.0f} s, limit "
-                    f"{lim:.0f} s): " + "; ".join(reasons) + "." + who)
-        flags.append(make_flag("hang", "critical", a + lim, b if resumed else None, {},
-                               evidence))
+        rounds = where_events(ctx.events, a, b)
+        flag = _stack_flag(ctx, a, b, resumed, recent, rounds)
+        if flag is None and rounds and rounds[-1].data["where"].get("long_phase"):
+            continue  # validation, a checkpoint, a generation: stalled speaks later
+        if flag is None and b - a > lim:
+            flag = _evidence_flag(ctx, a, b, resumed, recent, lim)
+        if flag is not None:
+            flags.append(flag)
     return flags
+
+
+def _evidence_flag(ctx: Context, a: float, b: float, resumed: bool, recent: float,
+                   lim: float) -> Flag | None:
+    """The ``hang`` flag from the GPUs' waiting signature, the NCCL Inspector or a Flight
+    Recorder round (None without such evidence, or while every GPU computes)."""
+    cfg = ctx.cfg("hang")
+    look_from = max(a, b - cfg.get_float("evidence_window_s"))
+    states = gpu_states(ctx.gpu, look_from, b, cfg)
+    waiting = sorted(k for k, v in states.items() if v == "waiting")
+    busy = sorted(k for k, v in states.items() if v == "busy")
+    idle = sorted(k for k, v in states.items() if v == "idle")
+    reasons: list[str] = []
+    if waiting:
+        names = ", ".join(f"{n}/GPU {g}" for n, g in waiting[:8])
+        reasons.append(f"{len(waiting)} of {len(states)} GPUs wait in a collective "
+                       f"(utilization high, SM activity near zero): {names}")
+    stopped = _nccl_stopped(ctx.nccl, a, b, cfg.get_float("nccl_quiet_s"))
+    if stopped:
+        reasons.append(stopped)
+    dumps = _dump_events(ctx.events, a)
+    newest = dumps[-1] if dumps else None
+    if newest is not None and newest.data.get("waiting"):
+        reasons.append("py-spy stacks show ranks waiting in a collective"
+                       if newest.data.get("method") == "py-spy"
+                       else "the Flight Recorder shows collectives pending")
+    if not reasons or (states and len(busy) == len(states)):
+        return None  # no evidence, or every GPU computes: a long phase, not a hang
+    who = _who(newest, busy, idle, waiting)
+    evidence = (f"No progress for {b - a:.0f} s{_after(ctx, a)} (recent step {recent:.0f} s, "
+                f"limit {lim:.0f} s): " + "; ".join(reasons) + "." + who)
+    return make_flag("hang", "critical", a + lim, b if resumed else None, {}, evidence)
+
+
+def _who(newest: Event | None, busy: list, idle: list, waiting: list) -> str:
+    if newest is not None and newest.message:
+        return f" Who: {newest.message}"
+    if busy and waiting:
+        names = ", ".join(f"{n}/GPU {g}" for n, g in busy[:4])
+        return (f" Who: {names} stays busy while the others wait: the rank on it is stuck "
+                "in GPU work (or far slower); ask for its Flight Recorder or py-spy stack.")
+    if idle and waiting and len(idle) <= len(waiting):
+        names = ", ".join(f"{n}/GPU {g}" for n, g in idle[:4])
+        return (f" Who: most likely the rank on {names}: its GPU idles while the others wait "
+                "in the collective, so it stopped before it (a data loader, a reward call, a "
+                "branch only some ranks take) or its process is gone; ask for its Flight "
+                "Recorder or py-spy stack.")
+    return (" Who: unknown: no Flight Recorder dump yet (set TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
+            " and run the exporter with --fr-dir; see docs/hangs.md).")

@@ -302,10 +302,14 @@ def _clock(ts: float) -> str:
 
 
 def detect_stalled(ctx: Context) -> list[Flag]:
-    """No new step for several median step times (and minutes), or idle GPUs and a silent log."""
+    """No new step for several median step times (and minutes), or idle GPUs and a silent log;
+    nothing after the run's end (its last progress line or final validation)."""
+    from monitor.detect.hang import ended_at
+
     cfg = ctx.cfg("stalled")
     sf = ctx.sf
     flags: list[Flag] = []
+    end = ended_at(ctx)
     life = sorted(set(sf["end"].astype(float).tolist())
                   | {float(e.time) for e in ctx.events
                      if e.kind == "progress" and e.time is not None})
@@ -315,7 +319,7 @@ def detect_stalled(ctx: Context) -> list[Flag]:
         marks = life + [float(ctx.now)]
         step_ends = sf["end"].to_numpy(float)
         for a, b in zip(marks[:-1], marks[1:], strict=True):
-            if b - a <= lim:
+            if b - a <= lim or (end is not None and a >= end - 1.0):
                 continue
             resumed = b != marks[-1] or b in step_ends
             last_step = sf["step"][sf["end"] <= a + 1e-6]
@@ -350,7 +354,8 @@ def detect_stalled(ctx: Context) -> list[Flag]:
             t0, t1 = float(times[i]), float(times[j] + bin_s)
             quiet = not any(t0 < t <= t1 for t in life)
             covered = any(f.start <= t1 and (f.end is None or f.end >= t0) for f in flags)
-            if t1 - t0 >= need and quiet and not covered:
+            finished = end is not None and t0 >= end - 1.0
+            if t1 - t0 >= need and quiet and not covered and not finished:
                 still = j == len(idle) - 1
                 flags.append(make_flag(
                     "stalled", "warning", t0 + need, None if still else t1, {},

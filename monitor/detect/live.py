@@ -30,6 +30,25 @@ class FlagTracker:
         #: adopted flags (from a previous process): their start never moves; the reason is
         #: added to the evidence of those closing before any call reported them again
         self._adopted: dict[tuple[str, str], str | None] = {}
+        #: why the run is over (``finish``), while it is: ``update`` then opens nothing
+        self.finished: str | None = None
+
+    def finish(self, now: float, reason: str) -> list[Flag]:
+        """The run is over: close every open flag as "run finished" (``reason`` says what
+        showed it) and open nothing new until ``resume``. Returns the flags closed."""
+        self.finished = reason
+        closed = []
+        for key in list(self._open):
+            f = self._open.pop(key)
+            self._adopted.pop(key, None)
+            note = f"run finished: {reason}"
+            closed.append(replace(f, end=max(now, f.start),
+                                  evidence=f"{f.evidence} ({note})" if f.evidence else note))
+        return closed
+
+    def resume(self) -> None:
+        """A new run goes on after a finished one: flags open again."""
+        self.finished = None
 
     def adopt(self, flags: list[Flag], reason: str | None = None) -> int:
         """Take over flags a previous process left open (read back from the store): they are

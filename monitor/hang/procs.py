@@ -57,3 +57,125 @@ def scan(fifos: list[Path] | None = None, proc: str = "/proc") -> ProcessMap:
             elif target in wanted:
                 out.fifo_pids.setdefault(target, pid)
     return out
+
+
+# ---------------------------------------------------------------------------- the job's processes
+#: Ray's log prefix: ``(TaskRunner pid=123)``, ``(WorkerDict pid=45, ip=10.0.0.2)``.
+RAY_PREFIX = re.compile(r"\((?P<cls>[A-Za-z_]\w*) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?"
+                        r"\)")
+#: How much of the end of each followed log is read for Ray's prefixes.
+LOG_TAIL_BYTES = 1 << 20
+#: Processes stacked at most per round.
+MAX_PROCESSES = 32
+
+
+@dataclass(frozen=True)
+class JobProcess:
+    """One local process of the job: its PID, role (driver, worker, ...) and how it was found
+    (``log``: a Ray prefix in the log; ``title``: a Ray process title; ``tree``: a child of
+    ``verl-monitor run``; ``gpu``: it holds a GPU)."""
+
+    pid: int
+    role: str
+    source: str
+    title: str = ""
+
+
+def log_pids(text: str) -> dict[int, tuple[str, str]]:
+    """PID -> (actor class, ip or '') of every Ray prefix in ``text`` (the last one wins)."""
+    return {int(m.group("pid")): (m.group("cls"), m.group("ip") or "")
+            for m in RAY_PREFIX.finditer(text)}
+
+
+def read_tail(path: str | Path, size: int = LOG_TAIL_BYTES) -> str:
+    """The last ``size`` bytes of a file as text ('' when unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - size))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def local_addresses() -> set[str]:
+    """This host's IP addresses (loopback included)."""
+    import psutil
+
+    out = {"127.0.0.1", "::1"}
+    try:
+        for addrs in psutil.net_if_addrs().values():
+            out.update(a.address.split("%")[0] for a in addrs if a.address)
+    except OSError:
+        pass
+    return out
+
+
+def _title(pid: int) -> str | None:
+    import psutil
+
+    try:
+        return " ".join(psutil.Process(pid).cmdline()).strip()
+    except (psutil.Error, OSError):
+        return None
+
+
+def _tree(parent: int | None) -> list[int]:
+    """Descendants of ``parent`` when it is ``verl-monitor run`` (else none)."""
+    import psutil
+
+    if not parent:
+        return []
+    try:
+        proc = psutil.Process(parent)
+        cmd = " ".join(proc.cmdline())
+        if "monitor" not in cmd or " run" not in cmd:
+            return []
+        return [c.pid for c in proc.children(recursive=True)]
+    except (psutil.Error, OSError):
+        return []
+
+
+def find_job_processes(logs: list[str] | tuple[str, ...] = (), parent: int | None = None,
+                       gpu_pids: set[int] | None = None, limit: int = MAX_PROCESSES
+                       ) -> list[JobProcess]:
+    """The job's processes on this host, without configuration: Ray's log prefixes (local IPs
+    only), Ray process titles, the children of ``verl-monitor run`` (``parent``) and the GPU
+    holders. Drivers first; at most ``limit``; this process left out."""
+    import psutil
+
+    from monitor.hang.where import ROLES, role_of
+
+    found: dict[int, JobProcess] = {}
+    mine = {os.getpid()}
+    here = local_addresses()
+
+    def add(pid: int, source: str, fallback: str, title: str | None = None) -> None:
+        if pid in found or pid in mine:
+            return
+        title = _title(pid) if title is None else title
+        if title is None:
+            return
+        role, _ = role_of(title, fallback)
+        if role == "idle":
+            return
+        found[pid] = JobProcess(pid, role or fallback, source, title)
+
+    for path in logs:
+        for pid, (cls, ip) in log_pids(read_tail(path)).items():
+            if not ip or ip in here:
+                add(pid, "log", ROLES.get(cls, cls))
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if cmd.startswith("ray::") and role_of(cmd)[0] in set(ROLES.values()):
+            add(proc.info["pid"], "title", "", cmd)
+    for i, pid in enumerate(_tree(parent)):
+        title = _title(pid) or ""
+        exe = os.path.basename(title.split(" ", 1)[0])
+        if title.startswith("ray::") or exe.startswith("python"):  # py-spy reads Python only
+            add(pid, "tree", "driver" if i == 0 else "child", title)
+    for pid in sorted(gpu_pids or ()):
+        add(pid, "gpu", "worker")
+    order = {"driver": 0, "trainer": 1, "rollouter": 1}
+    procs = sorted(found.values(), key=lambda p: (order.get(p.role, 2), p.pid))
+    return procs[:limit]

@@ -14,9 +14,11 @@ does not (it sleeps, loads data, computes on the CPU) is what the waiting ones w
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -82,25 +84,40 @@ def parse_dump_text(pid: int, text: str) -> Stack:
     return Stack(pid, tuple(frames))
 
 
-def dump_stack(pid: int, timeout_s: float = 20.0, exe: str | None = None) -> Stack:
-    """Run ``py-spy dump`` on ``pid``; a missing py-spy or a refusal is an error in words."""
-    exe = exe or shutil.which("py-spy")
+def find_pyspy() -> str | None:
+    """py-spy's path: on PATH, else beside this Python (a venv's bin)."""
+    exe = shutil.which("py-spy")
+    if exe:
+        return exe
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return here if os.access(here, os.X_OK) else None
+
+
+def dump_text(pid: int, timeout_s: float = 20.0, exe: str | None = None) -> tuple[str, str]:
+    """``py-spy dump --pid PID`` (every thread): (its text, '') or ('', why not, in words)."""
+    exe = exe or find_pyspy()
     if not exe:
-        return Stack(pid, (), "py-spy is not installed (pip install py-spy)")
+        return "", "py-spy is not installed (pip install 'verl-monitor[hang]')"
     try:
         r = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True,
                            timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        return Stack(pid, (), f"py-spy took over {timeout_s:g} s")
+        return "", f"py-spy took over {timeout_s:g} s"
     except OSError as exc:
-        return Stack(pid, (), f"py-spy could not run: {exc.strerror or exc}")
+        return "", f"py-spy could not run: {exc.strerror or exc}"
     if r.returncode != 0:
         err = (r.stderr or r.stdout).strip().splitlines()
         why = err[-1] if err else f"exit {r.returncode}"
         if "ermission" in why or "ptrace" in why.lower():
             why += " (py-spy needs ptrace rights: run the exporter as root or with CAP_SYS_PTRACE)"
-        return Stack(pid, (), why[:300])
-    return parse_dump_text(pid, r.stdout)
+        return "", why[:300]
+    return r.stdout, ""
+
+
+def dump_stack(pid: int, timeout_s: float = 20.0, exe: str | None = None) -> Stack:
+    """Run ``py-spy dump`` on ``pid``; a missing py-spy or a refusal is an error in words."""
+    text, why = dump_text(pid, timeout_s, exe)
+    return Stack(pid, (), why) if why else parse_dump_text(pid, text)
 
 
 def localize_stacks(stacks: Mapping[int, Stack], infos: Mapping[int, RankInfo] | None = None

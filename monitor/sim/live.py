@@ -26,6 +26,7 @@ import time
 import zlib
 from pathlib import Path
 
+from monitor.hang.finish import clear_exit, mark_exit
 from monitor.sim.engine import SimRun
 
 #: Environment variable naming the folder for simulated NCCL Inspector dumps.
@@ -125,6 +126,7 @@ class LiveSim:
         if self.with_engines:
             self._start_engines()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        clear_exit(self.log_path)
         self._thread = threading.Thread(target=self._loop, name="verl-monitor-livesim", daemon=True)
         self._thread.start()
 
@@ -224,6 +226,8 @@ class LiveSim:
                             self.lines_written += 1
                         elif dump is not None:
                             self._dump(dump, item, t_sim)
+                if getattr(self.run, "outcome", "completed") == "completed":
+                    mark_exit(self.log_path, 0)  # the simulated job ended: its run finished
             finally:
                 if dump is not None:
                     dump.close()

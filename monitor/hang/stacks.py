@@ -1,0 +1,93 @@
+"""One round of py-spy stacks of the job's local processes, judged, as a ``hang_dump`` event.
+
+The exporter's ``flight_recorder`` collector calls :func:`stack_round` when the log falls
+silent: the job's processes (``monitor.hang.procs.find_job_processes``) are dumped with py-spy
+(every thread), each dump is classified (``monitor.hang.where``) and the node's verdict goes
+into the event the ``hang`` detector reads. With a folder, each dump is also written as
+``<unix_ts>_<role>_<pid>.txt`` so that ``verl-monitor analyze --stacks DIR`` can judge them
+offline (:func:`read_stacks_dir`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor.hang.procs import JobProcess
+from monitor.hang.pyspy import dump_text
+from monitor.hang.where import Verdict, Where, classify, judge
+from monitor.records import Event
+
+_NAME = re.compile(r"^(?P<ts>\d+(?:\.\d+)?)_(?P<role>[A-Za-z_]+)_(?P<pid>\d+)\.txt$")
+
+
+@dataclass
+class StackRound:
+    """What one round saw: each process's place, the verdict, and what could not be read."""
+
+    wheres: list[Where] = field(default_factory=list)
+    verdict: Verdict | None = None
+    problems: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_event(self, when: float, node: str) -> Event:
+        """The ``hang_dump`` event (method ``py-spy``; data ``where``: the verdict)."""
+        v = self.verdict or judge(self.wheres)
+        collective = {str(w.pid): f"{w.frame}" for w in self.wheres
+                      if w.place == "collective" and w.frame is not None}
+        culprits = [{"rank": -1, "reason": w.describe(), "pid": w.pid, "node": w.node or node,
+                     "gpu": None, "frame": str(w.frame) if w.frame else "", "pg": "",
+                     "collective": "", "seq": None} for w in (v.who if v.stuck else [])]
+        return Event("hang_dump", when, message=v.summary(), data={
+            "method": "py-spy", "seconds": round(self.seconds, 3), "node": node,
+            "waiting": collective, "culprits": culprits, "where": v.to_dict(),
+            "problems": dict(self.problems)})
+
+
+def stack_round(procs: Iterable[JobProcess], node: str = "", exe: str | None = None,
+                timeout_s: float = 10.0, save_dir: str | Path | None = None) -> StackRound:
+    """py-spy each process, classify it, judge the node; dumps saved to ``save_dir``."""
+    t0 = time.monotonic()
+    out = StackRound()
+    now = time.time()
+    for p in procs:
+        text, why = dump_text(p.pid, timeout_s, exe)
+        if why:
+            out.problems[f"py-spy PID {p.pid}"] = why
+            continue
+        out.wheres.append(classify(text, role=p.role, node=node, pid=p.pid))
+        if save_dir:
+            _save(Path(save_dir), now, p, text, out.problems)
+    out.verdict = judge(out.wheres)
+    out.seconds = time.monotonic() - t0
+    return out
+
+
+def _save(folder: Path, now: float, p: JobProcess, text: str, problems: dict[str, str]) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{int(now)}_{p.role or 'process'}_{p.pid}.txt").write_text(text)
+    except OSError as exc:
+        problems["stacks folder"] = f"{folder}: {exc.strerror or exc}"
+
+
+def read_stacks_dir(folder: str | Path) -> list[tuple[float, list[Where]]]:
+    """The rounds saved in ``folder`` (files ``<unix_ts>_<role>_<pid>.txt``), oldest first:
+    (time, each process's place). Dumps a second apart belong to one round; other files are
+    skipped."""
+    rounds: list[tuple[float, list[Where]]] = []
+    entries = []
+    for path in sorted(Path(folder).rglob("*.txt")):
+        m = _NAME.match(path.name)
+        if m:
+            entries.append((float(m.group("ts")), m.group("role"), int(m.group("pid")), path))
+    for ts, role, pid, path in sorted(entries):
+        where = classify(path.read_text(errors="replace"), role=role, pid=pid)
+        if rounds and ts - rounds[-1][0] <= 5.0:
+            rounds[-1][1].append(where)
+        else:
+            rounds.append((ts, [where]))
+    return rounds

@@ -1,0 +1,433 @@
+"""Where a job's process is, from py-spy's text: the pure classifier behind the ``hang`` flag.
+
+``py-spy dump --pid P`` prints a header (``Process P: <title or command line>``) and every
+thread's stack, innermost frame first, with file names shortened to the package part::
+
+    Process 17216: ray::TaskRunner.run /job/main.py ...
+    Thread 17216 (active+gil): "MainThread"
+        sub (re/__init__.py:185)
+        normalize_final_answer (user_reward.py:5)
+        compute_score (user_reward.py:10)
+        NaiveRewardManager.__call__ (verl/workers/reward_manager/naive.py:5)
+        RayPPOTrainer.fit (verl/trainer/ppo/ray_trainer.py:12)
+
+:func:`classify` reads one such dump into a :class:`Where`: the place (what the process is
+doing: scoring rewards, waiting on a worker-group call, on an HTTP answer, in the data loader,
+a replay buffer, checkpoint I/O, validation; for workers: idle in Ray's task loop, in a
+collective, in a kernel, running a method), the phase it maps to, and the deepest frame in the
+user's or verl's own code (library and standard-library frames skipped, verl's kept).
+:func:`judge` compares the processes of one node and says whether the job is stuck and where.
+No I/O here: the exporter runs py-spy (``monitor.hang.pyspy``) and passes the text.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from monitor.hang.dump import Frame
+
+_HEADER = re.compile(r"^Process (?P<pid>\d+): (?P<cmd>.*)$")
+_THREAD = re.compile(r'^Thread (?P<tid>\S+) \((?P<state>[^)]*)\)(?::\s*"(?P<name>[^"]*)")?')
+_FRAME = re.compile(r"^\s+(?P<name>\S.*?) \((?P<file>[^()]*?):(?P<line>\d+)\)\s*$")
+
+#: Top-level packages that are libraries, not the user's or verl's code.
+LIBRARIES: frozenset[str] = frozenset((
+    "ray", "torch", "vllm", "sglang", "requests", "urllib3", "httpx", "httpcore", "aiohttp",
+    "anyio", "transformers", "tensordict", "numpy", "pandas", "datasets", "accelerate",
+    "safetensors", "tqdm", "hydra", "omegaconf", "grpc", "uvloop", "tokenizers", "megatron",
+    "flash_attn", "triton", "torchdata", "pyarrow", "math_verify", "sympy", "latex2sympy2",
+    "codetiming", "wandb", "zmq", "msgspec", "fastapi", "starlette", "uvicorn", "h11",
+    "psutil", "setproctitle", "site-packages", "dist-packages", "<frozen", "py-spy"))
+_STDLIB: frozenset[str] = frozenset(getattr(sys, "stdlib_module_names", ())) | {
+    "threading", "socket", "selectors", "ssl", "asyncio", "concurrent", "queue", "subprocess",
+    "multiprocessing", "http", "urllib", "re", "json", "time", "logging", "signal", "runpy"}
+
+# ---------------------------------------------------------------------------- places
+#: Places, by what the process does; ``STUCK`` ones make a silence a hang at once.
+REWARD, WORKER_CALL, HTTP, REPLAY, DATALOADER, CHECKPOINT, VALIDATION = (
+    "reward", "worker_call", "http", "replay_buffer", "dataloader", "checkpoint", "validation")
+GENERATION, COLLECTIVE, KERNEL, RAY_IDLE, METHOD, UNKNOWN = (
+    "generation", "collective", "kernel", "ray_idle", "method", "unknown")
+STUCK: frozenset[str] = frozenset((REWARD, HTTP, REPLAY, DATALOADER, WORKER_CALL, METHOD))
+#: Places of a long but healthy phase: quiet until ``stalled``'s longer limit.
+LONG_PHASES: frozenset[str] = frozenset((CHECKPOINT, VALIDATION, GENERATION, KERNEL))
+
+_REWARD_NAMES = re.compile(r"(^|\.)(compute_score|default_compute_score|compute_reward|"
+                           r"compute_reward_async|_compute_reward_colocate|compute_rm_score|"
+                           r"run_single|extract_output|verify|reward_fn)$")
+_REWARD_FILES = ("reward_manager", "reward_loop", "reward_score", "/reward.py")
+_HTTP_FILES = ("httpx/", "httpcore/", "aiohttp/", "requests/", "urllib3/", "http/client.py",
+               "urllib/request.py")
+_HTTP_LEAF = re.compile(r"(recv|recv_into|readinto|read|readline|_read_status|getresponse|"
+                        r"select|poll|wait_for|_receive_event|read_response)$")
+_REPLAY = re.compile(r"(replay_buffer|replaybuffer|transfer_queue|transferqueue|"
+                     r"message_queue|messagequeue)", re.I)
+_DATA = re.compile(r"(torch/utils/data/|stateful_dataloader|torchdata/)")
+_DATA_NAMES = re.compile(r"(^|\.)(_next_data|_get_data|_next_index|fetch)$")
+_CKPT_NAMES = re.compile(r"(^|\.)(save_checkpoint|_save_checkpoint|save_pretrained|save_file|"
+                         r"_save|save|_write_file|write_file|async_save)$")
+_CKPT_FILES = ("checkpoint", "torch/serialization.py", "safetensors", "torch/distributed/"
+               "checkpoint")
+_COLLECTIVE = re.compile(r"(^|\.)(all_reduce|all_gather\w*|reduce_scatter\w*|broadcast\w*|"
+                         r"barrier|monitored_barrier|all_to_all\w*|reduce|gather|scatter|send|"
+                         r"recv|isend|irecv|_allgather_base|_reduce_scatter_base|wait)$")
+_KERNEL = re.compile(r"(^|\.)(synchronize|item|tolist|cpu|wait_stream|_local_scalar_dense)$")
+_GEN_FILES = ("vllm/", "sglang/", "generate", "rollout")
+_WG_FILES = ("verl/single_controller/",)
+_RAY_GET = re.compile(r"(^|\.)(get|get_objects|wait)$")
+#: Libraries whose innermost frame means the process computes (on the GPU, mostly).
+_COMPUTE = frozenset(("torch", "vllm", "sglang", "triton", "flash_attn", "megatron",
+                      "transformers", "tensordict"))
+_TITLE = re.compile(r"^ray::(?P<cls>[A-Za-z_]\w*)(?:\.(?P<method>[A-Za-z_]\w*))?")
+
+#: verl worker-group methods -> the phase they run.
+METHOD_PHASES: dict[str, str] = {
+    "generate_sequences": "gen", "compute_log_prob": "old_log_prob",
+    "compute_ref_log_prob": "ref", "compute_values": "values", "update_actor": "update_actor",
+    "update_critic": "update_critic", "compute_rm_score": "reward",
+    "save_checkpoint": "save_checkpoint", "update_weights": "reshard", "sync_weights": "reshard"}
+#: Actor classes by role.
+ROLES: dict[str, str] = {
+    "TaskRunner": "driver", "TaskRunnerV1": "driver", "main_task": "driver",
+    "FullyAsyncTrainer": "trainer", "FullyAsyncRollouter": "rollouter",
+    "SeparateAsyncTrainer": "trainer", "WorkerDict": "worker", "RewardLoopWorker": "reward",
+    "AgentLoopWorker": "agent_loop", "MessageQueue": "queue", "ReplayBuffer": "queue"}
+
+
+@dataclass(frozen=True)
+class Thread:
+    """One thread's frames, innermost first."""
+
+    tid: str
+    name: str
+    active: bool
+    frames: tuple[Frame, ...]
+
+
+@dataclass(frozen=True)
+class Dump:
+    """One py-spy dump: the process and its threads."""
+
+    pid: int | None
+    title: str
+    threads: tuple[Thread, ...]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where one process is (``place`` from the constants above)."""
+
+    pid: int | None
+    role: str
+    place: str
+    phase: str = ""
+    frame: Frame | None = None  # the deepest frame in the user's or verl's own code
+    detail: str = ""  # e.g. the worker-group method, "an HTTP answer (requests)"
+    node: str = ""
+    thread: str = ""
+
+    @property
+    def stuck(self) -> bool:
+        """True for a place that means the job cannot go on by itself."""
+        return self.place in STUCK
+
+    def describe(self) -> str:
+        """One clause: who (role, PID, node), what it does, and its frame."""
+        who = f"the {self.role}" if self.role else "a process"
+        ids = ", ".join(x for x in (f"PID {self.pid}" if self.pid else "",
+                                    f"node {self.node}" if self.node else "") if x)
+        text = f"{who} ({ids})" if ids else who
+        text += f" {PLACE_WORDS.get(self.place, self.place)}"
+        if self.detail:
+            text += f" {self.detail}"
+        if self.phase:
+            text += f" [phase {self.phase}]"
+        if self.frame is not None:
+            text += f", at {self.frame.name} ({self.frame.filename}:{self.frame.line})"
+        return text
+
+    def to_dict(self) -> dict:
+        """Plain data for an event."""
+        return {"pid": self.pid, "role": self.role, "place": self.place, "phase": self.phase,
+                "frame": str(self.frame) if self.frame else "", "detail": self.detail,
+                "node": self.node, "stuck": self.stuck}
+
+
+PLACE_WORDS: dict[str, str] = {
+    REWARD: "is scoring rewards", WORKER_CALL: "waits on a worker-group call",
+    HTTP: "waits for an HTTP answer", REPLAY: "waits in a replay buffer / transfer queue",
+    DATALOADER: "waits in the data loader", CHECKPOINT: "is in checkpoint I/O",
+    VALIDATION: "is validating", GENERATION: "is generating", COLLECTIVE: "waits in a collective",
+    KERNEL: "computes or waits on its GPU (in a kernel)", RAY_IDLE: "is idle in Ray's task loop",
+    METHOD: "runs a worker method that does not return", UNKNOWN: "is somewhere unrecognised"}
+
+
+def parse(text: str) -> Dump:
+    """Every thread of one py-spy text dump (a header-less dump has pid None)."""
+    pid, title = None, ""
+    threads: list[Thread] = []
+    cur: list[Frame] | None = None
+    meta: tuple[str, str, bool] = ("", "", False)
+    for line in text.splitlines():
+        h = _HEADER.match(line)
+        if h:
+            pid, title = int(h.group("pid")), h.group("cmd").strip()
+            continue
+        t = _THREAD.match(line)
+        if t:
+            if cur is not None:
+                threads.append(Thread(meta[0], meta[1], meta[2], tuple(cur)))
+            cur = []
+            meta = (t.group("tid"), t.group("name") or "", "active" in t.group("state"))
+            continue
+        m = _FRAME.match(line)
+        if m and cur is not None:
+            cur.append(Frame(m.group("name"), m.group("file"), int(m.group("line"))))
+    if cur is not None:
+        threads.append(Thread(meta[0], meta[1], meta[2], tuple(cur)))
+    return Dump(pid, title, tuple(threads))
+
+
+def role_of(title: str, fallback: str = "") -> tuple[str, str]:
+    """(role, running method) from a Ray process title (``ray::WorkerDict.generate_sequences``)."""
+    m = _TITLE.match(title.strip())
+    if not m:
+        return fallback, ""
+    cls = m.group("cls")
+    method = m.group("method") or ""
+    if cls == "IDLE":
+        return "idle", ""
+    return ROLES.get(cls, cls), method if method not in ("run", "__init__") else ""
+
+
+def _top(filename: str) -> str:
+    name = filename.replace("\\", "/").lstrip("./")
+    if name.startswith("<"):
+        return "<frozen"
+    first = name.split("/", 1)[0]
+    return first[:-3] if first.endswith(".py") else first
+
+
+def is_own(frame: Frame) -> bool:
+    """True for a frame in the user's or verl's code (not a library or the standard library)."""
+    path = frame.filename.replace("\\", "/")
+    if "verl" in path.split("/")[:-1]:
+        return True
+    if "site-packages/" in path or "dist-packages/" in path or "/lib/python3" in path:
+        return False
+    top = _top(path)
+    return top not in LIBRARIES and top not in _STDLIB
+
+
+def own_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The deepest (innermost) own frame, else the innermost frame."""
+    for fr in frames:
+        if is_own(fr):
+            return fr
+    return frames[0] if frames else None
+
+
+def _method_phase(method: str) -> str:
+    for key, phase in METHOD_PHASES.items():
+        if method.endswith(key):
+            return phase
+    return ""
+
+
+def _leaf(frames: Sequence[Frame]) -> str:
+    """What the innermost frames block in: http, collective, kernel or ''."""
+    for fr in frames[:6]:
+        if any(p in fr.filename for p in _HTTP_FILES):
+            return HTTP
+        if _COLLECTIVE.search(fr.name) and "torch/distributed" in fr.filename:
+            return COLLECTIVE
+        if _KERNEL.search(fr.name) and ("torch/" in fr.filename or "cuda" in fr.filename):
+            return KERNEL
+    if frames and frames[0].filename.endswith("socket.py") and _HTTP_LEAF.search(frames[0].name):
+        return HTTP
+    return ""
+
+
+def _context(frames: Sequence[Frame]) -> str:
+    """The innermost recognised context of a thread (reward, data loader, ...), else ''."""
+    for fr in frames:
+        if _REPLAY.search(fr.name) or _REPLAY.search(fr.filename):
+            return REPLAY
+        if _DATA.search(fr.filename) or (_DATA_NAMES.search(fr.name) and "data" in fr.filename):
+            return DATALOADER
+        if _REWARD_NAMES.search(fr.name) or any(p in fr.filename for p in _REWARD_FILES):
+            return REWARD
+        if _CKPT_NAMES.search(fr.name) and (
+                any(p in fr.filename for p in _CKPT_FILES) or "checkpoint" in fr.name):
+            return CHECKPOINT
+        if any(p in fr.filename for p in _WG_FILES) or (
+                _RAY_GET.search(fr.name) and fr.filename.startswith("ray/")
+                and "worker.py" in fr.filename):
+            return WORKER_CALL
+        if fr.name.endswith("_validate"):
+            return VALIDATION
+        if any(p in fr.filename for p in _GEN_FILES[:2]):
+            return GENERATION
+    return ""
+
+
+def _only_ray(frames: Sequence[Frame]) -> bool:
+    return bool(frames) and all(_top(f.filename) in ("ray", "<frozen") or not is_own(f)
+                                for f in frames) and any(_top(f.filename) == "ray"
+                                                         for f in frames)
+
+
+def classify_thread(frames: Sequence[Frame], method: str = "") -> tuple[str, str, str]:
+    """(place, phase, detail) of one thread's frames (innermost first)."""
+    leaf = _leaf(frames)
+    ctx = _context(frames)
+    in_validate = any(f.name.endswith("_validate") for f in frames)
+    if ctx == REWARD:
+        detail = "(compute_score waits for an HTTP answer)" if leaf == HTTP else ""
+        return REWARD, "testing" if in_validate else "reward", detail
+    if ctx in (REPLAY, DATALOADER, CHECKPOINT):
+        return ctx, {CHECKPOINT: "save_checkpoint", REPLAY: "gen"}.get(ctx, ""), ""
+    if leaf == HTTP:
+        return HTTP, "gen", "(a rollout server or another service)"
+    if leaf == COLLECTIVE:
+        return COLLECTIVE, _method_phase(method), ""
+    if ctx == WORKER_CALL:
+        return WORKER_CALL, "testing" if in_validate else _method_phase(method), ""
+    if ctx == VALIDATION:
+        return VALIDATION, "testing", ""
+    if leaf == KERNEL:
+        return KERNEL, _method_phase(method), ""
+    if ctx == GENERATION:
+        return GENERATION, "gen", ""
+    if frames and _top(frames[0].filename) in _COMPUTE:
+        return KERNEL, _method_phase(method), ""
+    if _only_ray(frames):
+        return RAY_IDLE, "", ""
+    if method:
+        return METHOD, _method_phase(method), f"({method})"
+    return UNKNOWN, "", ""
+
+
+_RANK = {REWARD: 9, DATALOADER: 9, REPLAY: 9, CHECKPOINT: 8, HTTP: 8, COLLECTIVE: 7,
+         WORKER_CALL: 6, VALIDATION: 6, KERNEL: 5, GENERATION: 5, METHOD: 4, UNKNOWN: 2,
+         RAY_IDLE: 1}
+
+
+def classify(text: str, role: str = "", node: str = "", pid: int | None = None) -> Where:
+    """Where the process of one py-spy dump is: its most telling thread's place and frame.
+
+    ``role`` (driver, worker, ...) is taken from the Ray title in the dump's header when it
+    has one; the main thread is preferred unless it only idles in Ray's loop."""
+    dump = parse(text)
+    role, method = role_of(dump.title, ROLES.get(role, role))
+    pid = pid if pid is not None else dump.pid
+    best: tuple[int, Where] | None = None
+    for th in dump.threads:
+        if not th.frames:
+            continue
+        place, phase, detail = classify_thread(th.frames, method)
+        if place == WORKER_CALL and method:
+            detail = detail or f"({method})"
+        rank = _RANK.get(place, 0) + (1 if th.name == "MainThread" else 0)
+        frames = th.frames
+        if place == WORKER_CALL:  # the caller of the worker group, not its plumbing
+            frames = tuple(f for f in frames if not any(p in f.filename for p in _WG_FILES))
+        w = Where(pid, role, place, phase, own_frame(frames), detail, node, th.name)
+        if best is None or rank > best[0]:
+            best = (rank, w)
+    if best is None:
+        return Where(pid, role, UNKNOWN, node=node, detail="(py-spy printed no frame)")
+    return best[1]
+
+
+# ---------------------------------------------------------------------------- the verdict
+@dataclass
+class Verdict:
+    """One node's answer: is the job stuck, where, and who."""
+
+    stuck: bool
+    place: str
+    phase: str = ""
+    who: list[Where] = field(default_factory=list)
+    others: list[Where] = field(default_factory=list)
+    collective: bool = False  # some process waits in a collective
+
+    @property
+    def long_phase(self) -> bool:
+        """True when the job is in a long but healthy phase (validation, checkpoint, ...)."""
+        return not self.stuck and self.place in LONG_PHASES
+
+    def summary(self) -> str:
+        """One sentence for a flag's evidence (who and where, and whether NCCL is the cause)."""
+        if not self.who:
+            return "no process of the job could be read"
+        head = "; ".join(w.describe() for w in self.who[:3])
+        rest = [w for w in self.others if w.place != RAY_IDLE][:3]
+        idle = [w for w in self.others if w.place == RAY_IDLE]
+        if rest:
+            head += ". Also: " + "; ".join(w.describe() for w in rest)
+        if idle:
+            head += f". {len(idle)} worker(s) idle in Ray's task loop"
+        if not self.collective:
+            head += ". No rank waits in a collective: NCCL is not the cause"
+        return head + "."
+
+    def to_dict(self) -> dict:
+        """Plain data for the ``hang_dump`` event."""
+        return {"stuck": self.stuck, "place": self.place, "phase": self.phase,
+                "long_phase": self.long_phase, "collective": self.collective,
+                "who": [w.to_dict() for w in self.who],
+                "others": [w.to_dict() for w in self.others]}
+
+
+_DRIVERS = ("driver", "trainer", "rollouter")
+
+
+def judge(wheres: Iterable[Where]) -> Verdict:
+    """Compare one node's processes: the driver's place first, then the workers'."""
+    ws = [w for w in wheres if w.place != UNKNOWN or w.frame is not None]
+    if not ws:
+        return Verdict(False, UNKNOWN)
+    coll = [w for w in ws if w.place == COLLECTIVE]
+    drivers = [w for w in ws if w.role in _DRIVERS]
+    workers = [w for w in ws if w.role not in _DRIVERS]
+    collective = bool(coll)
+    if coll and len(coll) < len(workers):  # some wait in a collective, some do not
+        late = [w for w in workers if w.place != COLLECTIVE]
+        return Verdict(True, COLLECTIVE, coll[0].phase, late, coll + drivers, True)
+    for d in sorted(drivers, key=lambda w: -_RANK.get(w.place, 0)):
+        if d.place in (REWARD, HTTP, REPLAY, DATALOADER, CHECKPOINT, VALIDATION):
+            return Verdict(d.stuck, d.place, d.phase, [d], [w for w in ws if w is not d],
+                           collective)
+        if d.place == WORKER_CALL:
+            return _worker_call(d, workers, ws, collective)
+    busy = [w for w in workers if w.place in (METHOD, KERNEL, GENERATION, COLLECTIVE)]
+    if busy:
+        top = max(busy, key=lambda w: _RANK.get(w.place, 0))
+        return Verdict(top.stuck, top.place, top.phase, busy, drivers, collective)
+    top = max(ws, key=lambda w: _RANK.get(w.place, 0))
+    return Verdict(top.stuck, top.place, top.phase, [top], [w for w in ws if w is not top],
+                   collective)
+
+
+def _worker_call(d: Where, workers: list[Where], ws: list[Where], collective: bool) -> Verdict:
+    """The driver waits on a worker-group call: what its workers do says why."""
+    running = [w for w in workers if w.place != RAY_IDLE]
+    method = next((w.detail.strip("()") for w in running if w.detail), "")
+    phase = d.phase or _method_phase(method)
+    call = Where(d.pid, d.role, WORKER_CALL, phase, d.frame,
+                 f"({method})" if method else "", d.node, d.thread)
+    if not running and workers:
+        return Verdict(True, WORKER_CALL, phase, [call], workers, collective)
+    if any(w.place == METHOD for w in running):
+        stuck = [w for w in running if w.place == METHOD]
+        return Verdict(True, METHOD, phase, stuck, [call] + [w for w in ws if w not in stuck
+                                                               and w is not d], collective)
+    if running:
+        top = max(running, key=lambda w: _RANK.get(w.place, 0))
+        return Verdict(False, top.place if top.place in LONG_PHASES else GENERATION, phase,
+                       [call], running, collective)
+    return Verdict(False, WORKER_CALL, phase, [call], [], collective)

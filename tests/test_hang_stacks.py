@@ -1,0 +1,90 @@
+"""Real py-spy on real stand-in processes: the job's processes are found from the log's Ray
+prefixes and titles, stacked, judged, saved and read back (monitor/hang/stacks.py, procs.py),
+and the exporter's collector publishes the verdict."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from hang_standins import start_job, start_worker, stop, write_job_tree
+
+from monitor.hang.procs import find_job_processes, log_pids
+from monitor.hang.pyspy import find_pyspy
+from monitor.hang.stacks import read_stacks_dir, stack_round
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed")]
+
+
+def _wait_steps(log, pid: int, n: int) -> None:
+    deadline = time.monotonic() + 20
+    while log.read_text().count(f"(TaskRunner pid={pid}) step:") < n:
+        assert time.monotonic() < deadline, "the stand-in never logged its steps"
+        time.sleep(0.05)
+    time.sleep(0.5)  # past the last step: stuck now
+
+
+def _round(tmp_path, case: str, url: str = "", worker: bool | None = None):
+    root = write_job_tree(tmp_path / "job")
+    log = tmp_path / "train.log"
+    log.write_text("")
+    procs = [start_job(root, case, log, steps=2, step_s=0.1, url=url)]
+    if worker is not None:
+        procs.append(start_worker(root, log, busy=worker,
+                                  title="ray::WorkerDict.actor_rollout_generate_sequences"
+                                  if worker else "ray::WorkerDict"))
+    try:
+        _wait_steps(log, procs[0].pid, 2)
+        found = [p for p in find_job_processes([str(log)]) if p.pid in {q.pid for q in procs}]
+        got = stack_round(found, node="n0", save_dir=tmp_path / "stacks")
+    finally:
+        stop(procs)
+    if any("ptrace" in v for v in got.problems.values()):
+        pytest.skip(str(got.problems))
+    return procs, found, got, tmp_path / "stacks"
+
+
+def test_the_driver_stuck_in_compute_score_is_found_from_the_log_and_named(tmp_path):
+    procs, found, got, saved = _round(tmp_path, "reward", worker=False)
+    assert {(p.pid, p.role) for p in found} == {(procs[0].pid, "driver"),
+                                               (procs[1].pid, "worker")}
+    v = got.verdict
+    assert v.stuck and v.place == "reward" and v.who[0].pid == procs[0].pid
+    assert str(v.who[0].frame).startswith("normalize_final_answer (user_reward.py:")
+    assert "No rank waits in a collective" in v.summary()
+    ev = got.to_event(time.time(), "n0")
+    assert ev.data["where"]["place"] == "reward" and ev.data["culprits"][0]["pid"] == \
+        procs[0].pid
+    rounds = read_stacks_dir(saved)  # the saved dumps judge the same offline
+    assert len(rounds) == 1 and {w.place for w in rounds[0][1]} == {"reward", "ray_idle"}
+
+
+def test_a_reward_blocked_on_an_http_server_that_never_answers(tmp_path):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    try:
+        _, _, got, _ = _round(tmp_path, "http", url=f"http://127.0.0.1:{srv.getsockname()[1]}/")
+    finally:
+        srv.close()
+    w = got.verdict.who[0]
+    assert got.verdict.place == "reward" and "HTTP answer" in w.detail
+    assert w.frame.name == "compute_score"
+
+
+def test_a_blocked_data_loader_and_a_worker_method_that_never_returns(tmp_path):
+    _, _, data, _ = _round(tmp_path / "a", "data")
+    assert data.verdict.place == "dataloader"
+    assert data.verdict.who[0].frame.name == "BlockingDataset.__getitem__"
+    procs, _, held, _ = _round(tmp_path / "b", "worker", worker=True)
+    assert held.verdict.place == "method" and held.verdict.who[0].pid == procs[1].pid
+    assert held.verdict.who[0].frame.filename == "verl/workers/fsdp_workers.py"
+
+
+def test_prefixes_on_another_host_are_not_this_nodes():
+    text = "(TaskRunner pid=11) a\n(WorkerDict pid=12, ip=10.9.9.9) b\n(WorkerDict pid=13, ip=127.0.0.1) c"
+    assert log_pids(text) == {11: ("TaskRunner", ""), 12: ("WorkerDict", "10.9.9.9"),
+                              13: ("WorkerDict", "127.0.0.1")}
+    assert 12 not in {p.pid for p in find_job_processes([])}

@@ -1,0 +1,133 @@
+"""monitor/hang/where.py on real py-spy dumps of real stand-in processes (tests/fixtures/
+hang_where: the verl-shaped job of tests/hang_standins.py, dumped by py-spy 0.4.3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monitor.hang.dump import Frame
+from monitor.hang.where import (
+    Where,
+    classify,
+    is_own,
+    judge,
+    parse,
+    role_of,
+)
+
+FIX = Path(__file__).parent / "fixtures" / "hang_where"
+
+
+def _where(name: str) -> Where:
+    return classify((FIX / f"{name}.txt").read_text(), node="n0")
+
+
+def test_every_thread_and_the_ray_title_are_read():
+    d = parse((FIX / "driver_http.txt").read_text())
+    assert d.title.startswith("ray::TaskRunner.run") and d.pid is not None
+    assert d.threads[0].name == "MainThread" and d.threads[0].frames[0].name == \
+        "SocketIO.readinto"
+    assert role_of(d.title) == ("driver", "")
+    assert role_of("ray::WorkerDict.actor_rollout_generate_sequences") == (
+        "worker", "actor_rollout_generate_sequences")
+    assert role_of("ray::IDLE") == ("idle", "") and role_of("python train.py", "x") == ("x", "")
+
+
+def test_a_driver_stuck_in_compute_score_names_the_users_frame():
+    w = _where("driver_reward")
+    assert (w.role, w.place, w.phase, w.stuck) == ("driver", "reward", "reward", True)
+    assert (w.frame.name, w.frame.filename, w.frame.line) == (
+        "normalize_final_answer", "user_reward.py", 5)  # re.sub (stdlib) skipped
+    assert w.describe().startswith(f"the driver (PID {w.pid}, node n0) is scoring rewards")
+
+
+def test_a_reward_waiting_on_an_http_server_says_so():
+    w = _where("driver_http")
+    assert w.place == "reward" and "HTTP answer" in w.detail
+    assert w.frame.name == "compute_score"  # requests, urllib3, http.client skipped
+
+
+def test_a_data_loader_blocked_in_the_dataset():
+    w = _where("driver_data")
+    assert w.place == "dataloader" and w.stuck
+    assert w.frame.name == "BlockingDataset.__getitem__" and w.frame.filename == "user_dataset.py"
+
+
+def test_a_driver_waiting_on_a_worker_group_call_names_its_caller_not_the_plumbing():
+    w = _where("driver_worker")
+    assert w.place == "worker_call"
+    assert w.frame.filename == "job.py"  # verl/single_controller frames skipped
+
+
+def test_workers_idle_in_rays_loop_or_in_a_method_that_never_returns():
+    idle, method = _where("worker_idle"), _where("worker_method")
+    assert idle.place == "ray_idle" and not idle.stuck
+    assert method.place == "method" and method.phase == "gen" and method.stuck
+    assert method.frame.filename == "verl/workers/fsdp_workers.py"
+
+
+def test_judge_the_driver_scoring_is_the_answer_and_nccl_is_ruled_out():
+    v = judge([_where("driver_reward"), _where("worker_idle")])
+    assert v.stuck and v.place == "reward" and v.who[0].role == "driver"
+    text = v.summary()
+    assert "normalize_final_answer (user_reward.py:5)" in text
+    assert "1 worker(s) idle in Ray's task loop" in text
+    assert "No rank waits in a collective: NCCL is not the cause" in text
+
+
+def test_judge_a_worker_call_that_no_worker_runs_or_a_method_that_never_returns():
+    lost = judge([_where("driver_worker"), _where("worker_idle")])
+    assert lost.stuck and lost.place == "worker_call"
+    held = judge([_where("driver_worker"), _where("worker_method")])
+    assert held.stuck and held.place == "method" and held.who[0].role == "worker"
+    assert held.phase == "gen"
+
+
+def _frames(*specs: tuple[str, str]) -> str:
+    body = "\n".join(f"    {n} ({f}:{i + 1})" for i, (n, f) in enumerate(specs))
+    return f'Process 7: ray::TaskRunner.run x\nThread 7 (idle): "MainThread"\n{body}\n'
+
+
+def test_long_healthy_phases_are_not_stuck():
+    ckpt = classify(_frames(("_save", "torch/serialization.py"), ("save", "torch/serialization.py"),
+                            ("save_checkpoint", "verl/utils/checkpoint/fsdp_checkpoint_manager.py"),
+                            ("RayPPOTrainer._save_checkpoint", "verl/trainer/ppo/ray_trainer.py"),
+                            ("RayPPOTrainer.fit", "verl/trainer/ppo/ray_trainer.py")))
+    assert ckpt.place == "checkpoint" and not ckpt.stuck and ckpt.phase == "save_checkpoint"
+    val = classify(_frames(("get", "ray/_private/worker.py"),
+                           ("func_generator.<locals>.Functor.__call__",
+                            "verl/single_controller/ray/base.py"),
+                           ("RayPPOTrainer._validate", "verl/trainer/ppo/ray_trainer.py")))
+    assert val.place == "worker_call" and val.phase == "testing"
+    gen = classify("Process 8: ray::WorkerDict.actor_rollout_generate_sequences\n"
+                   'Thread 8 (active): "MainThread"\n    step (vllm/engine/llm_engine.py:1)\n'
+                   "    generate (vllm/entrypoints/llm.py:2)\n")
+    v = judge([val, gen])
+    assert not v.stuck and v.long_phase and v.place == "generation"
+
+
+def test_a_rank_outside_the_collective_the_others_wait_in_is_named():
+    coll = ('Process 9: ray::WorkerDict.actor_rollout_update_actor\nThread 9 (idle): "MainThread"\n'
+            "    all_reduce (torch/distributed/distributed_c10d.py:1)\n"
+            "    clip_grad_norm_ (verl/workers/actor/dp_actor.py:2)\n")
+    late = ('Process 10: ray::WorkerDict.actor_rollout_update_actor\n'
+            'Thread 10 (idle): "MainThread"\n    __getitem__ (my_data.py:3)\n')
+    v = judge([classify(coll), classify(late)])
+    assert v.stuck and v.place == "collective" and v.collective
+    assert [w.pid for w in v.who] == [10]
+    assert "No rank waits" not in v.summary()
+
+
+def test_own_code_is_the_users_or_verls_not_libraries_or_stdlib():
+    assert is_own(Frame("f", "verl/trainer/ppo/ray_trainer.py", 1))
+    assert is_own(Frame("f", "/usr/lib/python3.12/site-packages/verl/x.py", 1))
+    assert is_own(Frame("compute_score", "my_reward.py", 1))
+    assert not is_own(Frame("get", "ray/_private/worker.py", 1))
+    assert not is_own(Frame("wait", "threading.py", 1))
+    assert not is_own(Frame("post", "requests/api.py", 1))
+
+
+def test_an_empty_or_foreign_text_is_unknown_in_words():
+    w = classify("Error: Failed to find python version from target process")
+    assert w.place == "unknown" and "no frame" in w.detail
+    assert not judge([w]).stuck
