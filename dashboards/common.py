@@ -22,6 +22,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards.escape import escape_markdown
+from monitor.config import Config
 from monitor.records import Flag, StepRecord
 from monitor.sources import MetricSource, SourceError, SourceStatus, open_source, steps_to_frame
 
@@ -318,12 +319,50 @@ def _last_steps(key: str, start: float, end: float,
 ATTRIB_STEPS = 20
 
 
+def config_path() -> str | None:
+    """The ``--config`` file given to ``verl-monitor dashboard`` (``VERLMON_CONFIG``), if any."""
+    return os.environ.get("VERLMON_CONFIG") or None
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=8)
+def _run_config(key: str, path: str | None, stamp: tuple) -> Config:
+    from monitor.config import load_config
+
+    if path:
+        return load_config(path)
+    cfg = source_config()
+    if cfg.store and not cfg.prometheus and os.path.exists(cfg.store):
+        from monitor.store.runstore import RunStore
+
+        try:
+            with RunStore(cfg.store, create=False) as rs:
+                saved = rs.meta().get("config")
+        except Exception:  # noqa: BLE001 - an unreadable meta falls back to the defaults
+            saved = None
+        if isinstance(saved, dict):
+            base = load_config()
+            return Config({**base, **saved})
+    return load_config()
+
+
+def run_config() -> Config:
+    """The config every analysis on the pages runs under, the one the exporter and ``analyze``
+    use: ``dashboard --config FILE``, else the config the exporter saved in its store (its own
+    ``--config``), else the packaged defaults. So a ``goodput:`` override moves the bar, the
+    goodput figure and ``verlmon_gpu_seconds_total`` alike."""
+    path = config_path()
+    return _run_config(key(), path, () if path else store_stamp())
+
+
 def _attribution_samples(key: str, steps: list[StepRecord], start: float, end: float,
                          node: str | None, fleet: bool) -> pd.DataFrame:
     """GPU samples (or the mean across GPUs when ``fleet``) over the steps, at the sampling
-    resolution; Prometheus values are moved to the middle of their interval."""
+    resolution (every sample of a store, as ``analyze`` reads them from its export);
+    Prometheus values are moved to the middle of their interval."""
     a_start = max(min(s.end_time - (s.total or 0) for s in steps if s.end_time) - 1, start)
     points = int(max(end - a_start, 1.0)) + 1
+    if not fleet and get_source().kind != "prometheus":
+        points *= 8  # a store returns its samples as they are below this (0.125 s apart)
     if fleet:
         frame = load_fleet(key, a_start, end, points, node)
         frame = frame.rename(columns={"util_mean": "util", "sm_active_mean": "sm_active"})
@@ -346,14 +385,28 @@ def load_attribution(key: str, start: float, end: float, last_step_end: float,
     sample counts and withheld phases); with ``fleet`` for the mean across GPUs (one row per
     phase, cheap on any cluster). Recomputed only when a new step has arrived
     (``last_step_end`` is part of the key). See :func:`_last_steps` for ``_steps_end``."""
-    from monitor.analysis.attribution import attribute, phase_summary
+    from monitor.analysis.run_analysis import RunAnalysis
 
-    recent = _last_steps(key, start, end, _steps_end)[-n_steps:]
-    recent = [s for s in recent if s.end_time is not None]
+    recent = _analysis_steps(key, start, end, _steps_end)[-n_steps:]
     if not recent:
         return pd.DataFrame()
     samples = _attribution_samples(key, recent, start, end, node, fleet)
-    return phase_summary(attribute(recent, samples))
+    return RunAnalysis(recent, samples, config=run_config()).phase_summary()
+
+
+def _analysis_steps(key: str, start: float, end: float,
+                    steps_end: float | None) -> list[StepRecord]:
+    """The timed steps of ``[start, end]`` with their metrics (the analyses read the trainer
+    mode, the weight sync's timer and the response lengths from them), as ``analyze`` sees
+    them; read through one cached query per new step."""
+    return [s for s in _full_steps(key, start, steps_end if steps_end is not None else end)
+            if s.end_time is not None and s.end_time <= end]
+
+
+@_snap
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=16)
+def _full_steps(key: str, start: float | None, end: float | None) -> list[StepRecord]:
+    return get_source().steps(start, end)
 
 
 @_snap
@@ -398,17 +451,6 @@ def withheld_text(summary: pd.DataFrame) -> str:
                      for p, n in counts.items())
 
 
-#: The flag kind that names each goodput cause (the Overview links the top loss to it).
-CAUSE_FLAGS: dict[str, tuple[str, ...]] = {
-    "data_loading": ("io_starvation",), "rollout_long_tail": ("rollout_long_tail",),
-    "straggler_wait": ("gpu_imbalance", "GPUStraggler", "NodeImbalance"),
-    "weight_sync": ("reshard_spike",),
-    "communication": ("comm_heavy",), "cpu_phases": ("phase_imbalance",),
-    "low_activity": ("low_utilization", "util_overstates_sm"),
-    "restarts": ("fatal_error", "oom", "stalled"),
-}
-
-
 @_snap
 @st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
 def load_goodput(key: str, start: float, end: float, last_step_end: float,
@@ -416,9 +458,9 @@ def load_goodput(key: str, start: float, end: float, last_step_end: float,
     """The goodput ledger (``monitor.analysis.goodput.ledger``) of the last ``n_steps`` steps,
     per step and GPU (the mean across GPUs from Prometheus, cheap on any cluster). Recomputed
     only when a new step has arrived."""
-    from monitor.analysis.goodput import ledger
+    from monitor.analysis.run_analysis import RunAnalysis
 
-    recent = [s for s in _last_steps(key, start, end, _steps_end) if s.end_time is not None]
+    recent = _analysis_steps(key, start, end, _steps_end)
     recent = recent[-(n_steps + 1):]  # one more: the first step's wall time starts at it
     if len(recent) < 2:
         return pd.DataFrame()
@@ -426,7 +468,8 @@ def load_goodput(key: str, start: float, end: float, last_step_end: float,
     samples = _attribution_samples(key, recent, start, end, None, fleet)
     if samples is None or len(samples) == 0:
         return pd.DataFrame()
-    led = ledger(recent, samples)
+    flags = load_flags(key, False, recent[0].end_time, end)
+    led = RunAnalysis(recent, samples, config=run_config(), flags=flags).ledger()
     return led[led["step"] != recent[0].step] if len(led) else led
 
 

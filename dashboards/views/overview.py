@@ -14,7 +14,8 @@ from dashboards.escape import escape_markdown
 from dashboards.gpu_time import gpu_time_segments, stacked_bar_html
 from dashboards.html_blocks import Stat, inline_html, stat_row_html
 from dashboards.sparkline import Line, trend_html
-from monitor.analysis.goodput import totals
+from monitor.analysis.goodput import CAUSE_TEXT, cause_line, totals
+from monitor.analysis.run_analysis import FLAG_CAUSES, rank_problems
 from monitor.records import SEVERITIES
 
 settings = common.settings()
@@ -54,7 +55,9 @@ def gpu_time(df: pd.DataFrame, summary: pd.DataFrame, n_steps: int) -> tuple[dic
         seconds["other"] = total - known
     util: dict[str, float] = {}
     if summary is not None and len(summary):
-        util = {str(r.phase): float(r.util_mean) for r in summary.itertuples()}
+        # the mean GPU: per-GPU rows (a store, as analyze reads it) or one fleet row per phase
+        means = summary.groupby("phase", sort=False)["util_mean"].mean()
+        util = {str(p): float(v) for p, v in means.items()}
     return seconds, util
 
 
@@ -133,23 +136,74 @@ def counter_summary(key: str, recent: pd.DataFrame, last_end: float) -> pd.DataF
 
 
 def top_loss(good: dict | None, flags: list) -> str:
-    """"Top loss: **cause**, N% of the GPU-seconds - flagged as `kind`: advice" (Markdown;
-    "" without a loss)."""
+    """"Top loss: **cause**, N% of the GPU-seconds (what it is; what to do) - flagged as
+    `kind`: advice" (Markdown; "" without a loss). ``restarts`` is named only where the
+    ledger booked some (an exporter that never restarted has none)."""
     if not good:
         return ""
-    lost = sorted(good["lost"].items(), key=lambda kv: -kv[1])
+    lost = sorted(((c, v) for c, v in good["lost"].items() if v > 0), key=lambda kv: -kv[1])
     total = good["gpu_seconds_total"] or 0.0
-    if not lost or total <= 0 or lost[0][1] <= 0:
+    if not lost or total <= 0:
         return ""
     cause, secs = lost[0]
+    what, todo = CAUSE_TEXT.get(cause, ("", ""))
     text = f"Top loss: **{cause}**, {secs / total * 100:.0f}% of the GPU-seconds"
-    named = [f for f in flags if f.kind in common.CAUSE_FLAGS.get(cause, ())]
+    if what:
+        text += f" ({escape_markdown(what)}" + (f"; {escape_markdown(todo)})" if todo else ")")
+    named = [f for f in flags if f.kind in FLAG_KINDS_OF.get(cause, ())]
     if named:
         f = top_flag(named)
         text += f" - flagged as `{f.kind}`"
         if f.advice:
-            text += f": {f.advice[0]}"
+            text += f": {escape_markdown(f.advice[0])}"
     return text
+
+
+#: The flag kinds that name each ledger cause (``run_analysis.FLAG_CAUSES`` turned round).
+FLAG_KINDS_OF: dict[str, tuple[str, ...]] = {}
+for _kind, _causes in FLAG_CAUSES.items():
+    for _cause in _causes:
+        FLAG_KINDS_OF[_cause] = (*FLAG_KINDS_OF.get(_cause, ()), _kind)
+
+
+def causes_markdown(good: dict) -> str:
+    """Each cause the ledger booked, largest first, in one line: what it is, what to do."""
+    secs = {"productive": good["productive"], **good["lost"], "unattributed": good["unattributed"]}
+    total = good["gpu_seconds_total"] or 0.0
+    lines = [f"- **{c}** {v / total * 100:.0f}%: {escape_markdown(cause_line(c).partition(': ')[2])}"
+             for c, v in sorted(secs.items(), key=lambda kv: -kv[1]) if v > 0 and total > 0]
+    return "\n".join(lines)
+
+
+def health_banner(flags: list, good: dict | None, healthy_share: float) -> tuple[str, str]:
+    """The banner's kind (``success``, ``warning``, ``error``) and words: "Healthy" only with
+    no open flag and a goodput of at least ``healthy_share`` (the SM activity the
+    ``low_utilization`` detector calls healthy), else what is open or what the GPU time is
+    lost to."""
+    if flags:
+        by_sev = {s: sum(1 for f in flags if f.severity == s) for s in reversed(SEVERITIES)}
+        words = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
+        worst = "error" if any(f.severity == "critical" for f in flags) else "warning"
+        return worst, f"Needs attention: {len(flags)} open flag(s) ({words})."
+    share = None if not good else good.get("goodput_share")
+    if share is not None and share < healthy_share:
+        lost = sorted(((c, v) for c, v in good["lost"].items() if v > 0), key=lambda kv: -kv[1])
+        top = f"; the largest loss is {lost[0][0]}" if lost else ""
+        return "warning", (f"No open flag, but goodput is {share * 100:.0f}% of the GPU time, "
+                           f"under the {healthy_share * 100:.0f}% the low_utilization detector "
+                           f"calls healthy{top} (below).")
+    return "success", "Healthy: no open flag; every detector is quiet."
+
+
+def top_problem(flags: list, led: pd.DataFrame) -> object:
+    """The open flag to act on first, as ``analyze`` and wandb name it: the most severe, then
+    the one that costs the most GPU time in the ledger (with the flags it explains), else
+    :func:`top_flag`'s order."""
+    if not flags:
+        return None
+    if not len(led):
+        return top_flag(flags)
+    return rank_problems(flags, led, common.run_config().section("suppress"))[0]["flag"]
 
 
 @common.live_panel(settings)
@@ -158,19 +212,7 @@ def live(start: float, end: float, key: str) -> None:
     df = common.load_steps_frame(key, start, end)
     window_flags = common.load_flags(key, False, start, end)
     flags = common.open_flags(window_flags)
-    top = top_flag(flags)
     pending = common.load_pending(key, start, end)
-    # 1. is the run healthy?
-    if top is None:
-        st.success("Healthy: no open flag; every detector is quiet.", icon=":material/check_circle:")
-    else:
-        by_sev = {s: sum(1 for f in flags if f.severity == s) for s in reversed(SEVERITIES)}
-        words = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
-        box = st.error if top.severity == "critical" else st.warning
-        box(f"Needs attention: {len(flags)} open flag(s) ({words}).", icon=":material/warning:")
-    if pending:
-        st.info(pending_note(pending), icon=":material/hourglass_top:")
-    # the headline figures, the goodput of the last steps among them
     n_steps = min(len(df), common.ATTRIB_STEPS)
     # the last steps' figures are read up to the last step's end: samples after it change
     # nothing, so a refresh without a new step reuses the cached answers
@@ -180,6 +222,15 @@ def live(start: float, end: float, key: str) -> None:
     if last_end is not None:
         led = common.load_goodput(key, start, min(end, last_end), last_end, _steps_end=end)
     good = totals(led) if len(led) else None
+    top = top_problem(flags, led)
+    # 1. is the run healthy?
+    healthy = common.run_config().get_float("low_utilization.threshold", 70.0) / 100.0
+    kind, words = health_banner(flags, good, healthy)
+    icon = ":material/check_circle:" if kind == "success" else ":material/warning:"
+    getattr(st, kind)(words, icon=icon)
+    if pending:
+        st.info(pending_note(pending), icon=":material/hourglass_top:")
+    # the headline figures, the goodput of the last steps among them
     st.html(stat_row_html(headline(df, flags, good)))
 
     # 2. where the GPU time goes
@@ -187,9 +238,11 @@ def live(start: float, end: float, key: str) -> None:
     step_util = None
     if last_end is not None:
         summary = counter_summary(key, df.tail(n_steps), last_end)
-        if summary.empty:  # a store (1 s samples), or exporters without per-phase counters
+        if summary.empty:  # a store (every GPU's samples, as analyze reads its export), or
+            # exporters without per-phase counters (the mean across GPUs from Prometheus)
+            fleet = common.get_source().kind == "prometheus"
             summary = common.load_attribution(key, start, min(end, last_end), last_end,
-                                              fleet=True, _steps_end=end)
+                                              fleet=fleet, _steps_end=end)
         if summary.empty or (summary["withheld"] != "").any():
             step_util = common.load_steps_util(key, start, min(end, last_end), last_end,
                                                _steps_end=end)
@@ -223,6 +276,7 @@ def live(start: float, end: float, key: str) -> None:
             st.html(throughput_html(df))
         elif good:
             common.chart("goodput_bars", led, key="ov_goodput")
+            st.markdown(causes_markdown(good))
         else:
             st.info("No goodput ledger yet: it needs two finished steps with GPU samples.")
     st.page_link("views/steps.py", label="Seconds per phase, per step, on Steps & phases",

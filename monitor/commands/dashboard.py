@@ -19,6 +19,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from monitor.urls import redact
+
 DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
 
@@ -136,7 +138,7 @@ def prometheus_problem(url: str | None, timeout: float | None = None) -> str | N
     if url is not None:
         problem = url_problem(url)
         if problem:
-            return f"--prometheus {url!r}: {problem}"
+            return f"--prometheus {redact(url)!r}: {problem}"
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         return f"--prometheus-timeout {timeout:g}: must be a positive number of seconds"
     return None
@@ -184,7 +186,8 @@ def register(subparsers: Any) -> None:
     src.add_argument("--store", metavar="PATH",
                      help="run store (SQLite) written by `verl-monitor exporter --store`")
     src.add_argument("--prometheus", metavar="URL",
-                     help="Prometheus base URL, e.g. http://localhost:9090")
+                     help="Prometheus base URL, e.g. http://localhost:9090 (USER:PASS@ in it "
+                     "is sent as basic authentication and shown nowhere)")
     parser.add_argument("--job", metavar="NAME",
                         help="with --prometheus: only read this scrape job (default: all)")
     parser.add_argument("--prometheus-timeout", type=float, metavar="SECONDS",
@@ -195,6 +198,11 @@ def register(subparsers: Any) -> None:
                         help=f"port to serve the app on (default {DEFAULT_PORT})")
     parser.add_argument("--address", default=DEFAULT_ADDRESS,
                         help=f"address to bind (default {DEFAULT_ADDRESS}; 0.0.0.0 for all)")
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="YAML overriding thresholds, as given to the exporter and "
+                        "analyze: the goodput ledger and the GPU-time bar use its goodput: "
+                        "section (default: the config the exporter saved in --store, else "
+                        "the built-in one)")
     parser.add_argument("--wait", action="store_true",
                         help="start even if the store does not exist yet (the app shows "
                         "'store missing' until the exporter creates it)")
@@ -218,6 +226,15 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"verl-monitor dashboard: {problem}", file=sys.stderr)
         return 2
+    if getattr(args, "config", None):
+        from monitor.config import ConfigError, load_config
+
+        try:
+            load_config(args.config)
+        except ConfigError as exc:
+            print(f"verl-monitor dashboard: --config {exc}", file=sys.stderr)
+            return 2
+        os.environ["VERLMON_CONFIG"] = str(Path(args.config).resolve())  # read by the app
     if not 0 < args.port < 65536:
         print(f"verl-monitor dashboard: bad --port {args.port}", file=sys.stderr)
         return 2
@@ -240,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"verl-monitor dashboard: the app did not start on {url}: {why}",
                   file=sys.stderr)
             return 1
-        source = args.prometheus or str(Path(args.store).resolve())
+        source = redact(args.prometheus) if args.prometheus else str(Path(args.store).resolve())
         print(f"verl-monitor dashboard: serving {url} (source {source}); Ctrl-C stops",
               flush=True)
         return 0 if proc.wait() in (0, -signal.SIGTERM, -signal.SIGINT) else 1
