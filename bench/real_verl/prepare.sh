@@ -13,7 +13,7 @@ VERL_GIT=${VERL_GIT:-/work/.mirror/volcengine+verl/repo}
 VERL_COMMIT=${VERL_COMMIT:-4c3310db}
 PY=${PY:-python3}
 
-for p in /.whl/ /.verl_src/; do
+for p in /.whl/ /.verl_src/ /.vm_snapshot/; do
   grep -qxF "$p" .git/info/exclude 2>/dev/null || echo "$p" >> .git/info/exclude
 done
 mkdir -p .whl
@@ -51,11 +51,16 @@ grep -rl AutoModelForVision2Seq .verl_src/verl | xargs sed -i \
   's/AutoModelForVision2Seq/AutoModelForImageTextToText/g'
 git --git-dir="$VERL_GIT" rev-parse "$VERL_COMMIT" > .verl_src/COMMIT
 
+# the monitor as committed (HEAD): other work in progress in this tree does not travel
+rm -rf .vm_snapshot && mkdir -p .vm_snapshot
+git archive HEAD monitor exporters | tar -x -C .vm_snapshot
+git rev-parse HEAD > .vm_snapshot/COMMIT
+
 echo "wheels: $(du -sh .whl | cut -f1)  verl: $(du -sh .verl_src | cut -f1)"
 tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null \
             | tail -1 | cut -f1)
-carried=$(du -cb .whl .verl_src | tail -1 | cut -f1)
+carried=$(du -cb .whl .verl_src .vm_snapshot | tail -1 | cut -f1)
 total=$(( tracked + ${untracked:-0} + carried ))
 echo "travels: tracked $((tracked>>20)) MiB + untracked $((${untracked:-0}>>20)) MiB" \
      "+ carried $((carried>>20)) MiB = $((total>>20)) MiB (limit 64)"

@@ -33,6 +33,8 @@ from cases import BY_NAME, CASES, HERE, Case, environment, overrides  # noqa: E4
 from stacks import StackSampler  # noqa: E402
 
 REPO = HERE.parent.parent
+#: the monitor's code as committed (prepare.sh), so others' unfinished edits do not travel
+CODE = REPO / ".vm_snapshot" if (REPO / ".vm_snapshot" / "monitor").is_dir() else REPO
 STEP_LINE = re.compile(r"step:(\d+) - ")
 
 
@@ -55,7 +57,7 @@ def blackhole_server(port: int) -> threading.Thread:
 
 
 def pythonpath(case: Case) -> str:
-    parts = [str(REPO), str(REPO / ".verl_src"), str(HERE / "shim"), "/tmp/site"]
+    parts = [str(CODE), str(REPO / ".verl_src"), str(HERE / "shim"), "/tmp/site"]
     if case.hooks:
         parts.insert(0, str(HERE / "hooks"))
     old = os.environ.get("PYTHONPATH", "")
@@ -160,7 +162,7 @@ def run_case(case: Case, root: Path, data: Path) -> dict:
 def finish_case(case: Case, root: Path, timing: dict) -> None:
     """Export the store, analyze the log, write meta.json."""
     work = root / case.name
-    env = {**os.environ, "PYTHONPATH": f"{REPO}:/tmp/site"}
+    env = {**os.environ, "PYTHONPATH": f"{CODE}:/tmp/site"}
     exp = work / "export"
     if (work / "store.db").exists():
         subprocess.run([sys.executable, "-m", "monitor", "export", str(work / "store.db"),
@@ -179,11 +181,16 @@ def finish_case(case: Case, root: Path, timing: dict) -> None:
     commit = (REPO / ".verl_src" / "COMMIT")
     meta = {"case": case.name, "what": case.what, "verl_commit":
             commit.read_text().strip() if commit.exists() else "4c3310db",
-            "verl_version": "0.5.0.dev", "rollout": "hf", "gpus": 1, "gpu": "NVIDIA H200",
+            "verl_version": "0.5.0.dev", "monitor_commit": _monitor_commit(), "rollout": "hf", "gpus": 1, "gpu": "NVIDIA H200",
             "model": case.model, "steps": case.steps, "fault_step": case.fault_step,
             "knobs": list(case.knobs), "reward": case.reward, "env": case.env,
             "expect": list(case.expect), "injected": markers, **timing}
     (work / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def _monitor_commit() -> str:
+    f = CODE / "COMMIT"
+    return f.read_text().strip() if f.exists() else "working tree"
 
 
 def pack(root: Path, out: Path) -> None:
