@@ -27,6 +27,8 @@ WANDB_ALERTS = "verlmon_wandb_alerts_total"  # counter {outcome}: run.alert sent
 LOG_DROPPED = "verlmon_log_dropped_lines_total"  # counter {log}: lines over the length cap
 LOG_UNRECOVERED = "verlmon_log_unrecovered_total"  # counter {log}: saved positions whose file
 #   was rotated away or truncated while the exporter was down, with no copy found
+LOG_ANOMALIES = "verlmon_log_anomalies_total"  # counter {log, reason}: what would have lost or
+#   replaced a record, handled: step_time_clash, rewritten, not_regular, bad_timestamp
 DETECTOR_ERRORS = "verlmon_detector_errors_total"  # counter {detector}: detector exceptions
 HTTP_CONNECTIONS = "verlmon_http_connections"  # gauge: open now
 HTTP_CONNECTIONS_CLOSED = "verlmon_http_connections_closed_total"  # counter {reason}

@@ -304,3 +304,105 @@ def test_a_log_in_a_missing_folder_is_reported_every_poll(tmp_path):
     for _ in range(2):
         assert not col.sample_once()
         assert "does not exist" in col.last_error
+
+
+# --- every step record kept once, whatever the log did (issue 30 row 2) ----------------------
+
+
+def resumed_log(path):
+    """Steps 1-10, a checkpoint resume at 5, then steps 6-15 again with other values."""
+    path.write_text("".join(line(i) for i in range(1, 11)) + "Setting global step to 5\n"
+                    + "".join(line(i, gen=11.0, total=21.0) for i in range(6, 16)))
+
+
+def test_a_first_start_on_a_log_holding_a_resume_stores_all_twenty_steps(tmp_path):
+    log = tmp_path / "train.log"
+    resumed_log(log)
+    col, reg = run_exporter(tmp_path, [log])
+    steps, events = stored_steps(tmp_path)
+    assert len(steps) == 20, sorted(s.step for s in steps)
+    assert sorted(s.step for s in steps) == sorted([*range(1, 11), *range(6, 16)])
+    assert reg.get_sample_value("verlmon_training_steps_total") == 20
+    # the backlog is not stamped with one arrival time: rebuilt back from the last write
+    assert {s.time_source for s in steps} == {"rebuilt"}
+    assert len({s.end_time for s in steps}) == 20
+
+
+def test_a_resume_read_in_one_live_poll_keeps_both_attempts_and_is_counted(tmp_path):
+    """Lines that arrive together share an arrival time: two records of one step would
+    share (step, end time, source) and the store would keep one. They are kept apart."""
+    log = tmp_path / "train.log"
+    log.write_text("")
+    store = RunStore(tmp_path / "run.db")
+    writer = StoreWriter(store, compact_interval_s=None)
+    col, reg, _ = make([log], store=writer)
+    col.sample_once()  # the empty file: live from here
+    # no step total: nothing to rebuild times from, every record arrives at once
+    resumed_log(log)
+    log.write_text(log.read_text().replace("timing_s/step:", "timing_s/other:"))
+    col.sample_once()
+    assert writer.flush()
+    steps = store.steps()
+    store.close()
+    assert len(steps) == 20
+    assert reg.get_sample_value("verlmon_log_anomalies_total",
+                                {"log": str(log), "reason": "step_time_clash"}) == 5
+
+
+def test_the_store_never_replaces_a_step_record_with_another(tmp_path):
+    """Two different records of one step with one end time and source are both kept."""
+    store = RunStore(tmp_path / "run.db")
+    a = StepRecord(step=6, end_time=1000.0, total=20.0, source="console")
+    b = StepRecord(step=6, end_time=1000.0, total=21.0, source="console")
+    store.add_steps([a])
+    store.add_steps([b, a])  # a again: the same record, stored once
+    steps = store.steps()
+    store.close()
+    assert sorted(s.total for s in steps) == [20.0, 21.0]
+
+
+def test_a_log_rewritten_in_place_while_down_loses_no_step_and_is_counted(tmp_path):
+    """Issue 30 row 3: same inode, same first 4 KB, longer than before."""
+    log = tmp_path / "train.log"
+    header = "".join(f"(TaskRunner pid=11) config line {i:04d}\n" for i in range(150))
+    log.write_text(header + "".join(line(i) for i in range(1, 21)))
+    run_exporter(tmp_path, [log])
+    with open(log, "r+") as fh:  # rewritten through the same inode while the exporter is down
+        fh.truncate(0)
+        fh.write(header + "".join(line(i, gen=12.0, total=22.0) for i in range(1, 41)))
+    col, reg = run_exporter(tmp_path, [log])
+    steps, events = stored_steps(tmp_path)
+    assert len([s for s in steps if s.total == 22.0]) == 40
+    assert reg.get_sample_value("verlmon_log_anomalies_total",
+                                {"log": str(log), "reason": "rewritten"}) == 1
+    assert any(e.kind == "truncated" and e.data.get("reason") == "rewritten" for e in events)
+
+
+def test_a_backlog_captured_by_run_takes_the_capture_times(tmp_path):
+    """Issue 28 item 2: an exporter started late on a log ``verl-monitor run`` captured
+    gives each backlog line the time run recorded for it."""
+    from monitor.logs.arrivals import ArrivalWriter
+
+    log = tmp_path / "train.log"
+    text = "".join(line(i) for i in range(1, 6))
+    log.write_text(text)
+    writer = ArrivalWriter(log)
+    offset = 0
+    for i, ln in enumerate(text.splitlines(keepends=True)):
+        writer.record(offset, 1_700_000_000.0 + 30.0 * i)
+        offset += len(ln.encode())
+    writer.close()
+    run_exporter(tmp_path, [log])
+    steps, _ = stored_steps(tmp_path)
+    assert [s.end_time for s in steps] == [1_700_000_000.0 + 30.0 * i for i in range(5)]
+    assert {s.time_source for s in steps} == {"arrival"}
+
+
+def test_a_path_that_is_a_directory_is_counted_and_not_read(tmp_path):
+    log = tmp_path / "train.log"
+    log.mkdir()
+    col, reg, _ = make([log])
+    for _ in range(3):
+        col.sample_once()
+    assert reg.get_sample_value("verlmon_log_anomalies_total",
+                                {"log": str(log), "reason": "not_regular"}) == 1

@@ -256,3 +256,99 @@ def test_a_copy_truncate_between_two_polls_reads_the_copy_first(tmp_path: Path) 
     append(path, lines_of(1, start=5))
     got = follower.poll() + follower.poll()
     assert [g.split(" ")[0] for g in got] == ["step:3", "step:4", "step:5"]
+
+
+# --- issue 30: what is not a log file, and a log rewritten in place -------------------------
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_log_that_becomes_a_directory_leaks_no_descriptor_and_is_said_once(
+        tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(b"a\n")
+    follower = LogFollower(path)
+    assert follower.poll() == ["a"]
+    path.unlink()
+    path.mkdir()
+    follower.poll()
+    before = open_fds()
+    for _ in range(50):
+        assert follower.poll() == []  # never raises
+    assert open_fds() == before
+    assert follower.not_regular == 1
+    assert len(follower.problems) == 1 and "is a directory, not a log file" in follower.problems[0]
+    path.rmdir()
+    path.write_bytes(b"back\n")
+    assert follower.poll() == ["back"]
+
+
+def test_a_log_replaced_by_a_link_to_dev_urandom_is_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(b"a\n")
+    follower = LogFollower(path, chunk_bytes=4096, max_poll_bytes=65536)
+    assert follower.poll() == ["a"]
+    path.unlink()
+    path.symlink_to("/dev/urandom")
+    read = follower.bytes_read
+    for _ in range(5):
+        follower.poll()
+    assert follower.bytes_read == read, "the follower reads an endless device"
+    assert follower.not_regular == 1
+    assert "is a character device, not a log file" in follower.problems[0]
+    fresh = LogFollower(path)  # a follower started on it reads nothing either
+    assert fresh.poll() == [] and fresh.bytes_read == 0 and fresh.not_regular == 1
+
+
+def rewrite_in_place(path: Path, data: bytes) -> None:
+    """Truncate and write ``data`` through the same inode (as `cat new > log` does)."""
+    with open(path, "r+b") as fh:
+        fh.truncate(0)
+        fh.write(data)
+
+
+def test_a_log_rewritten_in_place_while_down_is_read_from_the_start(tmp_path: Path) -> None:
+    """Same inode, same first 4 KB, as long as before: the bytes where the reading stopped
+    tell it apart; every new line is read, and it is counted."""
+    path = tmp_path / "run.log"
+    header = b"".join(b"config line %04d\n" % i for i in range(300))  # > 4 KB
+    path.write_bytes(header + b"".join(b"old step %d\n" % i for i in range(20)))
+    first = LogFollower(path)
+    assert len(first.poll()) == 320
+    saved = first.saved_position()
+    first.close()
+    assert saved is not None and saved.tail_len == 4096
+    new = [f"new step {i}" for i in range(40)]
+    rewrite_in_place(path, header + "".join(line + "\n" for line in new).encode())
+    follower = LogFollower(path, resume_from=saved)
+    lines = follower.poll()
+    assert lines[-40:] == new and len(lines) == 340
+    assert follower.rewritten == 1 and follower.unrecovered == 0
+    assert "rewritten in place" in follower.problems[0]
+    assert [e.data["reason"] for e in follower.drain_events()] == ["rewritten"]
+
+
+def test_an_old_position_without_a_tail_still_resumes(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_bytes(b"one\ntwo\n")
+    first = LogFollower(path)
+    first.poll()
+    saved = first.saved_position()
+    first.close()
+    old = LogPosition(saved.path, saved.dev, saved.ino, saved.offset, saved.head_len,
+                      saved.head_hash)
+    append(path, b"three\n")
+    assert LogFollower(path, resume_from=old).poll() == ["three"]
+
+
+def test_a_rewrite_between_two_polls_that_keeps_the_head_is_noticed(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    header = b"x" * 200 + b"\n"
+    path.write_bytes(header + b"old 1\nold 2\n")
+    follower = LogFollower(path)
+    assert follower.poll()[-1] == "old 2"
+    rewrite_in_place(path, header + b"new 1\nnew 2\nnew 3\n")  # longer, same head
+    assert follower.poll() == ["x" * 200, "new 1", "new 2", "new 3"]
+    assert follower.truncations == 1

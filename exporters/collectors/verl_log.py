@@ -23,6 +23,7 @@ steps whose total is known) and the data-wait seconds (``StepRecord.data_wait``)
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import time
@@ -36,6 +37,7 @@ from prometheus_client.metrics_core import Metric
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector, log
 from monitor import metric_names as m
+from monitor.logs.arrivals import read_arrivals
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.logs.gaps import DataWaitTracker
 from monitor.logs.parse import LogParser
@@ -90,8 +92,9 @@ class _Followed:
     lines: int = 0
     waiting_logged: bool = False
     published: LogPosition | None = None  # the last position handed to the sink
-    catching_up: bool = False  # resumed: the first poll reads what was written while down
+    catching_up: bool = False  # the first poll reads what was written before we followed
     saved_at: float | None = None  # when the position resumed from was saved
+    anomalies: Counter[str] = field(default_factory=Counter)  # handled, by reason
 
 
 @dataclass
@@ -105,6 +108,7 @@ class LogSnapshot:
     events: dict[str, int] = field(default_factory=dict)
     totals: StepTotals = field(default_factory=StepTotals)
     unrecovered: dict[str, int] = field(default_factory=dict)
+    anomalies: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @register("verl_log", default=True, help="verl training log(s) given with --log: step "
@@ -122,8 +126,10 @@ class VerlLogCollector(SampledCollector):
             resume = saved.get(os.path.abspath(p))
             follower = LogFollower(str(p), start_at_end=start_at_end and resume is None,
                                    resume_from=resume)
+            # what the log holds when we start is a backlog too (not at --log-from-end)
+            backlog = resume is not None or not start_at_end
             self.logs.append(_Followed(path=str(p), follower=follower, parser=LogParser(str(p)),
-                                       published=resume, catching_up=resume is not None,
+                                       published=resume, catching_up=backlog,
                                        saved_at=None if resume is None else resume.saved_at))
         self._events: Counter[str] = Counter()
         self._steps = 0
@@ -149,8 +155,9 @@ class VerlLogCollector(SampledCollector):
             items: list[StepRecord | Event] = []
             parser = fol.parser
             safe = None  # the last line after which the parser held nothing back
+            captured = captured_times(fol, lines) if fol.catching_up and lines else None
             for i, line in enumerate(lines):
-                items.extend(parser.feed(line, now))
+                items.extend(parser.feed(line, now if captured is None else captured[i] or now))
                 if parser.idle:
                     safe = i
             fol.lines += len(lines)
@@ -171,7 +178,8 @@ class VerlLogCollector(SampledCollector):
                 fol.published = position
             if fol.catching_up:
                 fol.catching_up = False
-                rebuild_backlog_times(items, fol.path, now, fol.saved_at)
+                rebuild_backlog_times(items, fol.path, now, fol.saved_at, stamped=now)
+            fol.anomalies["step_time_clash"] += keep_records_apart(items)
             live_sim = self.ctx.live_sim  # a replayed sim: lines come faster
             gaps = self._gaps.setdefault(fol.path, DataWaitTracker(
                 float(live_sim.speed) if live_sim is not None else 1.0))
@@ -202,6 +210,7 @@ class VerlLogCollector(SampledCollector):
             events=dict(self._events),
             totals=self._totals.copy(),
             unrecovered={f.path: f.follower.unrecovered for f in self.logs},
+            anomalies={f.path: _anomalies(f) for f in self.logs},
         )
         if missing:
             raise FileNotFoundError("cannot follow --log " + "; ".join(missing)
@@ -234,6 +243,7 @@ class VerlLogCollector(SampledCollector):
         for path, count in snap.unrecovered.items():
             lost.add_metric([path], count)
         yield lost
+        yield _anomaly_family(snap.anomalies)
         events = CounterMetricFamily(m.LOG_EVENTS.removesuffix("_total"),
                                      "Log events by kind (oom, traceback, resume, ...).",
                                      labels=["kind"])
@@ -276,22 +286,25 @@ class VerlLogCollector(SampledCollector):
 
 
 def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float,
-                          since: float | None = None) -> None:
+                          since: float | None = None, stamped: float | None = None) -> None:
     """Times for steps written while the exporter was down, read at once when it resumed.
 
     Lines without a time got the restart's arrival time; instead the last one ends when the
     file was last written and each earlier one a step's ``total`` before the next, never
     before ``since`` (when the position was saved; past it they are spread evenly up to the
-    last write). ``time_source`` becomes "rebuilt": no data wait is measured on them."""
-    steps = [i for i in items if isinstance(i, StepRecord) and i.time_source == "arrival"]
+    last write). ``time_source`` becomes "rebuilt": no data wait is measured on them.
+    ``stamped``: only steps whose arrival time is this one are rebuilt (the others had theirs
+    from ``verl-monitor run``'s capture times)."""
+    steps = [i for i in items if isinstance(i, StepRecord) and i.time_source == "arrival"
+             and (stamped is None or i.end_time == stamped)]
     if not steps:
         return
     try:
         last = min(now, os.stat(path).st_mtime)
     except OSError:
         last = now
-    if since is not None:
-        last = max(last, since)  # a coarse file clock may lag the save
+    if since is not None and last <= since:
+        last = now  # a coarse file clock may lag the save: spread them up to now
     totals = [float(s.total) if _usable(s.total) else 0.0 for s in steps]
     ends = [last - sum(totals[i + 1:]) for i in range(len(steps))]
     if since is not None and ends[0] <= since:
@@ -299,6 +312,65 @@ def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float
     for step, end in zip(steps, ends, strict=True):
         step.end_time = end
         step.time_source = "rebuilt"
+
+
+def captured_times(fol: _Followed, lines: list[str]) -> list[float | None] | None:
+    """When ``verl-monitor run`` captured each of ``lines`` (the last poll's), from the log's
+    ``.arrivals`` sidecar: the time of the last record at or before the line's start. None
+    without a sidecar; None for a line it does not cover (before its first record, or in a
+    file rotated away during the poll)."""
+    pairs = read_arrivals(fol.path)
+    if not pairs:
+        return None
+    offsets = [o for o, _ in pairs]
+    out: list[float | None] = []
+    for i in range(len(lines)):
+        start = fol.follower.line_start(i)
+        k = -1 if start is None else bisect.bisect_right(offsets, start) - 1
+        out.append(pairs[k][1] if k >= 0 else None)
+    return out
+
+
+def keep_records_apart(items: list[StepRecord | Event]) -> int:
+    """Give each step record of one poll that has the step number, end time and source of an
+    earlier one (a resume read at once: lines that arrived together) an end time a
+    microsecond on, so the store keeps both; returns how many were moved."""
+    seen: set[tuple[str, int, float]] = set()
+    moved = 0
+    for item in items:
+        if not isinstance(item, StepRecord) or item.end_time is None:
+            continue
+        key = (item.source or "", item.step, float(item.end_time))
+        if key in seen:
+            moved += 1
+            while key in seen:
+                key = (key[0], key[1], key[2] + 1e-6)
+            item.end_time = key[2]
+        seen.add(key)
+    return moved
+
+
+def _anomalies(fol: _Followed) -> dict[str, int]:
+    """What the log did that would have cost a record, by reason (every reason, from 0)."""
+    follower = fol.follower
+    counts = {"step_time_clash": fol.anomalies["step_time_clash"],
+              "rewritten": follower.rewritten, "not_regular": follower.not_regular,
+              "bad_timestamp": getattr(fol.parser.stats, "bad_timestamps", 0)}
+    return counts
+
+
+def _anomaly_family(anomalies: dict[str, dict[str, int]]) -> Metric:
+    family = CounterMetricFamily(
+        m.LOG_ANOMALIES.removesuffix("_total"),
+        "What each followed log did that would have lost or replaced a step record, handled: "
+        "step_time_clash (records of one step with one end time, kept apart), rewritten (the "
+        "log was rewritten in place while not followed: read from its start), not_regular "
+        "(a directory or device: not read), bad_timestamp (a line dated in the future or "
+        "long ago: its arrival time is used).", labels=["log", "reason"])
+    for path, counts in anomalies.items():
+        for reason, count in counts.items():
+            family.add_metric([path, reason], count)
+    return family
 
 
 def _saved_positions(ctx: ExporterContext) -> dict[str, LogPosition]:

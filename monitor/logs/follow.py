@@ -26,6 +26,13 @@ HEAD_BYTES = 64
 #: Bytes at the start of a file hashed into a saved position's fingerprint (fewer when the
 #: position is nearer the start): the same file is recognised after a restart or a rename.
 FINGERPRINT_BYTES = 4096
+#: Bytes just before a saved position hashed into it too (``tail_len``/``tail_fp``): a file
+#: rewritten in place while nobody read it (same inode, same first bytes, as long or longer)
+#: is told apart by what stands where the reading stopped.
+TAIL_BYTES = 4096
+#: Bytes before the read position compared on every poll: a rewrite between two polls that
+#: kept the head is noticed there.
+NEIGHBOUR_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,9 @@ class LogPosition:
     ``dev``/``ino`` identify the file, ``offset`` is the end of the last line handed out,
     ``head_len``/``head_hash`` fingerprint its first bytes (a sha1 of ``head_len`` bytes):
     a file truncated and written again, or a copy of it, is told apart by them.
-    ``saved_at``: when a store saved it (unix seconds; not part of equality)."""
+    ``saved_at``: when a store saved it (unix seconds; not part of equality).
+    ``tail_len``/``tail_fp``: the ``tail_len`` bytes just before ``offset`` hashed into a
+    52-bit number (0/0: not known, a position saved before they were)."""
 
     path: str
     dev: int
@@ -44,6 +53,20 @@ class LogPosition:
     head_len: int
     head_hash: str
     saved_at: float | None = field(default=None, compare=False)
+    tail_len: int = 0
+    tail_fp: int = 0
+
+
+def tail_fingerprint(fd: int, offset: int, length: int) -> int | None:
+    """The first 52 bits (an int a REAL column holds exactly) of the sha1 of the ``length``
+    bytes before ``offset`` of an open file; None when they cannot all be read."""
+    try:
+        data = os.pread(fd, length, offset - length) if length else b""
+    except OSError:
+        return None
+    if len(data) < length:
+        return None
+    return int(hashlib.sha1(data).hexdigest()[:13], 16)
 
 
 def head_hash(fd: int, length: int) -> str | None:
@@ -232,6 +255,12 @@ class LogFollower:
         self.bad_utf8_lines = 0
         #: saved positions whose file was gone without a copy (lines meanwhile unread)
         self.unrecovered = 0
+        #: saved positions whose file was rewritten in place meanwhile (same inode and first
+        #: bytes, other bytes where the reading stopped): read again from the start
+        self.rewritten = 0
+        #: times the path named something that is not a regular file or a FIFO (a directory,
+        #: a device such as /dev/urandom): not read, said once each time
+        self.not_regular = 0
         #: one plain line for each unrecovered position, for the caller to log
         self.problems: list[str] = []
         self._splitter = _Splitter(max_line_bytes)
@@ -247,6 +276,9 @@ class LogFollower:
         self._first_current = 0  # index (in this poll's lines) of the current file's first line
         self._last_end = 0  # offset past the last complete line of the current file
         self._fp: tuple[int, str] | None = None  # (length, sha1) of the current file's head
+        self._neighbour: tuple[int, bytes] | None = None  # bytes before the read position
+        self._refused: tuple[int, int] | None = None  # the non-regular file last refused
+        self._poll_start = 0  # where the current file's first line of this poll starts
 
     @property
     def oversize_lines(self) -> int:
@@ -273,6 +305,14 @@ class LogFollower:
         """Where the file stands after its last complete line (None: nothing open, a pipe)."""
         return self._position(self._last_end)
 
+    def line_start(self, index: int) -> int | None:
+        """The byte offset where line ``index`` of the last ``poll()``'s lines starts in the
+        current file; None when that line came from a file rotated away during the poll."""
+        i = index - self._first_current
+        if i < 0 or i >= len(self._ends):
+            return None
+        return self._poll_start if i == 0 else self._ends[i - 1]
+
     def position_at(self, index: int) -> LogPosition | None:
         """The position just past line ``index`` of the last ``poll()``'s lines; None when
         that line came from a file rotated away during the poll."""
@@ -288,6 +328,7 @@ class LogFollower:
         self._first_current = 0
         if self._fh is None and not self._open():
             return out
+        self._poll_start = self._last_end
         try:
             size = os.fstat(self._fh.fileno()).st_size
         except OSError:
@@ -297,7 +338,7 @@ class LogFollower:
         elif size < self._pos:
             if not self._switch_to_copy():
                 self._start_over("shrunk", f"{self.path} shrank from {self._pos} to {size} bytes")
-        elif self._head and self._head_changed():
+        elif (self._head and self._head_changed()) or self._neighbour_changed():
             if not self._switch_to_copy():
                 self._start_over("rewritten", f"{self.path} was truncated and written again")
         if not self._read(out):
@@ -350,14 +391,24 @@ class LogFollower:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             return False
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return False
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            os.close(fd)  # a directory or a device: never read (nor leak the descriptor)
+            self._refuse(path, st)
+            return False
+        self._refused = None
         fh = os.fdopen(fd, "rb")  # noqa: SIM115 - kept open between polls
-        st = os.fstat(fh.fileno())
         self._pipe = stat.S_ISFIFO(st.st_mode)
         self._fh = fh
         self._ident = (st.st_dev, st.st_ino)
         self._pos = 0
         self._head = b""
         self._fp = None
+        self._neighbour = None
         self._splitter.reset()
         if at_end and st.st_size > 0 and not self._pipe:
             offset = st.st_size
@@ -367,8 +418,18 @@ class LogFollower:
             self._pos = offset
             if last != b"\n":
                 self._splitter.dropping = True  # the line in progress started before us
-        self._last_end = self._pos
+        self._last_end = self._poll_start = self._pos
         return True
+
+    def _refuse(self, path: Path, st: os.stat_result) -> None:
+        """Say once (per file met) that ``path`` is not a log file and is not read."""
+        if self._refused == _ident(st):
+            return
+        self._refused = _ident(st)
+        self.not_regular += 1
+        kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+        self.problems.append(f"{path} is {kind}, not a log file: not read (waiting for a "
+                             "regular file at that path)")
 
     def _open_saved(self) -> bool:
         """Open the file a saved position belongs to, at its offset; False when it is gone."""
@@ -384,6 +445,15 @@ class LogFollower:
                 return self._open_file(cand, offset=saved.offset)
         if current is not None and _holds(self.path, saved):  # the same bytes, another inode
             return self._open_file(self.path, offset=saved.offset)
+        if current is not None and _ident(current) == ident and _holds(self.path, saved,
+                                                                       tail=False):
+            self.rewritten += 1
+            message = (f"{self.path} was rewritten in place while it was not followed (the "
+                       f"bytes before byte {saved.offset}, where the reading stopped, changed; "
+                       f"its size and first bytes did not): reading {self.path} from its start")
+            self.problems.append(message)
+            self._event("rewritten", message)
+            return False
         self.unrecovered += 1
         message = (f"{self.path}: the file read up to byte {saved.offset} before the restart was "
                    "rotated away or truncated and no copy of it was found; lines written to it "
@@ -418,8 +488,22 @@ class LogFollower:
             digest = head_hash(self._fh.fileno(), length)
         if digest is None:
             return None
+        tail_len = min(offset, TAIL_BYTES)
+        tail_fp = tail_fingerprint(self._fh.fileno(), offset, tail_len)
+        if tail_fp is None:
+            return None
         return LogPosition(os.path.abspath(self.path), self._ident[0], self._ident[1], offset,
-                           length, digest)
+                           length, digest, tail_len=tail_len, tail_fp=tail_fp)
+
+    def _neighbour_changed(self) -> bool:
+        """True when the bytes before the last line read are no longer what they were."""
+        if self._neighbour is None or self._pipe:
+            return False
+        end, data = self._neighbour
+        try:
+            return os.pread(self._fh.fileno(), len(data), end - len(data)) != data
+        except OSError:
+            return False
 
     def _head_changed(self) -> bool:
         try:
@@ -442,6 +526,18 @@ class LogFollower:
                 if length and (self._fp is None or self._fp[0] < length):
                     digest = head_hash(self._fh.fileno(), length)
                     self._fp = None if digest is None else (length, digest)
+                self._remember_neighbour()
+
+    def _remember_neighbour(self) -> None:
+        end = self._last_end
+        if self._neighbour is not None and self._neighbour[0] == end:
+            return
+        length = min(end, NEIGHBOUR_BYTES)
+        try:
+            data = os.pread(self._fh.fileno(), length, end - length) if length else b""
+        except OSError:
+            data = b""
+        self._neighbour = (end, data) if len(data) == length and length else None
 
     def _read_chunks(self, out: list[str]) -> bool:
         budget = self.max_poll_bytes
@@ -471,9 +567,10 @@ class LogFollower:
         self.truncations += 1
         self._fh.seek(0)
         self._pos = 0
-        self._last_end = 0
+        self._last_end = self._poll_start = 0
         self._head = b""
         self._fp = None
+        self._neighbour = None
         self._splitter.reset()
         self._event(reason, message)
 
@@ -496,9 +593,14 @@ def _ident(st: os.stat_result) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
 
-def _holds(path: Path, saved: LogPosition) -> bool:
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def _holds(path: Path, saved: LogPosition, *, tail: bool = True) -> bool:
     """True when ``path`` is a regular file of at least ``saved.offset`` bytes whose first
-    ``saved.head_len`` bytes hash to ``saved.head_hash``."""
+    ``saved.head_len`` bytes hash to ``saved.head_hash`` and (``tail``, when the position
+    knows them) whose ``saved.tail_len`` bytes before ``saved.offset`` match ``tail_fp``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -507,7 +609,10 @@ def _holds(path: Path, saved: LogPosition) -> bool:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size < saved.offset:
             return False
-        return head_hash(fd, saved.head_len) == saved.head_hash
+        if head_hash(fd, saved.head_len) != saved.head_hash:
+            return False
+        return (not tail or not saved.tail_len
+                or tail_fingerprint(fd, saved.offset, saved.tail_len) == saved.tail_fp)
     finally:
         os.close(fd)
 

@@ -46,7 +46,7 @@ from monitor.logs.fingerprint import step_fingerprint
 from monitor.logs.follow import LogPosition
 from monitor.printable import one_line
 from monitor.records import Event, Flag, StepRecord
-from monitor.store.schema import NCCL_COLUMNS, SchemaError, check, migrate
+from monitor.store.schema import NCCL_COLUMNS, SchemaError, add_missing_columns, check, migrate
 
 
 class StoreError(RuntimeError):
@@ -135,6 +135,9 @@ class RunStore:
         self._closed = False
         #: the first problem of a failed integrity check; writes are refused from then on
         self.integrity_problem: str | None = None
+        #: step records that met another record of their step, end time and source: kept
+        #: beside it (an end key a microsecond on) instead of replacing it
+        self.step_clashes = 0
         if not create:
             _refuse_non_store(self.path)
         try:
@@ -260,7 +263,7 @@ class RunStore:
             if rollout:
                 _insert_rollout(conn, rollout)
             if steps:
-                _insert_steps(conn, steps)
+                self.step_clashes += _insert_steps(conn, steps)
             if events:
                 _insert_events(conn, events)
             if flags:
@@ -282,10 +285,14 @@ class RunStore:
 
     def log_positions(self) -> dict[str, LogPosition]:
         """The saved position of each followed log, by its path."""
-        sql = 'SELECT path, dev, ino, "offset", head_len, head_hash, updated FROM log_positions'
+        conn = self._conn()
+        have = {r[1] for r in conn.execute("PRAGMA table_info(log_positions)")}
+        tail = ", ".join(c if c in have else "0" for c in _POSITION_TAIL)
+        sql = f'SELECT path, dev, ino, "offset", head_len, head_hash, updated, {tail} ' \
+              "FROM log_positions"
         return {r[0]: LogPosition(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4]), str(r[5]),
-                                  _num(r[6]))
-                for r in self._conn().execute(sql)}
+                                  _num(r[6]), tail_len=int(r[7] or 0), tail_fp=int(r[8] or 0))
+                for r in conn.execute(sql)}
 
     def add_gpu_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Append GPU samples (dicts keyed by ``monitor.frames.GPU_COLUMNS``; extras ignored)."""
@@ -708,49 +715,60 @@ def _insert_rollout(conn: sqlite3.Connection, rows: Iterable[Mapping]) -> None:
     _insert_samples(conn, ROLLOUT_TABLE, ROLLOUT_COLUMNS, rows)
 
 
-def _insert_steps(conn: sqlite3.Connection, steps: Iterable[StepRecord]) -> None:
-    values = []
+#: Most end keys tried, a microsecond apart, for a step record meeting others of its key.
+_CLASH_TRIES = 1000
+
+
+def _insert_steps(conn: sqlite3.Connection, steps: Iterable[StepRecord]) -> int:
+    """Insert step records; one already stored (the same fingerprint) is skipped. A record
+    whose (step, end_key, source) another record holds is never replaced: it is stored with
+    the next free end key a microsecond on. Returns how many were kept apart so."""
+    clashes = 0
     for s in steps:
         end = _num(s.end_time)
         step = _int(s.step)
         if step is None:
             raise ValueError(f"step number {str(s.step)[:40]} does not fit in 64 bits")
         fp = step_fingerprint(s)
-        values.append(
-            (
-                step,
-                -1.0 if end is None else end,
-                end,
-                _num(s.total),
-                _dumps({k: v for k, v in s.phases.items()}),
-                _num(s.throughput),
-                _num(s.mem_allocated_peak_bytes),
-                _num(s.mem_reserved_peak_bytes),
-                _dumps(s.metrics),
-                s.time_source,
-                s.source or "",
-                fp,
-                fp,
-            )
+        if conn.execute("SELECT 1 FROM steps WHERE fp = ?", (fp,)).fetchone() is not None:
+            continue
+        key = -1.0 if end is None else end
+        source = s.source or ""
+        for tries in range(_CLASH_TRIES):
+            taken = conn.execute("SELECT 1 FROM steps WHERE step = ? AND end_key = ? AND "
+                                 "source = ?", (step, key, source)).fetchone()
+            if taken is None:
+                break
+            if tries == 0:
+                clashes += 1
+            key += 1e-6
+        conn.execute(
+            "INSERT INTO steps (step, end_key, end_time, total, phases, throughput, "
+            "mem_allocated_peak_bytes, mem_reserved_peak_bytes, metrics, time_source, source, "
+            "fp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (step, key, end, _num(s.total), _dumps(dict(s.phases)), _num(s.throughput),
+             _num(s.mem_allocated_peak_bytes), _num(s.mem_reserved_peak_bytes),
+             _dumps(s.metrics), s.time_source, source, fp),
         )
-    conn.executemany(
-        "INSERT OR REPLACE INTO steps (step, end_key, end_time, total, phases, throughput, "
-        "mem_allocated_peak_bytes, mem_reserved_peak_bytes, metrics, time_source, source, fp) "
-        "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
-        "WHERE NOT EXISTS (SELECT 1 FROM steps WHERE fp = ?)",
-        values,
-    )
+    return clashes
+
+
+#: Columns of ``log_positions`` added after schema version 2 (nullable; a position saved
+#: before them reads as 0: not known): the fingerprint of the bytes before the offset.
+_POSITION_TAIL = ("tail_len", "tail_fp")
 
 
 def _save_positions(conn: sqlite3.Connection, positions: Iterable[LogPosition]) -> None:
+    add_missing_columns(conn, "log_positions", _POSITION_TAIL)
     now = time.time()
     conn.executemany(
-        'INSERT INTO log_positions (path, dev, ino, "offset", head_len, head_hash, updated) '
-        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET dev = excluded.dev, "
-        'ino = excluded.ino, "offset" = excluded."offset", head_len = excluded.head_len, '
-        "head_hash = excluded.head_hash, updated = excluded.updated",
-        [(p.path, int(p.dev), int(p.ino), int(p.offset), int(p.head_len), p.head_hash, now)
-         for p in positions],
+        'INSERT INTO log_positions (path, dev, ino, "offset", head_len, head_hash, updated, '
+        "tail_len, tail_fp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE "
+        'SET dev = excluded.dev, ino = excluded.ino, "offset" = excluded."offset", '
+        "head_len = excluded.head_len, head_hash = excluded.head_hash, "
+        "updated = excluded.updated, tail_len = excluded.tail_len, tail_fp = excluded.tail_fp",
+        [(p.path, int(p.dev), int(p.ino), int(p.offset), int(p.head_len), p.head_hash, now,
+          int(p.tail_len), int(p.tail_fp)) for p in positions],
     )
 
 
