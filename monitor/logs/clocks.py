@@ -69,6 +69,7 @@ class Reading:
     value: float
     month: int = 0
     day: int = 0
+    own: bool = False  # the stamp of ``after``'s own line: its end time
 
 
 @dataclass
@@ -77,36 +78,55 @@ class LineClock:
 
     readings: list[Reading] = field(default_factory=list)
 
-    def tqdm(self, elapsed_s: float | None, after: StepRecord | None) -> None:
-        """A ``Training Progress`` bar drawn after ``after`` with this elapsed time."""
-        if elapsed_s is not None and elapsed_s >= 0:
-            self.readings.append(Reading(after, "tqdm", float(elapsed_s)))
+    def tqdm(self, elapsed_s: float | None, after: StepRecord | None,
+             count: int | None = None) -> None:
+        """A ``Training Progress`` bar drawn after ``after`` with this elapsed time and count.
+
+        verl updates the bar once per step right after logging it, so the count after step N's
+        line is N (N - 1 for the bar's closing drawing after the last step). A drawing whose
+        count says otherwise (a console capture that kept only the bar's last state, printed
+        somewhere else) does not date the step before it."""
+        if elapsed_s is None or elapsed_s < 0:
+            return
+        if after is not None and count is not None and not 0 <= after.step - count <= 1:
+            after = None
+        self.readings.append(Reading(after, "tqdm", float(elapsed_s)))
 
     def stamp(self, unix: float, after: StepRecord | None) -> None:
         """A line stamped with a whole date (the parser's leading timestamp)."""
         self.readings.append(Reading(after, "abs", float(unix)))
 
-    def line(self, text: str, after: StepRecord | None) -> None:
-        """Read a date or time inside a line's text (after Ray's prefix), if it has one."""
+    def line(self, text: str, after: StepRecord | None) -> str:
+        """Read a date or time at the start of a line's text (after Ray's prefix), if it has
+        one; returns the text after a leading ``HH:MM:SS`` or month-day stamp (the whole text
+        otherwise), so that a stamped step line can be read as a step line."""
         head = text[:64]
         if not head or not (head[0].isalpha() or head[0].isdigit() or head[0] == "["):
-            return
+            return text
         match = _MONTH_DAY_RE.match(head) or _GLOG_RE.match(head)
         if match is not None:
             mon, day, hh, mi, ss, frac = match.groups()
             if 1 <= int(mon) <= 12 and 1 <= int(day) <= 31:
                 self.readings.append(Reading(after, "md", _day_seconds(hh, mi, ss, frac),
                                              int(mon), int(day)))
-            return
+            return text[match.end():]
         match = _FULL_DATE_RE.search(head)
         if match is not None:
             unix = _unix(*match.groups())
             if unix is not None:
                 self.readings.append(Reading(after, "abs", unix))
-            return
+            return text
         match = _HMS_RE.match(head)
         if match is not None and int(match.group(1)) < 24:
             self.readings.append(Reading(after, "hms", _day_seconds(*match.groups())))
+            return text[match.end():]
+        return text
+
+    def own(self, record: StepRecord) -> None:
+        """The reading just taken was the stamp of ``record``'s own line: its end time."""
+        if self.readings and self.readings[-1].kind in ("md", "hms"):
+            self.readings[-1].after = record
+            self.readings[-1].own = True
 
 
 def _day_seconds(hh: str, mi: str, ss: str, frac: str | None) -> float:
@@ -198,6 +218,9 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> N
                 ends[id(after)] = (origin + readings[n].value, "tqdm")
         next_origin = origin
     worker = _bracketed(steps, readings, dated)
+    for n, value in dated.items():
+        if readings[n].own and readings[n].after is not None:
+            ends[id(readings[n].after)] = (value, "line")
     for n, rec in enumerate(steps):
         if rec.end_time is not None and rec.time_source in ("line", "arrival", "sidecar"):
             continue
@@ -226,6 +249,8 @@ def _bracketed(steps: list[StepRecord], readings: list[Reading],
     before: dict[int, float] = {}
     after: dict[int, float] = {}
     for n, value in dated.items():
+        if readings[n].own:
+            continue
         prev = readings[n].after
         k = position.get(id(prev), -1) if prev is not None else -1
         if k >= 0:

@@ -81,8 +81,9 @@ def _merged(group: list[StepRecord], version_hint: str | None) -> StepRecord:
             total += outside
     if total is None:
         phases, total = phases_and_total(metrics, version_hint=version_hint)
-    end_rec = max(group, key=lambda r: (_SOURCE_RANK.get(r.time_source, 0),
-                                        r.end_time if r.end_time is not None else float("-inf")))
+    end_rec = max(group, key=lambda r: (r.end_time is not None,
+                                        _SOURCE_RANK.get(r.time_source, 0),
+                                        r.end_time if r.end_time is not None else 0.0))
     merged = StepRecord(
         step=main.step,
         end_time=end_rec.end_time,

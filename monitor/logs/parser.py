@@ -68,6 +68,8 @@ class LogParser:
         self._resume_since_step = False
         #: a reshard's seconds (weight sync, HybridEngine switch) for the next step record
         self._pending_reshard: float | None = None
+        #: the step a pending sync belongs to, when its line says (the fully-async trainer's)
+        self._pending_reshard_step: int | None = None
         #: (step, metrics) of a validation-only line, merged into a following record of that step
         self._pending_val: tuple[int, dict[str, Any]] | None = None
 
@@ -132,7 +134,14 @@ class LogParser:
         if ts is not None:
             self.clock.stamp(ts, self._last_record)
         else:
-            self.clock.line(text, self._last_record)
+            rest = self.clock.line(text, self._last_record)
+            if rest is not text and rest.startswith("step:"):
+                # a step line stamped with the time of day (or vLLM-style month-day)
+                before = len(out)
+                self._step_line(rest[5:], ts, arrival, line, out)
+                if len(out) > before and isinstance(out[-1], StepRecord):
+                    self.clock.own(out[-1])
+                return
         if stripped[0] == "{":
             self._json_line(stripped, arrival, line, out)
             return
@@ -160,7 +169,8 @@ class LogParser:
                 self.stats.noise_lines += 1
             else:
                 out.append(event)
-                self.clock.tqdm(event.data.get("elapsed_s"), self._last_record)
+                self.clock.tqdm(event.data.get("elapsed_s"), self._last_record,
+                                event.data.get("current"))
             return True
         if "validation metrics:" in stripped and any(s in stripped for s in VALIDATION_START):
             self._blocks.start_validation(stripped, when, out, step)
@@ -189,6 +199,8 @@ class LogParser:
             else:
                 out.append(event)
                 self._set_reshard(usable_seconds(event.data["seconds"]))
+                if event.data.get("source") == "fully_async_trainer":
+                    self._pending_reshard_step = event.step  # the version it made
             return True
         if "Setting global step to" in stripped:
             match = SET_STEP_RE.search(stripped)
@@ -339,6 +351,7 @@ class LogParser:
     def _set_reshard(self, seconds: float | None) -> None:
         if seconds is not None:
             self._pending_reshard = seconds
+            self._pending_reshard_step = None
 
     def _apply_pending_reshard(self, record: StepRecord, *, old_era: bool = False) -> None:
         """A weight sync printed on a line of its own goes to the next step-timed record, once:
@@ -346,11 +359,16 @@ class LogParser:
         and a record without a step time (the rollouter's line) does not take it."""
         if self._pending_reshard is None or record.total is None:
             return
-        if "reshard" in record.phases:
-            self._pending_reshard = None  # the record's own timer: the line was the same sync
+        owner = self._pending_reshard_step
+        if "reshard" in record.phases or (owner is not None and record.step > owner):
+            # the record's own timer (the line was the same sync), or a later step's record:
+            # the sync printed for step N belongs to no other step
+            self._pending_reshard = self._pending_reshard_step = None
+            return
+        if owner is not None and record.step != owner:
             return
         record.phases["reshard"] = self._pending_reshard
-        self._pending_reshard = None
+        self._pending_reshard = self._pending_reshard_step = None
         if record.total is not None:
             record.phases["other"] = other_seconds(
                 record.total, record.phases, include_outside_step=old_era

@@ -1,0 +1,150 @@
+"""The clocks a log carries in its text (tqdm, dated worker lines, HH:MM:SS stamps) and the
+capture-time sidecar give the step end times of an offline analysis; the report names the
+clock each time came from."""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+from pathlib import Path
+
+import pytest
+
+from monitor.analysis.summary import summarize
+from monitor.commands.analyze import build_document
+from monitor.logs.arrivals import sidecar_path
+from monitor.logs.parse import parse_file
+from monitor.report import render_text
+
+PREFIX = "(TaskRunner pid=77) "
+
+
+def step_line(n: int, step_s: float, gen_s: float | None = None, **extra: float) -> str:
+    gen = step_s * 0.6 if gen_s is None else gen_s
+    fields = {"training/global_step": n, "timing_s/gen": gen,
+              "timing_s/update_actor": step_s - gen - 1.0, "timing_s/step": step_s, **extra}
+    return PREFIX + f"step:{n} - " + " - ".join(f"{k}:{v}" for k, v in fields.items())
+
+
+def tqdm_line(done: int, total: int, elapsed_s: int) -> str:
+    h, rest = divmod(elapsed_s, 3600)
+    m, s = divmod(rest, 60)
+    stamp = f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+    return (f"Training Progress:  {100 * done // total}%|##   | {done}/{total} "
+            f"[{stamp}<10:00, 12.00s/it]")
+
+
+def analyze_doc(log: Path, log_end: float | None = None) -> dict:
+    args = argparse.Namespace(log=str(log), gpu=None, host=None, events=None, nccl=None,
+                              rollout=None, log_end=log_end, config=None, wandb=None,
+                              gpu_hour_cost=None, trainer_gpus=None, rollout_gpus=None,
+                              fr_dir=None, json=True)
+    return build_document(args)
+
+
+def test_tqdm_elapsed_time_dates_each_step(tmp_path: Path) -> None:
+    """verl draws the bar right after each step line: its elapsed time is the step's end. The
+    steps' timers say 10 s each, the bar says 30 s apart: 20 s a step went before the timers."""
+    lines = [tqdm_line(0, 10, 0)]
+    for n in range(1, 6):
+        lines += [step_line(n, 10.0), tqdm_line(n, 10, 30 * n)]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log, log_end=10_000.0)
+    assert [s.time_source for s in parsed.steps] == ["tqdm"] * 5
+    ends = [s.end_time for s in parsed.steps]
+    assert [b - a for a, b in zip(ends, ends[1:], strict=False)] == [30.0] * 4
+    wall = summarize(parsed.steps, parsed.events)["wall"]
+    assert wall["span_s"] == pytest.approx(150.0 - 20.0)  # first step: its own timers only
+    assert wall["clock"] == "tqdm" and wall["measured"]
+    assert wall["data_wait_s"] == pytest.approx(4 * (20.0 - 1.0))  # tqdm's 1 s resolution
+    text = render_text(analyze_doc(log, 10_000.0))
+    assert "clock: tqdm's elapsed time" in text
+    assert "no timestamps" not in text
+
+
+def test_a_restarted_bar_is_a_new_segment_and_nothing_is_invented(tmp_path: Path) -> None:
+    """A resumed run draws a new bar from 0: its steps keep their spacing, and the two runs
+    stand back to back (the text does not say how long the restart took)."""
+    lines = [tqdm_line(0, 10, 0), step_line(1, 10.0), tqdm_line(1, 10, 12),
+             step_line(2, 10.0), tqdm_line(2, 10, 24),
+             "Setting global step to 2", tqdm_line(2, 10, 0),
+             step_line(3, 10.0), tqdm_line(3, 10, 11), step_line(4, 10.0), tqdm_line(4, 10, 22)]
+    log = tmp_path / "resumed.log"
+    log.write_text("\n".join(lines) + "\n")
+    steps = parse_file(log, log_end=5_000.0).steps
+    ends = [s.end_time for s in steps]
+    assert [s.time_source for s in steps] == ["tqdm"] * 4
+    assert ends == [5_000.0 - 22 - 24 + 12, 5_000.0 - 22, 5_000.0 - 11, 5_000.0]
+
+
+def test_dated_worker_lines_either_side_of_a_step_line_date_it(tmp_path: Path) -> None:
+    """vLLM's 'INFO MM-DD HH:MM:SS' lines carry no year: the log's whole dates give it."""
+    lines = ["2025-12-01 13:59:00,001\tINFO worker.py:1843 -- Started a local Ray instance."]
+    for n, minute in enumerate((10, 20, 30), start=1):
+        lines += [f"(WorkerDict pid=9) INFO 12-01 14:{minute:02d}:00 llm_engine.py:12] done",
+                  step_line(n, 500.0),
+                  f"(WorkerDict pid=9) INFO 12-01 14:{minute:02d}:01 llm_engine.py:12] start"]
+    log = tmp_path / "dated.log"
+    log.write_text("\n".join(lines) + "\n")
+    steps = parse_file(log, log_end=9e9).steps
+    base = calendar.timegm((2025, 12, 1, 14, 10, 0, 0, 0, 0))
+    assert [s.time_source for s in steps] == ["worker"] * 3
+    assert [s.end_time for s in steps] == [base + 0.5, base + 600.5, base + 1200.5]
+
+
+def test_time_of_day_on_the_trainer_lines_is_the_step_end(tmp_path: Path) -> None:
+    """'HH:MM:SS step:N - ...' takes the date of the dated line before it; past midnight the
+    next day."""
+    lines = ["[2025-08-17 23:50:00] starting",
+             "23:55:00 " + step_line(1, 290.0).removeprefix(PREFIX),
+             "00:00:10 " + step_line(2, 300.0).removeprefix(PREFIX)]
+    log = tmp_path / "hms.log"
+    log.write_text("\n".join(lines) + "\n")
+    steps = parse_file(log, log_end=9e9).steps
+    base = calendar.timegm((2025, 8, 17, 23, 55, 0, 0, 0, 0))
+    assert [s.time_source for s in steps] == ["line", "line"]
+    assert [s.end_time for s in steps] == [base, base + 310.0]
+
+
+def test_capture_times_beside_the_log_are_used_offline(tmp_path: Path) -> None:
+    """`verl-monitor run` writes '<offset> <unix>' per captured line to LOG.arrivals: an offline
+    analyze of that log gives each step the time its line was captured."""
+    lines = [step_line(n, 40.0) for n in range(1, 5)]
+    log = tmp_path / "job.log"
+    text = "\n".join(lines) + "\n"
+    log.write_text(text)
+    offsets, pos = [], 0
+    for line in lines:
+        offsets.append(pos)
+        pos += len(line.encode()) + 1
+    captured = [1_700_000_000.0 + 45.0 * n for n in range(4)]
+    sidecar_path(log).write_text("".join(f"{o} {t:.6f}\n" for o, t in zip(offsets, captured,
+                                                                         strict=True)))
+    doc = analyze_doc(log)
+    steps = doc["steps"]
+    assert [s["time_source"] for s in steps] == ["sidecar"] * 4
+    assert [s["end_time"] for s in steps] == captured
+    assert doc["summary"]["wall"]["data_wait_s"] == pytest.approx(3 * (5.0 - 0.05))
+    report = render_text(doc)
+    assert "capture times (the .arrivals file beside the log)" in report
+    assert "no timestamps" not in report
+
+
+def test_no_clock_at_all_is_said_and_the_times_are_estimated(tmp_path: Path) -> None:
+    log = tmp_path / "bare.log"
+    log.write_text("\n".join(step_line(n, 40.0) for n in range(1, 4)) + "\n")
+    doc = analyze_doc(log, 1_000.0)
+    assert {s["time_source"] for s in doc["steps"]} == {"rebuilt"}
+    report = render_text(doc)
+    assert "estimated (rebuilt from the step times" in report
+    assert "no timestamps, tqdm bar or dated lines, and no .arrivals file" in report
+
+
+def test_a_bar_whose_count_is_not_the_step_does_not_date_it(tmp_path: Path) -> None:
+    """A console capture that kept only the bar's last drawing prints '19/100' somewhere
+    else: it dates no step."""
+    lines = [step_line(1, 10.0), tqdm_line(19, 100, 3000), step_line(2, 10.0)]
+    log = tmp_path / "capture.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert {s.time_source for s in parse_file(log, log_end=100.0).steps} == {"rebuilt"}
