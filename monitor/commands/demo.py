@@ -34,6 +34,7 @@ from monitor.commands.dashboard import (
     stop_process,
     wait_healthy,
 )
+from monitor.urls import redact
 
 _SERVING = re.compile(r"serving (\S+/metrics)")
 
@@ -219,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"verl-monitor demo: the dashboard did not start on {url}: {why}",
                   file=sys.stderr)
             return 1
-        source = args.prometheus or workdir / "run.db"
+        source = redact(args.prometheus) if args.prometheus else workdir / "run.db"
         print(f"verl-monitor demo: dashboard {url}\n"
               f"verl-monitor demo: exporter metrics {metrics_url}\n"
               f"verl-monitor demo: simulated run '{args.scenario}' ({mode} trainer) at "

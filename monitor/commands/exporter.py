@@ -94,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--phase-source", metavar="URL",
                    help="the driver's exporter /metrics (e.g. http://node0:9048/metrics): on a "
                    "node without the verl log, its last step's phases label this node's GPU "
-                   "samples (verlmon_phase_gpu_* counters)")
+                   "samples (verlmon_phase_gpu_* counters); http://USER:PASS@HOST... is sent "
+                   "as basic authentication and shown nowhere")
     p.add_argument("--node", metavar="NAME",
                    help="node name for verlmon_node_info and the store (default: the hostname)")
     p.add_argument("--train-pid", type=int, metavar="PID",
@@ -131,7 +132,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "it falls back to offline files and never blocks the exporter")
     p.add_argument("--rollout-server", action="append", default=[], metavar="URL",
                    help="a vLLM or SGLang rollout server to scrape (http://HOST:PORT or "
-                   "HOST:PORT; /metrics is added); repeat for several")
+                   "HOST:PORT; /metrics is added; USER:PASS@ is sent as basic authentication "
+                   "and shown nowhere, labels say HOST:PORT); repeat for several")
     p.add_argument("--rollout-discovery-file", metavar="PATH",
                    help="the Prometheus config verl writes with "
                    "actor_rollout_ref.rollout.prometheus.enable=True (its "

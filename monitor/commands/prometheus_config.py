@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from exporters.options import DEFAULT_PORT
+from monitor.urls import redact, split_url
 
 PROG = "verl-monitor prometheus-config"
 #: Where the runbooks are browsable unless --runbook-base says otherwise.
@@ -140,8 +141,12 @@ def prometheus_config(targets_dir: Path, rules_dir: Path, alertmanager: str,
                       runbook_base: str) -> dict[str, Any]:
     """A Prometheus config (as a dict) that scrapes every job listed in ``targets_dir``."""
     if not re.match(r"^https?://\S+/$", runbook_base):
-        raise ConfigInputError(f"--runbook-base {runbook_base!r}: expected an http(s) URL "
-                               "ending in /")
+        raise ConfigInputError(f"--runbook-base {redact(runbook_base)!r}: expected an http(s) "
+                               "URL ending in /")
+    if split_url(runbook_base, "--runbook-base").has_credentials:
+        raise ConfigInputError(f"--runbook-base {redact(runbook_base)!r}: holds a user name or "
+                               "password; the links go to everyone an alert reaches, give the "
+                               "URL without USER:PASS@")
     if not re.match(r"^[^\s:/]+:\d+$", alertmanager):
         raise ConfigInputError(f"--alertmanager {alertmanager!r}: expected HOST:PORT")
     return {

@@ -56,6 +56,7 @@ from monitor.sources.base import (
     SourceStatus,
     summarize_nodes,
 )
+from monitor.urls import redact, split_url
 
 #: Prometheus refuses range queries returning more than this many points per series.
 MAX_POINTS_PER_SERIES = 11_000
@@ -157,13 +158,15 @@ class PrometheusSource:
     def __init__(self, url: str, job: str | None = None, timeout: float | None = None) -> None:
         problem = url_problem(url)
         if problem:
-            raise SourceError(f"Prometheus URL {url!r}: {problem}")
-        self.url = url.strip().rstrip("/")
+            raise SourceError(f"Prometheus URL {redact(url)!r}: {problem}")
+        split = split_url(url, "--prometheus")  # user:pass@ goes to basic auth, never shown
+        self.url = split.url.rstrip("/")
         self.job = job
         self.label = f"Prometheus {self.url}" + (f" (job {job})" if job else "")
         #: the deadline of one query, whole answer included (seconds)
         self.timeout = float(timeout) if timeout else default_timeout()
-        self._client = httpx.Client(base_url=self.url, timeout=self.timeout)
+        self._client = httpx.Client(base_url=self.url, timeout=self.timeout,
+                                    auth=split.auth_pair())
         self._scrape_interval: float | None = None
         self._pool = ThreadPoolExecutor(max_workers=6)
         # the requests themselves run here, so a caller waits for the deadline, not the server
