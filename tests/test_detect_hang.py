@@ -110,3 +110,58 @@ def test_run_all_reports_the_hang_and_hides_stalled_and_low_utilization():
     kinds = {f.kind for f in run_all(steps, gpu, None, [], now=end + 400.0)}
     assert "hang" in kinds
     assert not kinds & {"stalled", "low_utilization", "util_overstates_sm"}
+
+
+# ---------------------------------------------------------------------------- py-spy: where
+def _where_event(t: float, place: str, stuck: bool, long_phase: bool = False,
+                 node: str = "n0") -> Event:
+    who = [{"pid": 4242, "role": "driver", "place": place, "phase": "reward",
+            "frame": "normalize_final_answer (user_reward.py:5)", "detail": "", "node": node,
+            "stuck": stuck}]
+    return Event("hang_dump", t, message="the driver (PID 4242, node n0) is scoring rewards "
+                 "[phase reward], at normalize_final_answer (user_reward.py:5). No rank waits "
+                 "in a collective: NCCL is not the cause.",
+                 data={"method": "py-spy", "node": node, "waiting": {}, "culprits": [],
+                       "where": {"stuck": stuck, "place": place, "long_phase": long_phase,
+                                 "who": who, "others": [], "collective": False}})
+
+
+def test_a_driver_stuck_scoring_rewards_is_a_hang_at_the_stack_limit_whatever_the_gpus_do():
+    def busy(df, tail):
+        df.loc[tail, ["util", "sm_active"]] = [98.0, 70.0]
+    ctx, end = _run(50.0, busy)  # GPUs computing: the old evidence would say nothing
+    ctx.events.append(_where_event(end + 46.0, "reward", True))
+    f = detect_hang(ctx)[0]
+    assert f.severity == "critical" and f.start == end + 45.0  # max(1.3 x 20 s, 45 s)
+    assert "Where (py-spy): on node n0: the driver (PID 4242, node n0) is scoring rewards" \
+        in f.evidence
+    assert "No rank waits in a collective" in f.evidence and f.scope == {"node": "n0"}
+    assert "compute_score_timeout" in " ".join(f.advice)  # the reward's own advice first
+    assert "normalize_final_answer" in f.evidence
+
+
+def test_a_stack_round_in_a_long_checkpoint_keeps_the_hang_quiet():
+    ctx, end = _run(150.0, _one_waits)  # the GPUs even look like waiting
+    ctx.events.append(_where_event(end + 100.0, "checkpoint", False, long_phase=True))
+    assert detect_hang(ctx) == []
+
+
+def test_without_a_stuck_round_the_stack_limit_alone_is_no_hang():
+    ctx, end = _run(50.0, _one_waits)
+    ctx.events.append(_where_event(end + 46.0, "unknown", False))
+    assert detect_hang(ctx) == []
+
+
+def test_the_silence_after_the_runs_last_progress_line_is_no_hang_nor_stalled():
+    steps = make_steps(n=10, step_s=STEP_S)
+    end = steps[-1].end_time
+    done = Event("progress", end, 10, "Training Progress: 100%|##| 10/10",
+                 {"current": 10, "total": 10, "percent": 100})
+    gpu = make_gpu(steps, n_gpus=2, tail_s=900.0,
+                   edit=lambda df: _one_waits(df, df["ts"] > end))
+    kinds = {f.kind for f in run_all(steps, gpu, None, [done], now=end + 900.0)}
+    assert not kinds & {"hang", "stalled"}
+    half = Event("progress", end, 10, "Training Progress: 50%|##| 10/20",
+                 {"current": 10, "total": 20, "percent": 50})
+    kinds = {f.kind for f in run_all(steps, gpu, None, [half], now=end + 900.0)}
+    assert "hang" in kinds  # not at its total: a real hang is still a hang

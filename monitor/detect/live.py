@@ -71,7 +71,10 @@ class FlagTracker:
         A flag reported open (end None, or ending at/after the previous check) keeps or opens
         its entry; an open entry no longer reported open closes with the reported end time, or
         ``now`` when the call no longer mentions it. Severity rises while open, never falls.
+        After ``finish``: nothing opens, nothing closes (until ``resume``).
         """
+        if self.finished is not None:
+            return [], []
         current: dict[tuple[str, str], Flag] = {}
         ended: dict[tuple[str, str], float] = {}
         for f in flags:

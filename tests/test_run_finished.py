@@ -1,0 +1,110 @@
+"""A finished run is finished (issue 31 item 1): its open flags close as "run finished" and
+nothing new opens, whether the end shows in the log (verl's last progress line, the final
+validation), in the exit marker ``verl-monitor run`` writes, or in the simulator's end."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from exporters.live_monitor import LiveMonitor
+from exporters.options import ExporterOptions
+from monitor.detect.live import FlagTracker
+from monitor.hang.finish import clear_exit, exit_after_steps, finish_time, mark_exit, read_exit
+from monitor.records import Event, Flag, StepRecord
+
+
+def _flag(kind: str = "hang", start: float = 100.0) -> Flag:
+    return Flag(kind=kind, severity="critical", start=start, end=None, scope={},
+                evidence="No progress for 61 s after step 42.", advice=[])
+
+
+def test_finish_closes_every_open_flag_and_nothing_opens_until_a_new_run():
+    t = FlagTracker()
+    t.update([_flag(), _flag("stalled")], now=110.0)
+    closed = t.finish(120.0, "the last progress line (42/42)")
+    assert {f.kind for f in closed} == {"hang", "stalled"} and t.active() == []
+    assert all(f.end == 120.0 and f.evidence.endswith("(run finished: the last progress line "
+                                                      "(42/42))") for f in closed)
+    assert t.update([_flag(start=130.0)], now=140.0) == ([], [])  # opens nothing
+    t.resume()
+    opened, _ = t.update([_flag(start=150.0)], now=160.0)
+    assert [f.kind for f in opened] == ["hang"]
+
+
+def test_the_log_says_the_run_ended_at_its_total_or_its_final_validation():
+    steps = [StepRecord(step=42, end_time=1000.0, total=10.0)]
+    done = Event("progress", 1000.0, 42, "", {"current": 42, "total": 42})
+    assert finish_time([done], steps) == (1000.0, "the last progress line (42/42)")
+    final = Event("validation", 1010.0, 42, "", {"origin": "final_block"})
+    assert finish_time([done, final], steps)[1] == "the final validation"
+    half = Event("progress", 1000.0, 21, "", {"current": 21, "total": 42})
+    assert finish_time([half], steps) is None
+    later = steps + [StepRecord(step=43, end_time=1100.0, total=10.0)]
+    assert finish_time([done], later) is None  # a new run appended to the same log
+
+
+def test_the_exit_marker_beside_the_log(tmp_path):
+    log = tmp_path / "train.log"
+    assert read_exit(log) is None
+    mark_exit(log, 137, when=2000.0)
+    assert read_exit(log) == (2000.0, 137)
+    steps = [StepRecord(step=1, end_time=1990.0, total=10.0)]
+    assert exit_after_steps([log], steps) == (2000.0, "the job exited with status 137")
+    newer = [StepRecord(step=2, end_time=2100.0, total=10.0)]
+    assert exit_after_steps([log], newer) is None  # a previous run's marker
+    clear_exit(log)
+    assert read_exit(log) is None
+
+
+def test_the_live_monitor_closes_the_flags_when_the_job_exits(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    mon = LiveMonitor(ExporterOptions(log=(str(log),)), "n0", 1.0)
+    mon.open()
+    now = time.time()
+    mon.window.add_steps([StepRecord(step=i, end_time=now - 300 + 10 * i, total=10.0)
+                          for i in range(1, 6)])
+    opened, _ = mon.detect_once()
+    assert any(f.kind == "stalled" for f in opened)  # 250 s without a step: still running
+    mark_exit(log, 0)
+    opened, closed = mon.detect_once()
+    assert opened == [] and {f.kind for f in closed} >= {"stalled"}
+    assert all("run finished: the job exited with status 0" in f.evidence for f in closed)
+    assert mon.tracker.active() == [] and mon.detect_once() == ([], [])
+    mon.stop()
+
+
+@pytest.mark.slow
+def test_the_demos_simulated_run_ends_with_no_open_warning_or_critical_flag(tmp_path):
+    """The simulated run (NCCL dumps on, as the demo has them) ends; well past the hang and
+    stalled limits no warning or critical flag is open (before: a critical hang "No progress
+    for 61 s after step 42 ... Who: unknown")."""
+    from exporters.app import Exporter
+    from monitor.commands.exporter import parse_options
+
+    cfg = tmp_path / "fast.yaml"
+    cfg.write_text("hang:\n  min_seconds: 2.0\n  nccl_quiet_s: 1.0\n"
+                   "stalled:\n  min_seconds: 3.0\n  idle_seconds: 3.0\n")
+    nccl = tmp_path / "nccl"
+    nccl.mkdir()
+    opts = parse_options([
+        "--listen-address", "127.0.0.1:0", "--interval", "0.2", "--gpu-backend", "sim",
+        "--scenario", "healthy", "--sim-gpus", "2", "--sim-log", str(tmp_path / "train.log"),
+        "--sim-speed", "120", "--nccl-dir", str(nccl), "--config", str(cfg),
+        "--detect-interval", "0.5", "--node", "demo", "--no-hang-pyspy"])
+    exporter = Exporter(opts)
+    exporter.start()
+    try:
+        sim = exporter.live_sim
+        deadline = time.monotonic() + 120
+        while not sim.finished:
+            assert time.monotonic() < deadline, "the simulated run did not end"
+            time.sleep(0.2)
+        time.sleep(8.0)  # past every limit above
+        tracker = exporter.monitor.tracker
+        loud = [f for f in tracker.active() if f.severity in ("warning", "critical")]
+        assert loud == [] and tracker.finished
+    finally:
+        exporter.stop()
