@@ -179,7 +179,7 @@ def register(subparsers: Any) -> None:
         "dashboard",
         help="start the live Streamlit dashboard on a run store or Prometheus",
         description="Serve the verl-monitor dashboard (Overview, GPUs, Steps & phases, "
-        "Communication, Flags, Nodes). Reads a local run store written by the exporter, or a "
+        "Communication, Rollout, Flags, Nodes). Reads a local run store written by the exporter, or a "
         "Prometheus server scraping the exporters.",
     )
     src = parser.add_mutually_exclusive_group(required=True)

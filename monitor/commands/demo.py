@@ -131,7 +131,8 @@ def register(subparsers: Any) -> None:
     """Add the ``demo`` subcommand."""
     parser = subparsers.add_parser(
         "demo",
-        help="simulated verl run + exporter + dashboard: see every page working in a minute",
+        help="simulated verl run + exporter + dashboard: every page live in about ten minutes "
+        "(a minute with --speed 10)",
         description="Play a simulated verl run (healthy, then IO starvation, a reshard spike, "
         "a straggling GPU, a rollout long tail, over about ten minutes), monitor it with the "
         "exporter (sim GPU backend), and serve the dashboard on its run store. Ctrl-C stops.",
