@@ -232,7 +232,7 @@ class FlightRecorderCollector(PollingCollector):
                 problems["flight_recorder"] = got.note
             for rank, why in got.problems.items():
                 problems[f"rank {rank}"] = why
-            self._count("flight_recorder", "ok" if dumps else "failed")
+            self._count("flight_recorder", got.result)  # ok, bad_dump (some ranks) or failed
             if dumps:
                 loc = localize_dumps(dumps, got.problems, infos)
         if (loc is None or not loc.culprits) and self.pyspy:

@@ -11,20 +11,31 @@ version "2.10"): ``version``, ``comm_lib_version``, ``pg_config`` (per process g
 
 The file comes from another process, so it is read with an unpickler that refuses every
 class: only dicts, lists, tuples, strings and numbers load, and anything else is a
-:class:`DumpError` in words.
+:class:`DumpError` in words. So is data nested deeper than ``MAX_DEPTH`` (a 400 KB pickle of
+lists inside lists loads, then raises RecursionError wherever it is printed or compared).
+Only a regular file inside the dump directory is opened, without following a link and
+without blocking (a FIFO named like a dump is refused, not waited on).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 #: Largest dump read, bytes (2,000 entries with frames are ~300 KB; this leaves room).
 MAX_DUMP_BYTES = 64 * 1024 * 1024
+
+#: Deepest nesting of containers read (a real dump nests 6 deep: dict, entries, entry,
+#: frames, frame, value).
+MAX_DEPTH = 32
+#: Most containers and values in one dump (2,000 entries with 20 frames are ~300,000).
+MAX_NODES = 5_000_000
 
 #: Frames in these paths belong to PyTorch itself; the caller's frame is the first other one.
 _LIBRARY_PARTS = ("/torch/distributed/", "/torch/nn/parallel/", "/torch/utils/", "/torch/_",
@@ -118,6 +129,28 @@ def _ranks(text: Any) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"-?\d+", str(text or "")))
 
 
+def check_shape(obj: Any) -> None:
+    """Raise :class:`DumpError` for data nested deeper than ``MAX_DEPTH`` or holding more than
+    ``MAX_NODES`` values (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    nodes = 0
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise DumpError(f"more than {MAX_NODES} values: not a Flight Recorder dump")
+        if isinstance(item, dict):
+            children: Any = [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth >= MAX_DEPTH and children:
+            raise DumpError(f"data nested deeper than {MAX_DEPTH} levels: not a Flight "
+                            "Recorder dump")
+        stack.extend((c, depth + 1) for c in children)
+
+
 def parse_dump(data: bytes, rank: int, path: str = "") -> RankDump:
     """Summarise one dump's bytes; raises :class:`DumpError` in words when it is not one."""
     if len(data) > MAX_DUMP_BYTES:
@@ -127,7 +160,16 @@ def parse_dump(data: bytes, rank: int, path: str = "") -> RankDump:
     except DumpError:
         raise
     except Exception as exc:  # noqa: BLE001 - any decoding failure is one message
-        raise DumpError(f"not a whole pickle ({exc.__class__.__name__}: {exc})") from None
+        raise DumpError(f"not a whole pickle ({exc.__class__.__name__}: "
+                        f"{str(exc)[:200]})") from None
+    check_shape(obj)
+    try:
+        return _summarise(obj, rank, path)
+    except RecursionError:
+        raise DumpError("data nested too deep to read: not a Flight Recorder dump") from None
+
+
+def _summarise(obj: Any, rank: int, path: str) -> RankDump:
     if not isinstance(obj, dict) or not isinstance(obj.get("pg_status"), dict):
         raise DumpError("no pg_status: not a Flight Recorder dump")
     config = obj.get("pg_config") if isinstance(obj.get("pg_config"), dict) else {}
@@ -162,38 +204,81 @@ def parse_dump(data: bytes, rank: int, path: str = "") -> RankDump:
     return RankDump(rank=rank, version=str(obj.get("version", "")), groups=groups, path=path)
 
 
-def read_dump(path: str | Path, rank: int | None = None) -> RankDump:
-    """Read ``path`` (a ``<prefix><rank>`` file); the rank is taken from the name if not given."""
+def _inside(path: str, root: str) -> bool:
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def read_dump_bytes(path: str | Path, root: str | Path | None = None) -> bytes:
+    """The bytes of the dump file ``path``, opened without following a link and without
+    blocking (``O_NOFOLLOW | O_NONBLOCK``): a link, a FIFO, a device or a directory named like a
+    dump, a file whose real path lies outside ``root``, or one over ``MAX_DUMP_BYTES``, is a
+    :class:`DumpError` saying so."""
+    p = str(path)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(p, flags)
+    except OSError as exc:
+        if os.path.islink(p):
+            raise DumpError(f"{p}: a symbolic link; dumps are read only as regular files "
+                            "inside the dump directory") from None
+        raise DumpError(f"{p}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DumpError(f"{p}: not a regular file (a FIFO, device or directory named like "
+                            "a dump); not read")
+        if root is not None:
+            if not _inside(p, str(root)):
+                raise DumpError(f"{p}: lies outside {root} (through a linked folder); not read")
+            real = os.stat(os.path.realpath(p))
+            if (real.st_dev, real.st_ino) != (st.st_dev, st.st_ino):
+                raise DumpError(f"{p}: replaced while it was opened; not read")
+        if st.st_size > MAX_DUMP_BYTES:
+            raise DumpError(f"{p}: {st.st_size} bytes, over the {MAX_DUMP_BYTES} read")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_DUMP_BYTES:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise DumpError(f"{p}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_dump(path: str | Path, rank: int | None = None,
+              root: str | Path | None = None) -> RankDump:
+    """Read ``path`` (a ``<prefix><rank>`` file); the rank is taken from the name if not given.
+    With ``root``, the file must lie inside that directory (see :func:`read_dump_bytes`)."""
     p = Path(path)
     if rank is None:
         m = re.search(r"(\d+)$", p.name)
         if not m:
             raise DumpError(f"{p.name}: no rank number at the end of the file name")
         rank = int(m.group(1))
-    try:
-        size = p.stat().st_size
-        if size > MAX_DUMP_BYTES:
-            raise DumpError(f"{p}: {size} bytes, over the {MAX_DUMP_BYTES} read")
-        data = p.read_bytes()
-    except OSError as exc:
-        raise DumpError(f"{p}: {exc.strerror or exc}") from None
-    return parse_dump(data, rank, str(p))
+    return parse_dump(read_dump_bytes(p, root), rank, str(p))
 
 
 def read_dump_dir(directory: str | Path, prefix: str = "fr_"
                   ) -> tuple[dict[int, RankDump], dict[int, str]]:
     """Every ``<prefix><rank>`` dump under ``directory`` (searched recursively: the dumps of all
-    nodes copied into one folder, or one sub-folder per node); (dumps, rank -> why unreadable)."""
+    nodes copied into one folder, or one sub-folder per node); (dumps, rank -> why unreadable).
+    Only regular files inside ``directory`` are read (no link is followed, no FIFO opened)."""
     dumps: dict[int, RankDump] = {}
     problems: dict[int, str] = {}
     pat = re.compile(re.escape(prefix) + r"(\d+)$")
     for path in sorted(Path(directory).rglob(f"{prefix}*")):
         m = pat.match(path.name)
-        if not m or not path.is_file():
+        if not m or (path.is_dir() and not path.is_symlink()):
             continue
         rank = int(m.group(1))
         try:
-            dumps[rank] = read_dump(path, rank)
+            dumps[rank] = read_dump(path, rank, root=directory)
         except DumpError as exc:
             problems[rank] = str(exc)
     return dumps, problems

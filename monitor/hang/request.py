@@ -5,7 +5,11 @@ With ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE=<dir>/pipe_`` every rank creates the FIFO
 the rank write its Flight Recorder to ``TORCH_FR_DUMP_TEMP_FILE<rank>`` even while its Python
 thread is stuck (seen on an H200 with torch 2.11: the dump was whole 4.5-5.2 s after the
 request). Writing never blocks here: a FIFO nobody reads (the rank is gone) answers ENXIO at
-once, and that is reported for the rank, not waited on.
+once, and that is reported for the rank, not waited on. Reading never blocks either: a dump is
+opened only as a regular file inside its directory (monitor/hang/dump.py). A dump that does not
+load (truncated, garbage, nested too deep) fails its rank only: it is read again while it
+changes, and at the end it is in ``problems`` and counted in ``bad``; the other ranks' dumps are
+used.
 """
 
 from __future__ import annotations
@@ -32,6 +36,16 @@ class DumpRound:
     problems: dict[int, str] = field(default_factory=dict)  # rank -> why no dump
     seconds: float = 0.0
     note: str = ""  # a problem with the whole round (no directory, no FIFO)
+    #: ranks whose dump came but could not be read (truncated, garbage, not a regular file)
+    bad: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def result(self) -> str:
+        """``ok``, ``bad_dump`` (some dump came unreadable: those ranks failed, the others
+        are used) or ``failed`` (no dump at all): the round's counter label."""
+        if not self.dumps:
+            return "failed"
+        return "bad_dump" if self.bad else "ok"
 
 
 def find_pipes(directory: str | Path, prefix: str = "pipe_") -> dict[int, Path]:
@@ -74,6 +88,36 @@ def poke(pipe: Path) -> str | None:
     return None
 
 
+def _collect(out: DumpRound, waiting: dict[int, Path], asked_at: float, root: Path,
+             deadline: float, poll_s: float) -> dict[int, str]:
+    """Read each awaited dump once it is newer than the request, again only when it changes
+    (size or time), until all came or the deadline; returns rank -> why the last read failed."""
+    last_error: dict[int, str] = {}
+    tried: dict[int, tuple[int, int]] = {}
+    while waiting and time.monotonic() < deadline:
+        for rank, path in list(waiting.items()):
+            try:
+                st = os.lstat(path)  # never follows a link, never opens a FIFO
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                last_error[rank] = f"{path}: {exc.strerror or exc}"
+                continue
+            stamp = (st.st_mtime_ns, st.st_size)
+            if st.st_mtime < asked_at - 1.0 or tried.get(rank) == stamp:
+                continue
+            tried[rank] = stamp
+            try:
+                out.dumps[rank] = read_dump(path, rank, root=root)
+                del waiting[rank]
+                last_error.pop(rank, None)
+            except DumpError as exc:  # still being written, or not a dump
+                last_error[rank] = str(exc)
+        if waiting:
+            time.sleep(poll_s)
+    return last_error
+
+
 def request_dumps(directory: str | Path, pipe_prefix: str = "pipe_", dump_prefix: str = "fr_",
                   wait_s: float = DEFAULT_WAIT_S, poll_s: float = 0.05) -> DumpRound:
     """Ask every local rank for its dump and wait (at most ``wait_s``) for whole files.
@@ -94,6 +138,7 @@ def request_dumps(directory: str | Path, pipe_prefix: str = "pipe_", dump_prefix
                     f"TORCH_NCCL_DEBUG_INFO_PIPE_FILE={directory}/{pipe_prefix}")
         return out
     dump_base = Path(dump_prefix) if os.sep in dump_prefix else directory / dump_prefix
+    root = dump_base.parent  # a dump is read only inside its own directory
     asked_at = time.time()
     waiting: dict[int, Path] = {}
     for rank, pipe in sorted(pipes.items()):
@@ -102,23 +147,11 @@ def request_dumps(directory: str | Path, pipe_prefix: str = "pipe_", dump_prefix
             out.problems[rank] = why
         else:
             waiting[rank] = Path(f"{dump_base}{rank}")
-    last_error: dict[int, str] = {}
-    deadline = t0 + wait_s
-    while waiting and time.monotonic() < deadline:
-        for rank, path in list(waiting.items()):
-            try:
-                if path.stat().st_mtime < asked_at - 1.0:
-                    continue
-                out.dumps[rank] = read_dump(path, rank)
-                del waiting[rank]
-            except FileNotFoundError:
-                continue
-            except DumpError as exc:  # still being written, or not a dump
-                last_error[rank] = str(exc)
-        if waiting:
-            time.sleep(poll_s)
+    last_error = _collect(out, waiting, asked_at, root, t0 + wait_s, poll_s)
     for rank in waiting:
         out.problems[rank] = (f"no whole dump within {wait_s:g} s"
                               + (f" ({last_error[rank]})" if rank in last_error else ""))
+        if rank in last_error:
+            out.bad[rank] = last_error[rank]
     out.seconds = time.monotonic() - t0
     return out

@@ -1,0 +1,106 @@
+"""Issue 30 row 7: the Flight Recorder reader opens only regular files inside its directory,
+without following links and without blocking on a FIFO named like a dump; a bad dump (a 400 KB
+deeply nested pickle, a truncated file, garbage) fails that rank only and is counted, and the
+round goes on with the other ranks. Real FIFOs, links and stand-in rank processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import threading
+from pathlib import Path
+
+from hang_standins import FIXTURES, as_rank, real_dump, start_standin, stop, write_dump
+
+from monitor.hang.dump import DumpError, parse_dump, read_dump_dir
+from monitor.hang.localize import localize_dumps
+from monitor.hang.request import request_dumps
+
+
+def deep_pickle(depth: int = 200_000) -> bytes:
+    """A real dump whose first entry's ``input_sizes`` is ``depth`` lists inside each other
+    (about 400 KB): it loads, then raises RecursionError wherever it is printed or compared."""
+    doc = as_rank(real_dump(), 1, 4)
+    doc["entries"][-1]["input_sizes"] = "DEEP"
+    raw = pickle.dumps(doc, protocol=2)
+    marker = b"X\x04\x00\x00\x00DEEP"
+    assert raw.count(marker) == 1
+    return raw.replace(marker, b"]" * depth + b"a" * (depth - 1))
+
+
+def in_thread(fn, within: float = 10.0):
+    """``fn()``'s result, or AssertionError when it is still running after ``within`` s."""
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    t.join(within)
+    assert not t.is_alive(), "blocked"
+    return out[0]
+
+
+def test_a_fifo_named_like_a_dump_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """Before: open() of the FIFO fr_9 blocked the reader for ever."""
+    (tmp_path / "fr_0").write_bytes((FIXTURES / "running" / "fr_0").read_bytes())
+    os.mkfifo(tmp_path / "fr_9")
+    dumps, problems = in_thread(lambda: read_dump_dir(tmp_path))
+    assert sorted(dumps) == [0]
+    assert "not a regular file" in problems[9]
+
+
+def test_links_are_not_followed_out_of_the_dump_directory(tmp_path: Path) -> None:
+    """Before: a dump symlink was followed outside --fr-dir (and read)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "fr_2").write_bytes((FIXTURES / "running" / "fr_0").read_bytes())
+    fr = tmp_path / "fr"
+    fr.mkdir()
+    (fr / "fr_0").write_bytes((FIXTURES / "running" / "fr_0").read_bytes())
+    (fr / "fr_1").symlink_to(outside / "fr_2")
+    (fr / "node1").symlink_to(outside, target_is_directory=True)
+    dumps, problems = read_dump_dir(fr)
+    assert sorted(dumps) == [0]
+    assert "symbolic link" in problems[1]
+    if 2 in problems:  # reached through the linked folder (where rglob descends into it)
+        assert "outside" in problems[2]
+
+
+def test_a_deeply_nested_pickle_is_a_dump_error_in_words() -> None:
+    """Before: it loaded, and the round died of RecursionError when it was printed."""
+    try:
+        parse_dump(deep_pickle(), 1)
+    except DumpError as exc:
+        assert "nested deeper" in str(exc)
+    else:
+        raise AssertionError("a 200,000-deep pickle was taken for a dump")
+
+
+def test_bad_dumps_fail_their_rank_only_and_are_counted(tmp_path: Path) -> None:
+    """A round with a good rank, a deep pickle, a truncated dump, garbage and a FIFO where a
+    dump should be: the good rank is localized, every other is a problem of its own."""
+    run = tmp_path / "fr"
+    run.mkdir()
+    good = write_dump(tmp_path / "d0", as_rank(real_dump(), 0, 4))
+    sources = {0: good}
+    sources[1] = tmp_path / "d1"
+    sources[1].write_bytes(deep_pickle())
+    sources[2] = tmp_path / "d2"
+    sources[2].write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
+    sources[3] = tmp_path / "d3"
+    sources[3].write_bytes(os.urandom(4096))
+    procs = [start_standin(run, rank, path) for rank, path in sources.items()]
+    os.mkfifo(run / "pipe_4.pipe")  # rank 4: its FIFO is read, its "dump" is a FIFO too
+    hold = os.open(run / "pipe_4.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    os.mkfifo(run / "fr_4")
+    try:
+        got = in_thread(lambda: request_dumps(run, wait_s=3.0), within=30.0)
+    finally:
+        os.close(hold)
+        stop(procs)
+    assert sorted(got.dumps) == [0]
+    assert sorted(got.bad) == [1, 2, 3, 4] and got.result == "bad_dump"
+    assert "nested deeper" in got.problems[1]
+    assert "not a whole pickle" in got.problems[2] and "not a whole pickle" in got.problems[3]
+    assert "not a regular file" in got.problems[4]
+    loc = localize_dumps(got.dumps, got.problems, {})
+    json.dumps(loc.to_event(0.0, "n0", got.seconds, {}).to_dict(), default=str)
