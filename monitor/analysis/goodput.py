@@ -280,6 +280,27 @@ def _resume_between(events: list[Event], a: float, b: float) -> bool:
     return any(e.kind in kinds and e.time is not None and a < e.time <= b for e in events)
 
 
+def _timeline(steps: list[StepRecord], events: list[Event], iv: pd.DataFrame) -> pd.DataFrame:
+    """The phases of the step lines, and those of the lines of their own without a step time
+    (the fully-async trainer's ``timing_s/param_sync`` line, printed after its step): each of
+    those goes to the step line whose wall interval holds it, so the trainer's wait for the
+    weight sync is booked, not left to the next step's gap."""
+    timed = [s for s in steps if s.total is not None]
+    loose = [s for s in steps if s.total is None and s.end_time is not None and s.phases]
+    tl = phase_timeline(timed, events)
+    if not loose or len(iv) == 0:
+        return tl
+    extra = phase_timeline(loose, events)
+    if len(extra) == 0:
+        return tl
+    ends = iv["end"].to_numpy(float)
+    mid = (extra["start"].to_numpy(float) + extra["end"].to_numpy(float)) / 2
+    at = np.clip(np.searchsorted(ends, mid - 1e-9, side="left"), 0, len(iv) - 1)
+    extra = extra.assign(step=iv["step"].to_numpy()[at])
+    return pd.concat([tl, extra], ignore_index=True).sort_values(
+        ["start", "step"], kind="stable").reset_index(drop=True)
+
+
 def _clip_timeline(timeline: pd.DataFrame, iv: pd.DataFrame) -> pd.DataFrame:
     """The phases cut to their step's wall interval (the first line of a step with the same
     number twice is measured against its own interval only)."""
@@ -436,7 +457,7 @@ def ledger(
         return pd.DataFrame(columns=LEDGER_COLUMNS)
     iv = iv.reset_index(drop=True)
     width = float(sample_s) if sample_s else sample_period(samples["ts"])
-    tl = _clip_timeline(phase_timeline(steps, events), iv)
+    tl = _clip_timeline(_timeline(steps, events, iv), iv)
 
     nrow, nkey = len(iv), len(keys)
     kidx = {k: i for i, k in enumerate(keys)}

@@ -14,13 +14,13 @@ alike. Each answer is computed once per object and kept. Nothing here draws: the
     ra.phase_summary()    # per phase and GPU, over the steps
     ra.pools(gpu_ledger)  # the ledger per GPU pool (monitor/analysis/pools.py)
     ra.flag_costs()       # each flag's cost in GPU-seconds, largest first
-    ra.top_problem()      # the flag that costs the most GPU time (None without one)
+    ra.top_problem()      # the flag to act on first: most severe, then costliest in GPU time
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -78,8 +78,14 @@ def flag_steps(flag: Flag, steps: Iterable[int]) -> set[int]:
     return set()
 
 
-def _in_scope(led: pd.DataFrame, flag: Flag) -> pd.Series:
-    """Rows of the ledger a flag covers: its steps (else its time span), node and GPUs."""
+#: Causes booked on the GPUs a flag names (elsewhere the cost is the job's: a straggler's flag
+#: names the slow GPU, its cost is its peers' wait).
+_LOCAL_CAUSES = frozenset({"low_activity"})
+
+
+def _in_scope(led: pd.DataFrame, flag: Flag, local: bool = True) -> pd.Series:
+    """Rows of the ledger a flag covers: its steps (else its time span) and, when ``local``,
+    its node and GPUs."""
     scope = flag.scope or {}
     rows = pd.Series(True, index=led.index)
     covered = flag_steps(flag, led["step"].astype(int).unique())
@@ -89,6 +95,8 @@ def _in_scope(led: pd.DataFrame, flag: Flag) -> pd.Series:
         end = float("inf") if flag.end is None else float(flag.end)
         rows &= (led["end"].astype(float) > float(flag.start)) & (
             led["start"].astype(float) < end)
+    if not local:
+        return rows
     node = scope.get("node")
     if node is not None and (led["node"].astype(str) == str(node)).any():
         rows &= led["node"].astype(str) == str(node)
@@ -109,7 +117,8 @@ def flag_costs(flags: Iterable[Flag], led: pd.DataFrame) -> list[dict[str, Any]]
         causes = [c for c in FLAG_CAUSES.get(flag.kind, ()) if c in led.columns]
         if not causes:
             continue
-        secs = float(led.loc[_in_scope(led, flag), causes].to_numpy().sum())
+        local = all(c in _LOCAL_CAUSES for c in causes)
+        secs = float(led.loc[_in_scope(led, flag, local), causes].to_numpy().sum())
         out.append({"kind": flag.kind, "severity": flag.severity, "scope": dict(flag.scope),
                     "start": flag.start, "end": flag.end, "causes": causes,
                     "gpu_seconds": round(secs, 3),
@@ -119,22 +128,58 @@ def flag_costs(flags: Iterable[Flag], led: pd.DataFrame) -> list[dict[str, Any]]
     return out
 
 
-def top_problem(flags: list[Flag], led: pd.DataFrame) -> dict[str, Any] | None:
-    """The flag that costs the most GPU time (``flag_costs``' first with seconds > 0), else
-    the most severe flag (cost unknown); None without a flag. The entry's ``flag`` is the
-    Flag itself; ``json_top`` drops it for JSON."""
-    costs = [c for c in flag_costs(flags, led) if c["gpu_seconds"] > 0]
-    if costs:
-        return costs[0]
-    if not flags:
-        return None
+#: Cross-node alerts read as the flag kind behind them (``monitor.sources.alerts``).
+_BASE_KIND: dict[str, str] = {"GPUStraggler": "gpu_imbalance", "NodeImbalance": "gpu_imbalance"}
+
+
+def _entry(flag: Flag, causes: list[str], secs: float | None, total: float) -> dict[str, Any]:
+    return {"kind": flag.kind, "severity": flag.severity, "scope": dict(flag.scope),
+            "start": flag.start, "end": flag.end, "causes": causes,
+            "gpu_seconds": None if secs is None else round(secs, 3),
+            "share": round(secs / total, 4) if secs is not None and total > 0 else None,
+            "evidence": flag.evidence, "advice": list(flag.advice), "flag": flag}
+
+
+def rank_problems(flags: list[Flag], led: pd.DataFrame,
+                  suppress: Mapping[str, Iterable[str]] | None = None) -> list[dict[str, Any]]:
+    """Every flag as a :func:`flag_costs` entry (``gpu_seconds`` None where it names no
+    ledger cause), in the order to act on them: most severe first; within a severity the
+    largest cost in GPU time, a flag counting the costs of the flags it explains (``suppress``
+    of the config: a straggler explains its waiting peers' low activity); then a cause before
+    what it explains, then the newest."""
     from monitor.records import SEVERITIES
 
+    rules = {k: set(v or ()) for k, v in (suppress or {}).items()}
+    costed = {id(c["flag"]): c for c in flag_costs(flags, led)}
+    total = float(led["wall"].sum()) if led is not None and len(led) else 0.0
+
+    def explains(a: Flag, b: Flag) -> bool:
+        return _BASE_KIND.get(a.kind, a.kind) in rules.get(_BASE_KIND.get(b.kind, b.kind), ())
+
+    own = {id(f): (costed[id(f)]["gpu_seconds"] if id(f) in costed else 0.0) for f in flags}
     rank = {s: i for i, s in enumerate(SEVERITIES)}
-    flag = max(flags, key=lambda f: (rank.get(f.severity, -1), f.start))
-    return {"kind": flag.kind, "severity": flag.severity, "scope": dict(flag.scope),
-            "start": flag.start, "end": flag.end, "causes": [], "gpu_seconds": None,
-            "share": None, "evidence": flag.evidence, "advice": list(flag.advice), "flag": flag}
+    out = []
+    for f in flags:
+        peers = [g for g in flags if g is not f and g.severity == f.severity]
+        secs = own[id(f)] + sum(own[id(g)] for g in peers if explains(f, g))
+        known = id(f) in costed or any(id(g) in costed for g in peers if explains(f, g))
+        entry = _entry(f, costed[id(f)]["causes"] if id(f) in costed else [],
+                       secs if known else None, total)
+        entry["_key"] = (-rank.get(f.severity, -1), -secs, any(explains(g, f) for g in peers),
+                         -float(f.start))
+        out.append(entry)
+    out.sort(key=lambda e: e["_key"])
+    for e in out:
+        del e["_key"]
+    return out
+
+
+def top_problem(flags: list[Flag], led: pd.DataFrame,
+                suppress: Mapping[str, Iterable[str]] | None = None) -> dict[str, Any] | None:
+    """The flag to act on first (:func:`rank_problems`' first), None without a flag. Its
+    ``flag`` is the Flag itself; ``json_top`` drops it for JSON."""
+    ranked = rank_problems(flags, led, suppress)
+    return ranked[0] if ranked else None
 
 
 def json_top(top: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -255,5 +300,6 @@ class RunAnalysis:
         return flag_costs(self.flags(), self.ledger(run_end))
 
     def top_problem(self, run_end: float | None = None) -> dict[str, Any] | None:
-        """The flag that costs the most GPU time (see :func:`top_problem`)."""
-        return top_problem(self.flags(), self.ledger(run_end))
+        """The flag to act on first: the most severe, then the costliest in GPU time (see
+        :func:`rank_problems`)."""
+        return top_problem(self.flags(), self.ledger(run_end), self.config.section("suppress"))
