@@ -99,8 +99,10 @@ JOB_FILES: dict[str, str] = {
 import threading, time
 _never = threading.Event()
 def get(refs, timeout=None):
+    end = None if timeout is None else time.monotonic() + timeout
     while not _never.wait(0.5):
-        pass
+        if end is not None and time.monotonic() > end:
+            return refs
 def main_loop(task):
     task()
     while True:
@@ -108,11 +110,11 @@ def main_loop(task):
 ''',
     "verl/single_controller/ray/base.py": '''
 from ray._private import worker
-def execute_all(method_name, *args):
-    return worker.get([method_name])
+def execute_all(method_name, *args, timeout=None):
+    return worker.get([method_name], timeout=timeout)
 class RayWorkerGroup:
-    def generate_sequences(self, batch):
-        return execute_all("generate_sequences", batch)
+    def generate_sequences(self, batch, timeout=None):
+        return execute_all("generate_sequences", batch, timeout=timeout)
 ''',
     "verl/workers/reward_manager/naive.py": '''
 class NaiveRewardManager:
@@ -147,19 +149,52 @@ class RayPPOTrainer:
     def __init__(self, dataset, reward_fn, wg):
         self.train_dataloader = DataLoader(dataset)
         self.reward_fn, self.actor_rollout_wg = reward_fn, wg
-    def fit(self, steps, log):
+    def fit(self, steps, log, case="", pause_s=0.0):
         it = iter(self.train_dataloader)
-        for step in range(1, steps + 1):
+        for step in range(1, 10**6):
             batch = next(it)
             gen_batch_output = self.actor_rollout_wg.generate_sequences(batch)
             compute_reward([batch, gen_batch_output], self.reward_fn)
+            if step == steps and case == "validate":
+                self._validate(pause_s)
+            if step == steps and case == "ckpt":
+                self._save_checkpoint(pause_s)
             log(step)
+    def _validate(self, pause_s):
+        from verl.single_controller.ray.base import RayWorkerGroup
+        return RayWorkerGroup().generate_sequences(None, timeout=pause_s)
+    def _save_checkpoint(self, pause_s):
+        from verl.utils.checkpoint.checkpoint_manager import save_checkpoint
+        save_checkpoint(pause_s)
+''',
+    "verl/utils/checkpoint/checkpoint_manager.py": '''
+from torch.serialization import save
+def save_checkpoint(pause_s):
+    save({"w": 1}, "/dev/null", pause_s)
+''',
+    "torch/serialization.py": '''
+import time
+def save(obj, path, pause_s):
+    end = time.monotonic() + pause_s
+    while time.monotonic() < end:
+        with open(path, "wb") as fh:
+            fh.write(b"x" * 4096)
+        time.sleep(0.01)
+''',
+    "vllm/entrypoints/llm.py": '''
+class LLM:
+    def generate(self):
+        while True:
+            sum(range(10000))
 ''',
     "verl/workers/fsdp_workers.py": '''
 import threading
 class ActorRolloutRefWorker:
     def generate_sequences(self, prompts):
         threading.Event().wait()
+    def generate_in_engine(self):
+        from vllm.entrypoints.llm import LLM
+        LLM().generate()
 ''',
     "user_reward.py": '''
 import re, requests
@@ -208,10 +243,12 @@ def log(step):
                  f" - timing_s/gen:{step_s:.3f}\\n")
     if case == "http" and step == steps:
         user_reward.URL = sys.argv[5]
+    if case == "none" and step == steps:
+        os._exit(0)
 trainer = RayPPOTrainer(BlockingDataset(steps + 1 if case == "data" else 10**9),
                         NaiveRewardManager(user_reward.compute_score), LocalGroup())
 print("ready", flush=True)
-trainer.fit(10**6, log)
+trainer.fit(steps, log, case, float(sys.argv[6]) if len(sys.argv) > 6 else 0.0)
 ''',
     "ray/_private/workers/default_worker.py": '''
 import os, sys
@@ -222,8 +259,12 @@ log_path = sys.argv[1]
 with open(log_path, "a") as fh:
     fh.write(f"(WorkerDict pid={os.getpid()}, ip=127.0.0.1) init done\\n")
 print("ready", flush=True)
-main_loop(lambda: ActorRolloutRefWorker().generate_sequences(None) if sys.argv[2] == "busy"
-          else None)
+def task():
+    if sys.argv[2] == "busy":
+        ActorRolloutRefWorker().generate_sequences(None)
+    elif sys.argv[2] == "gen":
+        ActorRolloutRefWorker().generate_in_engine()
+main_loop(task)
 ''',
 }
 
@@ -236,30 +277,36 @@ def write_job_tree(root: Path) -> Path:
         path.write_text(text.lstrip("\n"))
     for pkg in ("ray", "ray/_private", "ray/_private/workers", "verl", "verl/single_controller",
                 "verl/single_controller/ray", "verl/workers", "verl/workers/reward_manager",
-                "verl/trainer", "verl/trainer/ppo", "torch", "torch/utils", "torch/utils/data"):
+                "verl/trainer", "verl/trainer/ppo", "torch", "torch/utils", "torch/utils/data",
+                "verl/utils", "verl/utils/checkpoint", "vllm", "vllm/entrypoints"):
         (root / pkg / "__init__.py").touch()
     return root
 
 
 def start_job(root: Path, case: str, log: Path, steps: int = 3, step_s: float = 0.5,
-              url: str = "", title: str = "ray::TaskRunner.run") -> subprocess.Popen:
+              url: str = "", title: str = "ray::TaskRunner.run", pause_s: float = 0.0
+              ) -> subprocess.Popen:
     """The driver stand-in: ``steps`` healthy steps logged as ``(TaskRunner pid=N) step:..``,
     then stuck as ``case`` says (reward: a compute_score loop; http: compute_score waits on
     ``url``; data: the dataset's __getitem__ blocks; worker: a worker-group call never
-    returns). Its process title reads like Ray's (``title``)."""
+    returns; validate / ckpt: a healthy validation or checkpoint of ``pause_s`` after the
+    last of ``steps``, then steps go on). Its process title reads like Ray's (``title``)."""
     p = subprocess.Popen([title, str(root / "job.py"), case, str(log), str(steps), str(step_s),
-                          url], executable=sys.executable, stdout=subprocess.PIPE, text=True)
+                          url or "-", str(pause_s)], executable=sys.executable,
+                         stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready"
     return p
 
 
-def start_worker(root: Path, log: Path, busy: bool = True,
+def start_worker(root: Path, log: Path, busy: bool | str = True,
                  title: str = "ray::WorkerDict.actor_rollout_generate_sequences"
                  ) -> subprocess.Popen:
-    """A worker stand-in: Ray's task loop running a method that never returns (``busy``), or
-    idle in the task loop; it logs ``(WorkerDict pid=N, ip=127.0.0.1)`` once."""
+    """A worker stand-in: Ray's task loop running a method that never returns (``busy``),
+    generating in a (stand-in) vLLM engine (``busy="gen"``), or idle in the task loop; it logs
+    ``(WorkerDict pid=N, ip=127.0.0.1)`` once."""
+    mode = busy if isinstance(busy, str) else ("busy" if busy else "idle")
     p = subprocess.Popen([title, str(root / "ray/_private/workers/default_worker.py"), str(log),
-                          "busy" if busy else "idle"],
+                          mode],
                          executable=sys.executable, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready"
     return p

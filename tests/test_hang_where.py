@@ -103,7 +103,7 @@ def test_long_healthy_phases_are_not_stuck():
                    'Thread 8 (active): "MainThread"\n    step (vllm/engine/llm_engine.py:1)\n'
                    "    generate (vllm/entrypoints/llm.py:2)\n")
     v = judge([val, gen])
-    assert not v.stuck and v.long_phase and v.place == "generation"
+    assert not v.stuck and v.long_phase and v.place == "validation"
 
 
 def test_a_rank_outside_the_collective_the_others_wait_in_is_named():
@@ -131,3 +131,12 @@ def test_an_empty_or_foreign_text_is_unknown_in_words():
     w = classify("Error: Failed to find python version from target process")
     assert w.place == "unknown" and "no frame" in w.detail
     assert not judge([w]).stuck
+
+
+def test_a_healthy_validation_and_checkpoint_are_long_phases_not_stuck():
+    val = judge([_where("driver_validate"), _where("worker_gen")])
+    assert not val.stuck and val.long_phase and val.place == "validation"
+    assert _where("worker_gen").place == "generation"
+    ckpt = judge([_where("driver_ckpt")])
+    assert not ckpt.stuck and ckpt.long_phase and ckpt.place == "checkpoint"
+    assert ckpt.who[0].frame.filename == "verl/utils/checkpoint/checkpoint_manager.py"

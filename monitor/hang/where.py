@@ -420,12 +420,14 @@ def _worker_call(d: Where, workers: list[Where], ws: list[Where], collective: bo
     phase = d.phase or _method_phase(method)
     call = Where(d.pid, d.role, WORKER_CALL, phase, d.frame,
                  f"({method})" if method else "", d.node, d.thread)
-    if not running and workers:
+    if not running and workers and phase != "testing":
         return Verdict(True, WORKER_CALL, phase, [call], workers, collective)
     if any(w.place == METHOD for w in running):
         stuck = [w for w in running if w.place == METHOD]
         return Verdict(True, METHOD, phase, stuck, [call] + [w for w in ws if w not in stuck
                                                                and w is not d], collective)
+    if phase == "testing":  # a validation's generation or scoring: long, not stuck
+        return Verdict(False, VALIDATION, phase, [call], running, collective)
     if running:
         top = max(running, key=lambda w: _RANK.get(w.place, 0))
         return Verdict(False, top.place if top.place in LONG_PHASES else GENERATION, phase,
