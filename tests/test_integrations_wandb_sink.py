@@ -365,3 +365,25 @@ def test_goodput_shares_per_step_from_a_real_run_reach_wandb(offline):
     assert rows[3]["verlmon/goodput/data_loading"] < 0.05
     total = sum(v for k, v in rows[5].items() if k.startswith("verlmon/goodput/"))
     assert total == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.slow
+def test_the_run_summary_names_the_flag_that_costs_the_most_gpu_time(offline):
+    """The real 2-H200 long tail: of its two flags, rollout_long_tail costs the most GPU
+    time; the run summary names it, as analyze and the dashboard do."""
+    from monitor.analysis.run_analysis import RunAnalysis
+    from monitor.frames import read_gpu_frame
+    from monitor.logs.parse import parse_file
+
+    d = Path(__file__).parent / "fixtures" / "real_gpu" / "2gpu_long_tail"
+    parsed = parse_file(str(d / "train.jsonl"))
+    gpu = read_gpu_frame(d / "gpu.csv")
+    ra = RunAnalysis(parsed.steps, gpu, events=parsed.events)
+    flags = ra.flags()
+    assert {f.kind for f in flags} >= {"rollout_long_tail", "gpu_imbalance"}
+    with WandbSink.from_target("verlmon-test/top01", wandb_dir=offline) as sink:
+        sink.log_analysis(parsed.steps, flags, attribute(parsed.steps, gpu), gpu)
+    summary = _read_run(offline, "top01")["summary"]
+    assert summary["verlmon/top_problem"] == "rollout_long_tail"
+    assert summary["verlmon/top_problem_gpu_seconds"] == pytest.approx(
+        ra.top_problem()["gpu_seconds"], rel=1e-3)
