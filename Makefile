@@ -37,8 +37,10 @@ sysdeps:
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# pytest's default output names each test file as it runs (`tests/test_x.py ....  [ 12%]`),
+# so a 30-minute run shows where it is; it still ends with pytest's closing summary line.
 test: setup sysdeps lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest
 
 # Unit tests that start no process, on FAST_WORKERS workers: the loop to run after each change.
 # Tests marked `slow` (they start the CLI, an exporter, Streamlit's AppTest, promtool,
