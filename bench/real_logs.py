@@ -1,0 +1,95 @@
+"""Real verl logs of public repositories through ``verl-monitor analyze``: the wall time
+against the log's own clock, the trainer read, the flags.
+
+The logs are named in ``tests/fixtures/real_logs/manifest.json`` (``tests/real_logs.py`` finds
+them: committed beside it, or in a local snapshot of their repository). For each log: the
+trainer mode and version read, the clock the end times came from, the wall time measured from
+the first step's start to the last step's end against the log's own clock (tqdm's elapsed
+time, or wandb's ``_runtime`` from the first step's record to the last), and every warning or
+critical flag with its first line of advice.
+
+    .venv/bin/python bench/real_logs.py [--out bench/results/real_logs.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from monitor.commands.analyze import build_document  # noqa: E402
+from monitor.logs.parse import parse_file  # noqa: E402
+from tests.real_logs import entries, load, reference_wall  # noqa: E402
+
+
+def analyze(log: Path) -> dict:
+    """``analyze --json``'s document for ``log`` alone."""
+    args = argparse.Namespace(log=str(log), gpu=None, host=None, events=None, nccl=None,
+                              rollout=None, log_end=None, config=None, wandb=None,
+                              gpu_hour_cost=None, trainer_gpus=None, rollout_gpus=None,
+                              fr_dir=None, json=True)
+    return build_document(args)
+
+
+def measure(cache: Path) -> list[str]:
+    """One block of text per manifest entry."""
+    out = []
+    for entry in entries():
+        log = load(entry, cache)
+        head = f"{entry.name}  ({entry.repo}@{entry.commit[:10]}:{entry.path})"
+        if log is None:
+            out.append(f"{head}\n  not available here (no committed copy, no snapshot)\n")
+            continue
+        doc = analyze(log)
+        steps = parse_file(log).steps
+        wall = doc["summary"]["wall"]
+        ours = wall.get("span_s")
+        if entry.clock == "wandb_runtime" and steps:
+            ours = steps[-1].end_time - steps[0].end_time  # record to record, as wandb's
+        ref = reference_wall(entry, log, steps)
+        lines = [head,
+                 f"  trainer read {doc['trainer_mode']} (expected {entry.mode}), version "
+                 f"{doc['version_guess']} (log: verl {entry.verl}); {len(steps)} steps",
+                 f"  clock used: {wall.get('clock')}; reference clock: {entry.clock or 'none'}"]
+        if ours is not None and ref:
+            lines.append(f"  wall {ours:.0f} s vs the log's clock {ref:.0f} s: "
+                         f"{100 * (ours / ref - 1):+.2f}%")
+        elif ours is not None:
+            lines.append(f"  wall {ours:.0f} s (no reference clock in the log)")
+        flags = [f for f in doc["flags"] if f["severity"] in ("warning", "critical")]
+        kinds: dict[str, int] = {}
+        for f in flags:
+            kinds[f"{f['kind']} ({f['severity']})"] = kinds.get(
+                f"{f['kind']} ({f['severity']})", 0) + 1
+        lines.append("  flags: " + (", ".join(f"{k} x{v}" for k, v in kinds.items())
+                                    if kinds else "none"))
+        seen = set()
+        for f in flags:
+            if f["kind"] in seen:
+                continue
+            seen.add(f["kind"])
+            advice = (f.get("advice") or ["-"])[0]
+            lines.append(f"    {f['kind']}: {f.get('evidence', '')} | advice: {advice}")
+        out.append("\n".join(lines) + "\n")
+    return out
+
+
+def main() -> int:
+    """Print (and with ``--out`` write) the measurements."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        text = "\n".join(measure(Path(tmp)))
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
