@@ -36,6 +36,7 @@ class ExporterOptions:
     interval: float = 1.0
     log: tuple[str, ...] = ()
     log_from_end: bool = False
+    log_timezone: str | None = None
     nccl_dir: str | None = None
     nccl_window: float = 30.0
     store: str | None = None

@@ -406,3 +406,79 @@ def test_a_path_that_is_a_directory_is_counted_and_not_read(tmp_path):
         col.sample_once()
     assert reg.get_sample_value("verlmon_log_anomalies_total",
                                 {"log": str(log), "reason": "not_regular"}) == 1
+
+
+# --- time zones and skewed clocks (issue 30 row 5) -------------------------------------------
+
+LIVE_STALL_SCRIPT = r"""
+import json, sys, time
+sys.path.insert(0, "tests")
+from test_exporters_collectors_verl_log import line, make
+from monitor.config import load_config
+from monitor.detect import make_context
+from monitor.detect.health import detect_stalled
+from monitor.frames import empty_gpu_frame, empty_host_frame
+
+log, silent_s, future_step = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+later = float(sys.argv[4])  # the detectors look this long after the lines were read
+open(log, "w").close()
+col, reg, window = make([log])
+col.sample_once()  # live from here
+now = time.time()
+with open(log, "a") as fh:  # Python logging's default %(asctime)s: the host's local time
+    for i in range(1, 21):
+        t = now - silent_s - (20 - i) * 30.0 + (86400 if i == future_step else 0)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + ",000"
+        fh.write(f"{stamp} INFO " + line(i, total=30.0))
+col.sample_once()
+steps, gpu, host, events = window.frames()
+ctx = make_context(steps, empty_gpu_frame(), empty_host_frame(), events, load_config(),
+                   time.time() + later)
+print(json.dumps({
+    "stalled": [f.evidence for f in detect_stalled(ctx)],
+    "last_end_minus_now": steps[-1].end_time - now,
+    "bad": reg.get_sample_value("verlmon_log_anomalies_total",
+                                {"log": log, "reason": "bad_timestamp"}),
+}))
+"""
+
+
+def live_stall(tmp_path, tz: str, silent_s: float, future_step: int = 0,
+               later: float = 0.0) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TZ": tz}
+    out = subprocess.run([sys.executable, "-c", LIVE_STALL_SCRIPT, str(tmp_path / "t.log"),
+                          str(silent_s), str(future_step), str(later)], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tz", ["EST+05", "JST-09"])
+def test_a_healthy_run_with_local_timestamps_is_not_stalled_west_or_east(tmp_path, tz):
+    """West of UTC, naive times read as UTC made every step hours old: `stalled` opened at
+    once. They are read in the host's zone."""
+    got = live_stall(tmp_path, tz, silent_s=1.0)
+    assert got["stalled"] == [], got
+    assert abs(got["last_end_minus_now"] + 1.0) < 5.0, got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tz", ["EST+05", "JST-09"])
+def test_a_real_stall_with_local_timestamps_is_flagged_west_or_east(tmp_path, tz):
+    """East of UTC, naive times read as UTC lay in the future: `stalled` never opened."""
+    got = live_stall(tmp_path, tz, silent_s=1200.0)
+    assert len(got["stalled"]) == 1 and "No new step for 20" in got["stalled"][0], got
+
+
+@pytest.mark.slow
+def test_a_step_dated_in_the_future_is_counted_and_does_not_hide_a_stall(tmp_path):
+    """A step dated a day ahead takes its arrival time: 20 minutes of silence after it
+    (the detectors looking 20 minutes later) are a stall, not a step still to come."""
+    got = live_stall(tmp_path, "UTC0", silent_s=0.0, future_step=20, later=1200.0)
+    assert got["bad"] == 1, got
+    assert abs(got["last_end_minus_now"]) < 5.0, got
+    assert len(got["stalled"]) == 1 and "after step 20" in got["stalled"][0], got

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
-from monitor.logs.timestamps import parse_timestamp, split_timestamp
+from monitor.logs.timestamps import (
+    log_timezone,
+    parse_timestamp,
+    plausible,
+    set_log_timezone,
+    split_timestamp,
+)
 
 BASE = 1767323045.0  # 2026-01-02T03:04:05Z
+
+
+@pytest.fixture(autouse=True)
+def utc_logs():
+    """These cases read naive times as UTC; the zone is put back to the host's after."""
+    set_log_timezone("UTC")
+    yield
+    set_log_timezone(None)
 
 
 @pytest.mark.parametrize(
@@ -16,7 +33,7 @@ BASE = 1767323045.0  # 2026-01-02T03:04:05Z
         ("2026-01-02T03:04:05.123Z step:1", BASE + 0.123, "step:1"),
         ("2026-01-02T05:04:05+02:00 x", BASE, "x"),
         ("2026-01-01T22:04:05.5-0500 x", BASE + 0.5, "x"),
-        ("2026-01-02T03:04:05 naive", BASE, "naive"),  # naive times are UTC
+        ("2026-01-02T03:04:05 naive", BASE, "naive"),  # naive: in the zone set (UTC here)
         ("[2026-01-02 03:04:05] (TaskRunner pid=1) y", BASE, "(TaskRunner pid=1) y"),
         ("[2026-01-02 03:04:05.250] y", BASE + 0.25, "y"),
         ("2026-01-02 03:04:05,123 INFO z", BASE + 0.123, "INFO z"),
@@ -52,3 +69,76 @@ def test_parse_timestamp_needs_the_whole_string() -> None:
     assert parse_timestamp(" 2026-01-02 03:04:05 ") == BASE
     assert parse_timestamp("2026-01-02T03:04:05Z trailing") is None
     assert parse_timestamp("yesterday") is None
+
+
+@pytest.fixture
+def host_tz():
+    """Set the host's zone (the ``TZ`` variable, applied with ``time.tzset``); put back after."""
+    old = os.environ.get("TZ")
+
+    def use(name: str) -> None:
+        os.environ["TZ"] = name
+        time.tzset()
+
+    yield use
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+@pytest.mark.parametrize(("tz", "hours"), [("EST+05", 5), ("JST-09", -9), ("UTC0", 0)])
+def test_naive_times_are_read_in_the_hosts_zone(host_tz, tz: str, hours: int) -> None:
+    """Python logging's default ``%(asctime)s`` is the host's local time (issue 30 row 5)."""
+    set_log_timezone(None)
+    host_tz(tz)
+    asctime = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(BASE)) + ",250"
+    assert split_timestamp(f"{asctime} INFO step:1")[0] == pytest.approx(BASE + 0.25)
+    value, _ = split_timestamp("2026-01-02 03:04:05,000 INFO x")
+    assert value == pytest.approx(BASE + hours * 3600)
+    # a timestamp with an offset is read as written, whatever the host's zone
+    assert split_timestamp("2026-01-02T03:04:05Z x")[0] == BASE
+
+
+@pytest.mark.parametrize(("zone", "hours"), [
+    ("America/New_York", 5), ("Asia/Tokyo", -9), ("+05:30", -5.5), ("-0800", 8), ("UTC", 0),
+])
+def test_naive_times_in_the_zone_set_by_option(host_tz, zone: str, hours: float) -> None:
+    host_tz("UTC0")  # the option wins over the host's zone
+    set_log_timezone(zone)
+    assert split_timestamp("2026-01-02 03:04:05 x")[0] == pytest.approx(BASE + hours * 3600)
+
+
+@pytest.mark.parametrize("bad", ["Mars/Olympus", "+25:00", "+05:75", "EST5EDT4,garbage"])
+def test_an_unknown_zone_is_a_clear_error(bad: str) -> None:
+    with pytest.raises(ValueError, match="time zone"):
+        log_timezone(bad)
+    assert log_timezone("local") is None
+
+
+def test_plausible_times_are_near_when_they_were_read() -> None:
+    now = 1_800_000_000.0
+    assert plausible(now, now) and plausible(now + 60, now) and plausible(now - 86400, now)
+    assert not plausible(now + 3600, now)  # dated an hour ahead
+    assert not plausible(now - 2 * 366 * 86400, now)  # two years back
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("option", "hours"), [([], 14), (["--log-timezone", "Asia/Tokyo"], 0),
+                                               (["--log-timezone", "UTC"], 9)])
+def test_analyze_reads_naive_times_in_the_hosts_zone_or_the_option(tmp_path, option, hours):
+    """`analyze` on a host 5 hours west of UTC: the log's naive 12:04:05 is 17:04:05 UTC,
+    unless --log-timezone says where the log was written."""
+    import json
+    import subprocess
+    import sys
+
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"2026-01-02 12:04:{5 + 10 * i:02d},000 INFO step:{i + 1} - "
+                           "timing_s/step:10.0 - timing_s/gen:5.0\n" for i in range(3)))
+    out = subprocess.run([sys.executable, "-m", "monitor", "analyze", str(log), "--json",
+                          *option], env={**os.environ, "TZ": "EST+05"}, capture_output=True,
+                         text=True, timeout=120, check=True)
+    ends = [s["end_time"] for s in json.loads(out.stdout)["steps"]]
+    assert ends == [BASE + hours * 3600 + 10 * i for i in range(3)]

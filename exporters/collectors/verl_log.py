@@ -41,8 +41,11 @@ from monitor.logs.arrivals import read_arrivals
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.logs.gaps import DataWaitTracker
 from monitor.logs.parse import LogParser
+from monitor.logs.timestamps import plausible, set_log_timezone
 from monitor.records import ALL_PHASES, Event, StepRecord
 
+#: A line read live but dated more than this before it was read has a wrong clock or zone.
+LIVE_LAG_S = 3600.0
 #: Upper bounds (seconds) of the step-duration histogram: RL steps take seconds to an hour.
 STEP_BUCKETS: tuple[float, ...] = (5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800,
                                    3600)
@@ -118,6 +121,8 @@ class VerlLogCollector(SampledCollector):
 
     def __init__(self, ctx: ExporterContext) -> None:
         super().__init__(ctx)
+        # naive line timestamps: the host's zone unless --log-timezone names one
+        set_log_timezone(getattr(ctx.options, "log_timezone", None))
         paths = list(ctx.options.log)
         start_at_end = ctx.options.log_from_end
         saved = _saved_positions(ctx)
@@ -176,6 +181,8 @@ class VerlLogCollector(SampledCollector):
             if position is not None and position != fol.published:
                 positions.append(position)
                 fol.published = position
+            fol.anomalies["bad_timestamp"] += distrust_line_times(
+                items, now, None if fol.catching_up else LIVE_LAG_S)
             if fol.catching_up:
                 fol.catching_up = False
                 rebuild_backlog_times(items, fol.path, now, fol.saved_at, stamped=now)
@@ -331,6 +338,28 @@ def captured_times(fol: _Followed, lines: list[str]) -> list[float | None] | Non
     return out
 
 
+def distrust_line_times(items: list[StepRecord | Event], now: float,
+                        max_lag: float | None = None) -> int:
+    """Steps and events dated by their line in the future or long ago (``plausible``; for a
+    line read live, also more than ``max_lag`` before it was read) take ``now``, their arrival
+    time, instead: a node's wrong clock or time zone neither opens nor hides a ``stalled``.
+    Returns how many were re-dated."""
+    count = 0
+    for item in items:
+        if isinstance(item, StepRecord):
+            ts = item.end_time if item.time_source == "line" else None
+        else:
+            ts = item.time
+        if ts is None or (plausible(ts, now) and (max_lag is None or ts >= now - max_lag)):
+            continue
+        count += 1
+        if isinstance(item, StepRecord):
+            item.end_time, item.time_source = now, "arrival"
+        else:
+            item.time = now
+    return count
+
+
 def keep_records_apart(items: list[StepRecord | Event]) -> int:
     """Give each step record of one poll that has the step number, end time and source of an
     earlier one (a resume read at once: lines that arrived together) an end time a
@@ -355,7 +384,7 @@ def _anomalies(fol: _Followed) -> dict[str, int]:
     follower = fol.follower
     counts = {"step_time_clash": fol.anomalies["step_time_clash"],
               "rewritten": follower.rewritten, "not_regular": follower.not_regular,
-              "bad_timestamp": getattr(fol.parser.stats, "bad_timestamps", 0)}
+              "bad_timestamp": fol.anomalies["bad_timestamp"]}
     return counts
 
 

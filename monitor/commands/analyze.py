@@ -29,6 +29,7 @@ from monitor.frames import (
     read_nccl_frame,
     read_rollout_frame,
 )
+from monitor.logs.timestamps import log_timezone_arg
 from monitor.records import Event
 
 PROG = "verl-monitor analyze"
@@ -90,8 +91,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "`verl-monitor export` or `simulate` (vLLM / SGLang servers: KV cache, "
                    "requests, preemptions); enables kv_cache_preemption and generation_tail and "
                    "the ledger's preempted work")
+    p.add_argument("--log-timezone", type=log_timezone_arg, metavar="ZONE", default=None,
+                   help="time zone of log timestamps without an offset (Python logging's "
+                   "default %%(asctime)s): local (the host's, the default), UTC, +05:30 or a "
+                   "name such as America/New_York")
     p.add_argument("--log-end", metavar="TIME", type=_log_end, default=None,
-                   help="when the log's last step ended (unix seconds or ISO 8601, naive = UTC); "
+                   help="when the log's last step ended (unix seconds or ISO 8601, naive = the "
+                   "host's zone); "
                    "used to rebuild step times of logs without timestamps (default: the file's "
                    "modification time)")
     p.add_argument("--config", metavar="FILE", default=None,
@@ -251,6 +257,9 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     from monitor.config import load_config
 
     config = load_config(args.config)
+    from monitor.logs.timestamps import set_log_timezone
+
+    set_log_timezone(getattr(args, "log_timezone", None))
     parsed = parse_file(args.log, log_end=args.log_end)
     steps, events = parsed.steps, parsed.events
     if getattr(args, "events", None):

@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from exporters.options import DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, ExporterOptions
+from monitor.logs.timestamps import log_timezone_arg
 
 #: Exit status after SIGHUP (128 + 1, as a shell reports it): a failure to systemd, so
 #: ``Restart=on-failure`` restarts the exporter instead of leaving the node unmonitored.
@@ -71,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "several. A log that does not exist yet is waited for")
     p.add_argument("--log-from-end", action="store_true",
                    help="skip what the logs already hold and read only new lines")
+    p.add_argument("--log-timezone", type=log_timezone_arg, metavar="ZONE",
+                   help="time zone of log timestamps without an offset (Python logging's "
+                   "default %%(asctime)s): local (the host's, the default), UTC, +05:30 or a "
+                   "name such as America/New_York")
     p.add_argument("--nccl-dir", metavar="DIR",
                    help="NCCL Inspector dump directory (NCCL_INSPECTOR_DUMP_DIR) to follow")
     p.add_argument("--nccl-window", type=float, default=30.0, metavar="SECONDS",

@@ -6,13 +6,89 @@ Accepted at the start of a line (after optional whitespace):
 - ``[2026-01-02 03:04:05]`` (brackets, optional fraction);
 - ``2026-01-02 03:04:05,123`` (Python logging's default).
 
-A timestamp without an offset ("naive") is read as UTC. Times come back as unix seconds.
+A timestamp without an offset ("naive", as Python logging's default ``%(asctime)s`` writes
+it) is read in the host's time zone (``TZ``, ``/etc/localtime``), or in the zone set with
+``set_log_timezone`` (the ``--log-timezone`` option of ``exporter`` and ``analyze``). Times
+come back as unix seconds. ``plausible`` tells a time a clock could have printed from one
+dated in the future or long ago (a node whose clock is off).
 """
 
 from __future__ import annotations
 
 import calendar
+import datetime as dt
 import re
+import time
+import zoneinfo
+
+#: A line may be dated this much after the time it was read (clocks of nodes differ a little).
+FUTURE_SLACK_S = 300.0
+#: A line dated more than this before the time it was read is taken for a wrong clock.
+PAST_LIMIT_S = 366 * 86400.0
+
+#: The zone naive timestamps are read in; None: the host's (asked each time, so a changed
+#: ``TZ`` with ``time.tzset()`` applies at once).
+_zone: dt.tzinfo | None = None
+_OFFSET_RE = re.compile(r"([+-])(\d\d):?(\d\d)")
+
+
+def log_timezone(text: str) -> dt.tzinfo | None:
+    """The zone a ``--log-timezone`` value names: ``local`` (the host's: None), ``UTC``, an
+    offset (``+05:30``, ``-0800``) or an IANA name (``America/New_York``). Raises ValueError
+    with a message saying what is accepted."""
+    value = text.strip()
+    if value.lower() in ("local", "host", ""):
+        return None
+    if value.upper() in ("UTC", "Z", "GMT"):
+        return dt.timezone.utc
+    match = _OFFSET_RE.fullmatch(value)
+    if match:
+        sign, hh, mm = match.groups()
+        minutes = int(hh) * 60 + int(mm)
+        if minutes >= 24 * 60 or int(mm) >= 60:
+            raise ValueError(f"time zone offset {value!r} is out of range")
+        return dt.timezone((-1 if sign == "-" else 1) * dt.timedelta(minutes=minutes))
+    try:
+        return zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(f"unknown time zone {value!r}: give local, UTC, an offset such as "
+                         "+05:30, or a name such as America/New_York") from None
+
+
+def log_timezone_arg(text: str) -> str:
+    """argparse type of ``--log-timezone`` (``exporter``, ``analyze``): the name, checked."""
+    import argparse
+
+    try:
+        log_timezone(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def set_log_timezone(zone: str | dt.tzinfo | None) -> None:
+    """Read naive timestamps in ``zone`` from now on (a ``log_timezone`` name or a tzinfo;
+    None or ``"local"``: the host's zone)."""
+    global _zone
+    _zone = log_timezone(zone) if isinstance(zone, str) else zone
+    _NAIVE_CACHE.clear()
+
+
+def plausible(ts: float, reference: float) -> bool:
+    """False for a time dated more than ``FUTURE_SLACK_S`` after ``reference`` (when the line
+    was read) or more than ``PAST_LIMIT_S`` before it."""
+    return reference - PAST_LIMIT_S <= ts <= reference + FUTURE_SLACK_S
+
+
+def _naive_epoch(parts: tuple[int, int, int, int, int, int]) -> int | None:
+    """Unix seconds of a wall-clock time in the log's zone; None when it cannot be one."""
+    zone = _zone
+    try:
+        if zone is None:
+            return int(time.mktime((*parts, 0, 0, -1)))
+        return int(dt.datetime(*parts, tzinfo=zone).timestamp())
+    except (OverflowError, ValueError, OSError):
+        return None
 
 _TS_RE = re.compile(
     r"\s*\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
@@ -20,6 +96,7 @@ _TS_RE = re.compile(
 )
 
 _EPOCH_CACHE: dict[tuple[str, str, str, str, str, str], int] = {}
+_NAIVE_CACHE: dict[tuple, int] = {}
 
 
 def split_timestamp(line: str) -> tuple[float | None, str]:
@@ -35,15 +112,27 @@ def split_timestamp(line: str) -> tuple[float | None, str]:
         return None, line
     year, month, day, hour, minute, second, frac, zone = match.groups()
     key = (year, month, day, hour, minute, second)
-    base = _EPOCH_CACHE.get(key)
+    if zone:
+        base = _EPOCH_CACHE.get(key)
+    else:  # naive: the zone's rules (and the host's TZ) are part of the key
+        host = (time.timezone, time.altzone, time.tzname) if _zone is None else None
+        base = _NAIVE_CACHE.get((host, key))
     if base is None:
         mon, dd, hh, mi, ss = int(month), int(day), int(hour), int(minute), int(second)
         if not (1 <= mon <= 12 and 1 <= dd <= 31 and hh <= 23 and mi <= 59 and ss <= 60):
             return None, line
-        base = calendar.timegm((int(year), mon, dd, hh, mi, ss, 0, 0, 0))
-        if len(_EPOCH_CACHE) > 4096:
-            _EPOCH_CACHE.clear()
-        _EPOCH_CACHE[key] = base
+        if zone:
+            base = calendar.timegm((int(year), mon, dd, hh, mi, ss, 0, 0, 0))
+            cache: dict = _EPOCH_CACHE
+        else:
+            naive = _naive_epoch((int(year), mon, dd, hh, mi, min(ss, 59)))
+            if naive is None:
+                return None, line
+            base = naive + (ss == 60)
+            cache, key = _NAIVE_CACHE, (host, key)
+        if len(cache) > 4096:
+            cache.clear()
+        cache[key] = base
     value = float(base)
     if frac:
         value += int(frac) / 10 ** len(frac)
