@@ -43,6 +43,8 @@ from monitor.urls import redact, split_url
 FETCH_TIMEOUT_S = 3.0
 #: Seconds between two looks for the driver among several addresses (a headless Service).
 RESCAN_S = 30.0
+#: Addresses read at once when looking for the driver.
+SCAN_WORKERS = 32
 
 
 class PhaseSourceError(RuntimeError):
@@ -200,11 +202,9 @@ class PhaseSource:
         self._next_scan = now + self.rescan_s
         best: tuple[str, StepRecord] | None = None
         errors: list[str] = []
-        for url in urls:
-            try:
-                rec = fetch_step(url, self.timeout, self._headers)
-            except PhaseSourceError as exc:
-                errors.append(str(exc))
+        for url, rec in self._read_all(urls):
+            if isinstance(rec, PhaseSourceError):
+                errors.append(str(rec))
                 continue
             if rec is not None and (best is None or (rec.end_time or 0) > (best[1].end_time or 0)):
                 best = (url, rec)
@@ -214,6 +214,22 @@ class PhaseSource:
             return None
         self.driver = best[0]
         return best[1]
+
+
+    def _read_all(self, urls: list[str]) -> list[tuple[str, StepRecord | None | Exception]]:
+        """Every address read at once (``SCAN_WORKERS`` at a time), each within the timeout:
+        slow or dripping exporters cost the scan one timeout, not one each."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def read(url: str) -> StepRecord | None | Exception:
+            try:
+                return fetch_step(url, self.timeout, self._headers)
+            except PhaseSourceError as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=min(SCAN_WORKERS, len(urls)),
+                                thread_name_prefix="phase-source") as pool:
+            return list(zip(urls, pool.map(read, urls), strict=True))
 
 
 @dataclass

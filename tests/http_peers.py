@@ -25,11 +25,14 @@ def driver_metrics(step: int = 7, end: float | None = None) -> str:
 
 class AuthServer:
     """Answers GET with ``body(path)`` (text/plain, or JSON for ``/api/``) when the request
-    carries basic authentication for ``user``/``password``, else 401. ``seen`` keeps every
+    carries basic authentication for ``user``/``password`` (any request: ``user`` None), else
+    401. ``seen`` keeps every
     Authorization header received (None where there was none)."""
 
-    def __init__(self, body: Callable[[str], str], user: str, password: str) -> None:
+    def __init__(self, body: Callable[[str], str], user: str | None, password: str | None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
         want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.host = host
         self.seen: list[str | None] = []
         peer = self
 
@@ -39,7 +42,7 @@ class AuthServer:
             def do_GET(self) -> None:  # noqa: N802 - the http.server API
                 got = self.headers.get("Authorization")
                 peer.seen.append(got)
-                ok = got == want
+                ok = got == want or user is None
                 data = body(self.path).encode() if ok else b"unauthorized"
                 self.send_response(200 if ok else 401)
                 kind = "application/json" if self.path.startswith("/api/") else "text/plain"
@@ -53,7 +56,7 @@ class AuthServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = http.server.ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.port = int(self.server.server_address[1])
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
@@ -68,14 +71,15 @@ class DripServer:
     ``part="body"`` sends whole headers (a large Content-Length) and drips the body,
     ``part="headers"`` drips the status line and headers themselves."""
 
-    def __init__(self, part: str = "body", every_s: float = 0.1) -> None:
+    def __init__(self, part: str = "body", every_s: float = 0.1, host: str = "127.0.0.1",
+                 port: int = 0) -> None:
         self.part, self.every_s = part, every_s
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
+        self.listener.bind((host, port))
         self.listener.listen(64)
         self.port = int(self.listener.getsockname()[1])
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{host}:{self.port}"
         self.connections = 0
         self._stop = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -110,3 +114,13 @@ class DripServer:
     def close(self) -> None:
         self._stop.set()
         self.listener.close()
+
+
+class ListSink:
+    """A sink that keeps the rollout rows a collector hands it."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def add_rollout(self, rows) -> None:
+        self.rows.extend(rows)

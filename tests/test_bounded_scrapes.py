@@ -21,18 +21,10 @@ from exporters.phase_timeline import PhaseSource, PhaseSourceError
 from exporters.registry import ExporterContext
 from monitor import metric_names as m
 from monitor.sim.engine_server import EngineServer
-from tests.http_peers import DripServer
+from tests.http_peers import AuthServer, DripServer, ListSink, driver_metrics
 from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def add_rollout(self, rows) -> None:
-        self.rows.extend(rows)
 
 
 def collector(targets: list[str], timeout: float) -> tuple[RolloutEngineCollector, ListSink]:
@@ -118,6 +110,36 @@ def test_a_dripping_phase_source_is_an_error_at_the_deadline() -> None:
         assert isinstance(out[0], PhaseSourceError) and "0.5 s" in str(out[0])
     finally:
         drip.close()
+
+
+def test_dripping_exporters_behind_one_name_cannot_hide_the_driver() -> None:
+    """``--phase-source`` naming a headless Service: 20 addresses drip, one is the driver.
+    Before: they were read one after the other, a timeout each (20 s) before the driver."""
+    port = free_port()
+    drips = [DripServer("body", host=f"127.0.0.{i}", port=port) for i in range(2, 22)]
+    driver = AuthServer(lambda path: driver_metrics(step=11), None, None, host="127.0.0.30",
+                        port=port)
+    try:
+        hosts = [d.address.split(":")[0] for d in drips] + ["127.0.0.30"]
+        source = PhaseSource(f"http://verl-monitor-exporter:{port}/metrics", timeout=1.0,
+                             resolve=lambda host, p: hosts)
+        rec = in_thread(source.fetch, within=8.0)
+        assert rec is not None and rec.step == 11
+        assert source.driver == f"http://127.0.0.30:{port}/metrics"
+    finally:
+        driver.close()
+        for d in drips:
+            d.close()
+
+
+def in_thread(fn, within: float):
+    """``fn()``'s result; AssertionError when it still runs after ``within`` seconds."""
+    out: list[object] = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    t.join(within)
+    assert not t.is_alive(), f"still reading after {within:g} s"
+    return out[0]
 
 
 def test_sigterm_stops_the_exporter_whatever_the_servers_do(tmp_path: Path) -> None:

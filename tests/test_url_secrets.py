@@ -25,7 +25,7 @@ from exporters.phase_timeline import PhaseSource, PhaseSourceError
 from exporters.registry import ExporterContext
 from monitor.sim.engine_server import EngineState, exposition
 from monitor.urls import UrlError, redact, split_url
-from tests.http_peers import AuthServer, driver_metrics
+from tests.http_peers import AuthServer, ListSink, driver_metrics
 from tests.ports import free_port
 
 USER, PASSWORD = "verl", "s3cr3t-P@ss:word"
@@ -66,14 +66,6 @@ def engine():
     srv = AuthServer(lambda path: exposition("vllm", EngineState(running=3.0)), USER, PASSWORD)
     yield srv
     srv.close()
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def add_rollout(self, rows) -> None:
-        self.rows.extend(rows)
 
 
 def test_rollout_server_credentials_authenticate_and_stay_secret(engine, caplog) -> None:
