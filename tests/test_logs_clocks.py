@@ -148,3 +148,20 @@ def test_a_bar_whose_count_is_not_the_step_does_not_date_it(tmp_path: Path) -> N
     log = tmp_path / "capture.log"
     log.write_text("\n".join(lines) + "\n")
     assert {s.time_source for s in parse_file(log, log_end=100.0).steps} == {"rebuilt"}
+
+
+def test_a_log_full_of_dated_lines_keeps_a_few_readings_a_step() -> None:
+    """Only the first and last dated line between two step lines are kept; a live parser
+    (arrival times) keeps none."""
+    from monitor.logs.parser import LogParser
+
+    whole, live = LogParser(read_clocks=True), LogParser()
+    for n in range(1, 4):
+        for k in range(2000):
+            line = f"(WorkerDict pid=9) INFO 12-01 14:{n:02d}:{k % 60:02d} engine.py:1] tick"
+            whole.feed(line)
+            live.feed(line)
+        whole.feed(step_line(n, 10.0))
+        live.feed(step_line(n, 10.0))
+    assert len(whole.clock.readings) <= 3 * 2
+    assert live.clock.readings == []

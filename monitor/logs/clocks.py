@@ -74,9 +74,26 @@ class Reading:
 
 @dataclass
 class LineClock:
-    """The readings of one log, in log order (see the module docstring)."""
+    """The readings of one log, in log order (see the module docstring).
+
+    Between two step lines only the first and the last dated reading are kept (all that
+    ``assign_times`` uses), so a log full of dated worker lines keeps a few readings a step.
+    ``enabled=False`` (a live reader, whose lines have arrival times) keeps none.
+    """
 
     readings: list[Reading] = field(default_factory=list)
+    enabled: bool = True
+
+    def _add(self, reading: Reading) -> None:
+        if not self.enabled:
+            return
+        if reading.kind != "tqdm" and len(self.readings) >= 2:
+            last, before = self.readings[-1], self.readings[-2]
+            if (last.kind != "tqdm" and before.kind != "tqdm" and not last.own
+                    and last.after is reading.after and before.after is reading.after):
+                self.readings[-1] = reading  # keep the gap's first and last dated lines
+                return
+        self.readings.append(reading)
 
     def tqdm(self, elapsed_s: float | None, after: StepRecord | None,
              count: int | None = None) -> None:
@@ -90,11 +107,11 @@ class LineClock:
             return
         if after is not None and count is not None and not 0 <= after.step - count <= 1:
             after = None
-        self.readings.append(Reading(after, "tqdm", float(elapsed_s)))
+        self._add(Reading(after, "tqdm", float(elapsed_s)))
 
     def stamp(self, unix: float, after: StepRecord | None) -> None:
         """A line stamped with a whole date (the parser's leading timestamp)."""
-        self.readings.append(Reading(after, "abs", float(unix)))
+        self._add(Reading(after, "abs", float(unix)))
 
     def line(self, text: str, after: StepRecord | None) -> str:
         """Read a date or time at the start of a line's text (after Ray's prefix), if it has
@@ -107,24 +124,24 @@ class LineClock:
         if match is not None:
             mon, day, hh, mi, ss, frac = match.groups()
             if 1 <= int(mon) <= 12 and 1 <= int(day) <= 31:
-                self.readings.append(Reading(after, "md", _day_seconds(hh, mi, ss, frac),
-                                             int(mon), int(day)))
+                self._add(Reading(after, "md", _day_seconds(hh, mi, ss, frac),
+                                  int(mon), int(day)))
             return text[match.end():]
         match = _FULL_DATE_RE.search(head)
         if match is not None:
             unix = _unix(*match.groups())
             if unix is not None:
-                self.readings.append(Reading(after, "abs", unix))
+                self._add(Reading(after, "abs", unix))
             return text
         match = _HMS_RE.match(head)
         if match is not None and int(match.group(1)) < 24:
-            self.readings.append(Reading(after, "hms", _day_seconds(*match.groups())))
+            self._add(Reading(after, "hms", _day_seconds(*match.groups())))
             return text[match.end():]
         return text
 
     def own(self, record: StepRecord) -> None:
         """The reading just taken was the stamp of ``record``'s own line: its end time."""
-        if self.readings and self.readings[-1].kind in ("md", "hms"):
+        if self.enabled and self.readings and self.readings[-1].kind in ("md", "hms"):
             self.readings[-1].after = record
             self.readings[-1].own = True
 

@@ -34,7 +34,7 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
         mtime = os.stat(p).st_mtime
     except OSError as exc:
         raise _open_error(p, exc) from exc
-    parser = LogParser(source=str(p))
+    parser = LogParser(source=str(p), read_clocks=True)
     ordered: list[Item] = []
     fmt = "empty"
     first_line_seen = False

@@ -48,10 +48,12 @@ class LogParser:
     (validation pprint, tracebacks, HybridEngine switches) and JSONL objects that may be merged
     with a following object of the same step are held until a later line or ``flush``. A live
     reader should call ``flush`` when the file has gone quiet (a poll returned no lines).
-    ``source`` names the log in error samples.
+    ``source`` names the log in error samples. ``read_clocks``: keep the times the text
+    carries (tqdm, dated lines) in ``clock`` for a whole-file reading (``parse_file``); a live
+    reader, whose lines come with arrival times, leaves it off.
     """
 
-    def __init__(self, source: str = "log") -> None:
+    def __init__(self, source: str = "log", *, read_clocks: bool = False) -> None:
         self.source = source
         self.stats = ParseStats()
         self._vocabulary = Vocabulary()
@@ -62,7 +64,7 @@ class LogParser:
         self._failures = FailureLines()
         self._line_ip: str | None = None
         #: the times the text carries (tqdm, dated lines), each after the record before it
-        self.clock = LineClock()
+        self.clock = LineClock(enabled=read_clocks)
         self._last_record: StepRecord | None = None
         self._last_step: int | None = None
         self._resume_since_step = False
