@@ -31,3 +31,22 @@ def test_torn_last_line_and_junk_are_skipped(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     sidecar_path(log).write_text("0 10.0\nhello\n7 x\n15 11.5\n30 17")
     assert read_arrivals(log) == [(0, 10.0), (15, 11.5)]
+
+
+def test_a_sidecar_of_other_bytes_is_started_again(tmp_path: Path) -> None:
+    """The log was truncated since the sidecar was written: its records are not kept."""
+    log = tmp_path / "job.log"
+    log.write_bytes(b"a\n" * 100)
+    w = ArrivalWriter(log)
+    w.record(150, 1.0)
+    w.close()
+    log.write_bytes(b"b\n")  # truncated and written again
+    w = ArrivalWriter(log)
+    w.record(0, 2.0)
+    w.close()
+    assert read_arrivals(log) == [(0, 2.0)]
+    log.write_bytes(b"b\nc\n")  # grown: the records still hold
+    w = ArrivalWriter(log)
+    w.record(2, 3.0)
+    w.close()
+    assert read_arrivals(log) == [(0, 2.0), (2, 3.0)]

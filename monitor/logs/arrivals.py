@@ -3,8 +3,10 @@
 The log itself stays exactly what the job printed (other tools keep reading it); beside it,
 ``<log>.arrivals`` holds one ``"<offset> <unix_ts>\\n"`` text line per captured line, or per
 chunk of lines captured together: the byte offset in the log where that line (the chunk's
-first line) starts, and the unix time it was captured. An offline ``analyze`` of the log can
-then give each line the time it was really printed.
+first line) starts, and the unix time it was captured. A line starting at offset ``o`` was
+captured at the time of the last record whose offset is ``o`` or less. An offline
+``analyze`` of the log (or an exporter started after the job) can then give each line the
+time it was really printed.
 """
 
 from __future__ import annotations
@@ -30,9 +32,21 @@ class ArrivalWriter:
     """
 
     def __init__(self, log_path: str | os.PathLike[str]) -> None:
-        """Open (append) the sidecar of ``log_path``; raises ``OSError`` if it cannot be."""
+        """Open (append) the sidecar of ``log_path``; raises ``OSError`` if it cannot be.
+
+        A sidecar whose last record lies past the end of the log (the log was truncated or
+        replaced since) describes other bytes: it is emptied first."""
         self.path = sidecar_path(log_path)
-        self._fh: IO[str] | None = open(self.path, "a", encoding="ascii")  # noqa: SIM115
+        mode = "a"
+        last = _last_offset(self.path)
+        if last is not None:
+            try:
+                size = os.stat(log_path).st_size
+            except OSError:
+                size = 0
+            if last >= size:
+                mode = "w"
+        self._fh: IO[str] | None = open(self.path, mode, encoding="ascii")  # noqa: SIM115
         self._last_offset = -1
 
     def record(self, offset: int, ts: float) -> None:
@@ -51,6 +65,22 @@ class ArrivalWriter:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def _last_offset(path: Path) -> int | None:
+    """The offset of the last whole record of a sidecar (read from its end), or None."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - 256))
+            tail = fh.read().split(b"\n")
+    except OSError:
+        return None
+    for line in reversed(tail[:-1]):
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            return int(parts[0])
+    return None
 
 
 def read_arrivals(log_path: str | os.PathLike[str]) -> list[tuple[int, float]] | None:
