@@ -226,15 +226,41 @@ def flag_table(title: str, target: prometheus.Dataquery, description: str = "") 
     )
 
 
+def where_table(target: prometheus.Dataquery) -> table.Panel:
+    """Where each process of a silent job is: the exporters' last py-spy round."""
+    return (
+        table.Panel()
+        .title("Where each process is")
+        .description("The last py-spy round of each exporter in a silence: every local process "
+                     "of the job (driver, workers) with its role, the place it is in (reward, "
+                     "worker_call, http, dataloader, checkpoint, validation, collective, "
+                     "ray_idle ...), the phase and the deepest frame of the user's or verl's "
+                     "code; value 1 marks the process named as stuck "
+                     "(verlmon_hang_where_info; docs/hangs.md). Empty while steps arrive.")
+        .datasource(DS)
+        .unit(NONE)
+        .height(6)
+        .span(24)
+        .with_target(target.ref_id("A"))
+        .with_transformation(DataTransformerConfig(
+            id_val="organize",
+            options={"excludeByName": {"Time": True, "__name__": True},
+                     "indexByName": {"job": 0, "node": 1, "role": 2, "pid": 3, "place": 4,
+                                     "phase": 5, "frame": 6, "Value": 7},
+                     "renameByName": {"Value": "stuck"}}))
+    )
+
+
 def culprit_table(target: prometheus.Dataquery) -> table.Panel:
     """Who holds a hung job: one row per rank the exporters' dump rounds named."""
     return (
         table.Panel()
         .title("Who is stuck")
-        .description("When a job hangs each exporter asks its ranks for their Flight Recorder "
-                     "(--fr-dir) or py-spy stacks (--hang-pyspy); the rank that never issued "
-                     "the collective the others wait in, or whose process is gone, is named "
-                     "here with its PID, GPU and the Python frame of its last collective "
+        .description("When a job hangs each exporter takes py-spy stacks of the job's processes "
+                     "(on by default) and asks its ranks for their Flight Recorder (--fr-dir): "
+                     "the process stuck (the driver scoring rewards, a worker method that never "
+                     "returns, a rank outside the collective the others wait in) is named here "
+                     "with its PID and the deepest frame of the user's or verl's code "
                      "(verlmon_hang_culprit_info; docs/hangs.md). Empty while nothing hangs.")
         .datasource(DS)
         .unit(NONE)
@@ -391,6 +417,9 @@ def overview() -> dashboard.Dashboard:
         .with_panel(culprit_table(
             q("max by (job, node, instance, rank, pid, gpu, collective, seq, frame) "
               f"(verlmon_hang_culprit_info{{{SEL}}})", instant=True)))
+        .with_panel(where_table(
+            q("max by (job, node, instance, role, pid, place, phase, frame) "
+              f"(verlmon_hang_where_info{{{SEL}}})", instant=True)))
     )
 
 

@@ -148,8 +148,7 @@ def _stack_flag(ctx: Context, a: float, b: float, resumed: bool, recent: float,
     verdict = main.data["where"]
     who = verdict.get("who") or [{}]
     node = main.data.get("node") or ""
-    lines = [f"on node {e.data.get('node')}: {e.message}" if e.data.get("node") else e.message
-             for e in stuck]
+    lines = [e.message for e in stuck]  # each names its node
     evidence = (f"No progress for {b - a:.0f} s{_after(ctx, a)} (recent step {recent:.0f} s, "
                 f"limit {slim:.0f} s). Where (py-spy): " + " ".join(lines))
     fr = [e for e in ctx.events if e.kind == "hang_dump" and e.time is not None
