@@ -158,9 +158,14 @@ def test_breakdown_style_derived_phases_are_kept() -> None:
         (["timing/gen"], [], None, "<=0.2"),
         (["critic/kl", "actor/entropy_loss"], ["TaskRunner"], "3dec", "0.3"),
         (["actor/entropy_loss"], ["TaskRunner"], "3dec", "0.3-0.4.0"),
-        (["timing_s/reshard", "timing_s/step"], ["TaskRunner"], "3dec", "0.4.1"),
+        # the keys decide each bound they give (a JSONL of the run has them too); the prefix
+        # and the number format speak only for a bound the keys leave open
+        (["timing_s/reshard", "timing_s/step"], ["TaskRunner"], "3dec", "0.4.1-0.5.x"),
         (["timing_s/reshard", "timing_s/step"], [], None, "0.4.1-0.5.x"),
-        (["timing_s/reshard", "timing_s/step"], ["TaskRunner"], "repr", "0.5.x"),
+        (["timing_s/reshard", "timing_s/step"], ["TaskRunner"], "repr", "0.4.1-0.5.x"),
+        (["timing_s/step"], ["TaskRunner"], "3dec", "0.3-0.4.1"),
+        (["timing_s/step"], ["TaskRunner"], "repr", "0.5+"),
+        (["training/off_policy/trajectory_staleness/mean", "timing_s/step"], [], None, "0.9+"),
         (["response/aborted_ratio", "timing_s/step", "timing_s/gen"], [], "repr", "0.5.x-0.7.0"),
         (["perf/mfu/actor_infer", "response/aborted_ratio", "timing_s/step"], [], None, "0.7.0"),
         (["timing_s/update_weights", "timing_s/step"], ["TaskRunner"], "repr", "0.7.1+"),
@@ -359,3 +364,26 @@ def test_the_console_log_and_the_jsonl_of_one_run_give_the_same_version(tmp_path
     jsonl = parse_file(tmp_path / "train.jsonl", log_end=10_000.0)
     assert console.format == "console" and len(console.steps) == len(jsonl.steps) == 4
     assert console.version_guess == jsonl.version_guess == "0.5.x-0.7.0"
+
+
+def test_every_recorded_run_gives_its_console_log_and_jsonl_the_same_version() -> None:
+    """The trainer-mode fixtures (verl's own metric code) and the real-GPU recordings hold one
+    run twice: where the keys say anything, both files give the same range (the real-GPU
+    console lines carry TaskRunnerV1 and numpy reprs: they used to read 0.9+ against 0.7.1+)."""
+    from pathlib import Path
+
+    from monitor.logs.parse import parse_file
+
+    fixtures = Path(__file__).parent / "fixtures"
+    pairs = [(p, p.with_suffix(".jsonl")) for p in sorted((fixtures / "verl_modes").glob("*.log"))]
+    pairs += [(d / "train.log", d / "train.jsonl") for d in sorted((fixtures / "real_gpu").iterdir())]
+    compared = 0
+    for log, jsonl in pairs:
+        if not (log.exists() and jsonl.exists()):
+            continue
+        from_jsonl = parse_file(jsonl, log_end=1e10).version_guess
+        if from_jsonl == "unknown":
+            continue  # no key bounds it: only the console's prefix or number format can
+        assert parse_file(log, log_end=1e10).version_guess == from_jsonl, log
+        compared += 1
+    assert compared >= 20

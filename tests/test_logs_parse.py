@@ -60,7 +60,8 @@ def test_v02_main_task_three_decimals() -> None:
 
 def test_v041_fixed3_nested_reshard() -> None:
     parsed = parse_file(FIXTURES / "verl_0.4.1_fixed3.log", log_end=10_000.0)
-    assert parsed.version_guess == "0.4.1"
+    # timing_s/reshard bounds it by its keys (as the run's JSONL would); 3 decimals do not narrow
+    assert parsed.version_guess == "0.4.1-0.5.x"
     for record in parsed.steps:
         assert record.phases["gen"] == 67.0
         assert record.phases["reshard"] == 3.0
@@ -70,7 +71,7 @@ def test_v041_fixed3_nested_reshard() -> None:
 
 def test_v05_repr_with_initial_validation_block() -> None:
     parsed = parse_file(FIXTURES / "verl_0.5_repr.log", log_end=10_000.0)
-    assert parsed.version_guess == "0.5.x"
+    assert parsed.version_guess == "0.4.1-0.5.x"  # the keys decide (see guess_version)
     assert [s.step for s in parsed.steps] == [1, 2, 3]
     assert parsed.steps[2].phases["update_actor"] == 23.0
     assert parsed.steps[2].metrics["actor/lr"] == 1e-06  # full repr since 0.5
@@ -148,7 +149,9 @@ def test_v08_actor_perf_memory_and_logging_timestamps() -> None:
 
 def test_v09_numpy_ansi_task_runner_v1() -> None:
     parsed = parse_file(FIXTURES / "verl_0.9_numpy_ansi.log", log_end=5000.0)
-    assert parsed.version_guess == "0.9+"
+    # its keys say 0.8+ (actor/perf/max_memory_*), as its JSONL would: TaskRunnerV1 and numpy
+    # reprs do not move a bound the keys give
+    assert parsed.version_guess == "0.8+"
     assert [s.step for s in parsed.steps] == [1, 2, 3]
     record = parsed.steps[0]
     assert record.metrics["training/global_step"] == 1

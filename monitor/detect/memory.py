@@ -275,19 +275,22 @@ def _phase_series(df: pd.DataFrame, keys: list[str], col: str, cap_col: str | No
     labelled = df[df["phase"].notna()] if "phase" in df.columns else df.iloc[:0]
     by_phase = _levels(labelled, [*keys, "phase"], col, cap_col, q, ctx.windows)
     min_points = cfg.get_int("min_points") + cfg.get_int("warmup_points")
+    stepped = by_phase[by_phase["step"].notna()] if len(by_phase) else by_phase
+    judged: dict[tuple, list[tuple[int, str, pd.DataFrame]]] = {}
+    if len(stepped):
+        stats = stepped.groupby([*keys, "phase"], sort=False)["n"].agg(["size", "median", "sum"])
+        ok = stats[(stats["size"] >= min_points)
+                   & (stats["median"] >= cfg.get_int("min_samples_per_point"))]
+        wanted = set(ok.index)
+        for name, gp in by_phase.groupby([*keys, "phase"], sort=False):
+            if name in wanted:
+                judged.setdefault(tuple(name[:-1]), []).append(
+                    (-int(ok.loc[name, "sum"]), str(name[-1]), gp))
     for key, g in per.groupby(keys, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        mine = by_phase
-        for name, value in zip(keys, key, strict=True):
-            mine = mine[mine[name] == value] if len(mine) else mine
-        judged = []
-        for phase, gp in (mine.groupby("phase", sort=False) if len(mine) else []):
-            stepped = gp[gp["step"].notna()]
-            if (len(stepped) >= min_points
-                    and float(stepped["n"].median()) >= cfg.get_int("min_samples_per_point")):
-                judged.append((-int(stepped["n"].sum()), str(phase), gp))
-        if judged:
-            out.extend((key, phase, _series(gp, cfg)) for _, phase, gp in sorted(judged))
+        if key in judged:
+            out.extend((key, phase, _series(gp, cfg)) for _, phase, gp in sorted(
+                judged[key], key=lambda row: row[:2]))
         else:
             out.append((key, None, _series(g, cfg)))
     return out
@@ -302,27 +305,29 @@ def detect_memory_creep(ctx: Context) -> list:
     act = ctx.act_windowed
     series = (_phase_series(act, ["node", "gpu"], "mem_used_bytes", "mem_total_bytes", ctx, cfg)
               if "mem_used_bytes" in act else [])
+    by_gpu: dict[tuple, list[list]] = {}
     for (node, gpu), phase, g in series:
         cap = cfg.get_float("capacity_bytes", 0.0) or float(g["cap"].max() or 0.0)
         where = f" ({phase})" if phase else ""
-        flags.extend(_series_flags(
+        by_gpu.setdefault((node, gpu), []).append(_series_flags(
             ctx, f"GPU {int(gpu)} on node {node}{where}:", {"node": str(node), "gpus": [int(gpu)]},
             g["peak"].to_numpy(float), g["end"].to_numpy(float),
             g["step"].to_numpy(float), cap if np.isfinite(cap) else 0.0, cfg))
-    flags = _merge(flags)
+    flags = _merge([f for per_phase in by_gpu.values() for f in _confirmed(per_phase)])
     host = ctx.host
     if "train_rss_bytes" in host.columns and host["train_rss_bytes"].notna().any():
         host = label_samples(host, ctx.timeline)
         host = host.assign(win=W.assign_windows(host["ts"].astype(float), ctx.windows))
-        hflags = []
-        for (node,), phase, g in _phase_series(host, ["node"], "train_rss_bytes", None, ctx, cfg):
+        by_node: dict[tuple, list[list]] = {}
+        for key, phase, g in _phase_series(host, ["node"], "train_rss_bytes", None, ctx, cfg):
+            node = key[0]
             where = f" ({phase})" if phase else ""
-            hflags.extend(_series_flags(
+            by_node.setdefault(key, []).append(_series_flags(
                 ctx, f"Host memory (RSS) of the training processes on node {node}{where}:",
                 {"node": str(node)}, g["peak"].to_numpy(float), g["end"].to_numpy(float),
                 g["step"].to_numpy(float), cfg.get_float("host_capacity_bytes", 0.0), cfg,
                 host=True))
-        flags.extend(_merge(hflags))
+        flags.extend(_merge([f for per in by_node.values() for f in _confirmed(per)]))
     sf = ctx.sf
     if (not series and len(sf) and sf["mem_reserved"].notna().sum() >= cfg.get_int("min_points")):
         s = sf[sf["mem_reserved"].notna()].sort_values("end").iloc[cfg.get_int("warmup_points"):]
@@ -331,6 +336,24 @@ def detect_memory_creep(ctx: Context) -> list:
                                    s["mem_reserved"].to_numpy(float), s["end"].to_numpy(float),
                                    s["step"].to_numpy(float), cap, cfg))
     return flags
+
+
+def _confirmed(per_phase: list[list]) -> list:
+    """The flags of one series' phases that another phase confirms: memory kept across steps
+    is held through every phase, so where two or more phases were judged, a creep (or a jump)
+    counts only while another phase's flag overlaps it in time; one phase's noisier levels
+    alone do not make a leak."""
+    if len(per_phase) < 2:
+        return [f for flags in per_phase for f in flags]
+
+    def overlap(a, b) -> bool:
+        return (a.end is None or b.start <= a.end) and (b.end is None or a.start <= b.end)
+
+    out = []
+    for i, flags in enumerate(per_phase):
+        others = [g for j, fl in enumerate(per_phase) if j != i for g in fl]
+        out.extend(f for f in flags if any(overlap(f, g) for g in others))
+    return out
 
 
 def _merge(flags: list) -> list:

@@ -247,6 +247,9 @@ _UPPER_KEY_HINTS: tuple[tuple[str, _Bound], ...] = (
     ("actor/entropy_loss", ((0, 4, 0), "0.4.0")),
     ("timing_s/reshard", ((0, 5, 99), "0.5.x")),
 )
+#: Key families of the V1 trainers (TaskRunnerV1, verl-project/verl 45632b5fa, in v0.9.0):
+#: ``training/off_policy/`` from v0.9.0, ``separate_async/`` after it.
+_V1_PREFIXES = ("training/off_policy/", "separate_async/")
 _ASYNC_RESHARD_KEYS: tuple[str, ...] = (
     "timing_s/sync_rollout_weights",
     "timing_s/param_sync",
@@ -255,54 +258,68 @@ _ASYNC_RESHARD_KEYS: tuple[str, ...] = (
 )
 
 
-def guess_version(
-    keys: Iterable[str], prefixes: Iterable[str] = (), *, number_format: str | None = None
-) -> str:
-    """A verl version range from the keys a log printed, its Ray prefixes and its number format.
-
-    Returns strings such as ``"<=0.2"``, ``"0.4.1"``, ``"0.4.1-0.5.x"``, ``"0.5.x"``,
-    ``"0.5.x-0.7.0"``, ``"0.7.1+"``, ``"0.8+"``, ``"0.9+"``, or ``"unknown"`` when nothing hints.
-    ``prefixes`` are Ray actor names (``TaskRunnerV1`` means 0.9+, ``main_task`` 0.2 or older,
-    ``TaskRunner`` 0.3+). ``number_format`` is ``"3dec"`` (every value with 3 decimals: 0.4.1 or
-    older), ``"repr"`` (0.5+, unless a key or prefix says older: ``mfu/actor``, ``timing/``,
-    ``main_task`` keep a 0.1-0.2 log at ``"<=0.2"``) or ``"numpy"``: ``np.float64(...)`` is
-    numpy 2's repr through the same ``pprint.pformat`` of verl 0.5+, so it says what ``"repr"``
-    says and nothing about verl 0.9. The keys decide the rest, so a run's console log and its
-    JSONL (same keys, no number format) give the same range when its keys bound it.
-    """
-    keyset = set(keys)
-    prefixset = set(prefixes)
-    lowers: list[_Bound] = []
-    uppers: list[_Bound] = []
-    for key, bound in _LOWER_KEY_HINTS:
-        if key in keyset:
-            lowers.append(bound)
-    for key, bound in _UPPER_KEY_HINTS:
-        if key in keyset:
-            uppers.append(bound)
+def _key_bounds(keyset: set[str]) -> tuple[list[_Bound], list[_Bound]]:
+    """(lower, upper) bounds the metric keys give."""
+    lowers = [bound for key, bound in _LOWER_KEY_HINTS if key in keyset]
+    uppers = [bound for key, bound in _UPPER_KEY_HINTS if key in keyset]
     if any(key.startswith("timing/") for key in keyset):
         uppers.append(((0, 2, 99), "0.2"))
     if any(key.startswith("actor/perf/max_memory_") for key in keyset):
         lowers.append(((0, 8, 0), "0.8"))
+    if any(key.startswith(_V1_PREFIXES) for key in keyset):
+        lowers.append(((0, 9, 0), "0.9"))
+    return lowers, uppers
+
+
+def _console_bounds(prefixset: set[str], number_format: str | None,
+                    known_uppers: list[_Bound]) -> tuple[list[_Bound], list[_Bound]]:
+    """(lower, upper) bounds only a console log gives: Ray actor names and the number format."""
+    lowers: list[_Bound] = []
+    uppers: list[_Bound] = []
     if "TaskRunnerV1" in prefixset:
         lowers.append(((0, 9, 0), "0.9"))
     if "main_task" in prefixset:
         uppers.append(((0, 2, 99), "0.2"))
     if "TaskRunner" in prefixset:
         lowers.append(((0, 3, 0), "0.3"))
-    key_lo = max(lowers) if lowers else None  # what the keys and prefixes say
     if number_format == "3dec":
         uppers.append(((0, 4, 1), "0.4.1"))
-    elif number_format in ("repr", "numpy") and not (uppers and min(uppers)[0] < (0, 5, 0)):
+    elif number_format in ("repr", "numpy") and not any(
+            bound[0] < (0, 5, 0) for bound in known_uppers + uppers):
         # Full-precision values are weak evidence (forks and custom loggers print them too):
         # a key or prefix that only verl before 0.5 printed outweighs them.
         lowers.append(((0, 5, 0), "0.5"))
+    return lowers, uppers
+
+
+def guess_version(
+    keys: Iterable[str], prefixes: Iterable[str] = (), *, number_format: str | None = None
+) -> str:
+    """A verl version range from the keys a log printed, its Ray prefixes and its number format.
+
+    Returns strings such as ``"<=0.2"``, ``"0.3-0.4.0"``, ``"0.4.1-0.5.x"``, ``"0.5.x"``,
+    ``"0.5.x-0.7.0"``, ``"0.7.1+"``, ``"0.8+"``, ``"0.9+"``, or ``"unknown"`` when nothing hints.
+
+    The keys decide each bound they give, so a run's console log and its JSONL (the same keys)
+    give the same range. What only a console line shows speaks for a bound the keys leave
+    open: ``prefixes`` are Ray actor names (``TaskRunnerV1`` means 0.9+, ``main_task`` 0.2 or
+    older, ``TaskRunner`` 0.3+); ``number_format`` is ``"3dec"`` (every value with 3 decimals:
+    0.4.1 or older), ``"repr"`` (0.5+, unless a key or prefix says older) or ``"numpy"``:
+    ``np.float64(...)`` is numpy 2's repr through the same ``pprint.pformat`` of verl 0.5+, so
+    it says what ``"repr"`` says and nothing about verl 0.9.
+    """
+    keyset = set(keys)
+    key_lowers, key_uppers = _key_bounds(keyset)
+    weak_lowers, weak_uppers = _console_bounds(set(prefixes), number_format, key_uppers)
+    lowers = key_lowers or weak_lowers
+    uppers = key_uppers or weak_uppers
     lo = max(lowers) if lowers else None
     hi = min(uppers) if uppers else None
+    key_lo = max(key_lowers) if key_lowers else None
     # From the sharding managers' removal (before 0.6.0) to 0.7.0 verl printed no reshard
     # timer, nor did the HF rollout before it; 0.7.1+ times update_weights. A full training step
-    # without any sync timer, from a release after v0.5.0 (by its keys, not its number format,
-    # which a JSONL does not have), caps the range at 0.7.0, if that stays consistent.
+    # without any sync timer, from a release after v0.5.0 by its keys, caps the range at 0.7.0,
+    # if that stays consistent.
     if (
         "timing_s/step" in keyset
         and "timing_s/update_weights" not in keyset
