@@ -428,7 +428,11 @@ def render_text(doc: dict[str, Any]) -> str:
     if hang:
         lines = [f"  Flight Recorder dumps of {len(hang['ranks'])} rank(s): "
                  + ",".join(str(r) for r in hang["ranks"][:16])
-                 + ("..." if len(hang["ranks"]) > 16 else ""), f"  {hang['summary']}"]
+                 + ("..." if len(hang["ranks"]) > 16 else ""), f"  {hang['summary']}"
+                 ] if hang.get("ranks") else []
+        stacks = hang.get("stacks")
+        if stacks:  # analyze --stacks: the newest saved py-spy round, judged again
+            lines += [f"  py-spy rounds: {stacks['rounds']}; the newest: {stacks['summary']}"]
         lines += [f"  cannot read: {k}: {v}" for k, v in sorted(hang.get("problems", {}).items())]
         parts.append(_section("Who holds the others", "\n".join(lines)))
     pools = _pools_section(doc.get("pools"))

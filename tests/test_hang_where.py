@@ -140,3 +140,27 @@ def test_a_healthy_validation_and_checkpoint_are_long_phases_not_stuck():
     ckpt = judge([_where("driver_ckpt")])
     assert not ckpt.stuck and ckpt.long_phase and ckpt.place == "checkpoint"
     assert ckpt.who[0].frame.filename == "verl/utils/checkpoint/checkpoint_manager.py"
+
+
+def test_analyze_stacks_says_where_each_process_was(tmp_path, capsys):
+    """`verl-monitor analyze LOG --stacks DIR` judges the py-spy dumps an exporter saved."""
+    from monitor.cli import main
+
+    assert main(["simulate", "--scenario", "healthy:6", "--gpus-per-node", "1",
+                 "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    saved = tmp_path / "stacks"
+    saved.mkdir()
+    for name, role in (("driver_reward", "driver"), ("worker_idle", "worker")):
+        text = (FIX / f"{name}.txt").read_text()
+        (saved / f"1796160000_{role}_{parse(text).pid}.txt").write_text(text)
+    (saved / "notes.txt").write_text("not a dump")  # other files are skipped
+    assert main(["analyze", str(tmp_path / "run" / "train.log"), "--stacks", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "Who holds the others" in out and "py-spy rounds: 1; the newest: the driver" in out
+    assert "is scoring rewards [phase reward], at normalize_final_answer (user_reward.py:5)" \
+        in out and "No rank waits in a collective" in out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["analyze", str(tmp_path / "run" / "train.log"), "--stacks", str(empty)]) == 2
+    assert "no py-spy dump" in capsys.readouterr().err

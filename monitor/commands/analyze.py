@@ -119,6 +119,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="PyTorch Flight Recorder dumps of the job's ranks (fr_<rank> files, "
                    "searched recursively: copy every node's into one folder); names the rank "
                    "the others wait for when the run hangs (docs/hangs.md)")
+    p.add_argument("--stacks", metavar="DIR", default=None,
+                   help="py-spy dumps the exporter saved in a silence (<store>.stacks: files "
+                   "<unix_ts>_<role>_<pid>.txt): says where each process was stuck "
+                   "(docs/hangs.md)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (steps, events, summary, flags) instead of text")
     p.set_defaults(func=run)
@@ -279,6 +283,15 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
                              problems={f"rank {r}": why for r, why in unreadable.items()})
         events = merge_events(events, [event])
         hang = {"ranks": sorted(dumps), "summary": loc.summary(), **event.data}
+    if getattr(args, "stacks", None):
+        from monitor.hang.stacks import stacks_report
+
+        try:
+            where, stack_events = stacks_report(args.stacks)
+        except ValueError as exc:
+            raise EventsFileError(f"--stacks {exc}") from None
+        events = merge_events(events, stack_events)
+        hang = {**(hang or {"ranks": [], "summary": ""}), "stacks": where}
 
     from monitor.analysis.run_analysis import RunAnalysis, json_top
 
@@ -364,7 +377,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(missing)
     for path in (args.log, args.gpu, args.host, getattr(args, "events", None),
                  getattr(args, "rollout", None),
-                 getattr(args, "fr_dir", None)):
+                 getattr(args, "fr_dir", None), getattr(args, "stacks", None)):
         if path and not os.path.exists(path):
             return _fail(f"{path}: no such file")
     problem = log_file_problem(args.log)

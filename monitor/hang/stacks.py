@@ -91,3 +91,16 @@ def read_stacks_dir(folder: str | Path) -> list[tuple[float, list[Where]]]:
         else:
             rounds.append((ts, [where]))
     return rounds
+
+
+def stacks_report(folder: str | Path) -> tuple[dict, list[Event]]:
+    """``analyze --stacks DIR``: the saved rounds judged again, as (a summary for the report:
+    rounds, newest time, the newest round's verdict in words and as data; the rounds'
+    ``hang_dump`` events for the detectors). Raises ValueError when the folder has no dump."""
+    rounds = read_stacks_dir(folder)
+    if not rounds:
+        raise ValueError(f"{folder}: no py-spy dump named <unix_ts>_<role>_<pid>.txt in it")
+    events = [StackRound(wheres, judge(wheres)).to_event(ts, "") for ts, wheres in rounds]
+    newest = events[-1]
+    return {"rounds": len(rounds), "time": newest.time, "summary": newest.message,
+            "where": newest.data["where"]}, events
