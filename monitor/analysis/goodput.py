@@ -442,15 +442,13 @@ def ledger(
     cfg = settings(config) if config is not None else default_settings()
     events = list(events or [])
     steps = fill_data_wait([dataclasses.replace(s) for s in distinct_steps(steps)])
-    evidence = tail_evidence(steps, cfg) if tail_steps is None else dict(tail_steps)
     flagged = {int(s) for s in flagged_tail}
-    no_tail = {int(s) for s, hit in evidence.items() if not hit} - flagged
+    no_tail = {int(s) for s, hit in (tail_evidence(steps, cfg) if tail_steps is None
+                                     else tail_steps).items() if not hit} - flagged
     if gpu is None or len(gpu) == 0 or not steps:
         return pd.DataFrame(columns=LEDGER_COLUMNS)
-    samples = gpu[["ts", "node", "gpu", "util", "sm_active"]].copy()
-    samples["node"] = samples["node"].astype(str)
-    samples["gpu"] = samples["gpu"].astype(int)
-    samples["ts"] = samples["ts"].astype(float)
+    samples = gpu[["ts", "node", "gpu", "util", "sm_active"]].astype(
+        {"node": str, "gpu": int, "ts": float})
     keys = sorted({(n, int(g)) for n, g in zip(samples["node"], samples["gpu"], strict=True)})
     iv = _step_intervals(steps, run_end, events, cfg)
     if len(iv) == 0:
@@ -484,19 +482,7 @@ def ledger(
         # compute phases: sample by sample
         if len(comp):
             _judge_compute(comp, samples, width, cfg, kidx, acc, no_tail, flagged)
-    # warm-up steps: what their compute phases lost is the warm-up's
-    warm = iv["warm"].to_numpy(bool)
-    if warm.any():
-        for c in ("rollout_long_tail", "straggler_wait", "communication", "low_activity"):
-            acc["warmup"][warm] += acc[c][warm]
-            acc[c][warm] = 0.0
-    # steps run again after a resume: all of their time is the restart's
-    redone = iv["redone"].to_numpy(bool)
-    if redone.any():
-        for c in CAUSES:
-            if c != "restarts":
-                acc["restarts"][redone] += acc[c][redone]
-                acc[c][redone] = 0.0
+    _whole_step_causes(acc, iv)
     # one row per interval and GPU, intervals in order, GPUs in key order within each
     r_at = np.repeat(np.arange(nrow), nkey)
     k_at = np.tile(np.arange(nkey), nrow)
@@ -509,6 +495,21 @@ def ledger(
         **{c: acc[c][r_at, k_at] for c in CAUSES},
     })
     return out[LEDGER_COLUMNS]
+
+
+def _whole_step_causes(acc: dict[str, np.ndarray], iv: pd.DataFrame) -> None:
+    """Warm-up steps: what their compute phases lost is the warm-up's; steps run again after
+    a resume: all of their time is the restart's (moves seconds in ``acc`` in place)."""
+    for flag, target, causes in (
+        ("warm", "warmup", ("rollout_long_tail", "straggler_wait", "communication",
+                            "low_activity")),
+        ("redone", "restarts", tuple(c for c in CAUSES if c != "restarts")),
+    ):
+        rows = iv[flag].to_numpy(bool)
+        if rows.any():
+            for c in causes:
+                acc[target][rows] += acc[c][rows]
+                acc[c][rows] = 0.0
 
 
 def _judge_compute(comp: pd.DataFrame, samples: pd.DataFrame, width: float,

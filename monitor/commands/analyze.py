@@ -310,7 +310,6 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     gp_doc = ra.goodput(getattr(args, "gpu_hour_cost", None))
     pools = ra.pools(gp_doc, trainer_gpus=getattr(args, "trainer_gpus", None),
                      rollout_gpus=getattr(args, "rollout_gpus", None))
-    costs = [{k: v for k, v in c.items() if k != "flag"} for c in ra.flag_costs()]
     return json_safe(
         {
             "log": str(args.log),
@@ -343,7 +342,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "goodput": gp_doc,
             "pools": pools,
             "flags": [f.to_dict() for f in flags],
-            "flag_costs": costs,
+            "flag_costs": [json_top(c) for c in ra.flag_costs()],
             "top_problem": json_top(ra.top_problem()),
             "hang": hang,
         }
