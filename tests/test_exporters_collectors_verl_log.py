@@ -482,3 +482,20 @@ def test_a_step_dated_in_the_future_is_counted_and_does_not_hide_a_stall(tmp_pat
     assert got["bad"] == 1, got
     assert abs(got["last_end_minus_now"]) < 5.0, got
     assert len(got["stalled"]) == 1 and "after step 20" in got["stalled"][0], got
+
+
+def test_a_dated_backlog_longer_than_one_poll_keeps_its_own_times(tmp_path):
+    """A log too big for one poll: the later polls still read the backlog, whose old
+    (but right) timestamps are not taken for a wrong clock."""
+    log = tmp_path / "train.log"
+    start = time.time() - 3 * 3600  # three hours ago, a step every 30 s
+    log.write_text("".join(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start + 30 * i))
+                           + ",000 INFO " + line(i) for i in range(1, 201)))
+    col, reg, window = make([log])
+    col.logs[0].follower.max_poll_bytes = 8192  # a few polls to read it all
+    for _ in range(20):
+        col.sample_once()
+    steps = window.frames()[0]
+    assert len(steps) == 200 and {s.time_source for s in steps} == {"line"}
+    assert reg.get_sample_value("verlmon_log_anomalies_total",
+                                {"log": str(log), "reason": "bad_timestamp"}) == 0

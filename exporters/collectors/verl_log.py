@@ -98,6 +98,7 @@ class _Followed:
     catching_up: bool = False  # the first poll reads what was written before we followed
     saved_at: float | None = None  # when the position resumed from was saved
     anomalies: Counter[str] = field(default_factory=Counter)  # handled, by reason
+    backlog: bool = False  # still reading what the log held at the start (polls at the cap)
 
 
 @dataclass
@@ -182,7 +183,8 @@ class VerlLogCollector(SampledCollector):
                 positions.append(position)
                 fol.published = position
             fol.anomalies["bad_timestamp"] += distrust_line_times(
-                items, now, None if fol.catching_up else LIVE_LAG_S)
+                items, now, None if fol.catching_up or fol.backlog else LIVE_LAG_S)
+            fol.backlog = fol.follower.behind and (fol.backlog or fol.catching_up)
             if fol.catching_up:
                 fol.catching_up = False
                 rebuild_backlog_times(items, fol.path, now, fol.saved_at, stamped=now)

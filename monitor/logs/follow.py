@@ -250,6 +250,8 @@ class LogFollower:
         self.max_poll_bytes = max_poll_bytes
         self.rotations = 0
         self.truncations = 0
+        #: the last poll stopped at ``max_poll_bytes``, before the end of the file
+        self.behind = False
         self.lines = 0
         self.bytes_read = 0
         self.bad_utf8_lines = 0
@@ -341,7 +343,8 @@ class LogFollower:
         elif (self._head and self._head_changed()) or self._neighbour_changed():
             if not self._switch_to_copy():
                 self._start_over("rewritten", f"{self.path} was truncated and written again")
-        if not self._read(out):
+        self.behind = not self._read(out)
+        if self.behind:
             return out  # poll budget used up: continue next time
         try:
             st = os.stat(self.path)
@@ -370,7 +373,7 @@ class LogFollower:
             self._event("replaced", f"{self.path} was deleted and created again")
         else:
             self.rotations += 1
-        self._read(out)
+        self.behind = not self._read(out)
         return out
 
     # --- internals ------------------------------------------------------------------------------
