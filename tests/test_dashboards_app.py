@@ -469,7 +469,29 @@ def test_flags_page_says_how_to_get_a_name_when_no_round_named_anyone(monkeypatc
 
     path = _flag_store(tmp_path, [Flag("hang", "critical", END - 60.0, None, evidence="x")])
     at = _app(monkeypatch, "flags", VERLMON_STORE=path)
-    assert "No rank named yet" in " ".join(c.value for c in at.caption)
+    assert "No process named yet" in " ".join(c.value for c in at.caption)
+
+
+def test_who_is_stuck_names_the_driver_a_py_spy_round_found_scoring_rewards(monkeypatch,
+                                                                            tmp_path):
+    from pathlib import Path
+
+    from monitor.hang.stacks import StackRound
+    from monitor.hang.where import classify, judge
+    from monitor.records import Flag
+
+    fix = Path(__file__).parent / "fixtures" / "hang_where"
+    wheres = [classify((fix / f"{n}.txt").read_text(), node="node0")
+              for n in ("driver_reward", "worker_idle")]
+    t = END - 60.0
+    path = _flag_store(tmp_path, [Flag("hang", "critical", t, None, evidence="No progress")])
+    with RunStore(path) as rs:
+        rs.add_events([StackRound(wheres, judge(wheres)).to_event(t + 5.0, "node0")])
+    at = _app(monkeypatch, "flags", VERLMON_STORE=path)
+    row = next(d.value for d in at.dataframe if "collective" in d.value.columns).iloc[0]
+    assert row["node"] == "node0" and row["pid"] == str(wheres[0].pid)
+    assert row["frame"].startswith("normalize_final_answer (user_reward.py:5)")
+    assert "the driver" in row["why"] and "is scoring rewards" in row["why"]
 
 
 def _top_problem(at: AppTest) -> str:

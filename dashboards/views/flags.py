@@ -57,9 +57,9 @@ def who_is_stuck(key: str, flag, end: float) -> None:
     with st.container(border=True, key="who_is_stuck"):
         st.subheader("Who is stuck", anchor=False)
         if who.empty:
-            st.caption("No rank named yet: the exporters ask the ranks for their Flight "
-                       "Recorder (--fr-dir) or py-spy stacks (--hang-pyspy) when a job goes "
-                       "silent; see docs/hangs.md.")
+            st.caption("No process named yet: when a job goes silent the exporters take py-spy "
+                       "stacks of its processes (on by default where py-spy is installed) and "
+                       "ask the ranks for their Flight Recorder (--fr-dir); see docs/hangs.md.")
             return
         shown = who.drop(columns=["ts"]).rename(columns={"reason": "why"})
         st.dataframe(shown, hide_index=True, key="who_is_stuck_table")
