@@ -42,6 +42,9 @@ def test_the_printed_config_is_read_whole_across_prefixed_wrapped_lines(tmp_path
     lines = _printed(CONFIG)
     assert len(lines) > 8  # pprint wrapped it
     assert read_job_config(lines) == CONFIG
+    # another actor's line printed in between does not end it
+    between = lines[:4] + ["\x1b[36m(WorkerDict pid=3007)\x1b[0m loading the model"] + lines[4:]
+    assert read_job_config(between) == CONFIG
     path = tmp_path / "train.log"
     path.write_text("\n".join(lines) + "\nstep:1 - timing_s/step:1.0\n")
     assert read_job_config_file(path) == CONFIG
@@ -58,6 +61,10 @@ def test_a_config_cut_short_keeps_what_was_printed():
     assert got["actor_rollout_ref.actor.fsdp_config.param_offload"] is False
     assert "trainer.save_freq" not in got
     assert read_job_config([PREFIX + "no config here", PREFIX + "{'a': 1}"]) is None
+    # values printed as ... are not known
+    elided = read_job_config([PREFIX + "{'data': {'tokenizer': ..., 'train_batch_size': 32}, "
+                                       "'trainer': {'logger': ['console'], ..."])
+    assert flatten(elided or {}) == {"data.train_batch_size": 32, "trainer.logger": ["console"]}
 
 
 def test_advice_never_sets_a_knob_to_the_value_the_job_already_has():

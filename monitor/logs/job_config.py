@@ -92,6 +92,7 @@ class JobConfigReader:
 
     def __init__(self) -> None:
         self._scan: _Scan | None = None
+        self._actor: str | None = None  # the Ray actor that prints it (TaskRunner)
         self._lines = 0
         self.config: dict[str, Any] | None = None
         self.truncated = False
@@ -105,13 +106,17 @@ class JobConfigReader:
         """Take one log line; True when it belonged to the config (or completed it)."""
         if self.config is not None:
             return False
-        text = unwrap(line).text
+        wrapped = unwrap(line)
+        text = wrapped.text
         scan = self._scan
         if scan is None:
             if not _starts_config(text):
                 return False
             scan = self._scan = _Scan()
+            self._actor = wrapped.actor
             text = text.lstrip()
+        elif self._actor is not None and wrapped.actor != self._actor:
+            return False  # another actor's line between two of the config's: not the end
         elif not text.startswith(" ") and not text.lstrip().startswith(("'", "}", "]")):
             self.finish()  # a line that is not a continuation: the print was cut short
             return False
@@ -178,10 +183,13 @@ def read_job_config_file(path: str | os.PathLike[str], head_bytes: int = HEAD_BY
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Dotted keys to leaf values: ``{'a': {'b': 1}}`` -> ``{'a.b': 1}`` (lists stay values)."""
+    """Dotted keys to leaf values: ``{'a': {'b': 1}}`` -> ``{'a.b': 1}`` (lists stay values);
+    a value printed as ``...`` (cut short) is left out: it is not known."""
     out: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
+        if value is Ellipsis or (isinstance(value, (set, frozenset)) and Ellipsis in value):
+            continue
         if isinstance(value, Mapping) and value:
             out.update(flatten(value, name + "."))
         else:
