@@ -145,6 +145,12 @@ def test_two_exporters_reporting_the_same_steps_are_not_a_restart():
     assert led["restarts"].sum() == 0.0
     assert totals(led)["gpu_seconds_total"] == pytest.approx(
         totals(ledger(steps, gpu, [], config={}))["gpu_seconds_total"], abs=0.5)
+    # two simulated jobs in one Prometheus job, the second 2.5 s behind: its step numbers
+    # repeat a step time apart at most (the dashboard named restarts 47% of the GPU time)
+    mixed = sorted(steps + [StepRecord(step=s.step, end_time=s.end_time + 2.5, total=s.total,
+                                       time_source="line", phases=dict(s.phases))
+                            for s in steps], key=lambda s: s.end_time)
+    assert ledger(mixed, gpu, [], config={})["restarts"].sum() == 0.0
 
 
 def _flag(kind, severity, steps, gpus=None, start=0.0):

@@ -25,7 +25,7 @@ from prometheus_client.metrics_core import Metric
 from exporters.registry import ExporterContext, register
 from exporters.sampling import PollingCollector
 from monitor import metric_names as m
-from monitor.analysis.goodput import CAUSES
+from monitor.analysis.goodput import CAUSES, distinct_steps
 from monitor.analysis.run_analysis import RunAnalysis, config_of
 
 if TYPE_CHECKING:
@@ -82,6 +82,10 @@ def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
                    key=lambda s: float(s.end_time))
     if not timed or gpu is None or len(gpu) == 0:
         return 0
+    kept = {id(s) for s in distinct_steps(timed, events)}
+    # a second line of a step seen already (another exporter's, a reprint) is never counted
+    totals.done |= {(s.step, float(s.end_time)) for s in timed if id(s) not in kept}
+    timed = [s for s in timed if id(s) in kept]
     last_sample = float(gpu["ts"].max())
     ready = [s for s in timed if (s.step, float(s.end_time)) not in totals.done
              and (last_sample >= float(s.end_time) or now - float(s.end_time) >= WAIT_S)]

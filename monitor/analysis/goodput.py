@@ -211,20 +211,25 @@ def default_settings() -> Section:
         return settings()
 
 
-def distinct_steps(steps: list[StepRecord]) -> list[StepRecord]:
-    """The step lines with a second line of the same step dropped: the same step number as the
-    line before it, ending within half its step time of it (two exporters of one job, or a
-    step printed twice), is one step, not a step redone after a restart."""
+def distinct_steps(steps: list[StepRecord], events: list[Event] | None = None
+                   ) -> list[StepRecord]:
+    """The step lines without the lines that repeat a step already seen within one step time
+    of the line before them, with no crash or resume logged in between: two exporters of one
+    job, a step printed twice, or two runs' lines mixed in one Prometheus job. A step redone
+    after a restart comes after a restart's gap (longer than the step) or a logged resume."""
     timed = sorted((s for s in steps if s.end_time is not None and s.total is not None),
                    key=lambda s: float(s.end_time))
     drop: set[int] = set()
-    last: StepRecord | None = None
+    top: int | None = None
+    last_end: float | None = None
     for rec in timed:
-        if (last is not None and rec.step == last.step
-                and float(rec.end_time) - float(last.end_time) <= 0.5 * float(rec.total)):
+        end = float(rec.end_time)
+        if (top is not None and rec.step <= top and end - last_end <= float(rec.total)
+                and not _resume_between(list(events or []), last_end, end)):
             drop.add(id(rec))
             continue
-        last = rec
+        top = rec.step if top is None else max(top, rec.step)
+        last_end = end
     return [s for s in steps if id(s) not in drop]
 
 
@@ -441,7 +446,7 @@ def ledger(
     """
     cfg = settings(config) if config is not None else default_settings()
     events = list(events or [])
-    steps = fill_data_wait([dataclasses.replace(s) for s in distinct_steps(steps)])
+    steps = fill_data_wait([dataclasses.replace(s) for s in distinct_steps(steps, events)])
     flagged = {int(s) for s in flagged_tail}
     no_tail = {int(s) for s, hit in (tail_evidence(steps, cfg) if tail_steps is None
                                      else tail_steps).items() if not hit} - flagged
