@@ -5,8 +5,12 @@ The parser turns failure lines into events (``monitor.logs.failures``): ``nccl_t
 critical flags, one per burst (every rank reports the same timeout; Ray then reports the dead
 actors). The evidence leads with the most telling failure of the burst (a CUDA or hardware
 error before a killed worker, before an NCCL error, before the timeouts and Ray's reports that
-follow them) and the advice fits it. Failures that follow a CUDA out-of-memory error are left
-to the ``oom`` flag: they are its consequences.
+follow them) and the advice fits it. A task that raised an exception (Ray's ``RayTaskError(X)``)
+is quoted from its traceback: the exception line, the Ray task (the worker method) and its
+phase, the deepest frame and verl's deepest frame (``file:line in function``); its advice is
+chosen by the message (``monitor.detect.advice.exception_advice``), not by Ray's worker-death
+causes. Failures that follow a CUDA out-of-memory error are left to the ``oom`` flag: they are
+its consequences.
 """
 
 from __future__ import annotations
