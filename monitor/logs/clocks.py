@@ -246,6 +246,22 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> N
             rec.end_time, rec.time_source = found
         elif n in worker:
             rec.end_time, rec.time_source = worker[n], "worker"
+    _snap_to_timers(steps)
+
+
+def _snap_to_timers(steps: list[StepRecord]) -> None:
+    """tqdm prints whole seconds: where two tqdm-dated steps lie as far apart as the later
+    one's timers, give or take that second, they ran back to back, and the timers (to the
+    millisecond) place the earlier one; working back from the last."""
+    for k in range(len(steps) - 1, 0, -1):
+        rec, prev = steps[k], steps[k - 1]
+        if rec.time_source != "tqdm" or prev.time_source != "tqdm":
+            continue
+        if rec.end_time is None or prev.end_time is None or rec.step <= prev.step:
+            continue
+        start = rec.end_time - covered_seconds(rec)
+        if abs(start - prev.end_time) < RESOLUTION_S["tqdm"]:
+            prev.end_time = start
 
 
 def _tail_start(steps: list[StepRecord], readings: list[Reading], log_end: float) -> float:
