@@ -226,3 +226,34 @@ def test_live_parser_gives_failures_their_arrival_time_and_dedups_until_a_step()
     assert parser.feed(line, arrival_time=51.0) == []
     parser.feed("step:5 - timing_s/gen:1.0 - timing_s/step:2.0", arrival_time=52.0)
     assert [e.kind for e in parser.feed(line, arrival_time=53.0)] == ["nccl_timeout"]
+
+
+def test_a_traceback_names_the_innermost_ray_task_and_its_deepest_frames():
+    """Ray re-raises a worker's exception through each caller (verl issue #1196's shape:
+    RayTaskError(X): ray::WorkerDict.actor_rollout_generate_sequences() (pid=..., ip=...)
+    then the worker's frames)."""
+    from monitor.logs.failures import short_path, traceback_origin
+
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/opt/verl/verl/trainer/main_ppo.py", line 83, in run_ppo',
+        "ray.exceptions.RayTaskError(OSError): ray::TaskRunner.run() (pid=1, ip=10.0.0.1)",
+        '  File "/opt/verl/verl/single_controller/ray/base.py", line 48, in __call__',
+        "ray.exceptions.RayTaskError(OSError): ray::WorkerDict.actor_rollout_generate_sequences()"
+        " (pid=7948, ip=10.130.1.15, actor_id=8c21, repr=<WorkerDict object at 0x7f8b>)",
+        '  File "verl/verl/workers/fsdp_workers.py", line 574, in generate_sequences',
+        '  File "/cpfs/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py", line 262, '
+        "in generate_sequences",
+        '  File "/env/lib/python3.10/site-packages/vllm/entrypoints/llm.py", line 1397, in '
+        "_run_engine",
+        "OSError: [Errno 28] No space left on device",
+    ]
+    assert traceback_origin(lines) == {
+        "task": "WorkerDict.actor_rollout_generate_sequences",
+        "phase": "gen",
+        "frame": "vllm/entrypoints/llm.py:1397 in _run_engine",
+        "verl_frame": "verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:262 in "
+                      "generate_sequences",
+    }
+    assert short_path("/usr/lib/python3/dist-packages/torch/x.py") == "torch/x.py"
+    assert traceback_origin(["KeyError: 'x'"]) == {}
