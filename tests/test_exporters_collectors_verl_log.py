@@ -499,3 +499,22 @@ def test_a_dated_backlog_longer_than_one_poll_keeps_its_own_times(tmp_path):
     assert len(steps) == 200 and {s.time_source for s in steps} == {"line"}
     assert reg.get_sample_value("verlmon_log_anomalies_total",
                                 {"log": str(log), "reason": "bad_timestamp"}) == 0
+
+
+def test_lines_from_before_the_capture_end_before_the_captured_ones(tmp_path):
+    """An older run's lines (no capture times) and this run's (captured by run): the older
+    ones are rebuilt to end before the first capture."""
+    from monitor.logs.arrivals import ArrivalWriter
+
+    log = tmp_path / "train.log"
+    old = "".join(line(i) for i in range(1, 4))
+    log.write_text(old + "".join(line(i, gen=11.0) for i in range(1, 3)))
+    writer = ArrivalWriter(log)
+    writer.record(len(old.encode()), 1_700_000_000.0)
+    writer.close()
+    run_exporter(tmp_path, [log])
+    steps, _ = stored_steps(tmp_path)
+    rebuilt = [s.end_time for s in steps if s.time_source == "rebuilt"]
+    captured = [s.end_time for s in steps if s.time_source == "arrival"]
+    assert len(rebuilt) == 3 and captured == [1_700_000_000.0] * 2
+    assert rebuilt == sorted(rebuilt) and rebuilt[-1] <= 1_700_000_000.0

@@ -187,7 +187,9 @@ class VerlLogCollector(SampledCollector):
             fol.backlog = fol.follower.behind and (fol.backlog or fol.catching_up)
             if fol.catching_up:
                 fol.catching_up = False
-                rebuild_backlog_times(items, fol.path, now, fol.saved_at, stamped=now)
+                first = min((t for t in captured or () if t is not None), default=None)
+                rebuild_backlog_times(items, fol.path, now, fol.saved_at, stamped=now,
+                                      until=first)
             fol.anomalies["step_time_clash"] += keep_records_apart(items)
             live_sim = self.ctx.live_sim  # a replayed sim: lines come faster
             gaps = self._gaps.setdefault(fol.path, DataWaitTracker(
@@ -295,7 +297,8 @@ class VerlLogCollector(SampledCollector):
 
 
 def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float,
-                          since: float | None = None, stamped: float | None = None) -> None:
+                          since: float | None = None, stamped: float | None = None,
+                          until: float | None = None) -> None:
     """Times for steps written while the exporter was down, read at once when it resumed.
 
     Lines without a time got the restart's arrival time; instead the last one ends when the
@@ -303,7 +306,8 @@ def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float
     before ``since`` (when the position was saved; past it they are spread evenly up to the
     last write). ``time_source`` becomes "rebuilt": no data wait is measured on them.
     ``stamped``: only steps whose arrival time is this one are rebuilt (the others had theirs
-    from ``verl-monitor run``'s capture times)."""
+    from ``verl-monitor run``'s capture times); ``until``: they end by then (the first capture
+    time: lines before the capture started were written before it)."""
     steps = [i for i in items if isinstance(i, StepRecord) and i.time_source == "arrival"
              and (stamped is None or i.end_time == stamped)]
     if not steps:
@@ -312,6 +316,8 @@ def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float
         last = min(now, os.stat(path).st_mtime)
     except OSError:
         last = now
+    if until is not None:
+        last = min(last, until)
     if since is not None and last <= since:
         last = now  # a coarse file clock may lag the save: spread them up to now
     totals = [float(s.total) if _usable(s.total) else 0.0 for s in steps]
