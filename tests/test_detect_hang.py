@@ -164,3 +164,17 @@ def test_the_silence_after_the_runs_last_progress_line_is_no_hang_nor_stalled():
                  {"current": 10, "total": 20, "percent": 50})
     kinds = {f.kind for f in run_all(steps, gpu, None, [half], now=end + 900.0)}
     assert "hang" in kinds  # not at its total: a real hang is still a hang
+
+
+def test_the_slack_message_carries_who_and_where_and_the_advice_in_one_post():
+    from monitor.notify.slack import build_message
+
+    def busy(df, tail):
+        df.loc[tail, ["util", "sm_active"]] = [98.0, 70.0]
+    ctx, end = _run(50.0, busy)
+    ctx.events.append(_where_event(end + 46.0, "reward", True))
+    msg = build_message(detect_hang(ctx)[0], "opened")
+    text = str(msg)
+    assert "the driver (PID 4242, node n0) is scoring rewards" in text
+    assert "normalize_final_answer (user_reward.py:5)" in text
+    assert "No rank waits in a collective" in text and "compute_score_timeout" in text
