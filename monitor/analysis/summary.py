@@ -110,9 +110,9 @@ def phase_table(steps: Sequence[StepRecord], wall_s: float | None = None) -> pd.
                                else float("nan")))
     if denominator > covered_sum > 0:
         rest = denominator - covered_sum
-        rows.append({"phase": BETWEEN_STEPS, "steps": len(with_total), "mean": None,
-                     "p50": None, "p95": None, "max": None, "sum": rest,
-                     "share": rest / denominator})
+        rows.append({"phase": BETWEEN_STEPS, "steps": len(with_total),
+                     "mean": rest / max(1, len(with_total)), "p50": None, "p95": None,
+                     "max": None, "sum": rest, "share": rest / denominator})
     df = pd.DataFrame(rows, columns=["phase", *PHASE_TABLE_COLUMNS])
     return df.set_index("phase")
 
