@@ -183,12 +183,16 @@ def test_the_exporter_keeps_every_password_out_of_every_output(tmp_path: Path, e
     ("--phase-source", f"http://{USER}:{QUOTED}@driver:port/metrics"),
     ("--rollout-server", f"http://{USER}:{QUOTED}@engine:port"),
 ])
-def test_a_bad_url_option_is_refused_without_echoing_its_password(capsys, option, value):
-    from monitor.cli import main
-
-    code = main(["exporter", "--listen-address", "127.0.0.1:0", "--gpu-backend", "sim",
-                 option, value])
-    err = capsys.readouterr().err
+def test_a_bad_url_option_is_refused_without_echoing_its_password(option, value):
+    """Before: the exporter started with it (and its messages quoted the password)."""
+    try:
+        res = subprocess.run([sys.executable, "-m", "monitor", "exporter", "--listen-address",
+                              "127.0.0.1:0", "--gpu-backend", "sim", option, value],
+                             capture_output=True, text=True, timeout=60,
+                             cwd=Path(__file__).resolve().parent.parent)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError("the exporter started with the bad URL") from exc
+    code, err = res.returncode, res.stderr
     assert code == 2 and option in err and err.count("\n") == 1, err
     assert leaks(err) == []
 
