@@ -21,18 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from monitor.commands.analyze import build_document  # noqa: E402
 from monitor.logs.parse import parse_file  # noqa: E402
-from tests.real_logs import entries, load, reference_wall  # noqa: E402
-
-
-def analyze(log: Path) -> dict:
-    """``analyze --json``'s document for ``log`` alone."""
-    args = argparse.Namespace(log=str(log), gpu=None, host=None, events=None, nccl=None,
-                              rollout=None, log_end=None, config=None, wandb=None,
-                              gpu_hour_cost=None, trainer_gpus=None, rollout_gpus=None,
-                              fr_dir=None, json=True)
-    return build_document(args)
+from tests.real_logs import analyze_doc, entries, load, reference_wall  # noqa: E402
 
 
 def measure(cache: Path) -> list[str]:
@@ -44,7 +34,7 @@ def measure(cache: Path) -> list[str]:
         if log is None:
             out.append(f"{head}\n  not available here (no committed copy, no snapshot)\n")
             continue
-        doc = analyze(log)
+        doc = analyze_doc(log)
         steps = parse_file(log).steps
         wall = doc["summary"]["wall"]
         ours = wall.get("span_s")

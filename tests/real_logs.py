@@ -122,6 +122,19 @@ def wandb_runtimes(entry: RealLog) -> dict[int, float] | None:
     return out or None
 
 
+def analyze_doc(log: Path, gpu: Path | None = None, log_end: float | None = None) -> dict:
+    """``verl-monitor analyze --json``'s document for ``log`` (and ``gpu`` samples)."""
+    import argparse
+
+    from monitor.commands.analyze import build_document
+
+    args = argparse.Namespace(log=str(log), gpu=str(gpu) if gpu else None, host=None,
+                              events=None, nccl=None, rollout=None, log_end=log_end,
+                              config=None, wandb=None, gpu_hour_cost=None, trainer_gpus=None,
+                              rollout_gpus=None, fr_dir=None, json=True)
+    return build_document(args)
+
+
 def reference_wall(entry: RealLog, log: Path, steps: list[Any]) -> float | None:
     """The log's own clock for the time its steps took (see the module docstring)."""
     if entry.clock == "tqdm":

@@ -4,17 +4,16 @@ clock each time came from."""
 
 from __future__ import annotations
 
-import argparse
 import calendar
 from pathlib import Path
 
 import pytest
 
 from monitor.analysis.summary import summarize
-from monitor.commands.analyze import build_document
 from monitor.logs.arrivals import sidecar_path
 from monitor.logs.parse import parse_file
 from monitor.report import render_text
+from tests.real_logs import analyze_doc
 
 PREFIX = "(TaskRunner pid=77) "
 
@@ -34,14 +33,6 @@ def tqdm_line(done: int, total: int, elapsed_s: int) -> str:
             f"[{stamp}<10:00, 12.00s/it]")
 
 
-def analyze_doc(log: Path, log_end: float | None = None) -> dict:
-    args = argparse.Namespace(log=str(log), gpu=None, host=None, events=None, nccl=None,
-                              rollout=None, log_end=log_end, config=None, wandb=None,
-                              gpu_hour_cost=None, trainer_gpus=None, rollout_gpus=None,
-                              fr_dir=None, json=True)
-    return build_document(args)
-
-
 def test_tqdm_elapsed_time_dates_each_step(tmp_path: Path) -> None:
     """verl draws the bar right after each step line: its elapsed time is the step's end. The
     steps' timers say 10 s each, the bar says 30 s apart: 20 s a step went before the timers."""
@@ -58,7 +49,7 @@ def test_tqdm_elapsed_time_dates_each_step(tmp_path: Path) -> None:
     assert wall["span_s"] == pytest.approx(150.0 - 20.0)  # first step: its own timers only
     assert wall["clock"] == "tqdm" and wall["measured"]
     assert wall["data_wait_s"] == pytest.approx(4 * (20.0 - 1.0))  # tqdm's 1 s resolution
-    text = render_text(analyze_doc(log, 10_000.0))
+    text = render_text(analyze_doc(log, log_end=10_000.0))
     assert "clock: tqdm's elapsed time" in text
     assert "no timestamps" not in text
 
@@ -134,7 +125,7 @@ def test_capture_times_beside_the_log_are_used_offline(tmp_path: Path) -> None:
 def test_no_clock_at_all_is_said_and_the_times_are_estimated(tmp_path: Path) -> None:
     log = tmp_path / "bare.log"
     log.write_text("\n".join(step_line(n, 40.0) for n in range(1, 4)) + "\n")
-    doc = analyze_doc(log, 1_000.0)
+    doc = analyze_doc(log, log_end=1_000.0)
     assert {s["time_source"] for s in doc["steps"]} == {"rebuilt"}
     report = render_text(doc)
     assert "estimated (rebuilt from the step times" in report

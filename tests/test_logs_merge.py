@@ -4,14 +4,13 @@ report agree on the wall time."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
-from monitor.commands.analyze import build_document
 from monitor.logs.parse import parse_file
 from monitor.report import render_text
+from tests.real_logs import analyze_doc
 
 TRAINER = "(FullyAsyncTrainer pid=41) "
 
@@ -45,14 +44,6 @@ def write_fully_async(tmp_path: Path, steps: int = 6) -> Path:
     return log
 
 
-def doc_of(log: Path, gpu: Path | None = None, log_end: float | None = None) -> dict:
-    args = argparse.Namespace(log=str(log), gpu=str(gpu) if gpu else None, host=None,
-                              events=None, nccl=None, rollout=None, log_end=log_end,
-                              config=None, wandb=None, gpu_hour_cost=None, trainer_gpus=None,
-                              rollout_gpus=None, fr_dir=None, json=True)
-    return build_document(args)
-
-
 def test_the_lines_of_one_fully_async_step_are_one_step(tmp_path: Path) -> None:
     steps = parse_file(write_fully_async(tmp_path), log_end=10_000.0).steps
     assert [s.step for s in steps] == [1, 2, 3, 4, 5, 6]
@@ -67,7 +58,7 @@ def test_the_lines_of_one_fully_async_step_are_one_step(tmp_path: Path) -> None:
 
 
 def test_each_weight_sync_counts_once_and_the_median_step_is_the_step(tmp_path: Path) -> None:
-    doc = doc_of(write_fully_async(tmp_path), log_end=10_000.0)
+    doc = analyze_doc(write_fully_async(tmp_path), log_end=10_000.0)
     summary = doc["summary"]
     assert summary["reshard"]["count"] == 6
     assert summary["step_time"]["p50"] == pytest.approx(60.0)
@@ -78,7 +69,7 @@ def test_each_weight_sync_counts_once_and_the_median_step_is_the_step(tmp_path: 
 
 
 def test_phase_shares_add_up_to_the_wall_time_and_the_pools_agree(tmp_path: Path) -> None:
-    doc = doc_of(write_fully_async(tmp_path), log_end=10_000.0)
+    doc = analyze_doc(write_fully_async(tmp_path), log_end=10_000.0)
     wall = doc["summary"]["wall"]["span_s"]
     assert wall == pytest.approx(6 * 60.0)
     assert sum(p["share"] for p in doc["summary"]["phases"]) == pytest.approx(1.0)
@@ -101,7 +92,7 @@ def sync_06_log(tmp_path: Path) -> Path:
 
 
 def test_validation_outside_the_step_timer_is_wall_time(tmp_path: Path) -> None:
-    doc = doc_of(sync_06_log(tmp_path), log_end=50_000.0)
+    doc = analyze_doc(sync_06_log(tmp_path), log_end=50_000.0)
     summary = doc["summary"]
     assert summary["wall"]["span_s"] == pytest.approx(10 * 100.0 + 2 * 150.0)
     assert sum(p["share"] for p in summary["phases"]) == pytest.approx(1.0)
@@ -120,7 +111,7 @@ def test_the_gpu_ledger_agrees_with_the_summary(tmp_path: Path) -> None:
         t += 1.0
     gpu = tmp_path / "gpu.csv"
     gpu.write_text("\n".join(rows) + "\n")
-    doc = doc_of(log, gpu, log_end=end)
+    doc = analyze_doc(log, gpu, log_end=end)
     wall = doc["summary"]["wall"]["span_s"]
     ledger = doc["goodput"]
     assert ledger["gpu_seconds_total"] / ledger["gpus"] == pytest.approx(wall, rel=0.01)

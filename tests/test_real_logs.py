@@ -9,15 +9,13 @@ skipped, saying so.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
-from monitor.commands.analyze import build_document
 from monitor.logs.parse import parse_file
 from monitor.report import render_text
-from tests.real_logs import RealLog, entries, load, reference_wall
+from tests.real_logs import RealLog, analyze_doc, entries, load, reference_wall
 
 ENTRIES = entries()
 IDS = [e.name for e in ENTRIES]
@@ -49,17 +47,9 @@ def _log(entry: RealLog, cache: Path) -> Path:
     return log
 
 
-def _doc(log: Path) -> dict:
-    args = argparse.Namespace(log=str(log), gpu=None, host=None, events=None, nccl=None,
-                              rollout=None, log_end=None, config=None, wandb=None,
-                              gpu_hour_cost=None, trainer_gpus=None, rollout_gpus=None,
-                              fr_dir=None, json=True)
-    return build_document(args)
-
-
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 def test_each_real_log_reads_as_the_trainer_that_wrote_it(entry: RealLog, cache: Path) -> None:
-    doc = _doc(_log(entry, cache))
+    doc = analyze_doc(_log(entry, cache))
     assert doc["trainer_mode"] == entry.mode
     if entry.mode == "unknown":
         assert "trainer: unknown" in render_text(doc)
@@ -70,7 +60,7 @@ def test_each_real_log_reads_as_the_trainer_that_wrote_it(entry: RealLog, cache:
 def test_wall_time_is_within_2_percent_of_the_logs_own_clock(entry: RealLog,
                                                              cache: Path) -> None:
     log = _log(entry, cache)
-    doc = _doc(log)
+    doc = analyze_doc(log)
     wall = doc["summary"]["wall"]
     reference = reference_wall(entry, log, parse_file(log).steps)
     assert reference
@@ -90,7 +80,7 @@ def test_a_log_without_a_clock_says_its_times_are_estimates(entry: RealLog,
     the times are rebuilt from the step timers, said to be estimates, and never longer than
     what wandb itself recorded (validation this fork does not time is missing from them)."""
     log = _log(entry, cache)
-    doc = _doc(log)
+    doc = analyze_doc(log)
     steps = parse_file(log).steps
     assert {s.time_source for s in steps} == {"rebuilt"}
     assert "estimated (rebuilt from the step times" in render_text(doc)
@@ -103,7 +93,7 @@ def test_a_log_without_a_clock_says_its_times_are_estimates(entry: RealLog,
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if e.healthy],
                          ids=[e.name for e in ENTRIES if e.healthy])
 def test_healthy_real_runs_raise_no_false_flag(entry: RealLog, cache: Path) -> None:
-    doc = _doc(_log(entry, cache))
+    doc = analyze_doc(_log(entry, cache))
     raised = sorted({f["kind"] for f in doc["flags"] if f["severity"] in ("warning", "critical")})
     unexplained = [k for k in raised if k not in REPORTED_FALSE_FLAGS and k not in OBSERVATIONS]
     assert unexplained == []
@@ -112,14 +102,14 @@ def test_healthy_real_runs_raise_no_false_flag(entry: RealLog, cache: Path) -> N
 def test_the_resumed_sync_run_raises_nothing(cache: Path) -> None:
     """The whole dstack run (PPO with a critic, 2 x 8 GPUs, resumed at step 100): no flag."""
     entry = next(e for e in ENTRIES if e.name == "dstack_ppo_qwen7b_resumed")
-    doc = _doc(_log(entry, cache))
+    doc = analyze_doc(_log(entry, cache))
     assert [f["kind"] for f in doc["flags"] if f["severity"] != "info"] == []
     assert doc["summary"]["steps"]["count"] == 335
 
 
 def test_a_crash_before_the_first_step_is_unknown_and_quotes_its_error(cache: Path) -> None:
     entry = next(e for e in ENTRIES if e.name == "maze_ppo_crash_before_step1")
-    doc = _doc(_log(entry, cache))
+    doc = analyze_doc(_log(entry, cache))
     assert doc["trainer_mode"] == "unknown"
     fatal = [f for f in doc["flags"] if f["kind"] == "fatal_error"]
     assert fatal and "NotImplementedError" in fatal[0]["evidence"]
