@@ -287,6 +287,33 @@ def open_job_log(log_path: Path) -> tuple[int, int]:
     return fd, size
 
 
+def start_job(command: list[str], env: dict[str, str], out_fd: int) -> subprocess.Popen:
+    """Start the job with ``out_fd`` (the log, for append) as its stdout and stderr, never a
+    pipe to us: whatever happens to this process, the job (and its grandchildren) keep
+    writing every line there. Its own process group: a Ctrl-C comes to us and we pass it on,
+    so the job always gets it before the exporter is stopped. ``out_fd`` is closed here."""
+    try:
+        return subprocess.Popen(command, stdout=out_fd, stderr=out_fd, env=env,
+                                process_group=0)
+    except OSError as exc:
+        raise RunError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
+    finally:
+        os.close(out_fd)
+
+
+def _open_log_and_echo(log_path: Path) -> tuple[int, LogEcho]:
+    """The job's log descriptor and the echo that shows what it writes; RunError if not."""
+    try:
+        out_fd, start = open_job_log(log_path)
+    except OSError as exc:
+        raise RunError(f"--log {log_path}: cannot write ({exc.strerror or exc})") from None
+    try:
+        return out_fd, LogEcho(log_path, start, sys.stdout.buffer)
+    except OSError as exc:
+        os.close(out_fd)
+        raise RunError(f"--log {log_path}: cannot read ({exc.strerror or exc})") from None
+
+
 def _byte_at(path: Path, offset: int) -> bytes:
     with open(path, "rb") as fh:
         return os.pread(fh.fileno(), 1, offset)
@@ -369,18 +396,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _run(args: argparse.Namespace) -> int:
-    command = list(args.command or [])
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise RunError("no command given: put it after `--`, e.g. verl-monitor run -- "
-                       "python3 -m verl.trainer.main_ppo ...")
-    if shutil.which(command[0]) is None:
-        raise RunError(f"cannot start {command[0]}: no such program (not on PATH)")
-    node = args.node or socket.gethostname()
-    port = _port_of(args.listen_address)
-    log_path = Path(args.log or f"verl-monitor-{node}-{time.strftime('%Y%m%d-%H%M%S')}.log")
+def _job_log_path(given: str | None, node: str) -> Path:
+    """The log the job appends to (created, its folder too); RunError for a directory, a run
+    store or a binary file, or a place that cannot be written."""
+    log_path = Path(given or f"verl-monitor-{node}-{time.strftime('%Y%m%d-%H%M%S')}.log")
     if log_path.exists():  # appended to: a directory, a run store or a binary file is refused
         from monitor.commands.analyze import log_file_problem
 
@@ -392,8 +411,21 @@ def _run(args: argparse.Namespace) -> int:
         log_path.touch()
     except OSError as exc:
         raise RunError(f"--log {log_path}: cannot write ({exc.strerror or exc})") from None
-    log_path = log_path.resolve()
+    return log_path.resolve()
 
+
+def _run(args: argparse.Namespace) -> int:
+    command = list(args.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise RunError("no command given: put it after `--`, e.g. verl-monitor run -- "
+                       "python3 -m verl.trainer.main_ppo ...")
+    if shutil.which(command[0]) is None:
+        raise RunError(f"cannot start {command[0]}: no such program (not on PATH)")
+    node = args.node or socket.gethostname()
+    port = _port_of(args.listen_address)
+    log_path = _job_log_path(args.log, node)
     env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
     nccl_dir = args.nccl_dir
     if args.nccl_plugin:
@@ -439,22 +471,8 @@ def _run(args: argparse.Namespace) -> int:
         if received:  # interrupted before the job started: do not start it
             return 128 + received[-1]
         clear_exit(log_path)  # the exporter reads <log>.exit as "the job exited"
-        try:
-            out_fd, start = open_job_log(log_path)
-        except OSError as exc:
-            raise RunError(f"--log {log_path}: cannot write ({exc.strerror or exc})") from None
-        echo = LogEcho(log_path, start, sys.stdout.buffer)
-        try:
-            # stdout and stderr are the log itself, never a pipe to us: whatever happens to
-            # this process, the job (and its grandchildren) keep writing every line there.
-            # Its own process group: a Ctrl-C comes to us and we pass it on, so the job
-            # always gets it before the exporter is stopped.
-            job = subprocess.Popen(command, stdout=out_fd, stderr=out_fd, env=env,
-                                   process_group=0)
-        except OSError as exc:
-            raise RunError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
-        finally:
-            os.close(out_fd)
+        out_fd, echo = _open_log_and_echo(log_path)
+        job = start_job(command, env, out_fd)
         echo.start()
         returncode = job.wait()
         echo.pump()
