@@ -408,6 +408,12 @@ def test_overview_shows_goodput_and_where_each_steps_gpu_seconds_went(monkeypatc
     value = _metrics(at)["Goodput (last steps)"]
     assert value.endswith("%") and 0 < int(value[:-1]) <= 100
     assert "Top loss:" in _text(at)
+    # the top loss says what it is and what to do, in plain words (no Markdown escapes)
+    from monitor.analysis.goodput import CAUSE_TEXT
+
+    loss = re.sub(r"<[^>]+>", "", next(ln for ln in _text(at).splitlines() if "Top loss:" in ln))
+    cause = re.search(r"Top loss: (\w+),", loss).group(1)
+    assert CAUSE_TEXT[cause][0] in loss and "\\" not in loss, loss
     # the per-step ledger is the third trend tab, drawn when it is picked (from the URL)
     at.query_params["trend"] = "Goodput per step"
     at.run()

@@ -137,7 +137,7 @@ def counter_summary(key: str, recent: pd.DataFrame, last_end: float) -> pd.DataF
 
 def top_loss(good: dict | None, flags: list) -> str:
     """"Top loss: **cause**, N% of the GPU-seconds (what it is; what to do) - flagged as
-    `kind`: advice" (Markdown; "" without a loss). ``restarts`` is named only where the
+    `kind`: advice" (bold and code for ``inline_html``; "" without a loss). ``restarts`` is named only where the
     ledger booked some (an exporter that never restarted has none)."""
     if not good:
         return ""
@@ -148,14 +148,14 @@ def top_loss(good: dict | None, flags: list) -> str:
     cause, secs = lost[0]
     what, todo = CAUSE_TEXT.get(cause, ("", ""))
     text = f"Top loss: **{cause}**, {secs / total * 100:.0f}% of the GPU-seconds"
-    if what:
-        text += f" ({escape_markdown(what)}" + (f"; {escape_markdown(todo)})" if todo else ")")
+    if what:  # drawn by inline_html, which escapes the rest itself
+        text += f" ({what}" + (f"; {todo})" if todo else ")")
     named = [f for f in flags if f.kind in FLAG_KINDS_OF.get(cause, ())]
     if named:
         f = top_flag(named)
         text += f" - flagged as `{f.kind}`"
         if f.advice:
-            text += f": {escape_markdown(f.advice[0])}"
+            text += f": {f.advice[0]}"
     return text
 
 
