@@ -1,17 +1,25 @@
-"""Who holds the others when the job hangs: Flight Recorder dumps, else py-spy stacks.
+"""Who holds the others when the job hangs, and where each process is: py-spy stacks of the
+job's processes (on by default where py-spy is installed; ``--no-hang-pyspy`` turns them off)
+and Flight Recorder dumps (``--fr-dir``).
 
-On only when asked: ``--fr-dir DIR`` (where the job's ranks keep their debug-info FIFOs,
-``TORCH_NCCL_DEBUG_INFO_PIPE_FILE=DIR/pipe_``) and/or ``--hang-pyspy``. Every poll (1 s) the
-collector checks the silence cheaply (the newest steps in the window): once no step has
-arrived for the ``hang`` detector's limit, or a ``hang``/``stalled`` flag is open, it asks the
-local ranks for their dumps, once per silence (monitor/hang/request.py), compares them
-(monitor/hang/localize.py) and publishes a ``hang_dump`` event naming the culprit; the ``hang``
-detector puts it into the flag. Without dumps it falls back to py-spy on the GPU processes.
+Every poll (1 s) the collector checks the silence cheaply (the newest steps in the window).
+Once no step has arrived for ``hang.stack_multiple`` recent step times (at least
+``hang.min_seconds``) it finds the job's local processes without configuration (the Ray prefixes
+of the followed log, Ray process titles, the children of ``verl-monitor run``, the GPU holders:
+monitor/hang/procs.py), dumps each with py-spy (every thread), says where each is
+(monitor/hang/where.py) and publishes a ``hang_dump`` event with the verdict (again every
+``hang.restack_s`` while no round found a process stuck); the ``hang`` detector makes it the
+flag. Once the silence passes the ``hang`` detector's limit, or a ``hang``/``stalled`` flag is
+open, it asks the local ranks for their Flight Recorder dumps, once per silence
+(monitor/hang/request.py), compares them (monitor/hang/localize.py) and publishes who holds the
+others. With ``--store``, each round's dumps are kept in ``<store>.stacks/`` for
+``verl-monitor analyze --stacks``.
 
 Exported, per rank and process group of the last round:
 ``verlmon_fr_collective_seq{rank, pg, state="enqueued|started|completed"}``,
 ``verlmon_fr_pending_info{rank, pg, collective, state, seq}``, ``verlmon_hang_culprit_info{rank,
-pid, gpu, collective, seq, frame}``; and ``verlmon_hang_dump_rounds_total{method, result}``,
+pid, gpu, collective, seq, frame}``, ``verlmon_hang_where_info{role, pid, place, phase, frame}``
+(1 for the process named as stuck); and ``verlmon_hang_dump_rounds_total{method, result}``,
 ``verlmon_hang_dump_seconds`` (how long the last round took). Every step that cannot run (no
 FIFO, no permission, no py-spy) is in ``last_error`` in words and in the event's ``problems``.
 """
@@ -58,8 +66,9 @@ def _cut(text: object) -> str:
 
 
 @register("flight_recorder", default=True,
-          help="when the job hangs: Flight Recorder dumps of the local ranks (--fr-dir) or "
-               "py-spy stacks (--hang-pyspy), naming the rank the others wait for")
+          help="when the log falls silent: py-spy stacks of the job's local processes (on by "
+               "default where py-spy is installed) saying where each is, and Flight Recorder "
+               "dumps of the local ranks (--fr-dir) naming the rank the others wait for")
 class FlightRecorderCollector(PollingCollector):
     """Requests dumps once per silence and publishes who holds the others."""
 
