@@ -126,3 +126,63 @@ def test_two_step_timed_records_of_one_step_stay_two(tmp_path: Path) -> None:
     log = tmp_path / "rerun.log"
     log.write_text("\n".join(lines) + "\n")
     assert [s.total for s in parse_file(log, log_end=100.0).steps] == [10.0, 11.0]
+
+
+def fully_async_07_log(tmp_path: Path, versions: int = 6) -> Path:
+    """The fully-async trainer of January 2026 (volcengine/verl b178a3c): two trainer steps a
+    weight version, each followed by its 'global_steps: ... HH:MM:SS.mmm' print; then the
+    version's aggregated metrics (step:N), the bar, the ParameterSynchronizer's own lines, the
+    sync's timers on a line of their own (step:N), and the rollouter's line of version N from
+    its own process, printed after the next version's metrics."""
+    lines = ["2026-01-20 09:59:00,001\tINFO worker.py:1843 -- Started a local Ray instance.",
+             "Training Progress:   0%|   | 0/100 [00:00<?, ?it/s]"]
+    late: str | None = None
+    for n in range(1, versions + 1):
+        for local in (1, 2):
+            g = 2 * (n - 1) + local
+            clock = 10 * 3600 + 65 * (n - 1) + 30 * local
+            hh, rest = divmod(clock, 3600)
+            lines.append(TRAINER + f"[FullyAsyncTrainer] global_steps: {g} local_trigger_step: "
+                         f"{local} trigger_parameter_sync_step: 2 "
+                         f"{hh:02d}:{rest // 60:02d}:{rest % 60:02d}.000")
+        lines.append(TRAINER + f"step:{n} - training/global_step:{2 * n} - timing_s/gen:8.0 - "
+                     "timing_s/old_log_prob:10.0 - timing_s/update_actor:40.0 - "
+                     "timing_s/step:60.0 - fully_async/trainer/idle_ratio:0.13")
+        if late is not None:
+            lines.append(late)
+        elapsed = 65 * n
+        lines.append(f"Training Progress:  {n}%|#  | {n}/100 [{elapsed // 60:02d}:"
+                     f"{elapsed % 60:02d}<1:00:00, 65.00s/it]")
+        lines += [
+            "(ParameterSynchronizer pid=52) [ParameterSynchronizer] rollout paused. cost 0.50 "
+            "seconds",
+            "(ParameterSynchronizer pid=52) [ParameterSynchronizer] sync_weights success. cost "
+            "4.80 seconds, pause:0.50s, sync:4.30s",
+            TRAINER + f"step:{n} - timing_s/wait_last_valid:0.2 - timing_s/param_sync:4.8",
+        ]
+        late = (f"(FullyAsyncRollouter pid=60) step:{n} - fully_async/rollouter/active_time:"
+                "55.0 - fully_async/rollouter/version_time:65.0 - "
+                "fully_async/rollouter/idle_ratio:0.15")
+    log = tmp_path / "fully_async_07.log"
+    log.write_text("\n".join(lines) + "\n")
+    return log
+
+
+def test_the_january_2026_fully_async_trainer_reads_as_one_step_a_version(
+        tmp_path: Path) -> None:
+    doc = analyze_doc(fully_async_07_log(tmp_path), log_end=2e9)
+    steps = doc["steps"]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
+    assert all(s["phases"]["reshard"] == pytest.approx(4.8) for s in steps)
+    assert all(s["total"] == pytest.approx(64.8) for s in steps)
+    assert all("fully_async/rollouter/active_time" in s["metrics"] for s in steps[:-1])
+    assert {s["time_source"] for s in steps} == {"tqdm"}
+    summary = doc["summary"]
+    assert summary["reshard"]["count"] == 6  # one sync a version, not its three lines
+    assert summary["step_time"]["p50"] == pytest.approx(64.8)
+    assert summary["wall"]["span_s"] == pytest.approx(6 * 65.0, abs=1.0)
+    assert sum(p["share"] for p in summary["phases"]) == pytest.approx(1.0)
+    trainer = next(p for p in doc["pools"]["pools"] if p["pool"] == "trainer")
+    assert trainer["causes"]["parameter_sync"] == pytest.approx(6 * 4.8)
+    assert trainer["seconds_per_gpu"] == pytest.approx(summary["wall"]["span_s"], rel=0.01)
+    assert not [f for f in doc["flags"] if f["kind"] in ("stalled", "step_time_spikes")]

@@ -11,8 +11,9 @@ A console log rarely stamps verl's ``step:N`` lines, yet it is full of time:
   absolute times.
 - **dated lines without a year** (vLLM's ``INFO 12-01 14:11:02 file.py:12]``, glog's
   ``[W228 01:39:36.9 ...]``): the year of the log's other dates (else of its end).
-- **``HH:MM:SS`` stamps** at the start of a trainer's own line: the date of the last dated line
-  before them (a stamp earlier than the one before it is the next day).
+- **``HH:MM:SS`` stamps** at the start of a trainer's own line, or ending the fully-async
+  trainer's ``[FullyAsyncTrainer] global_steps: N ... HH:MM:SS.mmm`` print: the date of the
+  last dated line before them (a stamp earlier than the one before it is the next day).
 - **capture times** that ``verl-monitor run`` wrote beside the log (``<log>.arrivals``, see
   ``monitor.logs.arrivals``): the time each line was read from the job's output.
 
@@ -57,6 +58,8 @@ _MONTH_DAY_RE = re.compile(
     r"^(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? ")
 _GLOG_RE = re.compile(r"^\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? ")
 _HMS_RE = re.compile(r"^\[?(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?\]? ")
+#: The fully-async trainer's print after each of its steps ends with the time of day.
+_TRAILING_HMS_RE = re.compile(r"global_steps: \d+ .* (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s*$")
 _DAY_S = 86400.0
 
 
@@ -137,6 +140,10 @@ class LineClock:
         if match is not None and int(match.group(1)) < 24:
             self._add(Reading(after, "hms", _day_seconds(*match.groups())))
             return text[match.end():]
+        if "global_steps: " in text:
+            match = _TRAILING_HMS_RE.search(text)
+            if match is not None and int(match.group(1)) < 24:
+                self._add(Reading(after, "hms", _day_seconds(*match.groups())))
         return text
 
     def own(self, record: StepRecord) -> None:
@@ -301,20 +308,26 @@ def _bracketed(steps: list[StepRecord], readings: list[Reading],
 
 
 def covered_seconds(rec: StepRecord) -> float:
-    """Wall seconds a step's timers account for (0 when it has none); see
-    ``monitor.logs.gaps.covered_seconds``."""
+    """Wall seconds a step's timers account for (``monitor.logs.gaps.covered_seconds``); for a
+    record without a step timer the sum of the timers it has (a rollouter's ``version_time``
+    among them); 0 when it has none: no time is invented for a record that times nothing."""
     from monitor.logs.gaps import covered_seconds as covered
+    from monitor.logs.keys import async_value
 
     value = covered(rec)
-    return float(value) if value is not None and value >= 0 else 0.0
+    if value is not None:
+        return float(value) if value >= 0 else 0.0
+    timed = sum(float(v) for k, v in rec.phases.items() if k != "other" and v and v > 0)
+    if timed > 0:
+        return timed
+    version = async_value(rec.metrics, "fully_async/rollouter/version_time")
+    return float(version) if version is not None and version > 0 else 0.0
 
 
 def rebuild_times(steps: list[StepRecord], log_end: float) -> None:
     """Fill the end times still missing, backwards from the next measured end (or ``log_end``)
-    by each step's covered seconds (its timers, validation and checkpointing included; the
-    median for a step without timers): ``time_source="rebuilt"``."""
-    known = sorted(v for v in (covered_seconds(s) for s in steps) if v > 0)
-    fallback = known[len(known) // 2] if known else 0.0
+    by each step's covered seconds (its timers, validation and checkpointing included; nothing
+    for a record that times nothing): ``time_source="rebuilt"``."""
     anchor = log_end
     for rec in reversed(steps):
         if rec.end_time is not None and rec.time_source in MEASURED:
@@ -322,7 +335,7 @@ def rebuild_times(steps: list[StepRecord], log_end: float) -> None:
         else:
             rec.end_time = anchor
             rec.time_source = "rebuilt"
-        anchor = rec.end_time - (covered_seconds(rec) or fallback)
+        anchor = rec.end_time - covered_seconds(rec)
 
 
 def arrival_times(log_path: str | os.PathLike[str]) -> list[float] | None:

@@ -36,21 +36,51 @@ _SOURCE_RANK = {"rebuilt": 0, "tqdm": 1, "worker": 1, "sidecar": 2, "arrival": 2
 def merge_steps(steps: list[StepRecord], version_hint: str | None = None,
                 parts: dict[int, StepRecord] | None = None) -> list[StepRecord]:
     """``steps`` with each group of records of one step made one record (see the module
-    docstring); the order and every other record are kept. ``parts``, when given, is filled
-    with ``id(record) -> the record it became`` for every record of ``steps``."""
+    docstring); the order and every other record are kept. A record without a step timer
+    that another process printed a little out of turn (the rollouter's line after the next
+    step's first line) joins the step-timed record of its step number within
+    ``NEAR_RECORDS`` records. ``parts``, when given, is filled with ``id(record) -> the record
+    it became`` for every record of ``steps``."""
+    groups: list[list[StepRecord]] = []
+    for rec in steps:
+        if groups and _joins(groups[-1], rec):
+            groups[-1].append(rec)
+        else:
+            groups.append([rec])
+    _attach_strays(groups)
     out: list[StepRecord] = []
-    group: list[StepRecord] = []
-    for rec in [*steps, None]:
-        if rec is not None and group and _joins(group, rec):
-            group.append(rec)
+    for group in groups:
+        if not group:
             continue
-        if group:
-            merged = _merged(group, version_hint)
-            out.append(merged)
-            if parts is not None:
-                parts.update((id(r), merged) for r in group)
-        group = [rec] if rec is not None else []
+        merged = _merged(group, version_hint)
+        out.append(merged)
+        if parts is not None:
+            parts.update((id(r), merged) for r in group)
     return out
+
+
+#: How far (in groups of records) a record without a step timer may be from its step's.
+NEAR_RECORDS = 3
+
+
+def _attach_strays(groups: list[list[StepRecord]]) -> None:
+    """Move each group with no step-timed record into a near group (``NEAR_RECORDS`` others,
+    either way) of the same step number that has one."""
+    for n, group in enumerate(groups):
+        if not group or any(_has_step_timer(r) for r in group):
+            continue
+        step, source = group[0].step, group[0].source
+        if source == "breakdown":
+            continue
+        before = [k for k in range(n - 1, -1, -1) if groups[k]][:NEAR_RECORDS]
+        after = [k for k in range(n + 1, len(groups)) if groups[k]][:NEAR_RECORDS]
+        for k in sorted(before + after, key=lambda k: abs(k - n)):
+            other = groups[k]
+            if (other[0].step == step and other[0].source == source
+                    and any(_has_step_timer(r) for r in other)):
+                other.extend(group)
+                groups[n] = []
+                break
 
 
 def _joins(group: list[StepRecord], rec: StepRecord) -> bool:
@@ -76,9 +106,14 @@ def _merged(group: list[StepRecord], version_hint: str | None) -> StepRecord:
     phases, total = dict(main.phases), main.total
     outside = _outside_sync(group, main)
     if outside is not None:
-        phases["reshard"] = phases.get("reshard", 0.0) + outside
+        # a sync line's seconds the parser gave ``main`` were a sync of its own line: the
+        # timer logged in the step's own record replaces them (one sync, counted once)
+        given = phases.get("reshard", 0.0)
+        phases["reshard"] = outside
         if total is not None:
             total += outside
+            if "other" in phases:
+                phases["other"] += given
     if total is None:
         phases, total = phases_and_total(metrics, version_hint=version_hint)
     end_rec = max(group, key=lambda r: (r.end_time is not None,

@@ -66,6 +66,7 @@ class LogParser:
         #: the times the text carries (tqdm, dated lines), each after the record before it
         self.clock = LineClock(enabled=read_clocks)
         self._last_record: StepRecord | None = None
+        self._last_timed_record: StepRecord | None = None
         self._last_step: int | None = None
         self._resume_since_step = False
         #: a reshard's seconds (weight sync, HybridEngine switch) for the next step record
@@ -171,7 +172,10 @@ class LogParser:
                 self.stats.noise_lines += 1
             else:
                 out.append(event)
-                self.clock.tqdm(event.data.get("elapsed_s"), self._last_record,
+                # verl draws the bar right after logging the step's metrics: the last record
+                # with a step timer (another process's line may have come in between)
+                self.clock.tqdm(event.data.get("elapsed_s"),
+                                self._last_timed_record or self._last_record,
                                 event.data.get("current"))
             return True
         if "validation metrics:" in stripped and any(s in stripped for s in VALIDATION_START):
@@ -323,6 +327,8 @@ class LogParser:
         )
         self._apply_pending_reshard(record, old_era=hint is not None)
         self._last_record = record
+        if total is not None:
+            self._last_timed_record = record
         self._last_step = step
         self._resume_since_step = False
         self._failures.reset()
@@ -359,7 +365,14 @@ class LogParser:
         """A weight sync printed on a line of its own goes to the next step-timed record, once:
         a record that times its own sync (``param_sync``, ``update_weights``) takes its place,
         and a record without a step time (the rollouter's line) does not take it."""
-        if self._pending_reshard is None or record.total is None:
+        if self._pending_reshard is None:
+            return
+        if "reshard" in record.phases and record.total is None:
+            # a sync timed on a line of its own (the fully-async trainer's param_sync): the
+            # sync line printed before it was the same sync
+            self._pending_reshard = self._pending_reshard_step = None
+            return
+        if record.total is None:
             return
         owner = self._pending_reshard_step
         if "reshard" in record.phases or (owner is not None and record.step > owner):
