@@ -194,3 +194,13 @@ def test_analyze_names_the_costliest_flag_as_the_top_problem(capsys):
     text = capsys.readouterr().out
     flags = text[text.index("Flags ("):]
     assert flags.splitlines()[1].startswith("  Top problem: rollout_long_tail")
+
+
+def test_every_cause_says_what_it_is_and_what_to_do_in_one_line():
+    from monitor.analysis.goodput import CAUSE_TEXT, cause_line
+
+    assert set(CAUSE_TEXT) == set(CAUSES)
+    for cause in CAUSES:
+        line = cause_line(cause)
+        assert line.startswith(f"{cause}: ") and "\n" not in line
+        assert cause == "productive" or "; " in line, line  # what it is; what to do

@@ -108,10 +108,10 @@ CAUSE_TEXT: dict[str, tuple[str, str]] = {
     "warmup": ("the first step(s): compilation, allocation, caches filling",
                "nothing to fix in a long run; judge the steps after it"),
     "data_loading": ("the wait for the next batch before the step timer starts (DataLoader, "
-                     "tokenisation)", "raise data.dataloader_num_workers or pre-tokenise"),
+                     "tokenisation)", "raise data.dataloader_num_workers or tokenise the data beforehand"),
     "rollout_long_tail": ("generation waiting on a few long responses while the other GPUs "
-                          "idle", "cap data.max_response_length or use partial rollout / "
-                          "over-sampling"),
+                          "idle", "cap data.max_response_length, or roll out "
+                          "asynchronously (partial rollout)"),
     "straggler_wait": ("GPUs waiting in a collective for a slower peer",
                        "look at the GPU the flag names (clocks, co-tenant, data skew)"),
     "weight_sync": ("the actor-to-rollout weight sync (reshard)",
@@ -124,7 +124,8 @@ CAUSE_TEXT: dict[str, tuple[str, str]] = {
                               "raise trainer.test_freq / trainer.save_freq if they cost much"),
     "low_activity": ("busy time at SM activity below the run's reference (small kernels, "
                      "small batches, host-bound loops)",
-                     "raise ppo_micro_batch_size_per_gpu / log_prob_micro_batch_size_per_gpu"),
+                     "raise actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu and "
+                     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
     "restarts": ("time lost to a crash: from the last step to the resume, and redone steps",
                  "fix the crash the flag quotes; checkpoint more often"),
     "waiting_for_samples": ("the trainer waiting for the rollout pool's samples",
@@ -134,7 +135,8 @@ CAUSE_TEXT: dict[str, tuple[str, str]] = {
     "parameter_sync": ("the weight sync between the trainer and rollout pools",
                        "check the sync's bucket size and the network between the pools"),
     "preempted_work": ("rollout work the engine threw away by preempting requests",
-                       "raise gpu_memory_utilization or lower max_num_seqs"),
+                       "raise actor_rollout_ref.rollout.gpu_memory_utilization or lower "
+                       "actor_rollout_ref.rollout.max_num_seqs"),
     "unattributed": ("time no rule explains (no timer, no GPU sample)",
                      "give the log timestamps and sample the GPUs through the whole step"),
 }
