@@ -108,3 +108,18 @@ def test_the_demos_simulated_run_ends_with_no_open_warning_or_critical_flag(tmp_
         assert loud == [] and tracker.finished
     finally:
         exporter.stop()
+
+
+@pytest.mark.slow
+def test_verl_monitor_run_writes_the_jobs_exit_beside_the_log(tmp_path):
+    import subprocess
+    import sys
+
+    log = tmp_path / "train.log"
+    mark_exit(log, 0, when=1.0)  # a previous run's marker: cleared when the job starts
+    r = subprocess.run([sys.executable, "-m", "monitor", "run", "--no-exporter", "--log",
+                        str(log), "--", sys.executable, "-c", "raise SystemExit(3)"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3
+    when, status = read_exit(log)
+    assert status == 3 and when > 1.0
