@@ -138,7 +138,7 @@ def step_overview(steps: Sequence[StepRecord], events: Sequence[Event] = ()) -> 
     if ends:
         start = min(ends)
         if first.end_time is not None and _finite(first.total) is not None:
-            start = min(start, float(first.end_time) - float(first.total))  # type: ignore[arg-type]
+            start = min(start, float(first.end_time) - (covered_seconds(first) or 0.0))
     return {
         "count": len(steps),
         "first": numbers[0],
