@@ -518,3 +518,13 @@ def test_lines_from_before_the_capture_end_before_the_captured_ones(tmp_path):
     captured = [s.end_time for s in steps if s.time_source == "arrival"]
     assert len(rebuilt) == 3 and captured == [1_700_000_000.0] * 2
     assert rebuilt == sorted(rebuilt) and rebuilt[-1] <= 1_700_000_000.0
+
+
+def test_an_old_log_followed_from_its_start_keeps_its_dates(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"2023-05-01T10:00:{i * 10:02d}Z " + line(i) for i in range(1, 4)))
+    col, reg, window = make([log])
+    col.sample_once()
+    assert [s.time_source for s in window.frames()[0]] == ["line"] * 3
+    assert reg.get_sample_value("verlmon_log_anomalies_total",
+                                {"log": str(log), "reason": "bad_timestamp"}) == 0

@@ -41,7 +41,7 @@ from monitor.logs.arrivals import read_arrivals
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.logs.gaps import DataWaitTracker
 from monitor.logs.parse import LogParser
-from monitor.logs.timestamps import plausible, set_log_timezone
+from monitor.logs.timestamps import FUTURE_SLACK_S, set_log_timezone
 from monitor.records import ALL_PHASES, Event, StepRecord
 
 #: A line read live but dated more than this before it was read has a wrong clock or zone.
@@ -183,7 +183,7 @@ class VerlLogCollector(SampledCollector):
                 positions.append(position)
                 fol.published = position
             fol.anomalies["bad_timestamp"] += distrust_line_times(
-                items, now, None if fol.catching_up or fol.backlog else LIVE_LAG_S)
+                items, now, backlog=fol.catching_up or fol.backlog)
             fol.backlog = fol.follower.behind and (fol.backlog or fol.catching_up)
             if fol.catching_up:
                 fol.catching_up = False
@@ -346,19 +346,19 @@ def captured_times(fol: _Followed, lines: list[str]) -> list[float | None] | Non
     return out
 
 
-def distrust_line_times(items: list[StepRecord | Event], now: float,
-                        max_lag: float | None = None) -> int:
-    """Steps and events dated by their line in the future or long ago (``plausible``; for a
-    line read live, also more than ``max_lag`` before it was read) take ``now``, their arrival
-    time, instead: a node's wrong clock or time zone neither opens nor hides a ``stalled``.
-    Returns how many were re-dated."""
+def distrust_line_times(items: list[StepRecord | Event], now: float, *,
+                        backlog: bool = False) -> int:
+    """Steps and events dated by their line more than ``FUTURE_SLACK_S`` after ``now`` (when
+    they were read) or, read live (not a ``backlog``), more than ``LIVE_LAG_S`` before it take
+    ``now``, their arrival time, instead: a node's wrong clock or time zone neither opens nor
+    hides a ``stalled``. Returns how many were re-dated."""
     count = 0
     for item in items:
         if isinstance(item, StepRecord):
             ts = item.end_time if item.time_source == "line" else None
         else:
             ts = item.time
-        if ts is None or (plausible(ts, now) and (max_lag is None or ts >= now - max_lag)):
+        if ts is None or (ts <= now + FUTURE_SLACK_S and (backlog or ts >= now - LIVE_LAG_S)):
             continue
         count += 1
         if isinstance(item, StepRecord):
@@ -402,8 +402,8 @@ def _anomaly_family(anomalies: dict[str, dict[str, int]]) -> Metric:
         "What each followed log did that would have lost or replaced a step record, handled: "
         "step_time_clash (records of one step with one end time, kept apart), rewritten (the "
         "log was rewritten in place while not followed: read from its start), not_regular "
-        "(a directory or device: not read), bad_timestamp (a line dated in the future or "
-        "long ago: its arrival time is used).", labels=["log", "reason"])
+        "(a directory or device: not read), bad_timestamp (a line dated after it was read, "
+        "or read live but dated over an hour before: its arrival time is used).", labels=["log", "reason"])
     for path, counts in anomalies.items():
         for reason, count in counts.items():
             family.add_metric([path, reason], count)

@@ -13,7 +13,8 @@ from monitor.logs.clocks import arrival_times, assign_times, rebuild_times
 from monitor.logs.follow import iter_lines
 from monitor.logs.merge import merge_steps
 from monitor.logs.parser import LogParser
-from monitor.logs.stats import Item, LogReadError, ParsedLog
+from monitor.logs.stats import Item, LogReadError, ParsedLog, ParseStats
+from monitor.logs.timestamps import FUTURE_SLACK_S, PAST_LIMIT_S
 from monitor.records import Event, StepRecord
 
 
@@ -48,6 +49,7 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
         ordered.append(item)
     raw = [item for item in ordered if isinstance(item, StepRecord)]
     end = log_end if log_end is not None else mtime
+    _distrust_dates(raw, end, parser.stats)
     if captured is not None:
         for rec in raw:
             if rec.time_source == "arrival":
@@ -60,6 +62,26 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
                for item in ordered]
     events = _time_events(ordered, end)
     return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt)
+
+
+def _distrust_dates(steps: list[StepRecord], end: float, stats: ParseStats) -> None:
+    """A step line dated after the log's end (its last write) or more than a year before the
+    log's other dated steps (their median: an old log copied today keeps its dates) is a
+    wrong clock: the date is dropped (the step gets the time the log's other clocks or its
+    step timers give) and the line counted as a parse error saying so."""
+    dated = sorted(r.end_time for r in steps if r.time_source == "line" and r.end_time)
+    if not dated:
+        return
+    median = dated[len(dated) // 2]
+    for rec in steps:
+        if rec.time_source != "line" or rec.end_time is None:
+            continue
+        ahead = rec.end_time > end + FUTURE_SLACK_S
+        if ahead or rec.end_time < median - PAST_LIMIT_S:
+            stats.add_error("dated " + ("after the log's last write" if ahead else
+                                        "over a year before the log's other steps")
+                            + ": its date is not used", f"step {rec.step}")
+            rec.end_time, rec.time_source = None, "rebuilt"
 
 
 def _open_error(path: Path, exc: OSError) -> LogReadError:

@@ -9,8 +9,8 @@ Accepted at the start of a line (after optional whitespace):
 A timestamp without an offset ("naive", as Python logging's default ``%(asctime)s`` writes
 it) is read in the host's time zone (``TZ``, ``/etc/localtime``), or in the zone set with
 ``set_log_timezone`` (the ``--log-timezone`` option of ``exporter`` and ``analyze``). Times
-come back as unix seconds. ``plausible`` tells a time a clock could have printed from one
-dated in the future or long ago (a node whose clock is off).
+come back as unix seconds. ``FUTURE_SLACK_S`` and ``PAST_LIMIT_S`` bound the dates a right
+clock could have printed (a node whose clock is off prints others).
 """
 
 from __future__ import annotations
@@ -72,12 +72,6 @@ def set_log_timezone(zone: str | dt.tzinfo | None) -> None:
     global _zone
     _zone = log_timezone(zone) if isinstance(zone, str) else zone
     _NAIVE_CACHE.clear()
-
-
-def plausible(ts: float, reference: float) -> bool:
-    """False for a time dated more than ``FUTURE_SLACK_S`` after ``reference`` (when the line
-    was read) or more than ``PAST_LIMIT_S`` before it."""
-    return reference - PAST_LIMIT_S <= ts <= reference + FUTURE_SLACK_S
 
 
 def _naive_epoch(parts: tuple[int, int, int, int, int, int]) -> int | None:
