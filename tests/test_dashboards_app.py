@@ -519,6 +519,8 @@ def test_top_open_problem_is_the_cause_before_the_newer_flags_it_explains(monkey
     at = _app(monkeypatch, VERLMON_STORE=_flag_store(tmp_path, [straggler, *waiting]))
     top = _top_problem(at)
     assert "gpu_imbalance" in top and "straggler" in top and "low_utilization" not in top
+    # the banner names the same top problem, as analyze and wandb do
+    assert "top problem: gpu_imbalance" in (at.error or at.warning)[0].value
     # severity still comes first: a critical flag outranks the straggler
     (tmp_path / "c").mkdir()
     at = _app(monkeypatch, VERLMON_STORE=_flag_store(tmp_path / "c", [

@@ -175,7 +175,8 @@ def causes_markdown(good: dict) -> str:
     return "\n".join(lines)
 
 
-def health_banner(flags: list, good: dict | None, healthy_share: float) -> tuple[str, str]:
+def health_banner(flags: list, good: dict | None, healthy_share: float,
+                  top: dict | None = None) -> tuple[str, str]:
     """The banner's kind (``success``, ``warning``, ``error``) and words: "Healthy" only with
     no open flag and a goodput of at least ``healthy_share`` (the SM activity the
     ``low_utilization`` detector calls healthy), else what is open or what the GPU time is
@@ -184,7 +185,13 @@ def health_banner(flags: list, good: dict | None, healthy_share: float) -> tuple
         by_sev = {s: sum(1 for f in flags if f.severity == s) for s in reversed(SEVERITIES)}
         words = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
         worst = "error" if any(f.severity == "critical" for f in flags) else "warning"
-        return worst, f"Needs attention: {len(flags)} open flag(s) ({words})."
+        text = f"Needs attention: {len(flags)} open flag(s) ({words})."
+        if top is not None:
+            text = text[:-1] + f"; top problem: {top['flag'].kind}"
+            if top.get("share"):
+                text += f", {top['share'] * 100:.0f}% of the GPU time of the last steps"
+            text += "."
+        return worst, text
     share = None if not good else good.get("goodput_share")
     if share is not None and share < healthy_share:
         lost = sorted(((c, v) for c, v in good["lost"].items() if v > 0), key=lambda kv: -kv[1])
@@ -195,15 +202,15 @@ def health_banner(flags: list, good: dict | None, healthy_share: float) -> tuple
     return "success", "Healthy: no open flag; every detector is quiet."
 
 
-def top_problem(flags: list, led: pd.DataFrame) -> object:
-    """The open flag to act on first, as ``analyze`` and wandb name it: the most severe, then
-    the one that costs the most GPU time in the ledger (with the flags it explains), else
-    :func:`top_flag`'s order."""
+def top_problem(flags: list, led: pd.DataFrame) -> dict | None:
+    """The open flag to act on first, as ``analyze`` and wandb name it (a ``rank_problems``
+    entry: ``flag``, ``gpu_seconds``, ``share``): the most severe, then the one that costs the
+    most GPU time in the ledger (with the flags it explains), else :func:`top_flag`'s order."""
     if not flags:
         return None
     if not len(led):
-        return top_flag(flags)
-    return rank_problems(flags, led, common.run_config().section("suppress"))[0]["flag"]
+        return {"flag": top_flag(flags), "gpu_seconds": None, "share": None}
+    return rank_problems(flags, led, common.run_config().section("suppress"))[0]
 
 
 @common.live_panel(settings)
@@ -222,10 +229,11 @@ def live(start: float, end: float, key: str) -> None:
     if last_end is not None:
         led = common.load_goodput(key, start, min(end, last_end), last_end, _steps_end=end)
     good = totals(led) if len(led) else None
-    top = top_problem(flags, led)
+    ranked = top_problem(flags, led)
+    top = None if ranked is None else ranked["flag"]
     # 1. is the run healthy?
     healthy = common.run_config().get_float("low_utilization.threshold", 70.0) / 100.0
-    kind, words = health_banner(flags, good, healthy)
+    kind, words = health_banner(flags, good, healthy, ranked)
     icon = ":material/check_circle:" if kind == "success" else ":material/warning:"
     getattr(st, kind)(words, icon=icon)
     if pending:
