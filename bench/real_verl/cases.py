@@ -34,47 +34,51 @@ class Case:
 
 
 CASES = [
-    Case("healthy", "no fault", steps=8, estimate_s=75),
+    Case("healthy", "no fault", steps=8, estimate_s=120),
     Case("hang_reward", "compute_score sleeps 100 s once at step 4 (a verifier stuck on one "
          "input), then the run goes on", reward="hang_once", fault_step=4,
-         env={"VERL_REAL_HANG_S": "100"}, estimate_s=165, timeout_s=330, expect=("hang",)),
-    Case("hang_http", "compute_score asks a judge over HTTP with no timeout from step 4; the "
-         "local server accepts and never answers; the run is killed 100 s after its last step",
-         reward="http_block", fault_step=4, hold_after_silence=100, estimate_s=160,
+         env={"VERL_REAL_HANG_S": "100"}, estimate_s=230, timeout_s=330, expect=("hang",)),
+    Case("hang_http", "compute_score asks a judge over HTTP with no timeout from step 3; the "
+         "local server accepts and never answers; the run is ended 95 s after its last step",
+         reward="http_block", fault_step=3, hold_after_silence=95, estimate_s=230,
          timeout_s=330, expect=("hang",)),
-    Case("hang_data", "verl's RLHFDataset (data.custom_cls) blocks in __getitem__ in the "
-         "DataLoader workers after 2 batches each; the run is killed 100 s after its last step",
+    Case("hang_data", "verl's RLHFDataset (data.custom_cls) blocks in __getitem__ in the 2 "
+         "DataLoader workers once each has served one batch (step 3 never gets its batch); "
+         "the run is ended 95 s after its last step",
          knobs=("data.custom_cls.path=" + str(HERE / "blocking_dataset.py"),
                 "data.custom_cls.name=BlockingRLHFDataset"),
-         env={"VERL_REAL_BLOCK_AFTER": str(2 * BATCH)}, fault_step=5,
-         hold_after_silence=100, estimate_s=160, timeout_s=330, expect=("hang",)),
-    Case("cpu_reward", "compute_score burns 30 ms of pure Python per response from step 4 "
-         "(~3.8 s a step on one core) while the GPU waits", reward="cpu_heavy", fault_step=4,
-         steps=9, env={"VERL_REAL_CPU_MS": "30"}, estimate_s=100,
-         expect=("phase_imbalance",)),
-    Case("mem_grow", "a hook in the WorkerDict process keeps 4 GiB more GPU memory after each "
-         "update_actor from step 3", hooks=True, fault_step=3, steps=10,
-         env={"VERL_REAL_FAULT": "mem_grow", "VERL_REAL_GROW_GIB": "4"}, estimate_s=85,
-         expect=("memory_creep",)),
-    Case("param_offload", "actor parameter offload with the HF rollout: fails at the first "
-         "generation (AssertionError: Expects tensor to be on the compute device)",
+         env={"VERL_REAL_BLOCK_AFTER": str(BATCH)}, fault_step=3,
+         hold_after_silence=95, estimate_s=230, timeout_s=330, expect=("hang",)),
+    Case("param_offload", "actor and ref parameter offload with the HF rollout: fails at the "
+         "first generation (AssertionError: Expects tensor to be on the compute device)",
          knobs=("actor_rollout_ref.actor.fsdp_config.param_offload=True",
                 "actor_rollout_ref.ref.fsdp_config.param_offload=True"),
-         steps=4, estimate_s=50, timeout_s=180, expect=("fatal_error",)),
+         steps=4, estimate_s=110, timeout_s=240, expect=("fatal_error",)),
+    Case("mem_grow", "a hook in the WorkerDict process keeps 4 GiB more GPU memory after each "
+         "update_actor from step 2", hooks=True, fault_step=2, steps=8,
+         env={"VERL_REAL_FAULT": "mem_grow", "VERL_REAL_GROW_GIB": "4"}, estimate_s=130,
+         expect=("memory_creep",)),
+    Case("cpu_reward", "compute_score burns 30 ms of pure Python per response from step 3 "
+         "(~3.8 s a step on one core) while the GPU waits", reward="cpu_heavy", fault_step=3,
+         steps=6, env={"VERL_REAL_CPU_MS": "30"}, estimate_s=115,
+         expect=("phase_imbalance",)),
+    Case("healthy_val_ckpt", "validation every 2 steps (trainer.test_freq=2) and a checkpoint "
+         "every 3 (trainer.save_freq=3)", knobs=("trainer.test_freq=2", "trainer.save_freq=3"),
+         steps=6, estimate_s=115),
     Case("tiny_micro", "micro-batches of one: ppo_micro_batch_size_per_gpu=1 and "
          "log_prob_micro_batch_size_per_gpu=1 (rollout and ref)",
          knobs=("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
                 "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1"),
-         steps=6, estimate_s=110, expect=("low_utilization",)),
+         steps=5, estimate_s=125, expect=("low_utilization",)),
     Case("healthy_val", "validation every 2 steps (trainer.test_freq=2)",
-         knobs=("trainer.test_freq=2",), steps=8, estimate_s=85),
+         knobs=("trainer.test_freq=2",), steps=6, estimate_s=115),
     Case("healthy_ckpt", "a checkpoint every 3 steps (trainer.save_freq=3)",
-         knobs=("trainer.save_freq=3",), steps=8, estimate_s=85),
+         knobs=("trainer.save_freq=3",), steps=6, estimate_s=115),
     Case("opt_offload", "optimizer offload (actor.fsdp_config.optimizer_offload=True) on a "
          "0.4B model: Adam state moves to the host and back every update", model="big",
          knobs=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",),
-         steps=6, estimate_s=120, expect=("phase_imbalance",)),
+         steps=5, estimate_s=140, expect=("phase_imbalance",)),
 ]
 BY_NAME = {c.name: c for c in CASES}
 
@@ -111,6 +115,7 @@ def overrides(case: Case, work: Path, data: Path) -> list[str]:
         "+ray_kwargs.ray_init.include_dashboard=False",
         "+ray_kwargs.ray_init._node_ip_address=127.0.0.1",
         "+ray_kwargs.ray_init.object_store_memory=4000000000",
+        f"+ray_kwargs.ray_init._temp_dir=/tmp/ray_{case.name}",
         f"hydra.run.dir={work}/hydra",
     ]
     return _merge(common, list(case.knobs))

@@ -30,7 +30,9 @@ EOF
 which py-spy && py-spy --version
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "install: $(( $(date +%s) - t0 )) s"
-python3 bench/real_verl/setup_job.py --out /tmp/verl_real > /tmp/verl_real/runs/setup.log 2>&1 \
+MODELS=small
+[ -z "$CASES" ] || [[ "$CASES" == *opt_offload* ]] && MODELS=small,big
+python3 bench/real_verl/setup_job.py --out /tmp/verl_real --models "$MODELS" > /tmp/verl_real/runs/setup.log 2>&1 \
   || { tail -30 /tmp/verl_real/runs/setup.log; exit 1; }
 tail -3 /tmp/verl_real/runs/setup.log
 echo "setup: $(( $(date +%s) - t0 )) s"

@@ -64,11 +64,21 @@ def pythonpath(case: Case) -> str:
     return ":".join(p for p in parts + [old] if p)
 
 
-def command(case: Case, work: Path, data: Path) -> list[str]:
-    """``timeout ... python3 -m monitor run ... -- python3 -m verl.trainer.main_ppo ...``."""
+def launcher_script(folder: Path) -> Path:
+    """A ``verl-monitor`` console script (what ``pip install`` makes) for this interpreter."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "verl-monitor"
+    path.write_text(f"#!{sys.executable}\nimport sys\nfrom monitor.cli import main\n"
+                    "sys.exit(main())\n")
+    path.chmod(0o755)
+    return path
+
+
+def command(case: Case, work: Path, data: Path, tool: Path) -> list[str]:
+    """``timeout ... verl-monitor run ... -- python3 -m verl.trainer.main_ppo ...``."""
     exp = (f"--store {work}/store.db --interval 1 --hang-pyspy --fr-dir {work}/fr "
-           f"--node h200 {os.environ.get('VERL_REAL_EXPORTER_EXTRA', '')}").strip()
-    return ["timeout", "-k", "15", str(int(case.timeout_s)), sys.executable, "-m", "monitor",
+           f"{os.environ.get('VERL_REAL_EXPORTER_EXTRA', '')}").strip()
+    return ["timeout", "-k", "15", str(int(case.timeout_s)), str(tool),
             "run", "--log", str(work / "train.log"), "--listen-address", "127.0.0.1:0",
             "--node", "h200", "--linger", "3", "--exporter-args", exp, "--",
             sys.executable, "-m", "verl.trainer.main_ppo", *overrides(case, work, data)]
@@ -125,38 +135,60 @@ def clean_ray() -> None:
         time.sleep(1)
 
 
-def run_case(case: Case, root: Path, data: Path) -> dict:
-    """Run one case to its end (or its hold / timeout); return its timings."""
-    work = root / case.name
-    for sub in ("markers", "fr", "stacks"):
-        (work / sub).mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **environment(case, work), "PYTHONPATH": pythonpath(case),
-           "PATH": "/tmp/site/bin:" + os.environ.get("PATH", "")}
-    argv = command(case, work, data)
-    (work / "command.txt").write_text(" ".join(argv) + "\n")
-    t0 = time.time()
-    proc = subprocess.Popen(argv, cwd=work, env=env, stdout=open(work / "runner.out", "wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    sampler = StackSampler("/tmp/site/bin/py-spy", work / "stacks", interval=10.0)
-    sampler.start()
-    watch, ended_by = LogWatch(work / "train.log"), None
-    while proc.poll() is None:
+class Running:
+    """One case in flight: its process group, stack sampler and log watch."""
+
+    def __init__(self, case: Case, root: Path, data: Path, tool: Path):
+        self.case, self.work = case, root / case.name
+        for sub in ("markers", "fr", "stacks"):
+            (self.work / sub).mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **environment(case, self.work), "PYTHONPATH": pythonpath(case),
+               "PATH": f"{tool.parent}:/tmp/site/bin:" + os.environ.get("PATH", "")}
+        argv = command(case, self.work, data, tool)
+        (self.work / "command.txt").write_text(" ".join(argv) + "\n")
+        self.t0 = time.time()
+        self.proc = subprocess.Popen(argv, cwd=self.work, env=env,
+                                     stdout=open(self.work / "runner.out", "wb"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.sampler = StackSampler("/tmp/site/bin/py-spy", self.work / "stacks",
+                                    interval=10.0, root=self.proc.pid)
+        self.sampler.start()
+        self.watch, self.ended_by, self.t1 = LogWatch(self.work / "train.log"), None, None
+
+    def poll(self) -> bool:
+        """Follow the log, end a held hang; True while the job runs."""
+        if self.t1 is not None:
+            return False
+        self.watch.poll()
+        hold, w = self.case.hold_after_silence, self.watch
+        if (self.proc.poll() is None and hold and any((self.work / "markers").iterdir())
+                and w.last_step_at and time.time() - w.last_step_at > hold):
+            self.ended_by = f"hang held {hold:.0f} s after the last step"
+            end_group(self.proc, self.ended_by, self.work / "train.log")
+        if self.proc.poll() is None:
+            return True
+        self.watch.poll()
+        self.t1 = time.time()
+        self.sampler.stop()
+        return False
+
+    def timing(self, together: list[str]) -> dict:
+        rc, w = self.proc.returncode, self.watch
+        return {"case": self.case.name, "rc": rc, "start": self.t0, "end": self.t1,
+                "wall_s": round(self.t1 - self.t0, 1), "last_step": w.last_step,
+                "last_step_at": w.last_step_at, "first_line_at": w.first_line_at,
+                "ended_by": self.ended_by or ("timeout" if rc in (124, 137) else "exit"),
+                "stack_dumps": self.sampler.dumps, "stack_failures": self.sampler.failed,
+                "concurrent_with": [n for n in together if n != self.case.name]}
+
+
+def run_group(cases: list[Case], root: Path, data: Path, tool: Path) -> list[dict]:
+    """Run cases side by side (one Ray instance each) until all end; return their timings."""
+    running = [Running(c, root, data, tool) for c in cases]
+    while any([r.poll() for r in running]):
         time.sleep(1)
-        watch.poll()
-        marked = any((work / "markers").iterdir())
-        if (case.hold_after_silence and marked and watch.last_step_at
-                and time.time() - watch.last_step_at > case.hold_after_silence):
-            ended_by = f"hang held {case.hold_after_silence:.0f} s after the last step"
-            end_group(proc, ended_by, work / "train.log")
-    watch.poll()
-    t1 = time.time()
-    sampler.stop()
     clean_ray()
-    return {"case": case.name, "rc": proc.returncode, "start": t0, "end": t1,
-            "wall_s": round(t1 - t0, 1), "last_step": watch.last_step,
-            "last_step_at": watch.last_step_at, "first_line_at": watch.first_line_at,
-            "ended_by": ended_by or ("timeout" if proc.returncode in (124, 137) else "exit"),
-            "stack_dumps": sampler.dumps, "stack_failures": sampler.failed}
+    return [r.timing([c.name for c in cases]) for r in running]
 
 
 def finish_case(case: Case, root: Path, timing: dict) -> None:
@@ -212,7 +244,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default="/tmp/verl_real")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/verl_real_out"))
-    ap.add_argument("--cases", default=",".join(c.name for c in CASES))
+    ap.add_argument("--cases", default=",".join(c.name for c in CASES),
+                    help="comma-separated; a+b runs a and b side by side on the GPU")
     ap.add_argument("--deadline", type=float, default=540, help="seconds for all cases")
     ap.add_argument("--http-port", type=int, default=18099)
     args = ap.parse_args()
@@ -220,27 +253,31 @@ def main() -> None:
     root, out = Path(args.work) / "runs", Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    tool = launcher_script(Path(args.work) / "bin")
     blackhole_server(args.http_port)
     os.environ["VERL_REAL_HTTP_URL"] = f"http://127.0.0.1:{args.http_port}/judge"
-    timings = []
-    for name in args.cases.split(","):
-        case = BY_NAME[name]
+    timings: list[dict] = []
+    for group in args.cases.split(","):
+        cases = [BY_NAME[n] for n in group.split("+")]
         left = args.deadline - (time.time() - t_start)
-        if case.estimate_s > left:
-            print(f"SKIP {name}: needs ~{case.estimate_s:.0f} s, {left:.0f} s left", flush=True)
-            timings.append({"case": name, "skipped": True})
+        need = max(c.estimate_s for c in cases)
+        if need > left:
+            print(f"SKIP {group}: needs ~{need:.0f} s, {left:.0f} s left", flush=True)
+            timings += [{"case": c.name, "skipped": True} for c in cases]
             continue
-        case = _fit(case, left)
-        timing = run_case(case, root, Path(args.work))
-        try:
-            finish_case(case, root, timing)
-        except Exception as exc:  # noqa: BLE001 - keep going; the raw files are packed anyway
-            print(f"finish {name} failed: {exc!r}", flush=True)
-        timings.append(timing)
+        cases = [_fit(c, left) for c in cases]
+        done = run_group(cases, root, Path(args.work), tool)
+        for case, timing in zip(cases, done, strict=True):
+            try:
+                finish_case(case, root, timing)
+            except Exception as exc:  # noqa: BLE001 - keep going; raw files are packed anyway
+                print(f"finish {case.name} failed: {exc!r}", flush=True)
+            timings.append(timing)
+            print(f"CASE {case.name}: rc={timing['rc']} wall={timing['wall_s']} s "
+                  f"last_step={timing['last_step']} ended_by={timing['ended_by']} "
+                  f"stacks={timing['stack_dumps']}/{timing['stack_failures']} failed "
+                  f"with={timing['concurrent_with']}", flush=True)
         (root / "timings.json").write_text(json.dumps(timings, indent=1))
-        print(f"CASE {name}: rc={timing['rc']} wall={timing['wall_s']} s "
-              f"last_step={timing['last_step']} ended_by={timing['ended_by']} "
-              f"stacks={timing['stack_dumps']}/{timing['stack_failures']} failed", flush=True)
         pack(root, out)
     print(f"ALL DONE in {time.time() - t_start:.0f} s", flush=True)
 

@@ -18,18 +18,30 @@ from pathlib import Path
 import psutil
 
 
-def job_processes() -> dict[int, tuple[str, str]]:
-    """pid -> (role, title) of the verl job's processes on this machine."""
+def job_processes(root: int | None = None) -> dict[int, tuple[str, str]]:
+    """pid -> (role, title) of the verl job's processes on this machine; with ``root``, only
+    that process's descendants (Ray's raylet, and so its workers, are children of the driver
+    that called ``ray.init``), so that jobs running side by side are told apart."""
     found: dict[int, tuple[str, str]] = {}
     titles: dict[int, str] = {}
     for p in psutil.process_iter(["pid", "ppid", "cmdline"]):
         cmd = p.info.get("cmdline") or []
         if cmd:
             titles[p.info["pid"]] = " ".join(cmd)
-    for p in psutil.process_iter(["pid", "ppid"]):
-        pid, title = p.info["pid"], titles.get(p.info["pid"], "")
+    procs = psutil.process_iter(["pid", "ppid"])
+    if root is not None:
+        try:
+            procs = [p for p in psutil.Process(root).children(recursive=True)]
+        except psutil.Error:
+            return found
+    for p in procs:
+        try:
+            pid, ppid = p.pid, p.ppid()
+        except psutil.Error:
+            continue
+        title = titles.get(pid, "")
         if title.startswith("ray::TaskRunner"):
-            parent = titles.get(p.info["ppid"] or 0, "")
+            parent = titles.get(ppid or 0, "")
             role = "DataLoaderWorker" if parent.startswith("ray::TaskRunner") else "TaskRunner"
         elif title.startswith("ray::WorkerDict"):
             role = "WorkerDict"
@@ -38,7 +50,7 @@ def job_processes() -> dict[int, tuple[str, str]]:
             role = "Launcher"
         else:
             continue
-        found[pid] = (role, title[:200])
+        found[pid] = (role, title[:200].strip())
     return found
 
 
@@ -61,9 +73,10 @@ def dump(pyspy: str, pid: int, role: str, title: str, folder: Path) -> Path | No
 class StackSampler(threading.Thread):
     """Dumps the job's stacks every ``interval`` seconds until :meth:`stop`."""
 
-    def __init__(self, pyspy: str, folder: Path, interval: float = 10.0):
+    def __init__(self, pyspy: str, folder: Path, interval: float = 10.0,
+                 root: int | None = None):
         super().__init__(daemon=True, name="stack-sampler")
-        self.pyspy, self.folder, self.interval = pyspy, folder, interval
+        self.pyspy, self.folder, self.interval, self.root = pyspy, folder, interval, root
         self.folder.mkdir(parents=True, exist_ok=True)
         self._halt = threading.Event()
         self.dumps = 0
@@ -72,7 +85,7 @@ class StackSampler(threading.Thread):
     def run(self) -> None:
         while not self._halt.is_set():
             start = time.monotonic()
-            for pid, (role, title) in sorted(job_processes().items()):
+            for pid, (role, title) in sorted(job_processes(self.root).items()):
                 if self._halt.is_set():
                     break
                 if dump(self.pyspy, pid, role, title, self.folder) is None:
