@@ -555,12 +555,11 @@ class WandbSink:
                 except Exception as exc:  # attribution is extra: log the steps regardless
                     log.debug("wandb: attribution failed: %s", exc)
             # the window's steps give each new step its predecessor (its wall time starts there)
+            # every flag seen covers its steps, open or closed since (a long tail's steps
+            # book generation's loss as the tail, as analyze and the dashboard do)
             opened, closed = list(opened), list(closed)
-            now_open = {(f.kind, f.scope_label): f for f in
-                        [*(self._flags[at] for at in self._open.values()), *opened]}
-            for f in closed:
-                now_open.pop((f.kind, f.scope_label), None)
-            ra = _analysis(steps, gpu_samples, self.config, list(now_open.values()))
+            seen = {_flag_id(f): f for f in [*self._flags, *opened, *closed]}
+            ra = _analysis(steps, gpu_samples, self.config, list(seen.values()))
             shares = _ledger_shares(ra)
             for rec in sorted(new, key=lambda r: (r.end_time or 0.0, r.step)):
                 self.log_step(rec, rows, shares.get(int(rec.step)))
