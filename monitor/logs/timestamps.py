@@ -74,8 +74,10 @@ def set_log_timezone(zone: str | dt.tzinfo | None) -> None:
     _NAIVE_CACHE.clear()
 
 
-def _naive_epoch(parts: tuple[int, int, int, int, int, int]) -> int | None:
-    """Unix seconds of a wall-clock time in the log's zone; None when it cannot be one."""
+def naive_epoch(parts: tuple[int, int, int, int, int, int]) -> int | None:
+    """Unix seconds of a wall-clock time ``(year, month, day, hour, minute, second)`` without
+    an offset, read in the log's zone (the host's, or ``set_log_timezone``'s); None when it
+    cannot be one. For any reader of naive dates, so all of them agree."""
     zone = _zone
     try:
         if zone is None:
@@ -119,7 +121,7 @@ def split_timestamp(line: str) -> tuple[float | None, str]:
             base = calendar.timegm((int(year), mon, dd, hh, mi, ss, 0, 0, 0))
             cache: dict = _EPOCH_CACHE
         else:
-            naive = _naive_epoch((int(year), mon, dd, hh, mi, min(ss, 59)))
+            naive = naive_epoch((int(year), mon, dd, hh, mi, min(ss, 59)))
             if naive is None:
                 return None, line
             base = naive + (ss == 60)
