@@ -36,6 +36,9 @@ def test_the_table_shows_the_stragglers_sm_in_the_flags_phase(monkeypatch, tmp_p
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     table = next(d.value for d in at.dataframe if "phase_sm" in d.value.columns)
+    cols = list(table.columns)  # next to the window's means, not off the table's right edge
+    assert cols[cols.index("sm_active") + 1:cols.index("sm_active") + 3] == ["phase_util",
+                                                                             "phase_sm"]
     by_gpu = table.set_index("gpu")
     others = by_gpu.drop(index=culprit)
     # in the flag's phase the straggler's SMs stand far above the waiters', whose utilization

@@ -75,12 +75,17 @@ def live(start: float, end: float, key: str) -> None:
     if looked is not None:
         phase, since, per_phase = looked
         table = table.merge(per_phase, on=["node", "gpu"], how="left")
+        cols = list(table.columns)  # beside the window's util and SM
+        for col in ("phase_sm", "phase_util"):
+            cols.remove(col)
+            cols.insert(cols.index("sm_active") + 1, col)
+        table = table[cols]
         phase_cols = {
             "phase_util": st.column_config.NumberColumn(
-                f"util % in {phase}", format="%.0f", width="small",
+                f"util % in {phase}", format="%.0f", width="medium",
                 help=f"mean utilization in {phase} since the flag opened ({since})"),
             "phase_sm": st.column_config.NumberColumn(
-                f"SM % in {phase}", format="%.0f", width="small",
+                f"SM % in {phase}", format="%.0f", width="medium",
                 help=f"mean SM activity in {phase} since the flag opened ({since}): where "
                 "the straggler flag looked"),
         }
@@ -106,12 +111,11 @@ def live(start: float, end: float, key: str) -> None:
         column_config={
             "node": st.column_config.TextColumn("node", width="small"),
             "gpu": st.column_config.NumberColumn("GPU", width="small", format="%d"),
-            "util": st.column_config.ProgressColumn("util % (window)", min_value=0,
-                                                    max_value=100,
+            "util": st.column_config.ProgressColumn("util %", min_value=0, max_value=100,
                                                     format="%.0f", width="small"),
             "sm_active": st.column_config.NumberColumn(
-                "SM % (window)", format="%.0f", width="small",
-                help="SM active % (GPM), mean over the window's every phase"),
+                "SM %", format="%.0f", width="small",
+                help="SM active % (GPM), mean over the window (every phase mixed in)"),
             **phase_cols,
             "util_low_1m": st.column_config.NumberColumn(
                 "low 1-min %", format="%.0f", width="small",
