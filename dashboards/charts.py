@@ -169,7 +169,7 @@ def phase_stacked_bars(steps: pd.DataFrame, last: int = 60) -> go.Figure:
 
 #: Colours of the goodput causes: productive green, losses warm, unattributed grey.
 CAUSE_COLORS: dict[str, str] = {
-    "productive": "#2ca02c", "data_loading": "#d62728", "rollout_long_tail": "#ff7f0e",
+    "productive": "#2ca02c", "warmup": "#c7e9c0", "data_loading": "#d62728", "rollout_long_tail": "#ff7f0e",
     "straggler_wait": "#9467bd", "weight_sync": "#8c564b", "communication": "#e377c2",
     "cpu_phases": "#bcbd22", "validation_checkpoint": "#17becf", "low_activity": "#ffbb78",
     "restarts": "#7f0000", "unattributed": "#bbbbbb",

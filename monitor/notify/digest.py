@@ -15,6 +15,7 @@ from monitor.notify.slack import slack_escape
 
 #: How each cause reads in a sentence.
 CAUSE_WORDS: dict[str, str] = {
+    "warmup": "the warm-up steps",
     "data_loading": "data loading",
     "rollout_long_tail": "the rollout long tail",
     "straggler_wait": "waiting on a straggler",
