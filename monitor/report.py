@@ -78,9 +78,11 @@ ESTIMATED = " (estimated)"
 
 
 def times_estimated(summary: dict[str, Any]) -> bool:
-    """True when the run's end times were rebuilt, not measured (``wall.measured``)."""
+    """True when the run's dates were not measured (``wall.dated``): rebuilt from the step
+    times, or tqdm's spacing placed to end at the log's end."""
     wall = summary.get("wall") or {}
-    return bool(wall) and wall.get("clock") is not None and not wall.get("measured", True)
+    return bool(wall) and wall.get("clock") is not None and not wall.get(
+        "dated", wall.get("measured", True))
 
 
 def _section(title: str, body: str) -> str:

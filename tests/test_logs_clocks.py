@@ -42,15 +42,17 @@ def test_tqdm_elapsed_time_dates_each_step(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_text("\n".join(lines) + "\n")
     parsed = parse_file(log, log_end=10_000.0)
-    assert [s.time_source for s in parsed.steps] == ["tqdm"] * 5
+    # no dated line says when the bar ran: its spacing is measured, its dates end at log_end
+    assert [s.time_source for s in parsed.steps] == ["tqdm_end"] * 5
     ends = [s.end_time for s in parsed.steps]
     assert [b - a for a, b in zip(ends, ends[1:], strict=False)] == [30.0] * 4
     wall = summarize(parsed.steps, parsed.events)["wall"]
     assert wall["span_s"] == pytest.approx(150.0 - 20.0)  # first step: its own timers only
-    assert wall["clock"] == "tqdm" and wall["measured"]
+    assert wall["clock"] == "tqdm_end" and wall["measured"] and not wall["dated"]
     assert wall["data_wait_s"] == pytest.approx(4 * (20.0 - 1.0))  # tqdm's 1 s resolution
     text = render_text(analyze_doc(log, log_end=10_000.0))
-    assert "clock: tqdm's elapsed time" in text
+    assert "clock: tqdm's elapsed time (placed to end at the log's end)" in text
+    assert "UTC (estimated)" in text  # the dates, not the spacing
     assert "no timestamps" not in text
 
 
@@ -65,7 +67,7 @@ def test_a_restarted_bar_is_a_new_segment_and_nothing_is_invented(tmp_path: Path
     log.write_text("\n".join(lines) + "\n")
     steps = parse_file(log, log_end=5_000.0).steps
     ends = [s.end_time for s in steps]
-    assert [s.time_source for s in steps] == ["tqdm"] * 4
+    assert [s.time_source for s in steps] == ["tqdm_end"] * 4
     assert ends == [5_000.0 - 22 - 24 + 12, 5_000.0 - 22, 5_000.0 - 11, 5_000.0]
 
 
@@ -156,3 +158,21 @@ def test_a_log_full_of_dated_lines_keeps_a_few_readings_a_step() -> None:
         live.feed(step_line(n, 10.0))
     assert len(whole.clock.readings) <= 3 * 2
     assert live.clock.readings == []
+
+
+def test_dated_lines_while_the_bar_runs_date_it(tmp_path: Path) -> None:
+    """A dated line after the bar's drawing of e s puts the bar's zero at its time less e or
+    earlier, one before a drawing at its time less e + 1 or later: the middle of the two."""
+    lines = [tqdm_line(0, 10, 0), "2025-12-01 10:00:05,000 INFO starting the first rollout",
+             step_line(1, 10.0), tqdm_line(1, 10, 10),
+             "2025-12-01 10:00:12,000 INFO starting the next rollout",
+             step_line(2, 10.0), tqdm_line(2, 10, 20)]
+    log = tmp_path / "dated_bar.log"
+    log.write_text("\n".join(lines) + "\n")
+    steps = parse_file(log, log_end=9e9).steps
+    zero = calendar.timegm((2025, 12, 1, 10, 0, 0, 0, 0, 0))
+    # highs: 10:00:12 - 10 s; lows: 10:00:05 - 10 s - 1 s, 10:00:12 - 20 s - 1 s
+    origin = ((zero + 2.0) + (zero - 6.0)) / 2
+    assert [s.time_source for s in steps] == ["tqdm", "tqdm"]
+    assert [s.end_time for s in steps] == [origin + 10.0, origin + 20.0]
+    assert "(estimated)" not in render_text(analyze_doc(log, log_end=9e9))

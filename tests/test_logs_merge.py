@@ -52,7 +52,7 @@ def test_the_lines_of_one_fully_async_step_are_one_step(tmp_path: Path) -> None:
         assert rec.total == pytest.approx(60.0)
         assert rec.phases["reshard"] == pytest.approx(4.0)
         assert rec.metrics["fully_async/rollouter/active_time"] == 50.0
-        assert rec.time_source == "tqdm"
+        assert rec.time_source == "tqdm_end"
     ends = [s.end_time for s in steps]
     assert [b - a for a, b in zip(ends, ends[1:], strict=False)] == [60.0] * 5
 

@@ -169,7 +169,7 @@ def test_v09_numpy_ansi_task_runner_v1() -> None:
     assert set(record.phases) <= set(ALL_PHASES)
     # no timestamps, but tqdm's elapsed time after steps 1 and 2 (3:10, 6:10, 180 s apart);
     # step 3 (no bar after it) is rebuilt back from log_end with its timers
-    assert [s.time_source for s in parsed.steps] == ["tqdm", "tqdm", "rebuilt"]
+    assert [s.time_source for s in parsed.steps] == ["tqdm_end", "tqdm_end", "rebuilt"]
     assert [s.end_time for s in parsed.steps] == [4766.5, 4946.5, 5000.0]
     validations = events_of(parsed, "validation")
     assert [v.data["origin"] for v in validations] == ["step", "final_block"]

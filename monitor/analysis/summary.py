@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from monitor.logs.clocks import MEASURED
+from monitor.logs.clocks import DATED, MEASURED
 from monitor.logs.gaps import covered_seconds, fill_data_wait
 from monitor.numbers import finite_float as _finite
 from monitor.records import ALL_PHASES, Event, StepRecord
@@ -277,7 +277,8 @@ def wall_time(steps: Sequence[StepRecord]) -> dict[str, Any]:
     before step timers that no timer covers (the batch fetch, see ``monitor.logs.gaps``),
     known only for steps whose end times are measured; ``other_s`` the rest (restarts,
     unknown). ``clock`` names where the end times came from (``clocks.CLOCK_WORDS``: the most
-    used source) and ``measured`` whether that is a measurement rather than a rebuild.
+    used source), ``measured`` whether their spacing is measured rather than rebuilt, and
+    ``dated`` whether their dates are too (tqdm placed at the log's end is measured, not dated).
     """
     fill_data_wait(list(steps))
     timed = sorted((s for s in steps if _finite(s.end_time) is not None),
@@ -287,7 +288,7 @@ def wall_time(steps: Sequence[StepRecord]) -> dict[str, Any]:
     if len(timed) < 2:
         return {"span_s": None, "steps_s": None, "data_wait_s": None, "other_s": None,
                 "data_wait_steps": 0, "data_wait_max_s": None, "data_wait_max_step": None,
-                "clock": clock, "measured": clock in MEASURED}
+                "clock": clock, "measured": clock in MEASURED, "dated": clock in DATED}
     first = timed[0]
     start = float(first.end_time) - (covered_seconds(first) or 0.0)  # type: ignore[arg-type]
     span = float(timed[-1].end_time) - start  # type: ignore[arg-type]
@@ -298,7 +299,8 @@ def wall_time(steps: Sequence[StepRecord]) -> dict[str, Any]:
     return {"span_s": span, "steps_s": steps_s, "data_wait_s": wait_s,
             "other_s": None if wait_s is None else max(0.0, span - steps_s - wait_s),
             "data_wait_steps": len(waits), "data_wait_max_s": top[1],
-            "data_wait_max_step": top[0], "clock": clock, "measured": clock in MEASURED}
+            "data_wait_max_step": top[0], "clock": clock, "measured": clock in MEASURED,
+            "dated": clock in DATED}
 
 
 def summarize(steps: Sequence[StepRecord], events: Sequence[Event] = ()) -> dict[str, Any]:

@@ -19,7 +19,8 @@ A console log rarely stamps verl's ``step:N`` lines, yet it is full of time:
 
 ``LineClock`` is fed by the parser with each line's readings, each tied to the step record
 before it; ``assign_times`` then gives every step record without a stamp of its own the best
-measured end time there is (``time_source``: ``"sidecar"``, ``"tqdm"``, ``"worker"``), and
+measured end time there is (``time_source``: ``"sidecar"``, ``"tqdm"``, or ``"tqdm_end"`` when
+no dated line places the bar in time, ``"worker"``), and
 ``rebuild_times`` fills what is left from the step times, backwards from the next measured end
 or from the log's end (``"rebuilt"``, an estimate).
 """
@@ -42,15 +43,22 @@ CLOCK_WORDS: dict[str, str] = {
     "line": "stamped on the step lines",
     "arrival": "arrival times (followed live)",
     "sidecar": "capture times (the .arrivals file beside the log)",
-    "tqdm": "tqdm's elapsed time",
+    "tqdm": "tqdm's elapsed time (dated by the log's dated lines)",
+    "tqdm_end": "tqdm's elapsed time (placed to end at the log's end)",
     "worker": "dated worker lines",
     "rebuilt": "estimated (rebuilt from the step times, ending at the log's end)",
 }
 #: Sources that are measurements of when a line was printed (``rebuilt`` is not).
-MEASURED: frozenset[str] = frozenset({"line", "arrival", "sidecar", "tqdm", "worker"})
+MEASURED: frozenset[str] = frozenset({"line", "arrival", "sidecar", "tqdm", "tqdm_end",
+                                      "worker"})
+#: tqdm's sources: the bar's spacing is measured; ``tqdm_end``'s dates are not (the bar is
+#: placed to end at the log's end: no dated line says when it ran).
+TQDM: frozenset[str] = frozenset({"tqdm", "tqdm_end"})
+#: Sources whose dates (not only their spacing) are measured.
+DATED: frozenset[str] = MEASURED - {"tqdm_end"}
 #: How far each source can be from the true end (seconds), for the gap between steps.
 RESOLUTION_S: dict[str, float] = {"line": 0.05, "arrival": 0.05, "sidecar": 0.05,
-                                  "tqdm": 1.0, "worker": 1.0}
+                                  "tqdm": 1.0, "tqdm_end": 1.0, "worker": 1.0}
 
 _FULL_DATE_RE = re.compile(
     r"(?:^|[\s\[:(])(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
@@ -208,16 +216,29 @@ def _tqdm_segments(readings: list[Reading]) -> list[list[int]]:
 
 def _segment_origin(segment: list[int], readings: list[Reading],
                     dated: dict[int, float]) -> float | None:
-    """Unix time of a tqdm segment's zero from the dated lines printed while it ran: the
-    median of each dated time less the elapsed time drawn last before it; None without any."""
-    candidates: list[float] = []
+    """Unix time of a tqdm segment's zero from the dated lines printed while it ran, or None
+    without any. A dated line after a drawing of ``e`` seconds puts the zero at its time less
+    ``e`` or earlier; one before a drawing of ``e`` (whole seconds), at its time less ``e + 1``
+    or later: the middle of what they leave (their median when they disagree)."""
+    highs: list[float] = []
+    lows: list[float] = []
     elapsed: float | None = None
+    waiting: list[float] = []  # dated times since the last drawing
     for n in range(segment[0], segment[-1] + 1):
         if readings[n].kind == "tqdm":
+            lows += [t - readings[n].value - RESOLUTION_S["tqdm"] for t in waiting]
+            waiting = []
             elapsed = readings[n].value
-        elif n in dated and elapsed is not None:
-            candidates.append(dated[n] - elapsed)
-    return statistics.median(candidates) if candidates else None
+        elif n in dated:
+            waiting.append(dated[n])
+            if elapsed is not None:
+                highs.append(dated[n] - elapsed)
+    if not highs and not lows:
+        return None
+    low, high = (max(lows) if lows else None), (min(highs) if highs else None)
+    if low is not None and high is not None:
+        return (low + high) / 2 if low <= high else statistics.median(highs + lows)
+    return high if high is not None else low
 
 
 def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> None:
@@ -232,14 +253,16 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> N
     next_origin = _tail_start(steps, readings, log_end)
     for segment in reversed(_tqdm_segments(readings)):
         origin = _segment_origin(segment, readings, dated)
+        source = "tqdm"
         if origin is None:
             # no dated line while it ran: the bar ends where the next one starts (back to
             # back: the restart's gap is not in the text), else at the log's end
             origin = next_origin - readings[segment[-1]].value
+            source = "tqdm_end"
         for n in segment:  # the last drawing after a step line wins (tqdm's close())
             after = readings[n].after
             if after is not None:
-                ends[id(after)] = (origin + readings[n].value, "tqdm")
+                ends[id(after)] = (origin + readings[n].value, source)
         next_origin = origin
     worker = _bracketed(steps, readings, dated)
     for n, value in dated.items():
@@ -262,7 +285,7 @@ def _snap_to_timers(steps: list[StepRecord]) -> None:
     millisecond) place the earlier one; working back from the last."""
     for k in range(len(steps) - 1, 0, -1):
         rec, prev = steps[k], steps[k - 1]
-        if rec.time_source != "tqdm" or prev.time_source != "tqdm":
+        if rec.time_source not in TQDM or prev.time_source not in TQDM:
             continue
         if rec.end_time is None or prev.end_time is None or rec.step <= prev.step:
             continue
