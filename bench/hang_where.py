@@ -121,6 +121,8 @@ class Case:
         return self.flag_t is None and waited < 240
 
     def stop(self) -> None:
+        if self.exporter.poll() is not None:
+            return
         hs.stop(self.procs)
         self.exporter.terminate()
         self.exporter.wait(30)
@@ -157,7 +159,10 @@ def run(cases: list[tuple], base: Path) -> list[str]:
         live = list(running)
         while live:
             time.sleep(0.5)
-            live = [c for c in live if c.poll()]
+            done = [c for c in live if not c.poll()]
+            for c in done:  # its flag as first opened: stop it now
+                c.stop()
+            live = [c for c in live if c not in done]
     finally:
         for c in running:
             c.stop()

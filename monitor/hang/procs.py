@@ -140,8 +140,10 @@ def find_job_processes(logs: list[str] | tuple[str, ...] = (), parent: int | Non
                        gpu_pids: set[int] | None = None, limit: int = MAX_PROCESSES
                        ) -> list[JobProcess]:
     """The job's processes on this host, without configuration: Ray's log prefixes (local IPs
-    only), Ray process titles, the children of ``verl-monitor run`` (``parent``) and the GPU
-    holders. Drivers first; at most ``limit``; this process left out."""
+    only) and the children of ``verl-monitor run`` (``parent``); when neither names one (a node
+    without the log), every process with a Ray title of verl's actors; and the GPU holders.
+    Drivers first; at most ``limit``; this process left out. (Titles only as a fallback: another
+    job on the same host has the same titles.)"""
     import psutil
 
     from monitor.hang.where import ROLES, role_of
@@ -165,15 +167,16 @@ def find_job_processes(logs: list[str] | tuple[str, ...] = (), parent: int | Non
         for pid, (cls, ip) in log_pids(read_tail(path)).items():
             if not ip or ip in here:
                 add(pid, "log", ROLES.get(cls, cls))
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(proc.info.get("cmdline") or [])
-        if cmd.startswith("ray::") and role_of(cmd)[0] in set(ROLES.values()):
-            add(proc.info["pid"], "title", "", cmd)
     for i, pid in enumerate(_tree(parent)):
         title = _title(pid) or ""
         exe = os.path.basename(title.split(" ", 1)[0])
         if title.startswith("ray::") or exe.startswith("python"):  # py-spy reads Python only
             add(pid, "tree", "driver" if i == 0 else "child", title)
+    if not found:  # no log prefix, no wrapper: Ray's titles say which processes are a job's
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            if cmd.startswith("ray::") and role_of(cmd)[0] in set(ROLES.values()):
+                add(proc.info["pid"], "title", "", cmd)
     for pid in sorted(gpu_pids or ()):
         add(pid, "gpu", "worker")
     order = {"driver": 0, "trainer": 1, "rollouter": 1}
