@@ -178,3 +178,17 @@ def test_the_slack_message_carries_who_and_where_and_the_advice_in_one_post():
     assert "the driver (PID 4242, node n0) is scoring rewards" in text
     assert "normalize_final_answer (user_reward.py:5)" in text
     assert "No rank waits in a collective" in text and "compute_score_timeout" in text
+
+
+def test_a_call_no_local_worker_runs_is_a_hang_only_after_the_longer_limit():
+    def lost(t):
+        ev = _where_event(t, "worker_call", False)
+        ev.data["where"]["suspect"] = True  # its workers may run on another node
+        return ev
+    ctx, end = _run(55.0)
+    ctx.events.append(lost(end + 46.0))
+    assert detect_hang(ctx) == []  # past the stack limit (45 s), not the 60 s one
+    ctx, end = _run(70.0)
+    ctx.events.append(lost(end + 66.0))
+    f = detect_hang(ctx)[0]
+    assert f.start == end + 60.0 and "Where (py-spy)" in f.evidence

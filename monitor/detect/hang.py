@@ -140,8 +140,12 @@ def _after(ctx: Context, a: float) -> str:
 def _stack_flag(ctx: Context, a: float, b: float, resumed: bool, recent: float,
                 rounds: list[Event]) -> Flag | None:
     """The ``hang`` flag from py-spy rounds that found a process stuck (None otherwise)."""
-    slim = stack_limit(recent, ctx.cfg("hang"))
+    cfg = ctx.cfg("hang")
+    slim = stack_limit(recent, cfg)
     stuck = [e for e in rounds if e.data["where"].get("stuck")]
+    if not stuck:  # a worker-group call no local worker runs: after the longer limit
+        slim = silence_limit(recent, between_step_allowance(ctx.steps), cfg)
+        stuck = [e for e in rounds if e.data["where"].get("suspect")]
     if not stuck or b - a <= slim:
         return None
     main = stuck[-1]

@@ -354,6 +354,9 @@ class Verdict:
     who: list[Where] = field(default_factory=list)
     others: list[Where] = field(default_factory=list)
     collective: bool = False  # some process waits in a collective
+    #: stuck as far as this node can tell, but the missing work may run on another node (a
+    #: worker-group call while every local worker idles): a hang only after the longer limit
+    suspect: bool = False
 
     @property
     def long_phase(self) -> bool:
@@ -379,6 +382,7 @@ class Verdict:
         """Plain data for the ``hang_dump`` event."""
         return {"stuck": self.stuck, "place": self.place, "phase": self.phase,
                 "long_phase": self.long_phase, "collective": self.collective,
+                "suspect": self.suspect,
                 "who": [w.to_dict() for w in self.who],
                 "others": [w.to_dict() for w in self.others]}
 
@@ -420,8 +424,8 @@ def _worker_call(d: Where, workers: list[Where], ws: list[Where], collective: bo
     phase = d.phase or _method_phase(method)
     call = Where(d.pid, d.role, WORKER_CALL, phase, d.frame,
                  f"({method})" if method else "", d.node, d.thread)
-    if not running and workers and phase != "testing":
-        return Verdict(True, WORKER_CALL, phase, [call], workers, collective)
+    if not running and workers and phase != "testing":  # its workers may run elsewhere
+        return Verdict(False, WORKER_CALL, phase, [call], workers, collective, suspect=True)
     if any(w.place == METHOD for w in running):
         stuck = [w for w in running if w.place == METHOD]
         return Verdict(True, METHOD, phase, stuck, [call] + [w for w in ws if w not in stuck
