@@ -349,16 +349,30 @@ def covered_seconds(rec: StepRecord) -> float:
 
 def rebuild_times(steps: list[StepRecord], log_end: float) -> None:
     """Fill the end times still missing, backwards from the next measured end (or ``log_end``)
-    by each step's covered seconds (its timers, validation and checkpointing included; nothing
-    for a record that times nothing): ``time_source="rebuilt"``."""
+    by each step's covered seconds (its timers, validation and checkpointing included):
+    ``time_source="rebuilt"``. A step of its own whose line lost its timers (a capture that
+    cut a long line) ran all the same: the median step stands in for it; a record that times
+    nothing beside another of its step number takes no time (none is invented for it)."""
+    known = sorted(v for v in (covered_seconds(s) for s in steps) if v > 0)
+    fallback = known[len(known) // 2] if known else 0.0
     anchor = log_end
-    for rec in reversed(steps):
+    for n in range(len(steps) - 1, -1, -1):
+        rec = steps[n]
         if rec.end_time is not None and rec.time_source in MEASURED:
             anchor = rec.end_time
         else:
             rec.end_time = anchor
             rec.time_source = "rebuilt"
-        anchor = rec.end_time - covered_seconds(rec)
+        seconds = covered_seconds(rec)
+        if seconds <= 0 and _lone_step(steps, n):
+            seconds = fallback
+        anchor = rec.end_time - seconds
+
+
+def _lone_step(steps: list[StepRecord], n: int) -> bool:
+    """Whether ``steps[n]`` is the only record of its step number among its neighbours."""
+    step = steps[n].step
+    return all(not (0 <= k < len(steps)) or steps[k].step != step for k in (n - 1, n + 1))
 
 
 def arrival_times(log_path: str | os.PathLike[str]) -> list[float] | None:
