@@ -88,3 +88,20 @@ def test_prefixes_on_another_host_are_not_this_nodes():
     assert log_pids(text) == {11: ("TaskRunner", ""), 12: ("WorkerDict", "10.9.9.9"),
                               13: ("WorkerDict", "127.0.0.1")}
     assert 12 not in {p.pid for p in find_job_processes([])}
+
+
+def test_another_jobs_processes_with_the_same_ray_titles_are_left_out(tmp_path):
+    root = write_job_tree(tmp_path / "job")
+    mine, other = tmp_path / "mine.log", tmp_path / "other.log"
+    mine.write_text("")
+    other.write_text("")
+    procs = [start_job(root, "reward", mine, steps=1, step_s=0.1),
+             start_job(root, "reward", other, steps=1, step_s=0.1)]
+    try:
+        _wait_steps(mine, procs[0].pid, 1)
+        pids = {p.pid for p in find_job_processes([str(mine)])}
+        alone = {p.pid for p in find_job_processes([])}  # no log: Ray's titles
+    finally:
+        stop(procs)
+    assert procs[0].pid in pids and procs[1].pid not in pids
+    assert {procs[0].pid, procs[1].pid} <= alone
