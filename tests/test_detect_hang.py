@@ -192,3 +192,19 @@ def test_a_call_no_local_worker_runs_is_a_hang_only_after_the_longer_limit():
     ctx.events.append(lost(end + 66.0))
     f = detect_hang(ctx)[0]
     assert f.start == end + 60.0 and "Where (py-spy)" in f.evidence
+
+
+def test_stalled_in_a_very_long_checkpoint_says_where_and_names_the_target_storage():
+    ev = _where_event(0.0, "checkpoint", False, long_phase=True)
+    ev.message = ("the driver (PID 4242, node n0) is in checkpoint I/O [phase save_checkpoint], "
+                  "at save_checkpoint (verl/utils/checkpoint/checkpoint_manager.py:3).")
+    ctx, end = _run(400.0)
+    ev.time = end + 100.0
+    ctx.events.append(ev)
+    flags = [f for f in run_all(ctx.steps, ctx.gpu, None, ctx.events, now=end + 400.0)
+             if f.kind == "stalled"]
+    assert flags and "Where (py-spy): the driver (PID 4242, node n0) is in checkpoint I/O" in \
+        flags[0].evidence
+    assert "trainer.default_local_dir" in flags[0].advice[0]
+    assert not [f for f in run_all(ctx.steps, ctx.gpu, None, ctx.events, now=end + 400.0)
+                if f.kind == "hang"]

@@ -301,6 +301,22 @@ def _clock(ts: float) -> str:
     return pd.Timestamp(float(ts), unit="s").strftime("%H:%M:%S UTC")
 
 
+def _stalled_where(ctx: Context, a: float, b: float) -> tuple[str, list[str] | None]:
+    """Where the newest py-spy round in the silence (a, b] found the job, and the advice for
+    that place first (('', None) without a round)."""
+    from monitor.detect.advice import advice_for
+    from monitor.detect.hang import where_events
+    from monitor.hang.advice import where_advice
+
+    rounds = where_events(ctx.events, a, b)
+    if not rounds:
+        return "", None
+    e = rounds[-1]
+    place = str(e.data["where"].get("place") or "")
+    return (f" Where (py-spy): {e.message}",
+            where_advice(place, "", ctx.verl_version)[:1] + advice_for("stalled"))
+
+
 def detect_stalled(ctx: Context) -> list[Flag]:
     """No new step for several median step times (and minutes), or idle GPUs and a silent log;
     nothing after the run's end (its last progress line or final validation)."""
@@ -326,10 +342,11 @@ def detect_stalled(ctx: Context) -> list[Flag]:
             after = f" after step {int(last_step.iloc[-1])}" if len(last_step) else ""
             gap = b - a
             sev = "critical" if gap >= cfg.get_float("critical_multiple") * lim else "warning"
+            where, advice = _stalled_where(ctx, a, b)
             flags.append(make_flag(
                 "stalled", sev, a + lim, b if resumed else None, {},
                 f"No new step for {gap / 60:.1f} min{after} (median step time {med:.0f} s)"
-                + ("; training resumed afterwards." if resumed else "."),
+                + ("; training resumed afterwards." if resumed else ".") + where, advice,
             ))
     # all GPUs idle while nothing arrives in the log (works without any step yet)
     df = ctx.act
