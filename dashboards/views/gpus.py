@@ -82,10 +82,10 @@ def live(start: float, end: float, key: str) -> None:
         table = table[cols]
         phase_cols = {
             "phase_util": st.column_config.NumberColumn(
-                f"util % in {phase}", format="%.0f", width="medium",
+                f"util % in {phase}", format="%.0f",
                 help=f"mean utilization in {phase} since the flag opened ({since})"),
             "phase_sm": st.column_config.NumberColumn(
-                f"SM % in {phase}", format="%.0f", width="medium",
+                f"SM % in {phase}", format="%.0f",
                 help=f"mean SM activity in {phase} since the flag opened ({since}): where "
                 "the straggler flag looked"),
         }
