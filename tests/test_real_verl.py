@@ -1,0 +1,171 @@
+"""Real verl on one H200, judged offline: the recordings of ``bench/real_verl``.
+
+Each ``tests/fixtures/real_verl/<case>`` folder is one run of verl itself (commit 4c3310db,
+0.5.0.dev: GRPO, the HF rollout, FSDP, a random-init 55M Qwen2) under the project's own
+``verl-monitor run`` with the NVML exporter: the console log it captured (``train.log``) and
+its capture-time sidecar, the store exported (``train.jsonl``, ``gpu.csv``, ``host.csv``,
+``events.json``), py-spy dumps of the TaskRunner, WorkerDict and DataLoader-worker processes
+every 10 s (``stacks/``), and ``meta.json``: what was injected, at which step and when. They are
+judged the way a user would, through ``verl-monitor analyze LOG --gpu --host --events --stacks
+--json``: a healthy run raises no warning; each fault is named (hangs within 90 s of the last
+progress, the others within 3 steps of the fault) with the right first line of advice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from monitor.cli import main as cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "real_verl"
+RUNS = sorted(p.name for p in FIXTURES.iterdir() if (p / "meta.json").exists())
+ALARM = ("warning", "critical")
+HEALTHY = ["healthy", "healthy_val_ckpt"]
+TQDM = re.compile(r"Training Progress:\s+\d+%\|[^|]*\|\s*(\d+)/\d+ \[(\d+):(\d+)<")
+
+
+@functools.cache
+def _analyze(run: str, log: str = "train.log") -> dict:
+    d = FIXTURES / run
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli(["analyze", str(d / log), "--gpu", str(d / "gpu.csv"), "--host",
+                  str(d / "host.csv"), "--events", str(d / "events.json"), "--stacks",
+                  str(d / "stacks"), "--json"])
+    assert rc == 0, out.getvalue()[-2000:]
+    return json.loads(out.getvalue())
+
+
+def _meta(run: str) -> dict:
+    return json.loads((FIXTURES / run / "meta.json").read_text())
+
+
+def _alarms(run: str) -> list[dict]:
+    return [f for f in _analyze(run)["flags"] if f["severity"] in ALARM]
+
+
+def _step_of(report: dict, t: float) -> int:
+    """The step a time falls in: the first step that ends at or after it."""
+    steps = sorted(report["steps"], key=lambda s: s["end_time"])
+    for s in steps:
+        if t <= s["end_time"] + 0.5:
+            return s["step"]
+    return steps[-1]["step"] + 1
+
+
+def _last_progress_before(report: dict, t: float) -> float:
+    return max(s["end_time"] for s in report["steps"] if s["end_time"] <= t)
+
+
+def test_the_recordings_are_here():
+    assert set(HEALTHY) <= set(RUNS)
+    faults = {"hang_reward", "hang_http", "hang_data", "cpu_reward", "mem_grow", "param_offload"}
+    assert faults <= set(RUNS), sorted(faults - set(RUNS))
+    for run in RUNS:
+        meta = _meta(run)
+        assert meta["verl_commit"].startswith("4c3310db") and meta["rollout"] == "hf"
+        stacks = list((FIXTURES / run / "stacks").glob("*_*_*.txt"))
+        assert any("_TaskRunner_" in f.name for f in stacks), run
+
+
+@pytest.mark.parametrize("run", HEALTHY)
+def test_a_healthy_real_run_raises_no_warning(run):
+    """Plain, and with a validation every 2 steps and a checkpoint every 3: all quiet."""
+    assert _alarms(run) == [], [(f["kind"], f["evidence"][:160]) for f in _alarms(run)]
+    assert _analyze(run)["summary"]["steps"]["count"] == _meta(run)["steps"]
+
+
+@pytest.mark.parametrize("run", ["healthy", "healthy_val_ckpt", "hang_reward", "cpu_reward",
+                                 "mem_grow"])
+def test_the_wall_time_is_the_logs_own_clock(run):
+    """tqdm's elapsed time (whole seconds) against the time analyze measured."""
+    text = (FIXTURES / run / "train.log").read_text(errors="replace")
+    done, mm, ss = TQDM.findall(text)[-1]
+    wall = _analyze(run)["summary"]["wall"]
+    assert int(done) == _meta(run)["steps"]
+    assert abs(wall["span_s"] - (int(mm) * 60 + int(ss))) <= 1.5, wall
+
+
+def test_the_console_log_and_the_jsonl_give_one_version():
+    console, jsonl = _analyze("healthy"), _analyze("healthy", "train.jsonl")
+    assert console["version_guess"] == jsonl["version_guess"]
+    assert "0.5" in console["version_guess"]
+
+
+def test_a_cpu_heavy_reward_is_named_in_the_reward_phase_with_verls_async_reward_knob():
+    report, meta = _analyze("cpu_reward"), _meta("cpu_reward")
+    alarms = _alarms("cpu_reward")
+    assert [f["kind"] for f in alarms] == ["phase_imbalance"], alarms
+    f = alarms[0]
+    assert f["scope"]["phase"] == "reward"
+    assert _step_of(report, f["start"]) <= meta["fault_step"] + 3
+    assert "CPU" in f["evidence"] and "reward" in f["evidence"]
+    assert "reward_model.launch_reward_fn_async" in f["advice"][0]
+
+
+HANGS = {
+    # case: (what the evidence must name, words of the first advice line)
+    "hang_reward": (["scoring rewards", "_stuck_in_verifier (rewards.py:", "[phase reward]"],
+                    ["compute_score"]),
+    "hang_http": (["HTTP", "http_block (rewards.py:", "[phase reward]"], ["timeout"]),
+    "hang_data": (["data loader", "_wait_for_shard (blocking_dataset.py:"],
+                  ["data loader", "dataloader_num_workers"]),
+}
+
+
+@pytest.mark.parametrize("run", sorted(HANGS))
+def test_a_real_hang_is_one_critical_flag_within_90_s_naming_the_process_and_frame(run):
+    report, meta = _analyze(run), _meta(run)
+    alarms = _alarms(run)
+    assert [f["kind"] for f in alarms] == ["hang"], [(f["kind"], f["evidence"]) for f in alarms]
+    f = alarms[0]
+    assert f["severity"] == "critical"
+    assert f["start"] - _last_progress_before(report, f["start"]) <= 90.0
+    marker = next(iter(meta["injected"].values()))
+    assert f"PID {marker['pid']}" in f["evidence"]  # the process that holds the fault
+    words, advice = HANGS[run]
+    assert all(w in f["evidence"] for w in words), f["evidence"]
+    assert all(w in f["advice"][0] for w in advice), f["advice"][0]
+    assert "No rank waits in a collective" in report["hang"]["stacks"]["summary"]
+
+
+@pytest.mark.xfail(strict=True, reason="the DataLoader worker processes (forked from the "
+                   "TaskRunner, same Ray title) are called 'the driver (PID N)' and the data "
+                   "wait gets no phase")
+def test_a_blocked_loader_is_named_as_the_dataloader_worker_in_the_data_phase():
+    f = _alarms("hang_data")[0]
+    worker = _meta("hang_data")["injected"]["data_block"]["pid"]
+    assert f"the driver (PID {worker})" not in f["evidence"]
+    assert re.search(rf"(data[- ]?loader|DataLoader) worker \(PID {worker}\)", f["evidence"])
+    assert "[phase data" in f["evidence"]
+
+
+@pytest.mark.xfail(strict=True, reason="no flag at all: 28 GiB kept in 4 GiB steps from step 2 "
+                   "over 8 steps of 3.5 s raises no memory_creep (analyze gives flags [])")
+def test_gpu_memory_kept_every_step_is_named_within_3_steps():
+    report, meta = _analyze("mem_grow"), _meta("mem_grow")
+    hits = [f for f in _alarms("mem_grow") if f["kind"] == "memory_creep"]
+    assert hits
+    assert _step_of(report, hits[0]["start"]) <= meta["fault_step"] + 3
+
+
+def test_parameter_offload_with_the_hf_rollout_is_a_fatal_error_not_an_oom():
+    alarms = _alarms("param_offload")
+    assert [f["kind"] for f in alarms] == ["fatal_error"]
+    f = alarms[0]
+    assert f["severity"] == "critical" and "AssertionError" in f["evidence"]
+    assert "OOM" not in f["advice"][0] and "out of memory" not in f["advice"][0]
+
+
+@pytest.mark.xfail(strict=True, reason="the evidence says 'AssertionError in TaskRunner.run': "
+                   "neither the message nor the worker method that raised it is quoted")
+def test_a_fatal_error_quotes_its_message_and_the_worker_call_that_raised_it():
+    f = _alarms("param_offload")[0]
+    assert "Expects tensor to be on the compute device cuda:0, was on cpu" in f["evidence"]
+    assert "actor_rollout_generate_sequences" in f["evidence"]
