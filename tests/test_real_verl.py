@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from monitor.cli import main as cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_verl"

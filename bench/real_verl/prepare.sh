@@ -53,7 +53,8 @@ git --git-dir="$VERL_GIT" rev-parse "$VERL_COMMIT" > .verl_src/COMMIT
 
 # the monitor as committed (HEAD): other work in progress in this tree does not travel
 rm -rf .vm_snapshot && mkdir -p .vm_snapshot
-git archive HEAD monitor exporters | tar -x -C .vm_snapshot
+git archive HEAD $(for d in monitor exporters cli; do git cat-file -e HEAD:$d 2>/dev/null \
+  && echo $d; done) | tar -x -C .vm_snapshot
 git rev-parse HEAD > .vm_snapshot/COMMIT
 
 echo "wheels: $(du -sh .whl | cut -f1)  verl: $(du -sh .verl_src | cut -f1)"

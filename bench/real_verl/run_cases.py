@@ -68,7 +68,9 @@ def launcher_script(folder: Path) -> Path:
     """A ``verl-monitor`` console script (what ``pip install`` makes) for this interpreter."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "verl-monitor"
-    path.write_text(f"#!{sys.executable}\nimport sys\nfrom monitor.cli import main\n"
+    path.write_text(f"#!{sys.executable}\nimport sys\n"
+                    "try:\n    from cli.main import main\n"
+                    "except ImportError:\n    from monitor.cli import main\n"
                     "sys.exit(main())\n")
     path.chmod(0o755)
     return path
@@ -191,20 +193,24 @@ def run_group(cases: list[Case], root: Path, data: Path, tool: Path) -> list[dic
     return [r.timing([c.name for c in cases]) for r in running]
 
 
-def finish_case(case: Case, root: Path, timing: dict) -> None:
+def finish_case(case: Case, root: Path, timing: dict, tool: Path) -> None:
     """Export the store, analyze the log, write meta.json."""
     work = root / case.name
     env = {**os.environ, "PYTHONPATH": f"{CODE}:/tmp/site"}
     exp = work / "export"
     if (work / "store.db").exists():
-        subprocess.run([sys.executable, "-m", "monitor", "export", str(work / "store.db"),
+        subprocess.run([str(tool), "export", str(work / "store.db"),
                         "--out", str(exp)], cwd=work, env=env, capture_output=True, timeout=120)
-    args = [sys.executable, "-m", "monitor", "analyze", str(work / "train.log"), "--json"]
+    args = [str(tool), "analyze", str(work / "train.log"), "--json", "--stacks",
+            str(work / "stacks")]
     for flag, name in (("--gpu", "gpu.csv"), ("--host", "host.csv"),
                        ("--events", "events.json")):
         if (exp / name).exists():
             args += [flag, str(exp / name)]
     r = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=180)
+    if r.returncode != 0:  # a monitor from before ``analyze --stacks``
+        r = subprocess.run(args[:4] + args[6:], cwd=work, env=env, capture_output=True,
+                           text=True, timeout=180)
     (work / "analyze.json").write_text(r.stdout)
     (work / "analyze.err").write_text(r.stderr[-20000:])
     markers = {}
@@ -269,7 +275,7 @@ def main() -> None:
         done = run_group(cases, root, Path(args.work), tool)
         for case, timing in zip(cases, done, strict=True):
             try:
-                finish_case(case, root, timing)
+                finish_case(case, root, timing, tool)
             except Exception as exc:  # noqa: BLE001 - keep going; raw files are packed anyway
                 print(f"finish {case.name} failed: {exc!r}", flush=True)
             timings.append(timing)
