@@ -134,13 +134,17 @@ class Case:
 
         store = RunStore(self.dir / "run.db", create=False)
         hangs = [f for f in store.flags() if f.kind == "hang"]
+        rounds = [e for e in store.events() if e.kind == "hang_dump"]
         store.close()
         took = None if self.flag_t is None or self.last_step_t is None else \
             self.flag_t - self.last_step_t
         out = [f"## {self.name}  (steps of {self.step_s:.0f} s)"]
         if self.quiet:
             out.append(f"expected: quiet. hang flags: {len(hangs)}; steps after the long phase: "
-                       f"{self.steps_after}")
+                       f"{self.steps_after}; py-spy rounds in the silence: {len(rounds)}")
+            places = [(e.data.get("where") or {}) for e in rounds]
+            out += [f"  round {i + 1}: place {w.get('place')}, long phase {w.get('long_phase')}, "
+                    f"stuck {w.get('stuck')}" for i, w in enumerate(places[:3])]
         else:
             out.append(f"hang flag in /metrics {took:.1f} s after the last step line"
                        if took is not None else "NO hang flag within 240 s")
@@ -173,6 +177,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="also write the report here")
     ap.add_argument("--only", default=None, help="run the cases whose name contains this")
+    ap.add_argument("--append", action="store_true", help="append to --out")
     args = ap.parse_args()
     cases = [c for c in CASES if not args.only or args.only in c[0]]
     base = Path(tempfile.mkdtemp(prefix="hang_where_"))
@@ -187,7 +192,8 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        with open(args.out, "a" if args.append else "w") as fh:
+            fh.write(text + "\n")
     return 0
 
 
