@@ -13,9 +13,16 @@ Helpers shared by test modules live beside this file and are imported by name:
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
+
+# Naive dates are read in the host's zone (monitor.logs.timestamps.naive_epoch): tests assume
+# UTC; a test that needs another zone sets TZ in its own subprocess.
+os.environ["TZ"] = "UTC"
+time.tzset()
 
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
 

@@ -157,6 +157,36 @@ def test_a_gap_in_the_middle_closes_when_steps_come_back():
     assert "resumed" in flags[0].evidence
 
 
+def _long_warm_up(time_source):
+    """20 steps of 30 s whose first three took 7 min each by their own timers."""
+    def edit(i, ph):
+        if i <= 3:
+            for name in ph:
+                ph[name] *= 14
+
+    steps = make_steps(20, edit=edit)
+    for s in steps:
+        s.time_source = time_source
+    return steps
+
+
+def test_a_timeline_rebuilt_from_the_step_timers_shows_no_stall():
+    """A log without a clock (wandb's capture): each gap is the step's own time by
+    construction; a 7-minute warm-up step is no stall (before: 'No new step for 7.0 min')."""
+    assert detect_stalled(_ctx(_long_warm_up("rebuilt"))) == []
+
+
+def test_a_dated_gap_the_steps_own_timer_covers_is_no_stall():
+    """Dated lines 7 min apart around a step that says it ran 7 min: it ran, nothing
+    stalled. A gap longer than the step's timer by minutes still is one."""
+    steps = _long_warm_up("line")
+    assert detect_stalled(_ctx(steps)) == []
+    for s in steps[10:]:
+        s.end_time += 400.0  # 400 s of silence before step 11 that no timer covers
+    flags = detect_stalled(_ctx(steps))
+    assert len(flags) == 1 and "after step 10" in flags[0].evidence
+
+
 def test_steady_run_is_not_stalled_and_now_decides():
     steps = make_steps(20)
     assert detect_stalled(_ctx(steps)) == []

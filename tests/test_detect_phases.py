@@ -389,3 +389,71 @@ def test_the_same_jump_without_pcie_traffic_keeps_log_prob_advice():
     assert [f.scope["phase"] for f in flags] == ["old_log_prob"]
     assert "log_prob_micro_batch_size_per_gpu" in flags[0].advice[0]
     assert not any("offload" in a and "False" in a for a in flags[0].advice)
+
+
+def _agent_loop_steps(n, tool_s, sync_s):
+    """verl 0.6-0.7.0 agent-loop steps (no sync timer): gen holds the weight sync plus the
+    slowest sample's generation and tool calls (``tool_s(i)``, ``sync_s(i)`` seconds)."""
+    from monitor.logs.keys import phases_and_total
+    from monitor.records import StepRecord
+
+    out, t = [], 1_000_000.0
+    for i in range(1, n + 1):
+        gen = 40.0 + tool_s(i) + sync_s(i)
+        metrics = {"timing_s/gen": gen, "timing_s/agent_loop/slowest/generate_sequences": 40.0,
+                   "timing_s/agent_loop/slowest/tool_calls": tool_s(i),
+                   "timing_s/update_actor": 20.0, "timing_s/step": gen + 21.0,
+                   "response/aborted_ratio": 0.0}
+        phases, total = phases_and_total(metrics)
+        t += total
+        out.append(StepRecord(step=i, end_time=t, total=total, phases=phases, metrics=metrics))
+    return out
+
+
+def test_the_slowest_samples_tool_calls_are_no_weight_sync():
+    """verl's slowest sample is the one with the most generation + tool time: a 30 s tool call
+    in it (step 7 of a real agent-loop run) is no sync spike; the sync stays 2.5 s."""
+    steps = _agent_loop_steps(30, lambda i: 30.0 if i in (7, 8, 9, 15) else 0.5,
+                              lambda i: 2.5)
+    assert {round(s.phases["reshard"], 6) for s in steps} == {2.5}
+    assert detect_reshard_spike(_ctx(steps)) == []
+
+
+def test_a_derived_sync_spike_is_a_warning_that_says_it_is_estimated():
+    """Without a sync timer the sync is gen less the slowest sample: a spike there is told,
+    never critical (the estimate also holds the batch's gathering)."""
+    steps = _agent_loop_steps(30, lambda i: 0.5, lambda i: 40.0 if i >= 15 else 2.5)
+    flags = detect_reshard_spike(_ctx(steps))
+    assert len(flags) == 1 and flags[0].severity == "warning"  # 16x its median
+    assert "estimated" in flags[0].evidence and "40.0 s" in flags[0].evidence
+
+
+def test_a_share_that_rises_because_the_rest_shrank_is_no_imbalance():
+    """Generation falls from 60% of a long step to almost nothing (shorter responses):
+    update_actor's share doubles while its seconds fall. Not this phase's problem."""
+    def edit(i, ph):
+        if i >= 11:
+            for name in ph:
+                ph[name] *= 0.25
+            ph["gen"] = 0.5
+
+    steps = make_steps(40, shares=SHARES, edit=edit)
+    assert steps[20].phases["update_actor"] / steps[20].total > 1.5 * 0.22
+    assert detect_phase_imbalance(_ctx(steps)) == []
+
+
+def test_the_warm_up_steps_are_no_baseline_for_a_share():
+    """The first steps (goodput.warmup_steps, here 3) compile and fill caches: their long
+    generation makes update_actor's share small there, and the steps after are not judged
+    against them (before: 'update_actor took 22% ... vs 4% in the steps before')."""
+    def edit(i, ph):
+        if i <= 3:
+            ph["gen"] *= 12
+        else:
+            ph["update_actor"] *= 1.02  # the same work, a trifle more seconds than warm-up
+
+    steps = make_steps(30, shares=SHARES, edit=edit)
+    cfg = load_config()
+    cfg["goodput"]["warmup_steps"] = 3
+    ctx = make_context(steps, empty_gpu_frame(), empty_host_frame(), [], cfg)
+    assert detect_phase_imbalance(ctx) == []

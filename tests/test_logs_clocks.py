@@ -176,3 +176,43 @@ def test_dated_lines_while_the_bar_runs_date_it(tmp_path: Path) -> None:
     assert [s.time_source for s in steps] == ["tqdm", "tqdm"]
     assert [s.end_time for s in steps] == [origin + 10.0, origin + 20.0]
     assert "(estimated)" not in render_text(analyze_doc(log, log_end=9e9))
+
+
+_ZONE_SCRIPT = """
+import json, sys
+from monitor.logs.parse import parse_file
+from monitor.logs.timestamps import split_timestamp
+steps = parse_file(sys.argv[1], log_end=9e9).steps
+print(json.dumps({"ends": [s.end_time for s in steps],
+                  "sources": [s.time_source for s in steps],
+                  "stamp": split_timestamp("2025-08-17 23:50:00 starting")[0]}))
+"""
+
+
+def test_naive_dates_and_time_of_day_read_in_the_hosts_zone(tmp_path: Path) -> None:
+    """On a host at UTC+05:30 the dated line, the 'HH:MM:SS' step stamps (past midnight too)
+    and the parser's own leading timestamp are one reading of the same wall clock: 5 h 30 m
+    before the same figures read as UTC."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    lines = ["2025-08-17 23:50:00 starting",
+             "23:55:00 " + step_line(1, 290.0).removeprefix(PREFIX),
+             "00:00:10 " + step_line(2, 300.0).removeprefix(PREFIX),
+             "(WorkerDict pid=9) INFO 08-18 00:10:00 llm_engine.py:12] done",
+             step_line(3, 500.0),
+             "(WorkerDict pid=9) INFO 08-18 00:10:01 llm_engine.py:12] start"]
+    log = tmp_path / "zoned.log"
+    log.write_text("\n".join(lines) + "\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", _ZONE_SCRIPT, str(log)], cwd=root,
+                          env={**os.environ, "TZ": "Asia/Kolkata", "PYTHONPATH": str(root)},
+                          capture_output=True, text=True, check=True, timeout=120)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    shift = 5.5 * 3600
+    base = calendar.timegm((2025, 8, 17, 23, 55, 0, 0, 0, 0)) - shift
+    assert out["stamp"] == calendar.timegm((2025, 8, 17, 23, 50, 0, 0, 0, 0)) - shift
+    assert out["sources"] == ["line", "line", "worker"]
+    assert out["ends"] == [base, base + 310.0, base + 900.5]

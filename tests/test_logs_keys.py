@@ -387,3 +387,25 @@ def test_every_recorded_run_gives_its_console_log_and_jsonl_the_same_version() -
         assert parse_file(log, log_end=1e10).version_guess == from_jsonl, log
         compared += 1
     assert compared >= 20
+
+
+def test_agent_loop_sync_leaves_out_the_slowest_samples_tools_and_score() -> None:
+    """verl's slowest sample is the one with the most generation + tool time; its tool calls
+    and (later releases) its compute_score are part of it, not of the weight sync. A real
+    0.5.0.dev agent-loop step: gen 107.4 s, slowest sample 73.7 s generating + 30.6 s in tools."""
+    from monitor.logs.keys import reshard_is_derived
+
+    metrics = {
+        "timing_s/gen": 107.45,
+        "timing_s/agent_loop/slowest/generate_sequences": 73.68,
+        "timing_s/agent_loop/slowest/tool_calls": 30.63,
+        "timing_s/step": 253.63,
+        "response/aborted_ratio": 0.0,
+    }
+    phases = canonical_phases(metrics)
+    assert phases["reshard"] == pytest.approx(3.14)
+    assert phases["gen"] == pytest.approx(104.31)
+    metrics["timing_s/agent_loop/slowest/compute_score"] = 1.0
+    assert canonical_phases(metrics)["reshard"] == pytest.approx(2.14)
+    assert reshard_is_derived(metrics)
+    assert not reshard_is_derived({**metrics, "timing_s/update_weights": 2.0})

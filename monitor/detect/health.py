@@ -317,6 +317,22 @@ def _stalled_where(ctx: Context, a: float, b: float) -> tuple[str, list[str] | N
             where_advice(place, "", ctx.verl_version)[:1] + advice_for("stalled"))
 
 
+def _closing_steps(ctx: Context) -> dict[float, tuple[bool, float]]:
+    """End time -> (rebuilt, seconds of its own step timer) of each step the log has closed.
+
+    A gap that a step closes is judged against that step's timer: the step was running for
+    ``timing_s/step`` of it. A timeline rebuilt from the step timers (a log without a clock)
+    makes each gap the step's own time by construction, so it shows no stall at all."""
+    out: dict[float, tuple[bool, float]] = {}
+    for rec in ctx.steps:
+        if rec.end_time is None:
+            continue
+        rebuilt, own = out.get(float(rec.end_time), (False, 0.0))
+        out[float(rec.end_time)] = (rebuilt or rec.time_source == "rebuilt",
+                                    max(own, float(rec.total or 0.0)))
+    return out
+
+
 def detect_stalled(ctx: Context) -> list[Flag]:
     """No new step for several median step times (and minutes), or idle GPUs and a silent log;
     nothing after the run's end (its last progress line or final validation)."""
@@ -334,9 +350,13 @@ def detect_stalled(ctx: Context) -> list[Flag]:
         lim = max(cfg.get_float("median_multiple") * med, cfg.get_float("min_seconds"))
         marks = life + [float(ctx.now)]
         step_ends = sf["end"].to_numpy(float)
+        closing = _closing_steps(ctx)
         for a, b in zip(marks[:-1], marks[1:], strict=True):
             if b - a <= lim or (end is not None and a >= end - 1.0):
                 continue
+            rebuilt, own = closing.get(b, (False, 0.0))
+            if rebuilt or b - a - own <= lim:
+                continue  # the gap is (or is covered by) the closing step's own timer
             resumed = b != marks[-1] or b in step_ends
             last_step = sf["step"][sf["end"] <= a + 1e-6]
             after = f" after step {int(last_step.iloc[-1])}" if len(last_step) else ""

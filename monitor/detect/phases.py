@@ -9,6 +9,7 @@ from monitor.analysis import signature as S
 from monitor.detect import window as W
 from monitor.detect.base import Context, make_flag, step_episodes, steps_text
 from monitor.detect.nccl_time import nccl_step_share
+from monitor.logs.keys import generation_seconds, reshard_is_derived, timers
 from monitor.logs.modes import run_mode, waits_in_gen
 from monitor.records import Flag
 
@@ -97,8 +98,10 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
     min_jump = cfg.get_float("share_jump_min")
     jump_ratio = cfg.get_float("share_jump_ratio")
     jumps: list[tuple[Flag, object, float]] = []
+    warm = _warmup_mask(ctx)
     for name in [c for c in sf.columns if c in W.ALL_PHASES and c not in OWN_DETECTOR_PHASES]:
-        share = sf[name].astype(float) / total.where(total > 0)
+        seconds = sf[name].astype(float).where(~warm)
+        share = seconds / total.where(total > 0)
 
         def limit(med, mad):
             return np.maximum(med + k * 1.4826 * mad, np.maximum(med + min_jump, med * jump_ratio))
@@ -106,8 +109,9 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
         med, mad = W.frozen_baseline(share, window, cfg.get_int("min_history_steps"),
                                      lambda v, m, d: v > limit(m, d))
         lim = limit(med, mad)
-        cond = [None if pd.isna(s) or pd.isna(m) else bool(s > li)
-                for s, m, li in zip(share, med, lim, strict=True)]
+        grew = _grew_in_seconds(seconds, share, med, lim, window)
+        cond = [None if pd.isna(s) or pd.isna(m) else bool(s > li and g)
+                for s, m, li, g in zip(share, med, lim, grew, strict=True)]
         for ep, start, end, rng in step_episodes(
             ctx, cond, cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
         ):
@@ -131,6 +135,30 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
             ), sig, now_share - before))
     jumps += _waiting_phases(ctx, cfg, flags + [j[0] for j in jumps])
     return flags + _merge_same_cause(jumps)
+
+
+def _warmup_mask(ctx: Context) -> pd.Series:
+    """Per step (aligned with ``ctx.sf``): True for the run's warm-up steps, the first
+    ``goodput.warmup_steps`` of it (compilation, allocation, caches). A share measured there
+    is no baseline for the steps after it, nor judged against one."""
+    n = max(0, ctx.config.section("goodput").get_int("warmup_steps", 1))
+    return pd.Series(np.arange(len(ctx.sf)) < n, index=ctx.sf.index)
+
+
+def _grew_in_seconds(seconds: pd.Series, share: pd.Series, med: pd.Series, lim: pd.Series,
+                     window: int) -> list[bool]:
+    """Per step: whether the phase took more seconds than the median of the steps its share
+    baseline holds (the last ``window`` steps whose share was not a jump). A share that rose
+    only because the other phases shrank (shorter responses, a faster rollout) is no
+    imbalance of this phase."""
+    hist: list[float] = []
+    out: list[bool] = []
+    for sec, sh, m, li in zip(seconds, share, med, lim, strict=True):
+        recent = hist[-window:]
+        out.append(bool(recent) and pd.notna(sec) and float(sec) > float(np.median(recent)))
+        if pd.notna(sh) and pd.notna(sec) and (pd.isna(m) or not sh > li):
+            hist.append(float(sec))
+    return out
 
 
 def _waiting_phases(ctx: Context, cfg, already: list[Flag]) -> list[tuple[Flag, object, float]]:
@@ -338,18 +366,23 @@ def _cap(text: str) -> str:
 def reshard_series(ctx: Context) -> pd.Series:
     """Reshard seconds per step (aligned with ``ctx.sf``), from the phase or version fallbacks.
 
-    verl 0.6-0.7.0 logs no reshard timer: approximate as ``gen - generate_sequences``. Before
-    0.4.1 the switch hides inside gen and there is nothing to read (NaN).
+    verl 0.6-0.7.0 logs no reshard timer: approximate as ``gen`` less its generation
+    (``monitor.logs.keys.generation_seconds``). Before 0.4.1 the switch hides inside gen and
+    there is nothing to read (NaN).
     """
     sf = ctx.sf
     out = W.phase(sf, "reshard")
     if out.notna().any():
         return out
     gen = W.phase(sf, "gen")
-    for key in ("timing_s/generate_sequences", "timing_s/agent_loop/slowest/generate_sequences"):
-        gs = W.step_metrics(ctx.steps, key).reindex(sf["step"].to_numpy()).reset_index(drop=True)
-        if gs.notna().any():
-            return (gen - gs).clip(lower=0.0)
+    by_step: dict[int, float] = {}
+    for rec in ctx.steps:
+        seconds = generation_seconds(timers(rec.metrics))
+        if seconds is not None:
+            by_step[int(rec.step)] = seconds
+    gs = sf["step"].map(lambda n: by_step.get(int(n))).astype(float)
+    if gs.notna().any():
+        return (gen - gs).clip(lower=0.0)
     # HybridEngine / ParameterSynchronizer events with seconds, attributed to the step they end in
     ev = [(e.time, float(e.data.get("seconds"))) for e in ctx.events
           if e.kind == "reshard" and e.time is not None and e.data.get("seconds") is not None]
@@ -396,6 +429,7 @@ def detect_reshard_spike(ctx: Context) -> list[Flag]:
     if len(sf) < 2:
         return []
     rs = reshard_series(ctx)
+    derived = _reshard_derived(ctx)
     k = cfg.get_float("mad_k")
     floor_s = cfg.get_float("floor_seconds")
     floor_r = cfg.get_float("floor_ratio")
@@ -439,8 +473,23 @@ def detect_reshard_spike(ctx: Context) -> list[Flag]:
                          "points above its usual peak")
         ratio = peak / base if pd.notna(peak) and base and base > 0 else 0.0
         sev = "critical" if ratio >= cfg.get_float("critical_ratio") else "warning"
+        note = ""
+        if derived and not (mem.iloc[sl].notna().any() and float(mem.iloc[sl].max()) > mem_lim):
+            # an estimate that also holds the batch's gathering: never critical on its own
+            sev = "warning"
+            note = (" (estimated: verl prints no sync timer here, so the sync is gen less the"
+                    " slowest sample's generation, tool calls and scoring)")
         flags.append(make_flag(
             "reshard_spike", sev, start, end, {"phase": "reshard", "steps": rng},
-            f"{_cap(steps_text(rng))}: " + "; ".join(parts or ["reshard spike"]) + ".",
+            f"{_cap(steps_text(rng))}: " + "; ".join(parts or ["reshard spike"]) + note + ".",
         ))
     return flags
+
+
+def _reshard_derived(ctx: Context) -> bool:
+    """True when the run's weight-sync times are derived (``gen`` less its generation) on
+    every step that has one, rather than read from a sync timer."""
+    if W.phase(ctx.sf, "reshard").isna().all():  # reshard_series' fallbacks
+        return any(generation_seconds(timers(s.metrics)) is not None for s in ctx.steps)
+    with_sync = [s for s in ctx.steps if "reshard" in s.phases]
+    return bool(with_sync) and all(reshard_is_derived(s.metrics) for s in with_sync)

@@ -8,7 +8,8 @@ A console log rarely stamps verl's ``step:N`` lines, yet it is full of time:
   a new segment). Exact to the second, relative to the bar's start.
 - **dated lines** (``2025-06-04 23:48:30,126 INFO ...`` at the start of a line or after Ray's
   prefix, ``INFO:2025-10-07 07:01:41,025:...`` of verl's workers, ``[2025-08-17 10:00:00]``):
-  absolute times.
+  absolute times. Dates without an offset are wall-clock times in the log's zone (the host's,
+  or ``--log-timezone``), read as ``monitor.logs.timestamps`` reads them.
 - **dated lines without a year** (vLLM's ``INFO 12-01 14:11:02 file.py:12]``, glog's
   ``[W228 01:39:36.9 ...]``): the year of the log's other dates (else of its end).
 - **``HH:MM:SS`` stamps** at the start of a trainer's own line, or ending the fully-async
@@ -28,7 +29,6 @@ or from the log's end (``"rebuilt"``, an estimate).
 from __future__ import annotations
 
 import bisect
-import calendar
 import os
 import re
 import statistics
@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.logs.timestamps import naive_epoch
 from monitor.records import StepRecord
 
 #: Words for each ``StepRecord.time_source`` in reports.
@@ -171,8 +172,37 @@ def _unix(year: str, mon: str, day: str, hh: str, mi: str, ss: str,
     m, d, h, n, s = int(mon), int(day), int(hh), int(mi), int(ss)
     if not (1 <= m <= 12 and 1 <= d <= 31 and h <= 23 and n <= 59 and s <= 60):
         return None
-    value = float(calendar.timegm((int(year), m, d, h, n, s, 0, 0, 0)))
+    value = naive_epoch((int(year), m, d, h, n, s))
+    if value is None:
+        return None
     return value + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def _on_date(year: int, month: int, day: int, day_s: float) -> float | None:
+    """Unix time of ``day_s`` seconds of wall-clock time into a date, in the log's zone (see
+    ``monitor.logs.timestamps.naive_epoch``: the host's, or ``--log-timezone``)."""
+    whole = int(day_s)
+    value = naive_epoch((year, month, day, whole // 3600, whole // 60 % 60, whole % 60))
+    return None if value is None else value + (day_s - whole)
+
+
+def _local_date(unix: float, days: int = 0) -> tuple[int, int, int]:
+    """The date, in the log's zone, of ``unix`` (plus ``days``)."""
+    utc = time.gmtime(int(unix))
+    naive = naive_epoch((utc.tm_year, utc.tm_mon, utc.tm_mday, utc.tm_hour, utc.tm_min,
+                         utc.tm_sec))
+    offset = int(unix) - naive if naive is not None else 0  # the zone's offset east of UTC
+    local = time.gmtime(int(unix) + offset + days * int(_DAY_S))
+    return local.tm_year, local.tm_mon, local.tm_mday
+
+
+def _hms_after(base: float, day_s: float) -> float | None:
+    """A time of day read after ``base``: on ``base``'s date in the log's zone, or the next
+    one when that is more than half a day before ``base`` (past midnight)."""
+    value = _on_date(*_local_date(base), day_s)
+    if value is not None and value < base - _DAY_S / 2:
+        value = _on_date(*_local_date(base, 1), day_s)
+    return value
 
 
 def _resolve_dates(readings: list[Reading], log_end: float) -> dict[int, float]:
@@ -186,13 +216,12 @@ def _resolve_dates(readings: list[Reading], log_end: float) -> dict[int, float]:
         if r.kind == "abs":
             value = r.value
         elif r.kind == "md":
-            value = calendar.timegm((year, r.month, r.day, 0, 0, 0, 0, 0, 0)) + r.value
+            value = _on_date(year, r.month, r.day, r.value)
         elif r.kind == "hms":
-            base = last_abs if last_abs is not None else log_end
-            value = base - (base % _DAY_S) + r.value
-            if value < base - _DAY_S / 2:
-                value += _DAY_S  # past midnight
+            value = _hms_after(last_abs if last_abs is not None else log_end, r.value)
         else:
+            continue
+        if value is None:
             continue
         last_abs = value
         out[n] = value

@@ -70,6 +70,8 @@ _TIMER_NAMES: tuple[str, ...] = PHASES + (
     "switch_to_trainer",
     "generate_sequences",
     "agent_loop/slowest/generate_sequences",
+    "agent_loop/slowest/tool_calls",
+    "agent_loop/slowest/compute_score",
     "step",
 )
 _TIMER_KEYS: tuple[tuple[str, str, str], ...] = tuple(
@@ -154,8 +156,9 @@ def canonical_phases(
     ``reshard`` whatever the version calls it: ``timing_s/reshard`` (0.4.1-0.5.x, nested inside
     ``gen``, so it is subtracted from ``gen``), ``update_weights`` (0.7.1+), ``sync_rollout_weights``
     (one-step-off), ``param_sync`` (fully async), ``switch_to_rollout`` + ``switch_to_trainer``
-    (0.9 separate-async). Verl 0.6.0-0.7.0 has no key: ``gen - generate_sequences`` (or ``gen -
-    agent_loop/slowest/generate_sequences``) when positive is the reshard, taken out of ``gen``.
+    (0.9 separate-async). Verl 0.6.0-0.7.0 has no key: ``gen - generate_sequences`` (or ``gen``
+    less the agent loop's slowest sample: its generation, tool calls and scoring, see
+    ``generation_seconds``) when positive is the reshard, taken out of ``gen``.
     Logs before 0.4.1 (``version_hint`` starting with ``"<="``, or old keys) get no reshard.
 
     Timers that are negative, NaN or infinite are ignored (they stay in the raw metrics).
@@ -192,9 +195,7 @@ def phases_and_total(
                 "switch_to_trainer", 0.0
             )
         elif not old_era and "gen" in phases:
-            generate = timer.get("generate_sequences")
-            if generate is None:
-                generate = timer.get("agent_loop/slowest/generate_sequences")
+            generate = generation_seconds(timer)
             if generate is not None and phases["gen"] - generate > 0:
                 phases["reshard"] = phases["gen"] - generate
                 phases["gen"] = generate
@@ -203,6 +204,45 @@ def phases_and_total(
     if total is not None:
         phases["other"] = other_seconds(total, phases, include_outside_step=old_era)
     return phases, total
+
+
+#: The agent loop's slowest sample, timer by timer: verl's ``AgentLoopManager`` picks the
+#: sample with the largest generation + tool time (``_performance_metrics``: "batch sequence
+#: generation is bounded by the slowest sample") and prints its parts; later releases add its
+#: ``compute_score`` (the reward, run inside the loop since verl#3055).
+_SLOWEST_SAMPLE_PARTS: tuple[str, ...] = (
+    "agent_loop/slowest/generate_sequences",
+    "agent_loop/slowest/tool_calls",
+    "agent_loop/slowest/compute_score",
+)
+
+
+def generation_seconds(timer: Mapping[str, float]) -> float | None:
+    """The seconds of ``gen`` that generation itself took, from a step's timers (names without
+    ``timing_s/``), or None: ``generate_sequences`` (the rollout worker's own timer), else the
+    agent loop's slowest sample as a whole (its generation, tool calls and scoring).
+
+    ``gen`` less this is what verl 0.6-0.7.0 leaves for the weight sync: the rollout's wake-up
+    (where the weights are loaded) and sleep, plus the batch's gathering and padding. It is an
+    estimate of the sync, never its own timer: see ``reshard_is_derived``.
+    """
+    generate = timer.get("generate_sequences")
+    if generate is not None:
+        return generate
+    if _SLOWEST_SAMPLE_PARTS[0] not in timer:
+        return None
+    return sum(timer[name] for name in _SLOWEST_SAMPLE_PARTS if name in timer)
+
+
+def reshard_is_derived(metrics: Mapping[str, Any]) -> bool:
+    """True when a step's ``reshard`` phase is ``gen`` less its generation (verl 0.6-0.7.0
+    prints no sync timer) rather than a timer of the sync itself."""
+    timer, _ = _known_timers(metrics)
+    if "reshard" in timer or any(name in timer for name in _OWN_RESHARD_TIMERS):
+        return False
+    if "switch_to_rollout" in timer or "switch_to_trainer" in timer:
+        return False
+    return "gen" in timer and generation_seconds(timer) is not None
 
 
 def other_seconds(
