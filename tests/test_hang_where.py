@@ -144,7 +144,7 @@ def test_a_healthy_validation_and_checkpoint_are_long_phases_not_stuck():
 
 def test_analyze_stacks_says_where_each_process_was(tmp_path, capsys):
     """`verl-monitor analyze LOG --stacks DIR` judges the py-spy dumps an exporter saved."""
-    from monitor.cli import main
+    from cli.main import main
 
     assert main(["simulate", "--scenario", "healthy:6", "--gpus-per-node", "1",
                  "--out", str(tmp_path / "run")]) == 0
@@ -164,3 +164,20 @@ def test_analyze_stacks_says_where_each_process_was(tmp_path, capsys):
     empty.mkdir()
     assert main(["analyze", str(tmp_path / "run" / "train.log"), "--stacks", str(empty)]) == 2
     assert "no py-spy dump" in capsys.readouterr().err
+
+
+def test_a_worker_running_a_method_through_verls_decorator_computes_not_waits():
+    text = ("Process 11: ray::WorkerDict.actor_rollout_generate_sequences\n"
+            'Thread 11 (active): "MainThread"\n'
+            "    forward (torch/nn/modules/linear.py:125)\n"
+            "    generate (transformers/generation/utils.py:2)\n"
+            "    _generate_minibatch (verl/workers/rollout/hf_rollout.py:3)\n"
+            "    generate_sequences (verl/workers/fsdp_workers.py:4)\n"
+            "    func (verl/single_controller/base/decorator.py:5)\n"
+            "    main_loop (ray/_private/worker.py:6)\n")
+    w = classify(text)
+    assert w.place == "generation" and not w.stuck
+    assert w.frame.filename == "verl/workers/rollout/hf_rollout.py"
+    upd = text.replace("generate_sequences", "update_actor").replace(
+        "    _generate_minibatch (verl/workers/rollout/hf_rollout.py:3)\n", "")
+    assert classify(upd).place == "kernel"  # torch computing: a long phase

@@ -75,7 +75,7 @@ _COLLECTIVE = re.compile(r"(^|\.)(all_reduce|all_gather\w*|reduce_scatter\w*|bro
                          r"barrier|monitored_barrier|all_to_all\w*|reduce|gather|scatter|send|"
                          r"recv|isend|irecv|_allgather_base|_reduce_scatter_base|wait)$")
 _KERNEL = re.compile(r"(^|\.)(synchronize|item|tolist|cpu|wait_stream|_local_scalar_dense)$")
-_GEN_FILES = ("vllm/", "sglang/", "generate", "rollout")
+_GEN_FILES = ("vllm/", "sglang/", "verl/workers/rollout/")
 _WG_FILES = ("verl/single_controller/",)
 _RAY_GET = re.compile(r"(^|\.)(get|get_objects|wait)$")
 #: Libraries whose innermost frame means the process computes (on the GPU, mostly).
@@ -263,15 +263,19 @@ def _context(frames: Sequence[Frame]) -> str:
         if _CKPT_NAMES.search(fr.name) and (
                 any(p in fr.filename for p in _CKPT_FILES) or "checkpoint" in fr.name):
             return CHECKPOINT
-        if any(p in fr.filename for p in _WG_FILES) or (
-                _RAY_GET.search(fr.name) and fr.filename.startswith("ray/")
-                and "worker.py" in fr.filename):
+        if _is_ray_get(fr):  # waits for a remote call's result (a worker runs it)
             return WORKER_CALL
         if fr.name.endswith("_validate"):
             return VALIDATION
-        if any(p in fr.filename for p in _GEN_FILES[:2]):
+        if any(p in fr.filename for p in _GEN_FILES):
             return GENERATION
     return ""
+
+
+def _is_ray_get(fr: Frame) -> bool:
+    """``ray.get`` / ``ray.wait`` (Ray's worker.py), where a caller waits on remote work."""
+    return bool(_RAY_GET.search(fr.name)) and fr.filename.replace("\\", "/").startswith(
+        ("ray/", "ray\\")) and fr.filename.endswith("worker.py")
 
 
 def _only_ray(frames: Sequence[Frame]) -> bool:
