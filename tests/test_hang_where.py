@@ -181,3 +181,16 @@ def test_a_worker_running_a_method_through_verls_decorator_computes_not_waits():
     upd = text.replace("generate_sequences", "update_actor").replace(
         "    _generate_minibatch (verl/workers/rollout/hf_rollout.py:3)\n", "")
     assert classify(upd).place == "kernel"  # torch computing: a long phase
+
+
+def test_full_paths_read_as_py_spys_short_names():
+    full = ('Process 12: ray::WorkerDict\nThread 12 (idle): "MainThread"\n'
+            "    main_loop (/usr/lib/python3.12/site-packages/ray/_private/worker.py:946)\n"
+            "    <module> (/usr/lib/python3.12/site-packages/ray/_private/workers/"
+            "default_worker.py:330)\n")
+    assert classify(full).place == "ray_idle"
+    drv = ('Process 13: ray::TaskRunner.run\nThread 13 (idle): "MainThread"\n'
+           "    get (/opt/venv/lib/python3.12/site-packages/ray/_private/worker.py:2800)\n"
+           "    fit (/opt/venv/lib/python3.12/site-packages/verl/trainer/ppo/ray_trainer.py:9)\n")
+    w = classify(drv)
+    assert w.place == "worker_call" and w.frame.name == "fit"

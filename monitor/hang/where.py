@@ -203,8 +203,12 @@ def role_of(title: str, fallback: str = "") -> tuple[str, str]:
     return ROLES.get(cls, cls), method if method not in ("run", "__init__") else ""
 
 
+_PREFIX = re.compile(r"^.*(?:site-packages|dist-packages)/|^.*/lib/python3(?:\.\d+)?/")
+
+
 def _top(filename: str) -> str:
-    name = filename.replace("\\", "/").lstrip("./")
+    """The top-level package of a frame's file (py-spy's short names, or full paths)."""
+    name = _PREFIX.sub("", filename.replace("\\", "/")).lstrip("./")
     if name.startswith("<"):
         return "<frozen"
     first = name.split("/", 1)[0]
@@ -274,8 +278,9 @@ def _context(frames: Sequence[Frame]) -> str:
 
 def _is_ray_get(fr: Frame) -> bool:
     """``ray.get`` / ``ray.wait`` (Ray's worker.py), where a caller waits on remote work."""
-    return bool(_RAY_GET.search(fr.name)) and fr.filename.replace("\\", "/").startswith(
-        ("ray/", "ray\\")) and fr.filename.endswith("worker.py")
+    path = fr.filename.replace("\\", "/")
+    return bool(_RAY_GET.search(fr.name)) and path.endswith("worker.py") and (
+        path.startswith("ray/") or "/ray/" in path)
 
 
 def _only_ray(frames: Sequence[Frame]) -> bool:
