@@ -222,7 +222,7 @@ st.title("{BARE_TITLE}")
 
 def start_app(env_name: str, value: str,
               script: Path | None = None) -> tuple[subprocess.Popen, str]:
-    from monitor.commands.dashboard import app_path, source_env, streamlit_command
+    from cli.commands.dashboard import app_path, source_env, streamlit_command
 
     port = free_port()
     env = source_env(**({"store": value} if env_name == "store" else {"prometheus": value}))

@@ -341,7 +341,7 @@ def replay_live(export: Path, run: Path) -> list[dict[str, Any]]:
     """The exporter's detector loop replayed with this checkout: after each step line (at the
     time the exporter saw it arrive, plus its 2 s detector interval) ``run_all`` on what had
     arrived by then, merged by ``FlagTracker`` as live. Returns every flag it opened."""
-    from monitor.commands.analyze import merge_events, read_events
+    from cli.commands.analyze import merge_events, read_events
     from monitor.config import load_config
     from monitor.detect import run_all
     from monitor.detect.live import FlagTracker

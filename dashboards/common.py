@@ -22,9 +22,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboards.escape import escape_markdown
+from dashboards.sources import MetricSource, SourceError, SourceStatus, open_source, steps_to_frame
 from monitor.config import Config
 from monitor.records import Flag, StepRecord
-from monitor.sources import MetricSource, SourceError, SourceStatus, open_source, steps_to_frame
 
 #: Window choices (label -> seconds; None = everything the source holds).
 WINDOWS: dict[str, float | None] = {
@@ -536,7 +536,7 @@ def explains(cause: Flag, effect: Flag) -> bool:
     """True when ``cause`` names what ``effect`` is a consequence of (``suppress`` of
     ``monitor/defaults.yaml``: a straggler explains its waiting peers' low activity); a
     cross-node alert counts as the flag kind it is (``GPUStraggler`` as ``gpu_imbalance``)."""
-    from monitor.sources.alerts import base_kind
+    from dashboards.sources.alerts import base_kind
 
     return base_kind(cause.kind) in _suppress_rules().get(base_kind(effect.kind), ())
 

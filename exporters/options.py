@@ -1,6 +1,6 @@
 """The exporter's options: one frozen dataclass, built once from the command line.
 
-``verl-monitor exporter`` parses its flags with argparse (monitor/commands/exporter.py) and
+``verl-monitor exporter`` parses its flags with argparse (cli/commands/exporter.py) and
 turns the namespace into :class:`ExporterOptions` once, with :meth:`ExporterOptions.from_namespace`;
 everything after that (the exporter, the monitor side, each collector, the GPU backends) reads
 typed fields, never the namespace.

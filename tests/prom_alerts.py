@@ -24,8 +24,8 @@ import yaml
 from e2e.procs import PrometheusProc, start_prometheus, wait_until
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from dashboards.sources.prometheus import PrometheusSource
 from monitor import metric_names as m
-from monitor.sources.prometheus import PrometheusSource
 
 JOB = "straggler-job"
 NODE = "node3"

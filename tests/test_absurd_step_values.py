@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.cli import main
+from cli.main import main
 from monitor.logs.parse import parse_file
 
 GOOD = "timing_s/gen:5.0 - timing_s/update_actor:4.0 - timing_s/step:12.5"

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cli.commands.analyze import merge_events, read_events
 from monitor.analysis.goodput import CAUSES, LOST_CAUSES, imbalance, ledger, totals
-from monitor.commands.analyze import merge_events, read_events
 from monitor.frames import empty_gpu_frame, read_gpu_frame
 from monitor.logs.parse import parse_file
 from monitor.records import StepRecord
@@ -279,7 +279,7 @@ def _flat_gpu(t0: float, t1: float, n_gpu: int = 1, util: float = 100.0,
 
 
 def test_analyze_json_carries_the_goodput_object_and_the_text_its_section(capsys):
-    from monitor.cli import main
+    from cli.main import main
 
     d = FIXTURES / "2gpu_data_stall"
     args = ["analyze", str(d / "train.jsonl"), "--gpu", str(d / "gpu.csv")]
@@ -300,7 +300,7 @@ def test_analyze_json_carries_the_goodput_object_and_the_text_its_section(capsys
 
 
 def test_analyze_without_gpu_samples_has_no_ledger_and_a_bad_price_is_refused(capsys):
-    from monitor.cli import main
+    from cli.main import main
 
     d = FIXTURES / "2gpu_healthy"
     assert main(["analyze", str(d / "train.jsonl"), "--json"]) == 0

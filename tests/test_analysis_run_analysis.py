@@ -181,7 +181,7 @@ def test_the_costliest_flag_is_the_top_problem_within_its_severity():
 
 
 def test_analyze_names_the_costliest_flag_as_the_top_problem(capsys):
-    from monitor.cli import main
+    from cli.main import main
 
     d = REAL / "2gpu_long_tail"
     args = ["analyze", str(d / "train.jsonl"), "--gpu", str(d / "gpu.csv")]

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cli.commands.analyze import merge_events, read_events
 from monitor.analysis import signature as S
 from monitor.analysis.attribution import label_samples, phase_timeline
-from monitor.commands.analyze import merge_events, read_events
 from monitor.config import load_config
 from monitor.frames import read_gpu_frame, read_host_frame
 from monitor.logs.parse import parse_file

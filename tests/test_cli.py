@@ -9,8 +9,8 @@ import sys
 import pytest
 from ports import free_port
 
+from cli.main import COMMANDS, build_parser, main
 from monitor import __version__
-from monitor.cli import COMMANDS, build_parser, main
 
 
 def test_help_lists_every_subcommand(capsys):

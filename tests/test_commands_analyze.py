@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.cli import main
+from cli.main import main
 
 T0 = datetime(2026, 3, 1, 8, 0, 0, tzinfo=timezone.utc).timestamp()
 

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from monitor.cli import main
+from cli.main import main
 from monitor.frames import read_gpu_frame, read_host_frame
 from monitor.logs.parse import parse_file
 from monitor.records import Event, Flag

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from cli.commands.exporter import DEFAULT_LISTEN, parse_options, run
+from cli.main import build_parser
 from exporters.app import Exporter, enabled_collectors
 from exporters.registry import load_all
-from monitor.cli import build_parser
-from monitor.commands.exporter import DEFAULT_LISTEN, parse_options, run
 
 
 def test_defaults():
@@ -95,7 +95,7 @@ def test_bad_paths_and_urls_are_refused_in_one_line_before_starting(capsys, tmp_
 
 
 def test_a_log_that_does_not_exist_yet_is_accepted(tmp_path):
-    from monitor.commands.exporter import input_problem
+    from cli.commands.exporter import input_problem
 
     opts = parse_options(["--log", str(tmp_path / "later" / "train.log"),
                           "--gpu-backend", "sim", "--phase-source", "http://driver:9048/metrics"])
@@ -135,7 +135,7 @@ def test_sighup_stops_cleanly_but_exits_non_zero_and_the_fd_limit_is_raised(tmp_
     import signal
     from pathlib import Path
 
-    from monitor.commands.exporter import HANGUP_EXIT
+    from cli.commands.exporter import HANGUP_EXIT
 
     proc, _ = _start_exporter(tmp_path, (1024, 4096))
     try:
@@ -204,7 +204,7 @@ def test_a_signal_at_any_moment_ends_the_wait():
     import socket
     import threading
 
-    from monitor.commands.exporter import wait_for_signal
+    from cli.commands.exporter import wait_for_signal
 
     received: list[int] = []
     wake_r, wake_w = socket.socketpair()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from monitor.cli import main
+from cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -111,7 +111,7 @@ def test_the_exporters_are_asked_their_node_names(tmp_path: Path) -> None:
     import sys
     import time
 
-    from monitor.commands.prometheus_config import _ask_node
+    from cli.commands.prometheus_config import _ask_node
 
     cli = str(Path(sys.executable).parent / "verl-monitor")
     ports = []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ports import free_port
 
-from monitor.commands.run import (
+from cli.commands.run import (
     RunError,
     exit_status,
     file_sd_targets,
@@ -192,7 +192,7 @@ def test_nccl_inspector_environment_reaches_the_job_and_the_exporter(tmp_path):
 
 
 def _exporter_argv_for(log: Path, plugin: Path, dump_dir: str) -> list[str]:
-    from monitor.commands.run import exporter_argv, parse_options
+    from cli.commands.run import exporter_argv, parse_options
 
     args = parse_options(["--nccl-plugin", str(plugin), "--", "true"])
     return exporter_argv(args, log, "n0", dump_dir)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.cli import main
+from cli.main import main
 
 
 def test_simulate_writes_the_four_files_and_reports(tmp_path, capsys):

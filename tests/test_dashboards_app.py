@@ -609,8 +609,8 @@ def test_sidebar_warns_when_prometheus_holds_several_jobs_and_no_job_is_named(mo
     from e2e.procs import start_prometheus, wait_until
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+    from dashboards.sources.prometheus import PrometheusSource
     from monitor import metric_names as m
-    from monitor.sources.prometheus import PrometheusSource
 
     reg = CollectorRegistry()
     Gauge(m.BUILD_INFO, "build", ["version"], registry=reg).labels("test").set(1)

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 from dashboards import charts
+from dashboards.sources.base import steps_to_frame
 from monitor.records import Flag, StepRecord
-from monitor.sources.base import steps_to_frame
 
 
 def _steps(n: int = 30, spike_at: int | None = None, reshard_spike_at: int | None = None):

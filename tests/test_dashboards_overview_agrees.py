@@ -51,7 +51,7 @@ def _sample_as_an_exporter_does(path: Path) -> None:
 
 
 def _analyze(store: Path, tmp: Path, capsys) -> dict:
-    from monitor.cli import main
+    from cli.main import main
 
     out = tmp / "export"
     assert main(["export", str(store), "--out", str(out)]) == 0

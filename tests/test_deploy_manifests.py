@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from monitor.commands.exporter import parse_options
+from cli.commands.exporter import parse_options
 
 REPO = Path(__file__).resolve().parents[1]
 K8S = REPO / "deploy" / "kubernetes"
@@ -145,8 +145,8 @@ def _unit_settings() -> dict[str, str]:
 def test_systemd_unit_restarts_on_any_end_and_allows_enough_open_files():
     """Before (issue 20): Restart=on-failure with SIGHUP exiting 0 left the node unmonitored,
     and the default 1,024 open files ran out under idle connections."""
+    from cli.commands.exporter import HANGUP_EXIT
     from exporters.server import DEFAULT_MAX_CONNECTIONS
-    from monitor.commands.exporter import HANGUP_EXIT
 
     unit = _unit_settings()
     assert unit["Restart"] == "always"

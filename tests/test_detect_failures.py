@@ -223,7 +223,7 @@ def test_the_same_device_error_outside_generation_gets_the_general_offload_advic
 def test_analyze_tells_the_advice_what_the_printed_config_already_has(capsys):
     import json
 
-    from monitor.cli import main
+    from cli.main import main
 
     assert main(["analyze", str(FIXTURES / "ray_task_assertion_hf_offload.log"), "--json"]) == 0
     (flag,) = json.loads(capsys.readouterr().out)["flags"]

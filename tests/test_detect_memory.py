@@ -217,7 +217,7 @@ def test_the_real_recordings_without_a_leak_stay_quiet(run):
 def test_the_real_oom_runs_are_forecast_before_they_run_out(run):
     import json
 
-    from monitor.commands.analyze import merge_events, read_events
+    from cli.commands.analyze import merge_events, read_events
 
     # the workload keeps 32 GiB per step from step 5; the OOM comes in step 7
     truth = json.loads((REAL / run / "truth.json").read_text())

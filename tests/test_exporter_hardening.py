@@ -11,10 +11,10 @@ import time
 import httpx
 import pytest
 
+from cli.commands.exporter import parse_options
 from exporters import live_monitor as monitor_mod
 from exporters.app import Exporter, ExporterError
 from exporters.live_monitor import supervised
-from monitor.commands.exporter import parse_options
 from monitor.records import StepRecord
 from monitor.store import RunStore
 

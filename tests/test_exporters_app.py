@@ -17,8 +17,8 @@ import bcrypt
 import httpx
 import pytest
 
+from cli.commands.exporter import parse_options
 from exporters.app import Exporter, ExporterError
-from monitor.commands.exporter import parse_options
 from monitor.records import Event
 from monitor.store import RunStore
 

@@ -109,7 +109,7 @@ def test_row_conversion_turns_nan_into_none_and_keeps_down_gpus():
 
 
 def test_from_options_reads_the_exporter_flags():
-    from monitor.commands.exporter import parse_options
+    from cli.commands.exporter import parse_options
 
     be = SimBackend.from_options(parse_options(["--scenario", "healthy", "--sim-gpus", "3",
                                                 "--seed", "4"]))

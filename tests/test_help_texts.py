@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.cli import main
+from cli.main import main
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
 

@@ -302,7 +302,7 @@ def test_without_the_wandb_package_it_disables_itself_in_one_line(tmp_path):
 def test_analyze_with_wandb_logs_the_run_it_analyzed(offline, monkeypatch, tmp_path, capsys):
     """``verl-monitor analyze --wandb PROJECT/RUN`` sends every parsed step and the flags of
     a simulated gpu_imbalance run to a real (offline) wandb run, and still prints its report."""
-    from monitor.cli import main
+    from cli.main import main
     from monitor.sim.engine import SimRun
 
     monkeypatch.setenv("WANDB_DIR", str(offline))
@@ -321,8 +321,8 @@ def test_analyze_with_wandb_logs_the_run_it_analyzed(offline, monkeypatch, tmp_p
 def test_exporter_with_wandb_raises_an_alert_for_a_critical_flag(offline, monkeypatch):
     """``verl-monitor exporter --wandb PROJECT/RUN``: a flag the live detectors open reaches
     the wandb run as a run.alert, and stopping the exporter closes the run."""
+    from cli.commands.exporter import parse_options
     from exporters.app import Exporter
-    from monitor.commands.exporter import parse_options
     from monitor.records import Event
 
     monkeypatch.setenv("WANDB_DIR", str(offline))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from monitor.commands.analyze import merge_events, read_events
+from cli.commands.analyze import merge_events, read_events
 from monitor.config import load_config
 from monitor.detect import run_all
 from monitor.frames import read_gpu_frame, read_host_frame, read_nccl_frame

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.commands.analyze import read_events
+from cli.commands.analyze import read_events
 from monitor.config import load_config
 from monitor.detect import run_all
 from monitor.frames import read_gpu_frame, read_host_frame

@@ -4,7 +4,7 @@ report marks every such time "(estimated)", so a January log is not read as run 
 
 from __future__ import annotations
 
-from monitor.cli import main
+from cli.main import main
 
 
 def _log(path, stamped: bool) -> None:

@@ -122,7 +122,7 @@ def test_metrics_follow_the_exporters_config(run):
 
 
 def test_analyze_follows_its_config(run, tmp_path, capsys):
-    from monitor.cli import main
+    from cli.main import main
 
     out = tmp_path / "export"
     assert main(["export", str(run["tmp"] / "run.db"), "--out", str(out)]) == 0

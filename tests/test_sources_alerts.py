@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import calendar
 
-from monitor.sources.alerts import FIRING_QUERY, SINCE_QUERY, alert_flags
+from dashboards.sources.alerts import FIRING_QUERY, SINCE_QUERY, alert_flags
 
 
 def _series(name, value, **labels):
@@ -37,7 +37,7 @@ def test_queries_ask_only_for_the_cross_node_alerts():
 
 
 def test_one_job_only_when_the_source_is_limited_to_a_job():
-    from monitor.sources.alerts import alert_selector
+    from dashboards.sources.alerts import alert_selector
 
     assert alert_selector(FIRING_QUERY, None) == FIRING_QUERY
     assert alert_selector(SINCE_QUERY, "grpo").endswith(',job="grpo"}')
@@ -59,7 +59,7 @@ def _alert(state, active="2026-12-01T12:00:00Z", **labels):
 
 
 def test_a_firing_alert_starts_when_it_began_to_fire_and_a_pending_one_is_not_firing():
-    from monitor.sources.alerts import active_alerts, cross_node_flag
+    from dashboards.sources.alerts import active_alerts, cross_node_flag
 
     at = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))
     groups = _rules([_alert("firing", job="a", node="n3", gpu="1", severity="warning"),
@@ -81,7 +81,7 @@ def test_a_firing_alert_starts_when_it_began_to_fire_and_a_pending_one_is_not_fi
 
 
 def test_rules_reading_an_exporter_flag_name_its_kind():
-    from monitor.sources.alerts import active_alerts
+    from dashboards.sources.alerts import active_alerts
 
     q = ('verlmon_flag_active{kind="low_utilization"} == 1 unless on (job) '
          'ALERTS{alertname=~"GPUStraggler|NodeImbalance"}')

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dashboards.sources.base import mark_outliers, parse_scope, steps_to_frame, summarize_nodes
 from monitor.records import Flag, StepRecord
-from monitor.sources.base import mark_outliers, parse_scope, steps_to_frame, summarize_nodes
 
 
 def test_steps_frame_has_one_column_per_phase_in_canonical_order():
@@ -59,14 +59,14 @@ def test_nodes_are_marked_only_by_open_flags_naming_them():
 
 
 def test_the_sources_keep_no_thresholds_of_their_own():
-    import monitor.sources.base as base
+    import dashboards.sources.base as base
 
     for name in ("OUTLIER_MADS", "SPREAD_POINTS"):
         assert not hasattr(base, name)
 
 
 def test_rollout_view_buckets_gauges_and_turns_counters_into_rates():
-    from monitor.sources.base import ROLLOUT_VIEW_COLUMNS, rollout_view
+    from dashboards.sources.base import ROLLOUT_VIEW_COLUMNS, rollout_view
 
     rows = []
     for i, ts in enumerate([0.0, 5.0, 10.0, 15.0]):

@@ -4,8 +4,8 @@ into the same evidence and advice lines."""
 
 from __future__ import annotations
 
-from monitor.sources.alerts import split_description
-from monitor.sources.prometheus import _flag_from
+from dashboards.sources.alerts import split_description
+from dashboards.sources.prometheus import _flag_from
 
 EVIDENCE = ("GPU 1 is the straggler in update_actor: its SM activity averaged 81% while GPU 0, "
             "GPU 2, GPU 3, GPU 4, GPU 5, GPU 6 and GPU 7 waited at 53-58%")

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from ports import free_port
 
-from monitor.sources.base import NCCL_COLUMNS
-from monitor.sources.prometheus import PrometheusSource, _duration_seconds, _runs
+from dashboards.sources.base import NCCL_COLUMNS
+from dashboards.sources.prometheus import PrometheusSource, _duration_seconds, _runs
 from monitor.store.runstore import RunStore
 
 pytestmark = pytest.mark.skipif(

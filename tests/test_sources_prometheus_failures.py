@@ -11,8 +11,8 @@ import time
 import pytest
 from bad_prometheus import SHAPES, BadPrometheus
 
-from monitor.sources import SourceError
-from monitor.sources.prometheus import (
+from dashboards.sources import SourceError
+from dashboards.sources.prometheus import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_ENV,
     PrometheusSource,

@@ -12,13 +12,13 @@ import pytest
 from e2e.procs import start_prometheus, wait_until
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from dashboards.sources.prometheus import PrometheusSource
 from exporters.collectors.flags import FlagsCollector
 from exporters.registry import ExporterContext
 from exporters.window import RollingWindow
 from monitor import metric_names as m
 from monitor.detect.live import FlagTracker
 from monitor.records import Flag
-from monitor.sources.prometheus import PrometheusSource
 
 pytestmark = [
     pytest.mark.skipif(subprocess.run(["which", "prometheus"], capture_output=True).returncode

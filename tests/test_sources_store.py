@@ -7,9 +7,9 @@ import sqlite3
 import pytest
 from sample_store import build_store
 
-from monitor.sources import SourceError
-from monitor.sources.base import NCCL_COLUMNS, NODE_SUMMARY_COLUMNS
-from monitor.sources.store import StoreSource
+from dashboards.sources import SourceError
+from dashboards.sources.base import NCCL_COLUMNS, NODE_SUMMARY_COLUMNS
+from dashboards.sources.store import StoreSource
 from monitor.store.runstore import RunStore
 
 END = 1_790_000_000.0
@@ -142,7 +142,7 @@ def test_long_window_sees_samples_appended_after_the_first_query(tmp_path):
 
 
 def test_rollout_frame_of_an_agent_loop_run(tmp_path):
-    from monitor.sources.base import ROLLOUT_VIEW_COLUMNS
+    from dashboards.sources.base import ROLLOUT_VIEW_COLUMNS
 
     path = tmp_path / "agent.db"
     info = build_store(path, scenario="kv_cache_preemption", steps=10, end_time=1_790_000_000.0,

@@ -114,8 +114,8 @@ def test_phase_source_credentials_authenticate_and_stay_secret() -> None:
 def test_dashboard_prometheus_credentials_authenticate_and_stay_secret() -> None:
     """``dashboard --prometheus http://user:PASS@host``: the queries authenticate; the label the
     pages show and the errors they print carry no password."""
-    from monitor.sources.base import SourceError
-    from monitor.sources.prometheus import PrometheusSource
+    from dashboards.sources.base import SourceError
+    from dashboards.sources.prometheus import PrometheusSource
 
     answer = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
     prom = AuthServer(lambda path: answer, USER, PASSWORD)
@@ -200,7 +200,7 @@ def test_a_bad_url_option_is_refused_without_echoing_its_password(option, value)
 def test_a_runbook_base_with_a_password_is_refused(tmp_path: Path, capsys) -> None:
     """``prometheus-config --runbook-base`` becomes links in every alert: a password there
     would reach everyone the alert reaches, so it is refused (and not echoed)."""
-    from monitor.cli import main
+    from cli.main import main
 
     code = main(["prometheus-config", "--targets-dir", str(tmp_path / "t"), "--job", "j",
                  "--targets", "h:9048", "--config", str(tmp_path / "c.yml"), "--runbook-base",

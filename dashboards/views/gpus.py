@@ -16,8 +16,8 @@ import streamlit as st
 
 from dashboards import charts, common
 from dashboards.escape import escape_markdown
-from monitor.sources import SourceError
-from monitor.sources.alerts import base_kind
+from dashboards.sources import SourceError
+from dashboards.sources.alerts import base_kind
 
 #: The page's charts, one drawn at a time (the first by default).
 VIEWS = ["Utilization", "SM active", "Memory", "Per phase"]

@@ -9,7 +9,7 @@ import streamlit as st
 
 from dashboards import charts, common
 from dashboards.escape import escape_markdown
-from monitor.sources.base import mark_outliers
+from dashboards.sources.base import mark_outliers
 
 #: The page's views, one drawn at a time (the first by default).
 VIEWS = ["Table", "Over time", "One node"]

@@ -128,7 +128,7 @@ def flag_costs(flags: Iterable[Flag], led: pd.DataFrame) -> list[dict[str, Any]]
     return out
 
 
-#: Cross-node alerts read as the flag kind behind them (``monitor.sources.alerts``).
+#: Cross-node alerts read as the flag kind behind them (``dashboards.sources.alerts``).
 _BASE_KIND: dict[str, str] = {"GPUStraggler": "gpu_imbalance", "NodeImbalance": "gpu_imbalance"}
 
 

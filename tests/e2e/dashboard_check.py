@@ -47,7 +47,7 @@ def nodes_shown_by_dashboard(prometheus_url: str, workdir: Path, expected: Seque
     many nodes or shows an exception."""
     from playwright.sync_api import sync_playwright
 
-    from monitor.sources.prometheus import PrometheusSource
+    from dashboards.sources.prometheus import PrometheusSource
 
     # the page reads what Prometheus holds: first every node's GPU series, as a user would wait
     # for the first scrapes

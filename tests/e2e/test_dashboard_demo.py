@@ -20,7 +20,7 @@ import yaml
 from playwright.sync_api import Page, expect
 from procs import free_port, start_process, start_prometheus, wait_until
 
-from monitor.sources.prometheus import PrometheusSource
+from dashboards.sources.prometheus import PrometheusSource
 
 pytestmark = [
     pytest.mark.e2e,

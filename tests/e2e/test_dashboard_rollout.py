@@ -29,7 +29,7 @@ from test_dashboard_demo import (  # noqa: F401 - the same Chromium and viewport
     browser_type_launch_args,
 )
 
-from monitor.sources.prometheus import PrometheusSource
+from dashboards.sources.prometheus import PrometheusSource
 
 pytestmark = [
     pytest.mark.e2e,

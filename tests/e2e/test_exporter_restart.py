@@ -24,7 +24,7 @@ import pytest
 from procs import WebhookRecorder, wait_until
 from test_exporter_process import start
 
-from monitor.cli import main as cli
+from cli.main import main as cli
 from monitor.records import FLAG_KINDS
 from monitor.store import RunStore
 

@@ -100,7 +100,7 @@ def _prometheus(tmp: Path, targets_dir: Path, ports: dict[str, int],
 
 
 def _cli(argv: list[str]) -> int:
-    from monitor.cli import main
+    from cli.main import main
 
     return main(argv)
 

@@ -200,8 +200,8 @@ def test_slow_gpu_on_a_node_without_the_log_is_named_within_three_steps_and_stay
             assert attributed and float(attributed[0]["value"][1]) == 4
             # the pages read the same verdict: the firing alert as an open flag naming node3's
             # GPU, with the alert's own advice (verl keys) and runbook link
-            from monitor.sources.base import mark_outliers
-            from monitor.sources.prometheus import PrometheusSource
+            from dashboards.sources.base import mark_outliers
+            from dashboards.sources.prometheus import PrometheusSource
 
             src = PrometheusSource(prom.url)
             try:

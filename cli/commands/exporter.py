@@ -186,7 +186,7 @@ def input_problem(options: ExporterOptions) -> str | None:
     import stat
     from pathlib import Path
 
-    from monitor.commands.analyze import log_file_problem
+    from cli.commands.analyze import log_file_problem
 
     for path in options.log:
         try:

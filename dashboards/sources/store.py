@@ -14,10 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from monitor.downsample import MAX_ENVELOPE, MIN_ENVELOPE, bucket_seconds, downsample
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
-from monitor.records import Flag, StepRecord
-from monitor.sources.base import (
+from dashboards.sources.base import (
     NCCL_COLUMNS,
     SourceError,
     SourceStatus,
@@ -25,6 +22,9 @@ from monitor.sources.base import (
     node_summary_from_gpu,
     rollout_view,
 )
+from monitor.downsample import MAX_ENVELOPE, MIN_ENVELOPE, bucket_seconds, downsample
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.records import Flag, StepRecord
 
 #: Buckets per cached chunk of a long window (see ``StoreSource._sql_buckets``).
 CHUNK_BUCKETS = 100
@@ -38,7 +38,7 @@ _HOST_VALUES = [c for c in HOST_COLUMNS if c not in ("ts", "node")]
 
 
 class StoreSource:
-    """A :class:`~monitor.sources.base.MetricSource` over ``RunStore(path)``."""
+    """A :class:`~dashboards.sources.base.MetricSource` over ``RunStore(path)``."""
 
     kind = "store"
 
@@ -225,7 +225,7 @@ class StoreSource:
 
     def hang_culprits(self, start: float, end: float) -> pd.DataFrame:
         """The newest ``hang_dump`` round's culprits of each node in the window."""
-        from monitor.sources.base import culprits_from_events
+        from dashboards.sources.base import culprits_from_events
 
         return culprits_from_events(self.events(start, end))
 

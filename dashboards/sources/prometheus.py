@@ -34,11 +34,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from monitor import metric_names as m
-from monitor.downsample import bucket_seconds
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
-from monitor.records import Flag, StepRecord
-from monitor.sources.alerts import (
+from dashboards.sources.alerts import (
     CROSS_NODE_ALERTS,
     FIRING_QUERY,
     SINCE_QUERY,
@@ -48,7 +44,7 @@ from monitor.sources.alerts import (
     alert_selector,
     cross_node_flag,
 )
-from monitor.sources.base import (
+from dashboards.sources.base import (
     FLEET_COLUMNS,
     NCCL_COLUMNS,
     ROLLOUT_VIEW_COLUMNS,
@@ -56,6 +52,10 @@ from monitor.sources.base import (
     SourceStatus,
     summarize_nodes,
 )
+from monitor import metric_names as m
+from monitor.downsample import bucket_seconds
+from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.records import Flag, StepRecord
 from monitor.urls import redact, split_url
 
 #: Prometheus refuses range queries returning more than this many points per series.
@@ -147,7 +147,7 @@ def _one_line_errors(cls: type) -> type:
 
 @_one_line_errors
 class PrometheusSource:
-    """A :class:`~monitor.sources.base.MetricSource` over a Prometheus server.
+    """A :class:`~dashboards.sources.base.MetricSource` over a Prometheus server.
 
     ``job`` restricts every query to one scrape job. Series are attributed to the ``node``
     label when the target carries one, else to ``instance``.
@@ -538,7 +538,7 @@ class PrometheusSource:
         from ``verlmon_flag_info`` (the detectors' advice table when it has none). With alert rules loaded, an
         open flag is open here only while its alert fires, from the moment it began to fire
         (the start Slack shows); the rest are :meth:`pending_flags` (see
-        ``monitor.sources.alerts``). The firing cross-node alerts join them under their names.
+        ``dashboards.sources.alerts``). The firing cross-node alerts join them under their names.
 
         Whether a flag is open is the exporter's own answer at the window's end: its series is
         in the instant vector there. The exporter drops the series the moment the flag closes
@@ -772,7 +772,7 @@ class PrometheusSource:
 
     def hang_culprits(self, start: float, end: float) -> pd.DataFrame:
         """``verlmon_hang_culprit_info`` at ``end``: each exporter's last dump round."""
-        from monitor.sources.base import CULPRIT_COLUMNS
+        from dashboards.sources.base import CULPRIT_COLUMNS
 
         rows = []
         for r in self.query(f"verlmon_hang_culprit_info{self._sel()}", at=end):

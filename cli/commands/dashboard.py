@@ -133,7 +133,7 @@ def prometheus_problem(url: str | None, timeout: float | None = None) -> str | N
     positive number of seconds, else the one-line reason."""
     import math
 
-    from monitor.sources.prometheus import url_problem
+    from dashboards.sources.prometheus import url_problem
 
     if url is not None:
         problem = url_problem(url)

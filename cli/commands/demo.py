@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from monitor.commands.dashboard import (
+from cli.commands.dashboard import (
     DEFAULT_ADDRESS,
     DEFAULT_PORT,
     display_url,

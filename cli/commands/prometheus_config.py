@@ -83,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def target_groups(job: str, targets: str | None, ask: bool = True) -> list[dict[str, Any]]:
     """file_sd entries for ``targets`` of ``job``, each ``node`` label its exporter's node
     name (module docstring); raises ConfigInputError on bad input."""
-    from monitor.commands.run import RunError, file_sd_targets, parse_nodes
+    from cli.commands.run import RunError, file_sd_targets, parse_nodes
 
     if not _JOB_RE.match(job):
         raise ConfigInputError(f"--job {job!r}: use letters, digits, '.', '_' and '-' only")
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     """Write (or remove) the targets file and the config; 0, or 2 on bad input."""
     import yaml
 
-    from monitor.commands.run import write_targets
+    from cli.commands.run import write_targets
 
     targets_dir = Path(args.targets_dir)
     path = targets_dir / f"{args.job}.json"

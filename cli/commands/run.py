@@ -401,7 +401,7 @@ def _job_log_path(given: str | None, node: str) -> Path:
     store or a binary file, or a place that cannot be written."""
     log_path = Path(given or f"verl-monitor-{node}-{time.strftime('%Y%m%d-%H%M%S')}.log")
     if log_path.exists():  # appended to: a directory, a run store or a binary file is refused
-        from monitor.commands.analyze import log_file_problem
+        from cli.commands.analyze import log_file_problem
 
         problem = log_file_problem(str(log_path))
         if problem:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor.sources.base import (
+from dashboards.sources.base import (
     NCCL_COLUMNS,
     NODE_SUMMARY_COLUMNS,
     MetricSource,
@@ -17,12 +17,12 @@ def open_source(
 ) -> MetricSource:
     """The source the options name: Prometheus when a URL is given, else the run store."""
     if prometheus:
-        from monitor.sources.prometheus import PrometheusSource
+        from dashboards.sources.prometheus import PrometheusSource
 
         return PrometheusSource(prometheus, job=job)
     if not store:
         raise SourceError("no source: give a run store path or a Prometheus URL")
-    from monitor.sources.store import StoreSource
+    from dashboards.sources.store import StoreSource
 
     return StoreSource(store)
 

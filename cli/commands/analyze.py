@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from cli.commands.simulate import _positive_int  # a whole number, 1 or more
 from monitor.analysis.summary import json_safe, summarize
-from monitor.commands.simulate import _positive_int  # a whole number, 1 or more
 from monitor.frames import (
     FrameError,
     empty_gpu_frame,

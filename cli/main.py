@@ -1,0 +1,63 @@
+"""The ``verl-monitor`` command line: one subcommand per module in ``cli/commands/``.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and sets
+``func`` to a callable taking the parsed namespace and returning the exit status. Command
+modules import only the core install at the top; a command that needs an extra checks for it
+when it runs (``monitor.extras``) and names the extra to install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: Subcommands, in the order ``--help`` lists them.
+COMMANDS: tuple[str, ...] = ("demo", "analyze", "simulate", "exporter", "run", "export", "dashboard",
+                             "prometheus-config")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered."""
+    from monitor import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="verl-monitor",
+        description="Live performance monitor for verl RL post-training: which phase wastes "
+        "the GPUs, with evidence and a concrete fix.",
+    )
+    parser.add_argument("--version", action="version", version=f"verl-monitor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"cli.commands.{name.replace('-', '_')}").register(sub)
+    return parser
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` (the top-level parser when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``verl-monitor`` console script."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # an unknown option after a subcommand is that subcommand's usage error, not the
+        # top-level one ("verl-monitor analyze --bogus" prints analyze's usage)
+        _subparser(parser, getattr(args, "command", None) or "").error(
+            "unrecognized arguments: " + " ".join(extra))
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
