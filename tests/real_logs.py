@@ -126,7 +126,7 @@ def analyze_doc(log: Path, gpu: Path | None = None, log_end: float | None = None
     """``verl-monitor analyze --json``'s document for ``log`` (and ``gpu`` samples)."""
     import argparse
 
-    from monitor.commands.analyze import build_document
+    from cli.commands.analyze import build_document
 
     args = argparse.Namespace(log=str(log), gpu=str(gpu) if gpu else None, host=None,
                               events=None, nccl=None, rollout=None, log_end=log_end,
