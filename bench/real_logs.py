@@ -2,11 +2,12 @@
 against the log's own clock, the trainer read, the flags.
 
 The logs are named in ``tests/fixtures/real_logs/manifest.json`` (``tests/real_logs.py`` finds
-them: committed beside it, or in a local snapshot of their repository). For each log: the
-trainer mode and version read, the clock the end times came from, the wall time measured from
+them: committed beside it, placed in ``../shared/real_logs/``, or in a local snapshot of their
+repository). For each log: where it was read from, the trainer mode and version read, the clock the end times came from, the wall time measured from
 the first step's start to the last step's end against the log's own clock (tqdm's elapsed
 time, or wandb's ``_runtime`` from the first step's record to the last), and every warning or
-critical flag with its first line of advice.
+critical flag with its first line of advice; for a healthy run, whether each of those flags is
+a true observation of it (``tests.real_logs.TRUE_OBSERVATIONS``, the numbers that make it so).
 
     .venv/bin/python bench/real_logs.py [--out bench/results/real_logs.txt]
 """
@@ -22,7 +23,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from monitor.logs.parse import parse_file  # noqa: E402
-from tests.real_logs import analyze_doc, entries, load, reference_wall  # noqa: E402
+from tests.real_logs import (  # noqa: E402
+    HERE,
+    SHARED,
+    analyze_doc,
+    entries,
+    false_flags,
+    load,
+    reference_wall,
+)
+
+
+def _read_from(log: Path) -> str:
+    if log.parent == HERE:
+        return "committed copy"
+    if log.parent == SHARED:
+        return "../shared/real_logs"
+    return "snapshot of the repository"
 
 
 def measure(cache: Path) -> list[str]:
@@ -42,6 +59,7 @@ def measure(cache: Path) -> list[str]:
             ours = steps[-1].end_time - steps[0].end_time  # record to record, as wandb's
         ref = reference_wall(entry, log, steps)
         lines = [head,
+                 f"  read from: {_read_from(log)}",
                  f"  trainer read {doc['trainer_mode']} (expected {entry.mode}), version "
                  f"{doc['version_guess']} (log: verl {entry.verl}); {len(steps)} steps",
                  f"  clock used: {wall.get('clock')}; reference clock: {entry.clock or 'none'}"]
@@ -64,6 +82,10 @@ def measure(cache: Path) -> list[str]:
             seen.add(f["kind"])
             advice = (f.get("advice") or ["-"])[0]
             lines.append(f"    {f['kind']}: {f.get('evidence', '')} | advice: {advice}")
+        if entry.healthy:
+            wrong = false_flags(doc, log)
+            lines.append("  healthy run: " + ("; ".join(wrong) if wrong else
+                                              "no false flag (each warning a true observation)"))
         out.append("\n".join(lines) + "\n")
     return out
 

@@ -2,10 +2,12 @@
 
 ``tests/fixtures/real_logs/manifest.json`` names each log: the repository, commit and path it
 was read from, its sha256, its licence, the trainer that wrote it and the clock it carries.
-A log is read from ``tests/fixtures/real_logs/<name>.log`` when that file is there, else from a
-local snapshot of its repository (``/work/.mirror/<owner>+<repo>/repo``, or the folder in
-``VERL_MONITOR_MIRRORS``) at the recorded commit; ``load`` returns None when neither is there,
-or when the bytes are not the recorded ones.
+A log is read from ``tests/fixtures/real_logs/<name>.log`` when that file is there, else from
+``../shared/real_logs/<name>.log`` (beside the repository: where the steering repo places the
+ones whose licence allows it), else from a local snapshot of its repository
+(``/work/.mirror/<owner>+<repo>/repo``, or the folder in ``VERL_MONITOR_MIRRORS``) at the
+recorded commit, whichever first has the recorded bytes; ``load`` returns None when none
+has them.
 
 Reference clocks, read here independently of the monitor's parser:
 
@@ -23,7 +25,9 @@ import hashlib
 import json
 import os
 import re
+import statistics
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent / "fixtures" / "real_logs"
 MANIFEST = HERE / "manifest.json"
 MIRRORS = Path(os.environ.get("VERL_MONITOR_MIRRORS", "/work/.mirror"))
+#: Logs placed beside the repository by the steering repo (``shared/real_logs/<name>.log``).
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 
 _TQDM_RE = re.compile(r"Training Progress:\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[([\d:]+)<")
 _RUNTIME_RE = re.compile(rb"_runtime.{1,4}?(\d+(?:\.\d+)?)", re.S)
@@ -74,12 +80,12 @@ def _git_show(entry: RealLog, path: str) -> bytes | None:
 
 def load(entry: RealLog, cache: Path) -> Path | None:
     """The log as a local file (under ``cache`` when taken from a snapshot), or None."""
-    committed = HERE / f"{entry.name}.log"
-    data = committed.read_bytes() if committed.is_file() else _git_show(entry, entry.path)
+    for placed in (HERE / f"{entry.name}.log", SHARED / f"{entry.name}.log"):
+        if placed.is_file() and hashlib.sha256(placed.read_bytes()).hexdigest() == entry.sha256:
+            return placed
+    data = _git_show(entry, entry.path)
     if data is None or hashlib.sha256(data).hexdigest() != entry.sha256:
         return None
-    if committed.is_file():
-        return committed
     out = cache / f"{entry.name}.log"
     out.write_bytes(data)
     return out
@@ -145,3 +151,52 @@ def reference_wall(entry: RealLog, log: Path, steps: list[Any]) -> float | None:
         if runtimes and first in runtimes and last in runtimes:
             return runtimes[last] - runtimes[first]
     return None
+
+
+def _ratio(metrics: dict[str, Any], top: str, mean: str) -> float | None:
+    try:
+        return float(metrics[top]) / float(metrics[mean])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def long_tail_is_true(flag: dict[str, Any], metrics: dict[int, dict[str, Any]]) -> str:
+    """rollout_long_tail is true of a step range when the log's own figures show the tail:
+    over the flagged steps, the longest response at least 4x the mean length and the slowest
+    sample's generation at least 2x the mean one (median over the steps; the ledger counts a
+    tail from 2x, goodput.tail_min_response_ratio). On these runs: 4.4x-184x and 2.4x-43x.
+    Returns what is wrong, or ''."""
+    first, last = flag["scope"]["steps"]
+    resp = [r for n in range(first, last + 1)
+            if (r := _ratio(metrics.get(n, {}), "response_length/max", "response_length/mean"))]
+    gen = [r for n in range(first, last + 1)
+           if (r := _ratio(metrics.get(n, {}), "timing_s/agent_loop/generate_sequences/max",
+                           "timing_s/agent_loop/generate_sequences/mean"))]
+    if not resp or not gen:
+        return "no response_length / agent_loop timers in the flagged steps"
+    r, g = statistics.median(resp), statistics.median(gen)
+    return "" if r >= 4.0 and g >= 2.0 else f"longest/mean response {r:.1f}x, generation {g:.1f}x"
+
+
+#: Warnings that real healthy runs raise and that are true of them: kind -> the check, on the
+#: log's own numbers, that makes the flag true (it returns what is wrong, or '').
+TRUE_OBSERVATIONS: dict[str, Callable[[dict[str, Any], dict[int, dict[str, Any]]], str]] = {
+    "rollout_long_tail": long_tail_is_true,
+}
+
+
+def false_flags(doc: dict[str, Any], log: Path) -> list[str]:
+    """Each warning or critical flag of ``analyze``'s document that is not a true observation
+    of the run (see ``TRUE_OBSERVATIONS``), in words; empty when all are."""
+    from monitor.logs.parse import parse_file
+
+    metrics = {s.step: s.metrics for s in parse_file(log).steps}
+    wrong = []
+    for flag in doc["flags"]:
+        if flag["severity"] not in ("warning", "critical"):
+            continue
+        check = TRUE_OBSERVATIONS.get(flag["kind"])
+        why = "not a true observation" if check is None else check(flag, metrics)
+        if why:
+            wrong.append(f"{flag['kind']} ({flag['severity']}): {flag['evidence']} -- {why}")
+    return wrong

@@ -9,51 +9,16 @@ clocks. A log that is not here is skipped, saying so.
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from monitor.logs.parse import parse_file
 from monitor.report import render_text
-from tests.real_logs import RealLog, analyze_doc, entries, load, reference_wall
+from tests.real_logs import RealLog, analyze_doc, entries, false_flags, load, reference_wall
 
 ENTRIES = entries()
 IDS = [e.name for e in ENTRIES]
-
-def _ratio(metrics: dict[str, Any], top: str, mean: str) -> float | None:
-    try:
-        return float(metrics[top]) / float(metrics[mean])
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-
-
-def _long_tail_is_true(flag: dict[str, Any], metrics: dict[int, dict[str, Any]]) -> str:
-    """rollout_long_tail is true of a step range when the log's own figures show the tail:
-    over the flagged steps, the longest response at least 4x the mean length and the slowest
-    sample's generation at least 2x the mean one (median over the steps; the ledger counts a
-    tail from 2x, goodput.tail_min_response_ratio). On these runs: 4.4x-184x and 2.4x-43x.
-    Returns what is wrong, or ''."""
-    first, last = flag["scope"]["steps"]
-    resp = [r for n in range(first, last + 1)
-            if (r := _ratio(metrics.get(n, {}), "response_length/max", "response_length/mean"))]
-    gen = [r for n in range(first, last + 1)
-           if (r := _ratio(metrics.get(n, {}), "timing_s/agent_loop/generate_sequences/max",
-                           "timing_s/agent_loop/generate_sequences/mean"))]
-    if not resp or not gen:
-        return "no response_length / agent_loop timers in the flagged steps"
-    r, g = statistics.median(resp), statistics.median(gen)
-    return "" if r >= 4.0 and g >= 2.0 else f"longest/mean response {r:.1f}x, generation {g:.1f}x"
-
-
-#: Warnings that real healthy runs raise and that are true of them: kind -> the check, on the
-#: log's own numbers, that makes the flag true (it returns what is wrong, or '').
-TRUE_OBSERVATIONS: dict[str, Callable[[dict[str, Any], dict[int, dict[str, Any]]], str]] = {
-    "rollout_long_tail": _long_tail_is_true,
-}
-
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -115,19 +80,10 @@ def test_a_log_without_a_clock_says_its_times_are_estimates(entry: RealLog,
                          ids=[e.name for e in ENTRIES if e.healthy])
 def test_healthy_real_runs_raise_no_false_flag(entry: RealLog, cache: Path) -> None:
     """Every warning or critical flag on a healthy run is a true observation, checked on the
-    log's own numbers; no other kind (stalled, reshard_spike, phase_imbalance ...) is raised."""
+    log's own numbers (``tests.real_logs.TRUE_OBSERVATIONS``); no other kind (stalled,
+    reshard_spike, phase_imbalance ...) is raised."""
     log = _log(entry, cache)
-    doc = analyze_doc(log)
-    metrics = {s.step: s.metrics for s in parse_file(log).steps}
-    wrong = []
-    for flag in doc["flags"]:
-        if flag["severity"] not in ("warning", "critical"):
-            continue
-        check = TRUE_OBSERVATIONS.get(flag["kind"])
-        why = "not a true observation" if check is None else check(flag, metrics)
-        if why:
-            wrong.append(f"{flag['kind']} ({flag['severity']}): {flag['evidence']} -- {why}")
-    assert wrong == []
+    assert false_flags(analyze_doc(log), log) == []
 
 
 def test_the_resumed_sync_run_raises_nothing(cache: Path) -> None:
@@ -144,3 +100,21 @@ def test_a_crash_before_the_first_step_is_unknown_and_quotes_its_error(cache: Pa
     assert doc["trainer_mode"] == "unknown"
     fatal = [f for f in doc["flags"] if f["kind"] == "fatal_error"]
     assert fatal and "NotImplementedError" in fatal[0]["evidence"]
+
+
+def test_a_log_placed_beside_the_repository_is_read_first(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``../shared/real_logs/<name>.log`` (the steering repo's copy) is read before the
+    snapshot; a copy whose bytes are not the recorded ones is passed over."""
+    import tests.real_logs as real_logs
+
+    entry = next(e for e in ENTRIES if e.name == "opd_agent_loop_b91ltsnz")
+    source = _log(entry, cache)
+    monkeypatch.setattr(real_logs, "SHARED", tmp_path)
+    placed = tmp_path / f"{entry.name}.log"
+    placed.write_bytes(source.read_bytes())
+    assert load(entry, cache / "unused") == placed
+    placed.write_bytes(source.read_bytes() + b"\n")
+    other = cache / "other"
+    other.mkdir()
+    assert load(entry, other) in (None, other / f"{entry.name}.log")  # the snapshot, if any
