@@ -306,3 +306,40 @@ def test_one_phase_climbing_alone_is_not_a_leak_when_another_phase_stays_flat():
                                         60.0) * GIB
 
     assert _creeps(_ctx(steps, update_only)) == []
+
+
+# --- short steps (real verl: 2-3 s steps sampled each second) ---------------------------------
+
+
+def _short_steps(leak_gib_per_step: float = 0.0, from_step: int = 2):
+    """12 steps of 2.5 s sampled each second: generation holds 40 GiB, training 10 GiB, and the
+    generation share grows from 40% to 90%, so the step's middle sample is whichever phase it
+    hit. ``leak_gib_per_step`` is kept every step from ``from_step`` (held through every phase)."""
+    def mix(step, phases):
+        gen = 0.4 + 0.5 * (step - 1) / 11
+        phases.clear()
+        phases.update(gen=2.5 * gen, update_actor=2.5 * (1 - gen))
+
+    steps = make_steps(n=12, step_s=2.5, edit=mix)
+
+    def memory(df):
+        step = df["step"].fillna(1).to_numpy()
+        kept = leak_gib_per_step * np.clip(step - from_step, 0, None)
+        df["mem_used_bytes"] = (np.where(df["phase"] == "gen", 40.0, 10.0) + kept) * GIB
+
+    return steps, _ctx(steps, memory, n_gpus=1)
+
+
+def test_short_steps_whose_samples_hit_different_phases_are_not_a_creep():
+    steps, ctx = _short_steps()
+    assert _creeps(ctx) == []
+
+
+def test_a_fast_leak_in_short_steps_is_named_within_3_steps_of_its_start():
+    # each step's floor (its lowest sample) rises by the 4 GiB kept: named at the end of step 5,
+    # three steps after the leak starts at step 2 (min_points would wait for step 6)
+    steps, ctx = _short_steps(leak_gib_per_step=4.0)
+    (f,) = _creeps(ctx)
+    assert "at +4.0 GiB per step" in f.evidence
+    assert f.start <= steps[4].end_time + 1e-6
+    assert f.advice[0].startswith("Memory that grows every step is kept across steps")

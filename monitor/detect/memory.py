@@ -61,9 +61,10 @@ def creep(peaks: np.ndarray, capacity: float, cfg: Section, min_rate: float,
     Steady: the Theil-Sen slope is at least ``min_rate`` bytes per unit, at least
     ``steady_share`` of the successive differences rise by a quarter of it or more, the
     window grew by ``min_total_gib`` in all, and no single rise is more than
-    ``max_jump_share`` of that growth."""
+    ``max_jump_share`` of that growth. At least ``min_points`` levels, or fewer for a fast
+    leak per step (``_fast``)."""
     peaks = np.asarray(peaks, float)
-    if len(peaks) < max(3, cfg.get_int("min_points")):
+    if len(peaks) < 3:
         return None
     rate = theil_sen(peaks, x)
     if not np.isfinite(rate) or rate < min_rate:
@@ -71,6 +72,9 @@ def creep(peaks: np.ndarray, capacity: float, cfg: Section, min_rate: float,
     diffs = np.diff(peaks)
     if x is not None:
         diffs = diffs / np.where(np.diff(x) > 0, np.diff(x), np.nan)
+    few = len(peaks) < cfg.get_int("min_points")
+    if few and (x is not None or not _fast(rate, diffs, len(peaks), cfg)):
+        return None
     if np.mean(diffs >= 0.25 * rate) < cfg.get_float("steady_share"):
         return None
     total = peaks[-1] - peaks[0]
@@ -78,11 +82,24 @@ def creep(peaks: np.ndarray, capacity: float, cfg: Section, min_rate: float,
         return None
     # spread over the window, not one jump: a level that steps up once and stays (a mode
     # change, two weight copies kept from then on) fits a slope across the step too
-    if np.max(np.diff(peaks)) > cfg.get_float("max_jump_share", 1.0) * total:
+    # (a fast leak's few levels each rose by a good part of its rate already)
+    if not few and np.max(np.diff(peaks)) > cfg.get_float("max_jump_share", 1.0) * total:
         return None
     left = (capacity - peaks[-1]) / rate if capacity > 0 else float("inf")
     return Creep(rate=rate, level=float(peaks[-1]), first=float(peaks[0]),
                  units_left=max(0.0, float(left)))
+
+
+def _fast(rate: float, diffs: np.ndarray, n: int, cfg: Section) -> bool:
+    """A leak fast enough to name from fewer than ``min_points`` step levels: at least
+    ``fast_points`` of them, a slope of ``fast_rate_gib_per_step`` or more, and every rise at
+    least half of that and half of the largest rise: a leak keeps about the same each step,
+    while a warm-up that lasts past ``warmup_points`` slows down (real GPU: 26 -> 34 -> 36 GiB,
+    then flat). Real verl: a hook that keeps 4 GiB an update is named in the third step after
+    it starts, not the sixth."""
+    fast = cfg.get_float("fast_rate_gib_per_step", 0.0) * GIB
+    return (fast > 0 and n >= cfg.get_int("fast_points", 3) and rate >= fast
+            and bool(np.all(diffs >= 0.5 * max(fast, float(np.max(diffs))))))
 
 
 def forecast_text(rate: float, units_left: float, unit: str) -> str:
@@ -102,10 +119,11 @@ def _levels(df: pd.DataFrame, keys: list[str], col: str, cap_col: str | None, q:
     fixed windows)."""
     df = df[(df["win"] >= 0) & df[col].notna()] if len(df) else df
     if len(df) == 0:
-        return pd.DataFrame(columns=[*keys, "win", "peak", "cap", "end", "step"])
+        return pd.DataFrame(columns=[*keys, "win", "peak", "n", "floor", "cap", "end", "step"])
     grp = df.groupby([*keys, "win"])
     per = grp[col].quantile(q).rename("peak").to_frame()
     per["n"] = grp[col].size()
+    per["floor"] = grp[col].min()
     per["cap"] = grp[cap_col].max() if cap_col else np.nan
     per = per.reset_index()
     per["end"] = windows["end"].to_numpy(float)[per["win"].to_numpy(int)]
@@ -121,14 +139,24 @@ def _series(g: pd.DataFrame, cfg: Section) -> pd.DataFrame:
     if len(stepped) >= cfg.get_int("min_points"):
         g = stepped.drop_duplicates("step", keep="last")
         if "n" in g.columns and float(g["n"].median()) < cfg.get_int("min_samples_per_point"):
-            # steps shorter than a few samples: each level is whichever phase its samples hit
-            # (gen and training hold different memory); judge the memory per minute instead
-            g = _buckets(g, 60.0)
+            g = _short_steps(g, cfg)
     elif len(g):
         # no steps (a node without the verl log): fixed windows hold a varying mix of phases
         # whose memory differs; judge levels over buckets long enough to hold many steps
         g = _buckets(g, cfg.get_float("unstepped_bucket_s"))
     return g.iloc[cfg.get_int("warmup_points"):]
+
+
+def _short_steps(g: pd.DataFrame, cfg: Section) -> pd.DataFrame:
+    """Levels of steps shorter than ``min_samples_per_point`` samples. A middle level is
+    whichever phase the few samples hit (gen and training hold different memory); memory kept
+    across steps is held through every phase, so each step's lowest sample (its floor) rises
+    with a leak and not with the phase mix. With ``min_floor_samples`` or more samples a step
+    the floors are judged per step (real verl: 2-3 s steps sampled each second); with fewer the
+    memory is judged per minute."""
+    if float(g["n"].median()) >= cfg.get_int("min_floor_samples", 2):
+        return g[g["n"] >= cfg.get_int("min_floor_samples", 2)].assign(peak=lambda d: d["floor"])
+    return _buckets(g, 60.0)
 
 
 def _buckets(g: pd.DataFrame, seconds: float) -> pd.DataFrame:
