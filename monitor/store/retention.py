@@ -9,20 +9,18 @@
 3. Free pages are handed back to the file system (the schema uses incremental auto-vacuum)
    and the WAL is checkpointed.
 
-Steps, events, flags, meta and the outbox are never touched.
+Steps, events, flags, meta and the outbox are never touched. These are functions of a
+connection; ``RunStore.compact`` runs them under its write lock (this module never imports
+the store).
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
-from typing import TYPE_CHECKING
 
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, ROLLOUT_COLUMNS
 from monitor.store.schema import NCCL_COLUMNS
-
-if TYPE_CHECKING:
-    from monitor.store.runstore import RunStore
 
 _SAMPLE_TABLES = ("gpu_samples", "host_samples", "nccl_samples", "rollout_samples")
 
@@ -125,38 +123,29 @@ def _trim_to_size(conn: sqlite3.Connection, max_bytes: int, width: float) -> int
     return dropped
 
 
-def compact(store: RunStore, now: float | None = None) -> dict[str, int]:
-    """Apply retention to ``store``; ``now`` defaults to the newest sample's timestamp.
+def apply_retention(conn: sqlite3.Connection, now: float | None, retention_s: float,
+                    width: float, max_bytes: int) -> tuple[int, int, int]:
+    """Steps 1 and 2 on ``conn``, inside the caller's write transaction: fold raw samples
+    older than ``retention_s`` before ``now`` (default: the newest sample's timestamp) into
+    ``width``-second buckets, then delete the oldest samples until the data fits
+    ``max_bytes``. Returns (raw rows folded, buckets written, rows deleted for size).
 
     Using the newest sample rather than the wall clock keeps a replayed or copied run intact.
-    Returns counts: ``downsampled`` (raw rows folded into buckets), ``buckets`` (rows written),
-    ``dropped`` (rows deleted for size), ``bytes_before`` and ``bytes_after`` (file on disk).
     """
-    bytes_before = store.file_bytes()
-    width = store.downsample_s
+    ref = now
+    if ref is None:
+        ref = _span(conn, raw=True)[1]
+    removed = added = 0
+    if ref is not None and width > 0:
+        cutoff = math.floor((ref - retention_s) / width) * width
+        removed, added = _downsample(conn, cutoff, width)
+    dropped = _trim_to_size(conn, max_bytes, width)
+    return removed, added, dropped
 
-    def work(conn: sqlite3.Connection) -> tuple[int, int, int]:
-        ref = now
-        if ref is None:
-            ref = _span(conn, raw=True)[1]
-        removed = added = 0
-        if ref is not None and width > 0:
-            cutoff = math.floor((ref - store.retention_s) / width) * width
-            removed, added = _downsample(conn, cutoff, width)
-        dropped = _trim_to_size(conn, store.max_bytes, width)
-        return removed, added, dropped
 
-    removed, added, dropped = store._write(work)
-    conn = store._conn()
-    with store._write_lock:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        # sqlite3.execute steps a statement once, which frees one page: executescript runs it out
-        conn.executescript("PRAGMA incremental_vacuum;")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return {
-        "downsampled": removed,
-        "buckets": added,
-        "dropped": dropped,
-        "bytes_before": bytes_before,
-        "bytes_after": store.file_bytes(),
-    }
+def release_space(conn: sqlite3.Connection) -> None:
+    """Step 3, outside any transaction: hand the free pages back and checkpoint the WAL."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    # sqlite3.execute steps a statement once, which frees one page: executescript runs it out
+    conn.executescript("PRAGMA incremental_vacuum;")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -545,10 +545,27 @@ class RunStore:
         return self.integrity_problem
 
     def compact(self, now: float | None = None) -> dict[str, int]:
-        """Apply retention now; see ``monitor.store.retention.compact``."""
-        from monitor.store.retention import compact
+        """Apply retention now (``monitor.store.retention``); ``now`` defaults to the newest
+        sample's timestamp.
 
-        return compact(self, now=now)
+        Returns counts: ``downsampled`` (raw rows folded into buckets), ``buckets`` (rows
+        written), ``dropped`` (rows deleted for size), ``bytes_before`` and ``bytes_after``
+        (file on disk).
+        """
+        from monitor.store.retention import apply_retention, release_space
+
+        bytes_before = self.file_bytes()
+        removed, added, dropped = self._write(lambda conn: apply_retention(
+            conn, now, self.retention_s, self.downsample_s, self.max_bytes))
+        with self._write_lock:
+            release_space(self._conn())
+        return {
+            "downsampled": removed,
+            "buckets": added,
+            "dropped": dropped,
+            "bytes_before": bytes_before,
+            "bytes_after": self.file_bytes(),
+        }
 
     # ------------------------------------------------------------------ outbox (notifications)
 
