@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from monitor.records import ALL_PHASES, Flag
+from monitor.api import ALL_PHASES, Flag
 
 #: One colour per canonical phase, stable across every chart.
 PHASE_COLORS: dict[str, str] = {
@@ -182,7 +182,7 @@ def goodput_bars(ledger: pd.DataFrame) -> go.Figure:
     title = "Goodput: each step's GPU-seconds by cause (%)"
     if ledger is None or len(ledger) == 0:
         return empty_figure(title, "no steps with GPU samples yet")
-    from monitor.analysis.goodput import CAUSES
+    from monitor.api import CAUSES
 
     rows = ledger[~ledger["tail"].astype(bool)] if "tail" in ledger.columns else ledger
     per = rows.groupby("step")[["wall", *CAUSES]].sum()
@@ -381,7 +381,7 @@ def comm_share(steps: pd.DataFrame, nccl: pd.DataFrame) -> go.Figure:
 
 def comm_share_limit() -> float:
     """``comm_heavy.comm_share_max`` from the config: where the comm_heavy detector starts."""
-    from monitor.config import load_config
+    from monitor.api import load_config
 
     return float(load_config().section("comm_heavy").get("comm_share_max", 0.25))
 
@@ -488,7 +488,7 @@ def _forecast_line(fig: go.Figure, flag: Flag, gpu: pd.DataFrame, col: str,
                    total: float) -> None:
     """memory_creep: the growth of the flag's fastest GPU carried on to the capacity (a dotted
     line, robust slope over per-minute medians), with the flag's forecast as its label."""
-    from monitor.detect.memory import theil_sen
+    from monitor.api import theil_sen
 
     gpus = set(flag.scope.get("gpus") or [])
     best: tuple[float, float, float] | None = None  # rate (bytes/s), last ts, last level

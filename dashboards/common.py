@@ -23,8 +23,7 @@ import streamlit as st
 
 from dashboards.escape import escape_markdown
 from dashboards.sources import MetricSource, SourceError, SourceStatus, open_source, steps_to_frame
-from monitor.config import Config
-from monitor.records import Flag, StepRecord
+from monitor.api import Config, Flag, StepRecord
 
 #: Window choices (label -> seconds; None = everything the source holds).
 WINDOWS: dict[str, float | None] = {
@@ -326,13 +325,13 @@ def config_path() -> str | None:
 
 @st.cache_data(ttl=30, show_spinner=False, max_entries=8)
 def _run_config(key: str, path: str | None, stamp: tuple) -> Config:
-    from monitor.config import load_config
+    from monitor.api import load_config
 
     if path:
         return load_config(path)
     cfg = source_config()
     if cfg.store and not cfg.prometheus and os.path.exists(cfg.store):
-        from monitor.store.runstore import RunStore
+        from monitor.api import RunStore
 
         try:
             with RunStore(cfg.store, create=False) as rs:
@@ -370,7 +369,7 @@ def _attribution_samples(key: str, steps: list[StepRecord], start: float, end: f
     else:
         frame = load_gpu(key, a_start, end, points, node)
     if get_source().kind == "prometheus" and len(frame):
-        from monitor.analysis.attribution import sample_period
+        from monitor.api import sample_period
 
         frame = frame.assign(ts=frame["ts"] - sample_period(frame["ts"]) / 2)
     return frame
@@ -385,7 +384,7 @@ def load_attribution(key: str, start: float, end: float, last_step_end: float,
     sample counts and withheld phases); with ``fleet`` for the mean across GPUs (one row per
     phase, cheap on any cluster). Recomputed only when a new step has arrived
     (``last_step_end`` is part of the key). See :func:`_last_steps` for ``_steps_end``."""
-    from monitor.analysis.run_analysis import RunAnalysis
+    from monitor.api import RunAnalysis
 
     recent = _analysis_steps(key, start, end, _steps_end)[-n_steps:]
     if not recent:
@@ -435,7 +434,7 @@ def load_steps_util(key: str, start: float, end: float, last_step_end: float,
 def phase_min_samples() -> int:
     """Samples wholly inside a phase below which its figures are withheld
     (``dashboard.phase_min_samples`` of ``monitor/defaults.yaml``, read once)."""
-    from monitor.analysis.attribution import default_min_phase_samples
+    from monitor.api import default_min_phase_samples
 
     return default_min_phase_samples()
 
@@ -458,7 +457,7 @@ def load_goodput(key: str, start: float, end: float, last_step_end: float,
     """The goodput ledger (``monitor.analysis.goodput.ledger``) of the last ``n_steps`` steps,
     per step and GPU (the mean across GPUs from Prometheus, cheap on any cluster). Recomputed
     only when a new step has arrived."""
-    from monitor.analysis.run_analysis import RunAnalysis
+    from monitor.api import RunAnalysis
 
     recent = _analysis_steps(key, start, end, _steps_end)
     recent = recent[-(n_steps + 1):]  # one more: the first step's wall time starts at it
@@ -527,7 +526,7 @@ def load_pending(key: str, start: float | None = None,
 
 @functools.lru_cache(maxsize=1)
 def _suppress_rules() -> dict[str, tuple[str, ...]]:
-    from monitor.config import load_config
+    from monitor.api import load_config
 
     return {k: tuple(v or ()) for k, v in load_config().section("suppress").items()}
 
@@ -545,7 +544,7 @@ def rank_flags(flags: list[Flag]) -> list[Flag]:
     """Open flags in the order to act on them: most severe first; within a severity, a cause
     before the flags it explains (the straggler before the waiting GPUs' flags), then the
     newest."""
-    from monitor.records import SEVERITIES
+    from monitor.api import SEVERITIES
 
     sev = {s: i for i, s in enumerate(reversed(SEVERITIES))}
 

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from monitor.detect.advice import advice_for
-from monitor.records import Flag
+from monitor.api import Flag, advice_for
 
 #: alert name -> what it says, in words (node and GPU filled in)
 CROSS_NODE_ALERTS: dict[str, str] = {

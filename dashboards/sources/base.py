@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from monitor.records import ALL_PHASES, StepRecord
+from monitor.api import ALL_PHASES, StepRecord
 
 #: NCCL activity per time bucket: ``exec_share`` is NCCL seconds per wall second (summed over
 #: communicators and ranks of the node), ``bytes_per_s`` message bytes per second, ``busbw_bps``

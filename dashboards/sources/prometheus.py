@@ -52,11 +52,16 @@ from dashboards.sources.base import (
     SourceStatus,
     summarize_nodes,
 )
-from monitor import metric_names as m
-from monitor.downsample import bucket_seconds
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
-from monitor.records import Flag, StepRecord
-from monitor.urls import redact, split_url
+from monitor.api import (
+    GPU_COLUMNS,
+    HOST_COLUMNS,
+    Flag,
+    StepRecord,
+    bucket_seconds,
+    redact,
+    split_url,
+)
+from monitor.api import metric_names as m
 
 #: Prometheus refuses range queries returning more than this many points per series.
 MAX_POINTS_PER_SERIES = 11_000
@@ -644,7 +649,7 @@ class PrometheusSource:
         activity in the phase, the samples inside it per GPU and its seconds per GPU; the
         columns of ``phase_summary`` (``node`` "all", ``gpu`` 0), its figures withheld where
         the samples are too few. Empty when the exporters publish no such counters."""
-        from monitor.analysis.attribution import default_min_phase_samples
+        from monitor.api import default_min_phase_samples
 
         span = max(int(math.ceil(end - start)), int(self.scrape_interval()))
         sel = self._sel()
@@ -901,7 +906,7 @@ def _flag_advice(kind: str, exported: str) -> list[str]:
     """The flag's own advice as the exporter exports it (``verlmon_flag_info``'s ``advice``, a
     line per piece: the words the store and Slack show); the detectors' advice table for
     ``kind`` only when the exporter sent none (an older exporter, or a flag without advice)."""
-    from monitor.detect.advice import advice_for
+    from monitor.api import advice_for
 
     own = [line.strip() for line in str(exported or "").split("\n") if line.strip()]
     return own or list(advice_for(kind) or [])

@@ -22,9 +22,16 @@ from dashboards.sources.base import (
     node_summary_from_gpu,
     rollout_view,
 )
-from monitor.downsample import MAX_ENVELOPE, MIN_ENVELOPE, bucket_seconds, downsample
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
-from monitor.records import Flag, StepRecord
+from monitor.api import (
+    GPU_COLUMNS,
+    HOST_COLUMNS,
+    MAX_ENVELOPE,
+    MIN_ENVELOPE,
+    Flag,
+    StepRecord,
+    bucket_seconds,
+    downsample,
+)
 
 #: Buckets per cached chunk of a long window (see ``StoreSource._sql_buckets``).
 CHUNK_BUCKETS = 100
@@ -50,7 +57,7 @@ class StoreSource:
         self._chunks: dict[tuple, pd.DataFrame] = {}
 
     def _open(self):
-        from monitor.store.runstore import RunStore, StoreError
+        from monitor.api import RunStore, StoreError
 
         with self._lock:
             if self._store is not None:

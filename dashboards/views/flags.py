@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboards import charts, common
 from dashboards.sources.alerts import CROSS_NODE_ALERTS
-from monitor.records import FLAG_KINDS, SEVERITIES
+from monitor.api import FLAG_KINDS, SEVERITIES
 
 #: Seconds shown around a flag's window.
 PAD_S = 300.0

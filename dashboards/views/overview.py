@@ -14,9 +14,7 @@ from dashboards.escape import escape_markdown
 from dashboards.gpu_time import gpu_time_segments, stacked_bar_html
 from dashboards.html_blocks import Stat, inline_html, stat_row_html
 from dashboards.sparkline import Line, trend_html
-from monitor.analysis.goodput import CAUSE_TEXT, cause_line, totals
-from monitor.analysis.run_analysis import FLAG_CAUSES, rank_problems
-from monitor.records import SEVERITIES
+from monitor.api import CAUSE_TEXT, FLAG_CAUSES, SEVERITIES, cause_line, rank_problems, totals
 
 settings = common.settings()
 st.title("Overview")

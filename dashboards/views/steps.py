@@ -7,8 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
-from monitor.analysis.attribution import phase_timeline
-from monitor.analysis.summary import phase_table
+from monitor.api import phase_table, phase_timeline
 
 #: The page's views, one drawn at a time (the first by default).
 VIEWS = ["Timeline", "Seconds per phase", "Phase statistics", "Reshard"]
