@@ -60,6 +60,27 @@ def gpu_table(gpu: pd.DataFrame, flags: list, single_node: bool) -> pd.DataFrame
     return per
 
 
+def _imbalance_notes(flags: list) -> None:
+    """Above the table: each open gpu_imbalance flag of the node picked, or that the GPUs are
+    balanced (and on which other nodes such a flag is open)."""
+    imbalance = [f for f in flags if base_kind(f.kind) == "gpu_imbalance"
+                 and (node_choice is None or f.scope.get("node") in (None, node_choice))]
+    if imbalance:
+        for f in imbalance:
+            st.warning(f"**{escape_markdown(common.flag_title(f))}**  \n"
+                       f"{escape_markdown(f.evidence)}", icon=":material/warning:")
+    else:
+        where = f" on {node_choice}" if node_choice else ""
+        st.success(f"GPUs balanced{where}: no gpu_imbalance flag is open (the detector compares "
+                   "each GPU with its peers on the node; thresholds in monitor/defaults.yaml).",
+                   icon=":material/check_circle:")
+        elsewhere = sorted({str(f.scope.get("node")) for f in flags
+                            if base_kind(f.kind) == "gpu_imbalance" and f.scope.get("node")})
+        if elsewhere:
+            st.info(f"A straggler or imbalance flag is open on {', '.join(elsewhere)}: pick it "
+                    "under Node.")
+
+
 @common.live_panel(settings)
 def live(start: float, end: float, key: str) -> None:
     """Heat maps and attribution; reruns on the live refresh."""
@@ -90,22 +111,7 @@ def live(start: float, end: float, key: str) -> None:
                 "the straggler flag looked"),
         }
     flagged = table[table["status"] != "ok"]
-    imbalance = [f for f in flags if base_kind(f.kind) == "gpu_imbalance"
-                 and (node_choice is None or f.scope.get("node") in (None, node_choice))]
-    if imbalance:
-        for f in imbalance:
-            st.warning(f"**{escape_markdown(common.flag_title(f))}**  \n"
-                       f"{escape_markdown(f.evidence)}", icon=":material/warning:")
-    else:
-        where = f" on {node_choice}" if node_choice else ""
-        st.success(f"GPUs balanced{where}: no gpu_imbalance flag is open (the detector compares "
-                   "each GPU with its peers on the node; thresholds in monitor/defaults.yaml).",
-                   icon=":material/check_circle:")
-        elsewhere = sorted({str(f.scope.get("node")) for f in flags
-                            if base_kind(f.kind) == "gpu_imbalance" and f.scope.get("node")})
-        if elsewhere:
-            st.info(f"A straggler or imbalance flag is open on {', '.join(elsewhere)}: pick it "
-                    "under Node.")
+    _imbalance_notes(flags)
     st.dataframe(
         table, hide_index=True, key="gpu_table", width="stretch",
         column_config={
