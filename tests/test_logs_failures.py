@@ -257,3 +257,40 @@ def test_a_traceback_names_the_innermost_ray_task_and_its_deepest_frames():
     }
     assert short_path("/usr/lib/python3/dist-packages/torch/x.py") == "torch/x.py"
     assert traceback_origin(["KeyError: 'x'"]) == {}
+
+
+def test_a_ray_traceback_goes_on_past_the_carets_under_its_re_raised_lines():
+    """Python 3.11+ marks each frame's failing expression (``^^^^``, ``~~^^``); real verl's
+    driver traceback (0.5.0.dev on the H200, parameter offload with the HF rollout) has them
+    right under Ray's re-raised ``RayTaskError(X): ray::...`` lines. The traceback used to end
+    there, quoting ``RayTaskError(AssertionError): ray::TaskRunner.run()``; it now reaches the
+    worker's frames and the root exception."""
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/opt/verl/verl/trainer/main_ppo.py", line 83, in run_ppo',
+        "    ray.get(runner.run.remote(config))",
+        "ray.exceptions.RayTaskError(AssertionError): \x1b[36mray::TaskRunner.run()\x1b[39m "
+        "(pid=3138, ip=127.0.0.1)",
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        '  File "/opt/verl/verl/single_controller/ray/base.py", line 48, in __call__',
+        "    output = ray.get(output)",
+        "             ^^^^^^^^^^^^^^^",
+        "           ~~~~~~~^^^^^^^^",
+        "ray.exceptions.RayTaskError(AssertionError): ray::WorkerDict.actor_rollout_generate_"
+        "sequences() (pid=4271, ip=127.0.0.1)",
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        '  File "/opt/verl/verl/workers/rollout/hf_rollout.py", line 111, in _generate_minibatch',
+        "    with param_ctx, torch.autocast(device_type=get_device_name(), dtype=torch.bfloat16):",
+        '  File "/env/site-packages/torch/distributed/utils.py", line 164, in _p_assert',
+        "    raise AssertionError(s)",
+        "AssertionError: Expects tensor to be on the compute device cuda:0, was on cpu",
+        "step:1 - timing_s/step:2.0",
+    ]
+    parser = LogParser()
+    items = [item for line in lines for item in parser.feed(line)] + parser.flush()
+    (ev,) = [e for e in items if getattr(e, "kind", "") == "traceback"]
+    assert ev.message == ("AssertionError: Expects tensor to be on the compute device cuda:0, "
+                          "was on cpu")
+    assert ev.data["task"] == "WorkerDict.actor_rollout_generate_sequences"
+    assert ev.data["verl_frame"] == ("verl/workers/rollout/hf_rollout.py:111 in "
+                                     "_generate_minibatch")

@@ -164,9 +164,12 @@ def test_parameter_offload_with_the_hf_rollout_is_a_fatal_error_not_an_oom():
     assert "OOM" not in f["advice"][0] and "out of memory" not in f["advice"][0]
 
 
-@pytest.mark.xfail(strict=True, reason="the evidence says 'AssertionError in TaskRunner.run': "
-                   "neither the message nor the worker method that raised it is quoted")
 def test_a_fatal_error_quotes_its_message_and_the_worker_call_that_raised_it():
+    # the driver's traceback goes on past Ray's re-raised lines and their ^^^^ markers to the
+    # worker's frames and the root exception
     f = _alarms("param_offload")[0]
     assert "Expects tensor to be on the compute device cuda:0, was on cpu" in f["evidence"]
-    assert "actor_rollout_generate_sequences" in f["evidence"]
+    assert "WorkerDict.actor_rollout_generate_sequences" in f["evidence"]
+    assert "verl/workers/rollout/hf_rollout.py:111 in _generate_minibatch" in f["evidence"]
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload=False" in f["advice"][0]
+    assert "HF rollout" in f["advice"][0]

@@ -21,6 +21,7 @@ _CHAIN_MARKERS = (
     "During handling of the above exception",
     "The above exception was the direct cause",
 )
+_CARETS_RE = re.compile(r"[~^]+")
 _PPRINT_PAIR_RE = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:np\.\w+\()?[-+\w.]+\)?)")
 #: Lines one block may hold.
 _MAX_BLOCK_LINES = 10000
@@ -95,6 +96,11 @@ class BlockReader:
                 block.lines.append(stripped)
                 return True
             if text[0].isspace() and len(block.lines) < _MAX_BLOCK_LINES:
+                if _CARETS_RE.fullmatch(stripped):
+                    # Python 3.11+ marks the failing expression under each frame (^^^^, ~~^^);
+                    # Ray prints those of the driver's frames under its re-raised line
+                    block.lines.append(text)
+                    return True
                 if stripped.startswith('File "'):
                     # Ray re-raises a worker's exception with the worker's own frames after it
                     # (RayTaskError(X): ray::...): the traceback goes on to the root cause.
