@@ -1,7 +1,8 @@
 """The ``verl-monitor`` command line: one subcommand per module in ``cli/commands/``.
 
 Each command module exposes ``register(subparsers)``, which adds its parser and sets
-``func`` to a callable taking the parsed namespace and returning the exit status. Command
+``func`` to a callable taking the parsed namespace and returning the exit status (a command
+that cannot go on raises ``cli.errors.CommandError``; see ``cli/errors.py``). Command
 modules import only the core install at the top; a command that needs an extra checks for it
 when it runs (``monitor.extras``) and names the extra to install.
 """

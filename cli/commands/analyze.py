@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from cli.commands.simulate import _positive_int  # a whole number, 1 or more
+from cli.errors import CommandError, exits, fail_if, warn
 from monitor.analysis.summary import json_safe, summarize
 from monitor.frames import (
     FrameError,
@@ -139,11 +140,6 @@ def _gpu_hour_cost(text: str) -> float:
     return value
 
 
-def _fail(message: str) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
-    return 2
-
-
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Bytes of LOG read to tell a text log from a binary file.
 _SNIFF_BYTES = 65536
@@ -247,7 +243,42 @@ def log_to_wandb(target: str, steps: list, flags: list, attribution: Any,
         with WandbSink.from_target(target, config=config) as sink:
             sink.log_analysis(steps, flags, attribution, gpu)
     except Exception as exc:  # noqa: BLE001 - the report must still print
-        print(f"{PROG}: --wandb {target}: not logged ({exc})", file=sys.stderr)
+        warn("analyze", f"--wandb {target}: not logged ({exc})")
+
+
+def _hang_evidence(args: argparse.Namespace, events: list[Event],
+                   data_end: float | None) -> tuple[list[Event], dict[str, Any] | None]:
+    """``--fr-dir`` and ``--stacks``: the events merged with what the Flight Recorder dumps
+    and the py-spy stacks say, and the document's ``hang`` part (None without either)."""
+    hang = None
+    if getattr(args, "fr_dir", None):
+        from monitor.hang.dump import read_dump_dir
+        from monitor.hang.localize import localize_dumps
+
+        dumps, unreadable = read_dump_dir(args.fr_dir)
+        if not dumps and not unreadable:
+            raise EventsFileError(f"--fr-dir {args.fr_dir}: no fr_<rank> dump in it")
+        loc = localize_dumps(dumps, {r: f"its dump cannot be read: {why}"
+                                     for r, why in unreadable.items()})
+        event = loc.to_event(data_end,
+                             problems={f"rank {r}": why for r, why in unreadable.items()})
+        events = merge_events(events, [event])
+        hang = {"ranks": sorted(dumps), "summary": loc.summary(), **event.data}
+    if getattr(args, "stacks", None):
+        from monitor.hang.stacks import stacks_report
+
+        try:
+            where, stack_events = stacks_report(args.stacks)
+        except ValueError as exc:
+            raise EventsFileError(f"--stacks {exc}") from None
+        events = merge_events(events, stack_events)
+        hang = {**(hang or {"ranks": [], "summary": ""}), "stacks": where}
+    return events, hang
+
+
+#: The fields of each step in the ``--json`` document, in order.
+_STEP_KEYS = ("step", "end_time", "total", "phases", "metrics", "throughput", "time_source",
+              "source")
 
 
 def build_document(args: argparse.Namespace) -> dict[str, Any]:
@@ -269,29 +300,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "events", None):
         events = merge_events(events, read_events(args.events))
 
-    hang = None
-    if getattr(args, "fr_dir", None):
-        from monitor.hang.dump import read_dump_dir
-        from monitor.hang.localize import localize_dumps
-
-        dumps, unreadable = read_dump_dir(args.fr_dir)
-        if not dumps and not unreadable:
-            raise EventsFileError(f"--fr-dir {args.fr_dir}: no fr_<rank> dump in it")
-        loc = localize_dumps(dumps, {r: f"its dump cannot be read: {why}"
-                                     for r, why in unreadable.items()})
-        event = loc.to_event(_data_end(steps, gpu, host),
-                             problems={f"rank {r}": why for r, why in unreadable.items()})
-        events = merge_events(events, [event])
-        hang = {"ranks": sorted(dumps), "summary": loc.summary(), **event.data}
-    if getattr(args, "stacks", None):
-        from monitor.hang.stacks import stacks_report
-
-        try:
-            where, stack_events = stacks_report(args.stacks)
-        except ValueError as exc:
-            raise EventsFileError(f"--stacks {exc}") from None
-        events = merge_events(events, stack_events)
-        hang = {**(hang or {"ranks": [], "summary": ""}), "stacks": where}
+    events, hang = _hang_evidence(args, events, _data_end(steps, gpu, host))
 
     from monitor.analysis.run_analysis import RunAnalysis, json_top
 
@@ -323,19 +332,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
                 "parse_errors": stats.parse_errors,
                 "error_samples": list(stats.error_samples),
             },
-            "steps": [
-                {
-                    "step": s.step,
-                    "end_time": s.end_time,
-                    "total": s.total,
-                    "phases": s.phases,
-                    "metrics": s.metrics,
-                    "throughput": s.throughput,
-                    "time_source": s.time_source,
-                    "source": s.source,
-                }
-                for s in steps
-            ],
+            "steps": [{key: getattr(s, key) for key in _STEP_KEYS} for s in steps],
             "events": [e.to_dict() for e in events],
             "summary": summarize(steps, events),
             "attribution": attribution,
@@ -365,30 +362,29 @@ def table_file_problem(path: str, flag: str) -> str | None:
     return None
 
 
+@exits("analyze")
 def run(args: argparse.Namespace) -> int:
     """Run ``analyze``; 0 on success, 2 when an input cannot be read."""
     from monitor.config import ConfigError
     from monitor.extras import explain_missing
     from monitor.logs.parse import LogReadError
 
-    missing = getattr(args, "wandb", None) and explain_missing("wandb", "--wandb")
-    if missing:
-        return _fail(missing)
+    fail_if(getattr(args, "wandb", None) and explain_missing("wandb", "--wandb"))
     for path in (args.log, args.gpu, args.host, getattr(args, "events", None),
                  getattr(args, "rollout", None),
                  getattr(args, "fr_dir", None), getattr(args, "stacks", None)):
         if path and not os.path.exists(path):
-            return _fail(f"{path}: no such file")
+            raise CommandError(f"{path}: no such file")
     problem = log_file_problem(args.log)
     for flag, path in (("--gpu", args.gpu), ("--host", args.host),
                        ("--rollout", getattr(args, "rollout", None))):
         problem = problem or (path and table_file_problem(path, flag))
-    if problem:
-        return _fail(problem)
+    fail_if(problem)
     try:
         doc = build_document(args)
     except (FrameError, LogReadError, ConfigError, EventsFileError) as exc:
-        return _fail(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__)
+        raise CommandError(str(exc).splitlines()[0] if str(exc) else
+                           exc.__class__.__name__) from exc
     if args.json:
         text = json.dumps(doc, allow_nan=False) + "\n"
     else:

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from cli.errors import FAILED, CommandError, exits, fail_if
 from monitor.urls import redact
 
 DEFAULT_PORT = 8501
@@ -168,6 +169,15 @@ def port_problem(address: str, port: int) -> str | None:
     return None
 
 
+def port_check(address: str, port: int, what: str = "") -> str | None:
+    """One line when ``port`` cannot be served on ``address`` (out of range, or taken; the
+    latter prefixed with ``what``), else None."""
+    if not 0 < port < 65536:
+        return f"bad --port {port}"
+    busy = port_problem(address, port)
+    return f"{what}{busy}" if busy else None
+
+
 def interrupt_on_signal(signum: int, _frame: Any) -> None:
     """SIGTERM handler: stop like Ctrl-C (children are then terminated in ``finally``)."""
     raise KeyboardInterrupt
@@ -209,39 +219,24 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+@exits("dashboard")
 def run(args: argparse.Namespace) -> int:
     """Serve the app until Ctrl-C; 0 on a clean stop, 2 on bad input, 1 if it fails."""
     from monitor.extras import explain_missing
 
-    missing = explain_missing("dashboard", "the dashboard")
-    if missing:
-        print(f"verl-monitor dashboard: {missing}", file=sys.stderr)
-        return 2
+    fail_if(explain_missing("dashboard", "the dashboard"))
     if args.store and not (args.wait and not Path(args.store).exists()):
-        problem = check_store(args.store)
-        if problem:
-            print(f"verl-monitor dashboard: {problem}", file=sys.stderr)
-            return 2
-    problem = prometheus_problem(args.prometheus, args.prometheus_timeout)
-    if problem:
-        print(f"verl-monitor dashboard: {problem}", file=sys.stderr)
-        return 2
+        fail_if(check_store(args.store))
+    fail_if(prometheus_problem(args.prometheus, args.prometheus_timeout))
     if getattr(args, "config", None):
         from monitor.config import ConfigError, load_config
 
         try:
             load_config(args.config)
         except ConfigError as exc:
-            print(f"verl-monitor dashboard: --config {exc}", file=sys.stderr)
-            return 2
+            raise CommandError(f"--config {exc}") from exc
         os.environ["VERLMON_CONFIG"] = str(Path(args.config).resolve())  # read by the app
-    if not 0 < args.port < 65536:
-        print(f"verl-monitor dashboard: bad --port {args.port}", file=sys.stderr)
-        return 2
-    busy = port_problem(args.address, args.port)
-    if busy:
-        print(f"verl-monitor dashboard: {busy}", file=sys.stderr)
-        return 2
+    fail_if(port_check(args.address, args.port))
     proc = start_dashboard(args.port, args.address, args.store, args.prometheus, args.job,
                            timeout=args.prometheus_timeout)
     url = display_url(args.address, args.port)
@@ -254,9 +249,7 @@ def run(args: argparse.Namespace) -> int:
             why = port_problem(args.address, args.port) or (
                 f"Streamlit exited with status {proc.poll()}" if proc.poll() is not None
                 else "no answer from /_stcore/health within 60 s")
-            print(f"verl-monitor dashboard: the app did not start on {url}: {why}",
-                  file=sys.stderr)
-            return 1
+            raise CommandError(f"the app did not start on {url}: {why}", FAILED)
         source = redact(args.prometheus) if args.prometheus else str(Path(args.store).resolve())
         print(f"verl-monitor dashboard: serving {url} (source {source}); Ctrl-C stops",
               flush=True)

@@ -29,11 +29,13 @@ from cli.commands.dashboard import (
     DEFAULT_PORT,
     display_url,
     interrupt_on_signal,
+    port_check,
     port_problem,
     start_dashboard,
     stop_process,
     wait_healthy,
 )
+from cli.errors import FAILED, CommandError, exits, fail_if, warn
 from monitor.urls import redact
 
 _SERVING = re.compile(r"serving (\S+/metrics)")
@@ -163,37 +165,25 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+@exits("demo")
 def run(args: argparse.Namespace) -> int:
     """Run the demo until Ctrl-C (0), a child failing (1) or bad input (2)."""
     from monitor.extras import explain_missing
 
-    missing = explain_missing("dashboard", "the demo")
-    if missing:
-        print(f"verl-monitor demo: {missing}", file=sys.stderr)
-        return 2
-    if args.speed <= 0:
-        print("verl-monitor demo: --speed must be > 0", file=sys.stderr)
-        return 2
+    fail_if(explain_missing("dashboard", "the demo"))
+    fail_if(args.speed <= 0 and "--speed must be > 0")
     from monitor.sim.scenarios import UnknownScenario
 
     try:
         mode = scenario_mode(args.scenario)
     except UnknownScenario as exc:
-        print(f"verl-monitor demo: {exc}", file=sys.stderr)
-        return 2
-    if not 0 < args.port < 65536:
-        print(f"verl-monitor demo: bad --port {args.port}", file=sys.stderr)
-        return 2
-    busy = port_problem(args.address, args.port)
-    if busy:
-        print(f"verl-monitor demo: dashboard {busy}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from exc
+    fail_if(port_check(args.address, args.port, "dashboard "))
     try:
         workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="verl-monitor-"))
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        print(f"verl-monitor demo: cannot use --dir {args.dir}: {exc.strerror}", file=sys.stderr)
-        return 2
+        raise CommandError(f"cannot use --dir {args.dir}: {exc.strerror}") from exc
     for stale in ("train.log", "run.db", "run.db-wal", "run.db-shm"):
         (workdir / stale).unlink(missing_ok=True)
     shutil.rmtree(workdir / "nccl", ignore_errors=True)  # a previous demo's dumps
@@ -208,8 +198,7 @@ def run(args: argparse.Namespace) -> int:
                 exporter_command(workdir, args.scenario, args.speed, listen, args.node),
                 env=exporter_env(workdir))
         except RuntimeError as exc:
-            print(f"verl-monitor demo: {exc}", file=sys.stderr)
-            return 1
+            raise CommandError(str(exc), FAILED) from exc
         dashboard = start_dashboard(args.port, args.address, store=str(workdir / "run.db"),
                                     prometheus=args.prometheus)
         url = display_url(args.address, args.port)
@@ -218,9 +207,7 @@ def run(args: argparse.Namespace) -> int:
             why = port_problem(args.address, args.port) or (
                 f"Streamlit exited with status {dashboard.poll()}"
                 if dashboard.poll() is not None else "no answer within 60 s")
-            print(f"verl-monitor demo: the dashboard did not start on {url}: {why}",
-                  file=sys.stderr)
-            return 1
+            raise CommandError(f"the dashboard did not start on {url}: {why}", FAILED)
         source = redact(args.prometheus) if args.prometheus else workdir / "run.db"
         print(f"verl-monitor demo: dashboard {url}\n"
               f"verl-monitor demo: exporter metrics {metrics_url}\n"
@@ -231,12 +218,10 @@ def run(args: argparse.Namespace) -> int:
         while True:
             for name, proc in (("exporter", exporter), ("dashboard", dashboard)):
                 if proc.poll() is not None:
-                    print(f"verl-monitor demo: the {name} stopped (exit {proc.returncode})",
-                          file=sys.stderr)
-                    return 1
+                    raise CommandError(f"the {name} stopped (exit {proc.returncode})", FAILED)
             time.sleep(0.5)
     except KeyboardInterrupt:
-        print("verl-monitor demo: stopping", file=sys.stderr)
+        warn("demo", "stopping")
         return 0
     finally:
         stop_process(dashboard)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
-import sys
+
+from cli.errors import CommandError, exits
 
 PROG = "verl-monitor export"
 
@@ -33,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@exits("export")
 def run(args: argparse.Namespace) -> int:
     """Run ``export``; 0 on success, 2 when the store or the output folder cannot be used."""
     from monitor.store import StoreError, export_dir
@@ -40,15 +42,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         counts = export_dir(args.store, args.out)
     except StoreError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from exc
     except OSError as exc:
-        print(f"{PROG}: {args.out}: cannot write ({exc.strerror or exc})", file=sys.stderr)
-        return 2
+        raise CommandError(f"{args.out}: cannot write ({exc.strerror or exc})") from exc
     except sqlite3.Error as exc:  # damage found part-way through the read
-        print(f"{PROG}: {args.store}: cannot read it all ({exc}); the files in {args.out} are "
-              "incomplete", file=sys.stderr)
-        return 2
+        raise CommandError(f"{args.store}: cannot read it all ({exc}); the files in "
+                           f"{args.out} are incomplete") from exc
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
     print(f"exported {summary} to {args.out}")
     return 0

@@ -20,6 +20,7 @@ import socket
 import sys
 from typing import Any
 
+from cli.errors import CommandError, exits, fail_if
 from exporters.options import DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, ExporterOptions
 from monitor.logs.timestamps import log_timezone_arg
 
@@ -59,9 +60,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the exporter's options to ``parser`` (shared by the CLI, the tests and the bench)."""
-    p = parser
+def _add_inputs(p: argparse.ArgumentParser) -> None:
+    """Where /metrics is served and what is read: the interval, the logs, NCCL dumps, the store."""
     p.add_argument("--listen-address", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help="address to serve /metrics on; port 0 picks a free one "
                    f"(default {DEFAULT_LISTEN}: outside the crowded 9100-9999 range)")
@@ -83,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--store", metavar="PATH",
                    help="run store (SQLite) to record samples, steps, events and flags in; "
                    "created when missing")
+
+
+def _add_gpus_and_node(p: argparse.ArgumentParser) -> None:
+    """The GPU source (or the simulator) and who this node and its trainer are."""
     p.add_argument("--gpu-backend", choices=("nvml", "sim"),
                    help="GPU source: nvml (the driver; the default) or sim (simulated GPUs "
                    "following --scenario)")
@@ -105,6 +109,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="node name for verlmon_node_info and the store (default: the hostname)")
     p.add_argument("--train-pid", type=int, metavar="PID",
                    help="the verl trainer's process id (default: found by its command line)")
+
+
+def _add_web(p: argparse.ArgumentParser) -> None:
+    """TLS, basic auth and connections of the web server; dcgm-exporter names."""
     p.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
                    help="web config (Prometheus exporter-toolkit format): tls_server_config "
                    "{cert_file, key_file}, basic_auth_users {user: bcrypt hash}")
@@ -115,6 +123,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "waited longest for a request makes room, or the new one is closed")
     p.add_argument("--dcgm-compat", action="store_true",
                    help="also write dcgm-exporter names (DCGM_FI_*) for existing dashboards")
+
+
+def _add_monitor(p: argparse.ArgumentParser) -> None:
+    """The live monitor: thresholds, detector runs, window, Slack and wandb."""
     p.add_argument("--config", metavar="FILE",
                    help="detector thresholds (YAML) overriding the defaults")
     p.add_argument("--detect-interval", type=float, metavar="SECONDS",
@@ -135,6 +147,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "share, flags) to this wandb run, resumed by id or created in PROJECT, and "
                    "raise run.alert for warning and critical flags; without network or API key "
                    "it falls back to offline files and never blocks the exporter")
+
+
+def _add_rollout(p: argparse.ArgumentParser) -> None:
+    """The vLLM/SGLang rollout servers to scrape."""
     p.add_argument("--rollout-server", action="append", default=[], metavar="URL",
                    help="a vLLM or SGLang rollout server to scrape (http://HOST:PORT or "
                    "HOST:PORT; /metrics is added; USER:PASS@ is sent as basic authentication "
@@ -149,6 +165,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="seconds between scrapes of the rollout servers (default 5)")
     p.add_argument("--rollout-timeout", type=float, default=2.0, metavar="SECONDS",
                    help="overall deadline of one scrape of all rollout servers (default 2)")
+
+
+def _add_hang(p: argparse.ArgumentParser) -> None:
+    """Hang evidence (Flight Recorder, py-spy) and verbosity."""
     p.add_argument("--fr-dir", metavar="DIR", default=None,
                    help="where the job's ranks keep their debug-info FIFOs "
                         "(TORCH_NCCL_DEBUG_INFO_PIPE_FILE=DIR/pipe_): when the job hangs, each "
@@ -166,6 +186,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--no-hang-pyspy", dest="hang_pyspy", action="store_false", default=None,
                    help="take no py-spy stacks (docs/hangs.md)")
     p.add_argument("-v", "--verbose", action="store_true", help="log more (debug level)")
+
+
+def _add_collectors(p: argparse.ArgumentParser) -> None:
+    """``--collector.NAME`` / ``--no-collector.NAME`` for every registered collector."""
     group = p.add_argument_group("collectors", "turn each collector on or off")
     for name, help_text, default in _collector_specs():
         state = "on" if default else "off"
@@ -174,6 +198,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            help=f"enable {name}: {help_text} (default {state})")
         group.add_argument(f"--no-collector.{name}", dest=f"collector_{name}",
                            action="store_false", default=None, help=f"disable {name}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the exporter's options to ``parser`` (shared by the CLI, the tests and the bench)."""
+    _add_inputs(parser)
+    _add_gpus_and_node(parser)
+    _add_web(parser)
+    _add_monitor(parser)
+    _add_rollout(parser)
+    _add_hang(parser)
+    _add_collectors(parser)
 
 
 def input_problem(options: ExporterOptions) -> str | None:
@@ -268,6 +303,7 @@ def wait_for_signal(received: list[int], wake: socket.socket) -> None:
             pass
 
 
+@exits("exporter")
 def run(args: argparse.Namespace) -> int:
     """Start the exporter and serve until SIGINT/SIGTERM/SIGHUP; 0 on a clean stop, 129 after
     SIGHUP (stopped cleanly, but not asked to: a supervisor restarts it), 2 on bad input."""
@@ -280,14 +316,8 @@ def run(args: argparse.Namespace) -> int:
 
     for given, flag, extra in ((options.wandb, "--wandb", "wandb"),
                                (options.slack_webhook_file, "--slack-webhook-file", "slack")):
-        missing = given and explain_missing(extra, flag)
-        if missing:
-            print(f"verl-monitor exporter: {missing}", file=sys.stderr)
-            return 2
-    problem = input_problem(options)
-    if problem:
-        print(f"verl-monitor exporter: {problem}", file=sys.stderr)
-        return 2
+        fail_if(given and explain_missing(extra, flag))
+    fail_if(input_problem(options))
     received: list[int] = []
 
     def on_signal(signum, _frame) -> None:
@@ -315,8 +345,7 @@ def run(args: argparse.Namespace) -> int:
             exporter = Exporter(options)
             exporter.start()
         except ExporterError as exc:
-            print(f"verl-monitor exporter: {exc}", file=sys.stderr)
-            return 2
+            raise CommandError(str(exc)) from exc
         print(exporter.startup_line(), flush=True)
         wait_for_signal(received, wake_r)
         return HANGUP_EXIT if signal.SIGHUP in received else 0

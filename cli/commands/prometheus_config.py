@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from cli.errors import CommandError, exits
 from exporters.options import DEFAULT_PORT
 from monitor.urls import redact, split_url
 
@@ -171,6 +171,7 @@ def _default_rules_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "prometheus" / "rules"
 
 
+@exits("prometheus-config")
 def run(args: argparse.Namespace) -> int:
     """Write (or remove) the targets file and the config; 0, or 2 on bad input."""
     import yaml
@@ -207,10 +208,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{PROG}: config written to {args.config} "
                   f"(prometheus --config.file={args.config})")
     except ConfigInputError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from exc
     except OSError as exc:
-        print(f"{PROG}: cannot write {exc.filename or path}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 2
+        raise CommandError(f"cannot write {exc.filename or path}: {exc.strerror or exc}") \
+            from exc
     return 0

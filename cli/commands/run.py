@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from cli.errors import CommandError, exits
 from exporters.options import DEFAULT_LISTEN, DEFAULT_PORT
 from monitor.hang.finish import clear_exit, mark_exit
 from monitor.logs.arrivals import ArrivalWriter
@@ -387,13 +388,13 @@ def stop_process(proc: subprocess.Popen, timeout: float = EXPORTER_STOP_S) -> No
 # ---------------------------------------------------------------------------- the command
 
 
+@exits("run")
 def run(args: argparse.Namespace) -> int:
     """Run the command under the monitor; its exit status, or 2 on bad input."""
     try:
         return _run(args)
     except RunError as exc:
-        print(f"verl-monitor run: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from exc
 
 
 def _job_log_path(given: str | None, node: str) -> Path:

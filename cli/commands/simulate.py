@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import datetime
 
+from cli.errors import CommandError, exits, fail_if
 from monitor.sim.engine import LOG_FORMATS, SimRun
 from monitor.sim.scenarios import SIM_MODES, UnknownScenario, describe, list_scenarios
 from monitor.sim.versions import VERSIONS, UnknownVersion
@@ -93,15 +93,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@exits("simulate")
 def run(args: argparse.Namespace) -> int:
     """Build the run and write its files; 2 on a bad scenario, version or output folder."""
     if args.list:
         for name in list_scenarios():
             print(f"{name:24s} {describe(name)}")
         return 0
-    if not args.out:
-        print("verl-monitor simulate: --out DIR is required", file=sys.stderr)
-        return 2
+    fail_if(not args.out and "--out DIR is required")
     try:
         sim = SimRun(
             scenario=args.scenario,
@@ -118,14 +117,11 @@ def run(args: argparse.Namespace) -> int:
             mode=args.trainer_mode,
         )
     except (UnknownScenario, UnknownVersion, ValueError) as exc:
-        print(f"verl-monitor simulate: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from exc
     try:
         sim.write(args.out, jsonl=args.jsonl)
     except OSError as exc:
-        print(f"verl-monitor simulate: cannot write to {args.out}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 2
+        raise CommandError(f"cannot write to {args.out}: {exc.strerror or exc}") from exc
     kinds = sorted({e["kind"] for e in sim.truth})
     print(
         f"wrote {args.out}: {len(sim.steps)} steps ({sim.outcome}), verl {sim.verl_version} "
