@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from monitor.hang.dump import Frame
 from monitor.hang.where import (
     Where,
@@ -194,3 +196,58 @@ def test_full_paths_read_as_py_spys_short_names():
            "    fit (/opt/venv/lib/python3.12/site-packages/verl/trainer/ppo/ray_trainer.py:9)\n")
     w = classify(drv)
     assert w.place == "worker_call" and w.frame.name == "fit"
+
+
+# ---------------------------------------------------------------------------- real verl
+REAL = Path(__file__).parent / "fixtures" / "real_verl"  # verl 0.5.0.dev on one H200
+
+
+def _rounds(case: str):
+    import json
+
+    from monitor.hang.stacks import read_stacks_dir
+
+    meta = json.loads((REAL / case / "meta.json").read_text())
+    return [(ts, judge(ws)) for ts, ws in read_stacks_dir(REAL / case / "stacks")], meta
+
+
+def test_real_verl_a_reward_stuck_in_its_verifier_names_the_taskrunner_and_frame():
+    rounds, meta = _rounds("hang_reward")
+    hang, end = meta["injected"]["reward_hang"], meta["injected"]["reward_hang_end"]
+    during = [v for ts, v in rounds if hang["ts"] + 1 < ts < end["ts"]]
+    assert len(during) >= 5
+    for v in during:
+        assert v.stuck and v.place == "reward" and v.phase == "reward"
+        assert (v.who[0].role, v.who[0].pid) == ("driver", hang["pid"])
+        assert str(v.who[0].frame) == "_stuck_in_verifier (rewards.py:96)"
+        assert "No rank waits in a collective" in v.summary()
+    after = [v for ts, v in rounds if ts > end["ts"] + 1]
+    assert after and not any(v.stuck for v in after)  # the run went on: computing again
+
+
+def test_real_verl_a_reward_blocked_on_http_says_so():
+    rounds, meta = _rounds("hang_http")
+    block = meta["injected"]["reward_http_block"]
+    during = [v for ts, v in rounds if ts > block["ts"] + 1]
+    assert during and all(v.stuck and v.place == "reward" for v in during)
+    w = during[-1].who[0]
+    assert w.pid == block["pid"] and "HTTP answer" in w.detail
+    assert str(w.frame).startswith("http_block (rewards.py:")
+
+
+def test_real_verl_a_blocked_loader_names_its_worker_process_not_the_driver():
+    rounds, meta = _rounds("hang_data")
+    block = meta["injected"]["data_block"]
+    v = [v for ts, v in rounds if ts > block["ts"] + 10][-1]
+    assert v.stuck and v.place == "dataloader" and v.phase == "data_wait"
+    named = {w.pid: w for w in v.who}
+    assert named[block["pid"]].role == "data loader worker"
+    assert str(named[block["pid"]].frame) == "_wait_for_shard (blocking_dataset.py:53)"
+    assert v.who[-1].role == "driver"  # the driver waits for its loader
+
+
+@pytest.mark.parametrize("case", ["healthy", "healthy_val_ckpt", "mem_grow"])
+def test_real_verl_healthy_runs_are_never_stuck_and_their_phases_are_read(case):
+    rounds, _ = _rounds(case)
+    assert not [(ts, v.place) for ts, v in rounds if v.stuck]
+    assert {"gen"} <= {v.phase for _, v in rounds}

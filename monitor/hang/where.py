@@ -51,6 +51,9 @@ REWARD, WORKER_CALL, HTTP, REPLAY, DATALOADER, CHECKPOINT, VALIDATION = (
     "reward", "worker_call", "http", "replay_buffer", "dataloader", "checkpoint", "validation")
 GENERATION, COLLECTIVE, KERNEL, RAY_IDLE, METHOD, UNKNOWN = (
     "generation", "collective", "kernel", "ray_idle", "method", "unknown")
+LOADER_IDLE = "loader_idle"  # a data loader worker waiting for its next index
+#: The role of a data loader's worker process (forked from the driver: the same Ray title).
+LOADER_WORKER = "data loader worker"
 STUCK: frozenset[str] = frozenset((REWARD, HTTP, REPLAY, DATALOADER, WORKER_CALL, METHOD))
 #: Places of a long but healthy phase: quiet until ``stalled``'s longer limit.
 LONG_PHASES: frozenset[str] = frozenset((CHECKPOINT, VALIDATION, GENERATION, KERNEL))
@@ -94,7 +97,8 @@ ROLES: dict[str, str] = {
     "TaskRunner": "driver", "TaskRunnerV1": "driver", "main_task": "driver",
     "FullyAsyncTrainer": "trainer", "FullyAsyncRollouter": "rollouter",
     "SeparateAsyncTrainer": "trainer", "WorkerDict": "worker", "RewardLoopWorker": "reward",
-    "AgentLoopWorker": "agent_loop", "MessageQueue": "queue", "ReplayBuffer": "queue"}
+    "AgentLoopWorker": "agent_loop", "MessageQueue": "queue", "ReplayBuffer": "queue",
+    "Launcher": "launcher", "DataLoaderWorker": LOADER_WORKER}
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,8 @@ PLACE_WORDS: dict[str, str] = {
     DATALOADER: "waits in the data loader", CHECKPOINT: "is in checkpoint I/O",
     VALIDATION: "is validating", GENERATION: "is generating", COLLECTIVE: "waits in a collective",
     KERNEL: "computes or waits on its GPU (in a kernel)", RAY_IDLE: "is idle in Ray's task loop",
-    METHOD: "runs a worker method that does not return", UNKNOWN: "is somewhere unrecognised"}
+    METHOD: "runs a worker method that does not return", UNKNOWN: "is somewhere unrecognised",
+    LOADER_IDLE: "waits for its next index"}
 
 
 def parse(text: str) -> Dump:
@@ -298,7 +303,8 @@ def classify_thread(frames: Sequence[Frame], method: str = "") -> tuple[str, str
         detail = "(compute_score waits for an HTTP answer)" if leaf == HTTP else ""
         return REWARD, "testing" if in_validate else "reward", detail
     if ctx in (REPLAY, DATALOADER, CHECKPOINT):
-        return ctx, {CHECKPOINT: "save_checkpoint", REPLAY: "gen"}.get(ctx, ""), ""
+        return ctx, {CHECKPOINT: "save_checkpoint", REPLAY: "gen",
+                     DATALOADER: "data_wait"}.get(ctx, ""), ""
     if leaf == HTTP:
         return HTTP, "gen", "(a rollout server or another service)"
     if leaf == COLLECTIVE:
@@ -311,7 +317,8 @@ def classify_thread(frames: Sequence[Frame], method: str = "") -> tuple[str, str
         return KERNEL, _method_phase(method), ""
     if ctx == GENERATION:
         return GENERATION, "gen", ""
-    if frames and _top(frames[0].filename) in _COMPUTE:
+    lib = next((f for f in frames if _top(f.filename) not in _STDLIB), None)
+    if lib is not None and _top(lib.filename) in _COMPUTE:  # inside torch & co: computing
         return KERNEL, _method_phase(method), ""
     if _only_ray(frames):
         return RAY_IDLE, "", ""
@@ -349,7 +356,27 @@ def classify(text: str, role: str = "", node: str = "", pid: int | None = None) 
             best = (rank, w)
     if best is None:
         return Where(pid, role, UNKNOWN, node=node, detail="(py-spy printed no frame)")
-    return best[1]
+    main = next((th for th in dump.threads if th.name == "MainThread"), None)
+    loader = _loader_worker(main.frames if main is not None else ())
+    return loader(best[1]) if loader is not None else best[1]
+
+
+def _loader_worker(frames: Sequence[Frame]):
+    """For a data loader's worker process (its stack runs ``_worker_loop``), a function that
+    rewrites its ``Where``: in the dataset (an own frame inside the loop) or waiting for an
+    index; None for any other process."""
+    at = next((i for i, f in enumerate(frames)
+               if f.name.endswith("_worker_loop") and "data" in f.filename), None)
+    if at is None:
+        return None
+    inner = next((f for f in frames[:at] if is_own(f)), None)
+
+    def rewrite(w: Where) -> Where:
+        if inner is None:
+            return Where(w.pid, LOADER_WORKER, LOADER_IDLE, "", frames[at], "", w.node, w.thread)
+        return Where(w.pid, LOADER_WORKER, DATALOADER, "data_wait", inner,
+                     "(in the dataset's __getitem__)", w.node, w.thread)
+    return rewrite
 
 
 # ---------------------------------------------------------------------------- the verdict
@@ -377,12 +404,16 @@ class Verdict:
         if not self.who:
             return "no process of the job could be read"
         head = "; ".join(w.describe() for w in self.who[:3])
-        rest = [w for w in self.others if w.place != RAY_IDLE][:3]
+        quiet = (RAY_IDLE, LOADER_IDLE)
+        rest = [w for w in self.others if w.place not in quiet and w.role != "launcher"][:3]
         idle = [w for w in self.others if w.place == RAY_IDLE]
+        waiting = [w for w in self.others if w.place == LOADER_IDLE]
         if rest:
             head += ". Also: " + "; ".join(w.describe() for w in rest)
         if idle:
             head += f". {len(idle)} worker(s) idle in Ray's task loop"
+        if waiting:
+            head += f". {len(waiting)} data loader worker(s) wait for their next index"
         if not self.collective:
             head += ". No rank waits in a collective: NCCL is not the cause"
         return head + "."
@@ -413,7 +444,10 @@ def judge(wheres: Iterable[Where]) -> Verdict:
         return Verdict(True, COLLECTIVE, coll[0].phase, late, coll + drivers, True)
     for d in sorted(drivers, key=lambda w: -_RANK.get(w.place, 0)):
         if d.place in (REWARD, HTTP, REPLAY, DATALOADER, CHECKPOINT, VALIDATION):
-            return Verdict(d.stuck, d.place, d.phase, [d], [w for w in ws if w is not d],
+            held = [w for w in workers if w.role == LOADER_WORKER and w.place == DATALOADER] \
+                if d.place == DATALOADER else []  # the loader's workers hold the driver
+            who = held + [d]
+            return Verdict(d.stuck, d.place, d.phase, who, [w for w in ws if w not in who],
                            collective)
         if d.place == WORKER_CALL:
             return _worker_call(d, workers, ws, collective)
@@ -428,9 +462,10 @@ def judge(wheres: Iterable[Where]) -> Verdict:
 
 def _worker_call(d: Where, workers: list[Where], ws: list[Where], collective: bool) -> Verdict:
     """The driver waits on a worker-group call: what its workers do says why."""
+    workers = [w for w in workers if w.role not in ("launcher", LOADER_WORKER)]
     running = [w for w in workers if w.place != RAY_IDLE]
     method = next((w.detail.strip("()") for w in running if w.detail), "")
-    phase = d.phase or _method_phase(method)
+    phase = d.phase or _method_phase(method) or next((w.phase for w in running if w.phase), "")
     call = Where(d.pid, d.role, WORKER_CALL, phase, d.frame,
                  f"({method})" if method else "", d.node, d.thread)
     if not running and workers and phase != "testing":  # its workers may run elsewhere
