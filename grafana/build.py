@@ -226,17 +226,15 @@ def flag_table(title: str, target: prometheus.Dataquery, description: str = "") 
     )
 
 
-def where_table(target: prometheus.Dataquery) -> table.Panel:
-    """Where each process of a silent job is: the exporters' last py-spy round."""
+def _hang_table(title: str, description: str, target: prometheus.Dataquery,
+                hidden: tuple[str, ...], order: tuple[str, ...],
+                rename: dict[str, str]) -> table.Panel:
+    """A full-width table of one instant info query: ``hidden`` columns left out, the others
+    in ``order``, renamed by ``rename``."""
     return (
         table.Panel()
-        .title("Where each process is")
-        .description("The last py-spy round of each exporter in a silence: every local process "
-                     "of the job (driver, workers) with its role, the place it is in (reward, "
-                     "worker_call, http, dataloader, checkpoint, validation, collective, "
-                     "ray_idle ...), the phase and the deepest frame of the user's or verl's "
-                     "code; value 1 marks the process named as stuck "
-                     "(verlmon_hang_where_info; docs/hangs.md). Empty while steps arrive.")
+        .title(title)
+        .description(description)
         .datasource(DS)
         .unit(NONE)
         .height(6)
@@ -244,36 +242,38 @@ def where_table(target: prometheus.Dataquery) -> table.Panel:
         .with_target(target.ref_id("A"))
         .with_transformation(DataTransformerConfig(
             id_val="organize",
-            options={"excludeByName": {"Time": True, "__name__": True},
-                     "indexByName": {"job": 0, "node": 1, "role": 2, "pid": 3, "place": 4,
-                                     "phase": 5, "frame": 6, "Value": 7},
-                     "renameByName": {"Value": "stuck"}}))
+            options={"excludeByName": dict.fromkeys(hidden, True),
+                     "indexByName": {name: i for i, name in enumerate(order)},
+                     "renameByName": rename}))
     )
+
+
+def where_table(target: prometheus.Dataquery) -> table.Panel:
+    """Where each process of a silent job is: the exporters' last py-spy round."""
+    return _hang_table(
+        "Where each process is",
+        "The last py-spy round of each exporter in a silence: every local process "
+        "of the job (driver, workers) with its role, the place it is in (reward, "
+        "worker_call, http, dataloader, checkpoint, validation, collective, "
+        "ray_idle ...), the phase and the deepest frame of the user's or verl's "
+        "code; value 1 marks the process named as stuck "
+        "(verlmon_hang_where_info; docs/hangs.md). Empty while steps arrive.",
+        target, ("Time", "__name__"),
+        ("job", "node", "role", "pid", "place", "phase", "frame", "Value"), {"Value": "stuck"})
 
 
 def culprit_table(target: prometheus.Dataquery) -> table.Panel:
     """Who holds a hung job: one row per rank the exporters' dump rounds named."""
-    return (
-        table.Panel()
-        .title("Who is stuck")
-        .description("When a job hangs each exporter takes py-spy stacks of the job's processes "
-                     "(on by default) and asks its ranks for their Flight Recorder (--fr-dir): "
-                     "the process stuck (the driver scoring rewards, a worker method that never "
-                     "returns, a rank outside the collective the others wait in) is named here "
-                     "with its PID and the deepest frame of the user's or verl's code "
-                     "(verlmon_hang_culprit_info; docs/hangs.md). Empty while nothing hangs.")
-        .datasource(DS)
-        .unit(NONE)
-        .height(6)
-        .span(24)
-        .with_target(target.ref_id("A"))
-        .with_transformation(DataTransformerConfig(
-            id_val="organize",
-            options={"excludeByName": {"Time": True, "Value": True, "__name__": True},
-                     "indexByName": {"job": 0, "node": 1, "rank": 2, "pid": 3, "gpu": 4,
-                                     "collective": 5, "seq": 6, "frame": 7},
-                     "renameByName": {}}))
-    )
+    return _hang_table(
+        "Who is stuck",
+        "When a job hangs each exporter takes py-spy stacks of the job's processes "
+        "(on by default) and asks its ranks for their Flight Recorder (--fr-dir): "
+        "the process stuck (the driver scoring rewards, a worker method that never "
+        "returns, a rank outside the collective the others wait in) is named here "
+        "with its PID and the deepest frame of the user's or verl's code "
+        "(verlmon_hang_culprit_info; docs/hangs.md). Empty while nothing hangs.",
+        target, ("Time", "Value", "__name__"),
+        ("job", "node", "rank", "pid", "gpu", "collective", "seq", "frame"), {})
 
 
 def _organize_flags() -> DataTransformerConfig:
@@ -319,14 +319,10 @@ def _dashboard(uid: str, title: str, description: str) -> dashboard.Dashboard:
 # ------------------------------------------------------------------------------ the dashboards
 
 
-def overview() -> dashboard.Dashboard:
-    """Run overview: is the job stepping, how fast, what is flagged."""
+def _overview_now(board: dashboard.Dashboard) -> dashboard.Dashboard:
+    """Overview, row Now: the last step, its time and throughput, open flags."""
     return (
-        _dashboard(
-            "verlmon-overview",
-            "verl-monitor / Run overview",
-            "Is the verl job stepping, how fast, and which detector flags are open.",
-        )
+        board
         .with_row(dashboard.Row("Now"))
         .with_panel(big("Step", NONE, q(f"max by (job) (verlmon_training_step{{{SEL}}})",
                                         "{{job}}"),
@@ -364,6 +360,13 @@ def overview() -> dashboard.Dashboard:
                           "{{job}}"),
                         "Share of the time range spent fetching the next batch before the "
                         "step timer starts (no verl timer covers it).", span=12))
+    )
+
+
+def _overview_goodput(board: dashboard.Dashboard) -> dashboard.Dashboard:
+    """Overview, row Goodput: the GPU-seconds by cause."""
+    return (
+        board
         .with_row(dashboard.Row("Goodput: where the GPU time went"))
         .with_panel(big("Goodput (range)", RATIO,
                         q(f"sum by (job) (increase(verlmon_gpu_seconds_total{{{SEL},"
@@ -381,6 +384,13 @@ def overview() -> dashboard.Dashboard:
                                    "each cause of loss, and what no rule explains "
                                    "(unattributed). The stack sums to 1.",
                        stacked=True))
+    )
+
+
+def _overview_steps(board: dashboard.Dashboard) -> dashboard.Dashboard:
+    """Overview, row Steps: steps, phases and flags over time."""
+    return (
+        board
         .with_row(dashboard.Row("Steps"))
         .with_panel(ts("Step time", SECONDS,
                        q(f"max by (job) (verlmon_step_duration_seconds{{{SEL}}})", "{{job}}"),
@@ -406,6 +416,13 @@ def overview() -> dashboard.Dashboard:
                        q(f"sum by (job, kind, severity) (verlmon_flag_active{{{SEL}}})",
                          "{{kind}} ({{severity}})"),
                        description="Detector flags open over time.", stacked=True))
+    )
+
+
+def _overview_flags(board: dashboard.Dashboard) -> dashboard.Dashboard:
+    """Overview, row Flags: the open flags' words and the hang tables."""
+    return (
+        board
         .with_row(dashboard.Row("Flags"))
         .with_panel(flag_table(
             "Open flags with evidence",
@@ -423,16 +440,22 @@ def overview() -> dashboard.Dashboard:
     )
 
 
-def gpus() -> dashboard.Dashboard:
-    """GPUs: activity, memory, power, temperature, clocks, throttling and XID per GPU."""
-    legend = "{{node}} gpu{{gpu}}"
+def overview() -> dashboard.Dashboard:
+    """Run overview: is the job stepping, how fast, what is flagged."""
+    board = _dashboard(
+        "verlmon-overview",
+        "verl-monitor / Run overview",
+        "Is the verl job stepping, how fast, and which detector flags are open.",
+    )
+    for rows in (_overview_now, _overview_goodput, _overview_steps, _overview_flags):
+        board = rows(board)
+    return board
+
+
+def _gpus_activity(board: dashboard.Dashboard, legend: str) -> dashboard.Dashboard:
+    """GPUs, row Activity: NVML utilization and the GPM ratios."""
     return (
-        _dashboard(
-            "verlmon-gpus",
-            "verl-monitor / GPUs",
-            "Per-GPU activity (NVML and GPM), memory, power, temperature, clocks, throttling "
-            "and XID errors.",
-        )
+        board
         .with_row(dashboard.Row("Activity"))
         .with_panel(ts("NVML utilization", RATIO,
                        q(f"verlmon_gpu_utilization_ratio{{{SEL_GPU}}}", legend),
@@ -448,6 +471,13 @@ def gpus() -> dashboard.Dashboard:
         .with_panel(ts("DRAM bandwidth active (GPM)", RATIO,
                        q(f"verlmon_gpu_dram_active_ratio{{{SEL_GPU}}}", legend),
                        description="Share of peak memory bandwidth in use.", max_value=1))
+    )
+
+
+def _gpus_memory_power(board: dashboard.Dashboard, legend: str) -> dashboard.Dashboard:
+    """GPUs, row Memory, power, heat."""
+    return (
+        board
         .with_row(dashboard.Row("Memory, power, heat"))
         .with_panel(ts("Memory used", BYTES,
                        q(f"verlmon_gpu_memory_used_bytes{{{SEL_GPU}}}", legend),
@@ -472,6 +502,13 @@ def gpus() -> dashboard.Dashboard:
         .with_panel(ts("Temperature", CELSIUS,
                        q(f"verlmon_gpu_temperature_celsius{{{SEL_GPU}}}", legend),
                        description="GPU core temperature."))
+    )
+
+
+def _gpus_interconnect(board: dashboard.Dashboard, legend: str) -> dashboard.Dashboard:
+    """GPUs, row Interconnect: NVLink and PCIe."""
+    return (
+        board
         .with_row(dashboard.Row("Interconnect"))
         .with_panel(ts("NVLink throughput (GPM)", BYTES_PER_S,
                        q(f"verlmon_gpu_nvlink_transmit_bytes_per_second{{{SEL_GPU}}}",
@@ -487,6 +524,13 @@ def gpus() -> dashboard.Dashboard:
                          "{{node}} gpu{{gpu}} rx"),
                        description="Bytes per second over PCIe: host transfers, offload, "
                                    "data loading."))
+    )
+
+
+def _gpus_clocks(board: dashboard.Dashboard, legend: str) -> dashboard.Dashboard:
+    """GPUs, row Clocks, throttling, errors."""
+    return (
+        board
         .with_row(dashboard.Row("Clocks, throttling, errors"))
         .with_panel(ts("SM clock", HERTZ, q(f"verlmon_gpu_sm_clock_hertz{{{SEL_GPU}}}", legend),
                        description="SM clock; drops with throttling."))
@@ -508,6 +552,20 @@ def gpus() -> dashboard.Dashboard:
                           "or vector(0)", "xid"),
                         "XID events in the dashboard's time range, every GPU shown.", span=12))
     )
+
+
+def gpus() -> dashboard.Dashboard:
+    """GPUs: activity, memory, power, temperature, clocks, throttling and XID per GPU."""
+    legend = "{{node}} gpu{{gpu}}"
+    board = _dashboard(
+        "verlmon-gpus",
+        "verl-monitor / GPUs",
+        "Per-GPU activity (NVML and GPM), memory, power, temperature, clocks, throttling "
+        "and XID errors.",
+    )
+    for rows in (_gpus_activity, _gpus_memory_power, _gpus_interconnect, _gpus_clocks):
+        board = rows(board, legend)
+    return board
 
 
 def phases() -> dashboard.Dashboard:
