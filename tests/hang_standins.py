@@ -136,18 +136,40 @@ class _SingleProcessDataLoaderIter:
         return self.dataset[self.i]
     def __next__(self):
         return self._next_data()
-class DataLoader:
+class _MultiProcessingDataLoaderIter:
     def __init__(self, dataset):
-        self.dataset = dataset
+        import multiprocessing as mp
+        from torch.utils.data._utils.worker import _worker_loop
+        ctx = mp.get_context("fork")
+        self.index_queue, self.data_queue, self.i = ctx.Queue(), ctx.Queue(), 0
+        self.worker = ctx.Process(target=_worker_loop, daemon=True,
+                                  args=(dataset, self.index_queue, self.data_queue))
+        self.worker.start()
+    def _next_data(self):
+        self.i += 1
+        self.index_queue.put(self.i)
+        return self.data_queue.get()
+    def __next__(self):
+        return self._next_data()
+class DataLoader:
+    def __init__(self, dataset, num_workers=0):
+        self.dataset, self.num_workers = dataset, num_workers
     def __iter__(self):
+        if self.num_workers:
+            return _MultiProcessingDataLoaderIter(self.dataset)
         return _SingleProcessDataLoaderIter(self.dataset)
+''',
+    "torch/utils/data/_utils/worker.py": '''
+def _worker_loop(dataset, index_queue, data_queue):
+    while True:
+        data_queue.put(dataset[index_queue.get()])
 ''',
     "verl/trainer/ppo/ray_trainer.py": '''
 from torch.utils.data.dataloader import DataLoader
 from verl.trainer.ppo.reward import compute_reward
 class RayPPOTrainer:
-    def __init__(self, dataset, reward_fn, wg):
-        self.train_dataloader = DataLoader(dataset)
+    def __init__(self, dataset, reward_fn, wg, num_workers=0):
+        self.train_dataloader = DataLoader(dataset, num_workers)
         self.reward_fn, self.actor_rollout_wg = reward_fn, wg
     def fit(self, steps, log, case="", pause_s=0.0):
         it = iter(self.train_dataloader)
@@ -245,8 +267,9 @@ def log(step):
         user_reward.URL = sys.argv[5]
     if case == "none" and step == steps:
         os._exit(0)
-trainer = RayPPOTrainer(BlockingDataset(steps + 1 if case == "data" else 10**9),
-                        NaiveRewardManager(user_reward.compute_score), LocalGroup())
+trainer = RayPPOTrainer(BlockingDataset(steps + 1 if case in ("data", "data_mp") else 10**9),
+                        NaiveRewardManager(user_reward.compute_score), LocalGroup(),
+                        num_workers=1 if case == "data_mp" else 0)
 print("ready", flush=True)
 trainer.fit(steps, log, case, float(sys.argv[6]) if len(sys.argv) > 6 else 0.0)
 ''',
@@ -277,7 +300,7 @@ def write_job_tree(root: Path) -> Path:
         path.write_text(text.lstrip("\n"))
     for pkg in ("ray", "ray/_private", "ray/_private/workers", "verl", "verl/single_controller",
                 "verl/single_controller/ray", "verl/workers", "verl/workers/reward_manager",
-                "verl/trainer", "verl/trainer/ppo", "torch", "torch/utils", "torch/utils/data",
+                "verl/trainer", "verl/trainer/ppo", "torch", "torch/utils", "torch/utils/data", "torch/utils/data/_utils",
                 "verl/utils", "verl/utils/checkpoint", "vllm", "vllm/entrypoints"):
         (root / pkg / "__init__.py").touch()
     return root

@@ -37,7 +37,9 @@ def _round(tmp_path, case: str, url: str = "", worker: bool | None = None):
                                   if worker else "ray::WorkerDict"))
     try:
         _wait_steps(log, procs[0].pid, 2)
-        found = [p for p in find_job_processes([str(log)]) if p.pid in {q.pid for q in procs}]
+        ours = {q.pid for q in procs}
+        found = [p for p in find_job_processes([str(log)])
+                 if p.pid in ours or p.source == "child"]
         got = stack_round(found, node="n0", save_dir=tmp_path / "stacks")
     finally:
         stop(procs)
@@ -105,3 +107,16 @@ def test_another_jobs_processes_with_the_same_ray_titles_are_left_out(tmp_path):
         stop(procs)
     assert procs[0].pid in pids and procs[1].pid not in pids
     assert {procs[0].pid, procs[1].pid} <= alone
+
+
+def test_a_data_loader_worker_forked_from_the_driver_is_found_and_named(tmp_path):
+    """As in real verl: the loader's worker is a fork of the TaskRunner (same Ray title, not in
+    the log); it is found as the driver's child and named as the one blocked in the dataset."""
+    procs, found, got, _ = _round(tmp_path, "data_mp")
+    child = [p for p in found if p.source == "child"]
+    assert len(child) == 1
+    v = got.verdict
+    assert v.stuck and v.place == "dataloader" and v.phase == "data_wait"
+    assert (v.who[0].role, v.who[0].pid) == ("data loader worker", child[0].pid)
+    assert str(v.who[0].frame).startswith("BlockingDataset.__getitem__ (user_dataset.py:")
+    assert v.who[-1].pid == procs[0].pid  # the driver, waiting for it

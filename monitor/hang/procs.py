@@ -120,6 +120,16 @@ def _title(pid: int) -> str | None:
         return None
 
 
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (none when it is gone or unreadable)."""
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except (psutil.Error, OSError):
+        return []
+
+
 def _tree(parent: int | None) -> list[int]:
     """Descendants of ``parent`` when it is ``verl-monitor run`` (else none)."""
     import psutil
@@ -140,7 +150,8 @@ def find_job_processes(logs: list[str] | tuple[str, ...] = (), parent: int | Non
                        gpu_pids: set[int] | None = None, limit: int = MAX_PROCESSES
                        ) -> list[JobProcess]:
     """The job's processes on this host, without configuration: Ray's log prefixes (local IPs
-    only) and the children of ``verl-monitor run`` (``parent``); when neither names one (a node
+    only) and the children of ``verl-monitor run`` (``parent``), with the children of each
+    (a driver's data loader workers and reward pools); when neither names one (a node
     without the log), every process with a Ray title of verl's actors; and the GPU holders.
     Drivers first; at most ``limit``; this process left out. (Titles only as a fallback: another
     job on the same host has the same titles.)"""
@@ -172,6 +183,12 @@ def find_job_processes(logs: list[str] | tuple[str, ...] = (), parent: int | Non
         exe = os.path.basename(title.split(" ", 1)[0])
         if title.startswith("ray::") or exe.startswith("python"):  # py-spy reads Python only
             add(pid, "tree", "driver" if i == 0 else "child", title)
+    for pid in list(found):  # their children: data loader workers, reward process pools
+        for child in _children(pid):
+            title = _title(child) or ""
+            if title.startswith("ray::") or os.path.basename(title.split(" ", 1)[0]).startswith(
+                    "python"):
+                add(child, "child", "child", title)
     if not found:  # no log prefix, no wrapper: Ray's titles say which processes are a job's
         for proc in psutil.process_iter(["pid", "cmdline"]):
             cmd = " ".join(proc.info.get("cmdline") or [])
