@@ -176,8 +176,9 @@ def find_job_processes(logs: list[str] | tuple[str, ...] = (), parent: int | Non
 
     for path in logs:
         for pid, (cls, ip) in log_pids(read_tail(path)).items():
-            if not ip or ip in here:
-                add(pid, "log", ROLES.get(cls, cls))
+            title = _title(pid) if not ip or ip in here else None
+            if title and title.startswith("ray::"):  # a PID reused by another process is not
+                add(pid, "log", ROLES.get(cls, cls), title)
     for i, pid in enumerate(_tree(parent)):
         title = _title(pid) or ""
         exe = os.path.basename(title.split(" ", 1)[0])
