@@ -262,6 +262,48 @@ def _explained(flag: Flag, stragglers: list[Flag]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class _PeerTest:
+    """The settings and windows ``_below_peers`` judges every series by."""
+
+    winidx: np.ndarray  # each row's window (-1: none)
+    nwin: int
+    starts: np.ndarray
+    ends: np.ndarray
+    busy_min: float
+    ratio: float
+    gap: float
+    critical_ratio: float
+    min_busy_frac: float
+    open_n: int
+    close_n: int
+    source: str  # "SM activity" or "utilization"
+
+    def windowed(self, own: np.ndarray, peer: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+        """Per window: below the peers (None where too few busy samples), own and peer means."""
+        ok = self.winidx >= 0
+        w = self.winidx[ok]
+        busy = ((peer >= self.busy_min) & np.isfinite(own) & np.isfinite(peer))[ok]
+        n = np.bincount(w, minlength=self.nwin).astype(float)
+        nb = np.bincount(w, weights=busy.astype(float), minlength=self.nwin)
+        own_s = np.bincount(w, weights=np.where(busy, own[ok], 0.0), minlength=self.nwin)
+        peer_s = np.bincount(w, weights=np.where(busy, peer[ok], 0.0), minlength=self.nwin)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            own_m = own_s / nb
+            peer_m = peer_s / nb
+            frac = nb / n
+        known = frac >= self.min_busy_frac
+        bad = (own_m <= peer_m * self.ratio) & (peer_m - own_m >= self.gap)
+        cond = [bool(b) if k else None for b, k in zip(bad, known, strict=True)]
+        return cond, own_m, peer_m
+
+    def severity(self, own_m: float, peer_m: float) -> str:
+        """warning or critical by how far below its peers the series is."""
+        sev = severity_for(own_m / peer_m if peer_m else 0.0, self.ratio, self.critical_ratio,
+                           higher_is_worse=False)
+        return "warning" if sev == "info" else sev
+
+
 def _below_peers(ctx: Context) -> list[Flag]:
     """A GPU (or a whole node) stays well below its peers' median activity while they are busy."""
     cfg = ctx.cfg("gpu_imbalance")
@@ -271,99 +313,91 @@ def _below_peers(ctx: Context) -> list[Flag]:
     keys = [c for c in wide.columns if c not in ("ts", "win")]
     if len(keys) < 2:
         return []
-    nwin = len(ctx.windows)
+    test = _PeerTest(
+        winidx=wide["win"].to_numpy(int), nwin=len(ctx.windows),
+        starts=ctx.windows["start"].to_numpy(float), ends=ctx.windows["end"].to_numpy(float),
+        busy_min=cfg.get_float("peer_busy_min"), ratio=cfg.get_float("ratio"),
+        gap=cfg.get_float("gap"), critical_ratio=cfg.get_float("critical_ratio"),
+        min_busy_frac=cfg.get_float("min_busy_fraction"),
+        open_n=ctx.windows_for(cfg.get_float("open_after_s")),
+        close_n=ctx.windows_for(cfg.get_float("close_after_s")),
+        source="SM activity" if (ctx.act["act_source"] == "sm").any() else "utilization")
     vals = wide[keys].to_numpy(float)
-    winidx = wide["win"].to_numpy(int)
-    busy_min = cfg.get_float("peer_busy_min")
-    ratio = cfg.get_float("ratio")
-    gap = cfg.get_float("gap")
-    min_busy_frac = cfg.get_float("min_busy_fraction")
-    open_n = ctx.windows_for(cfg.get_float("open_after_s"))
-    close_n = ctx.windows_for(cfg.get_float("close_after_s"))
-    source = "SM activity" if (ctx.act["act_source"] == "sm").any() else "utilization"
-    flags: list[Flag] = []
-
-    def windowed(own: np.ndarray, peer: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
-        ok = winidx >= 0
-        w = winidx[ok]
-        busy = ((peer >= busy_min) & np.isfinite(own) & np.isfinite(peer))[ok]
-        n = np.bincount(w, minlength=nwin).astype(float)
-        nb = np.bincount(w, weights=busy.astype(float), minlength=nwin)
-        own_s = np.bincount(w, weights=np.where(busy, own[ok], 0.0), minlength=nwin)
-        peer_s = np.bincount(w, weights=np.where(busy, peer[ok], 0.0), minlength=nwin)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            own_m = own_s / nb
-            peer_m = peer_s / nb
-            frac = nb / n
-        known = frac >= min_busy_frac
-        bad = (own_m <= peer_m * ratio) & (peer_m - own_m >= gap)
-        cond = [bool(b) if k else None for b, k in zip(bad, known, strict=True)]
-        return cond, own_m, peer_m
-
-    starts = ctx.windows["start"].to_numpy(float)
-    ends = ctx.windows["end"].to_numpy(float)
     nodes = sorted({k.split("/")[0] for k in keys})
+    flags, node_flags = _nodes_below_peers(ctx, test, vals, keys, nodes)
+    return flags + _gpus_below_peers(ctx, test, vals, keys, nodes, node_flags)
+
+
+def _nodes_below_peers(ctx: Context, test: _PeerTest, vals: np.ndarray, keys: list[str],
+                       nodes: list[str]) -> tuple[list[Flag], dict[str, list[tuple[float, float]]]]:
+    """With two nodes or more: each node's mean against the median of the other nodes. The
+    flags, and the spans each node is flagged over."""
+    flags: list[Flag] = []
     node_flags: dict[str, list[tuple[float, float]]] = {}
-    if len(nodes) >= 2:
-        node_mean = {n: np.nanmean(vals[:, [i for i, k in enumerate(keys) if k.split("/")[0] == n]],
-                                   axis=1) for n in nodes}
-        for n in nodes:
-            others = np.vstack([node_mean[m] for m in nodes if m != n])
-            peer = np.nanmedian(others, axis=0)
-            cond, own_w, peer_w = windowed(node_mean[n], peer)
-            for ep in episodes(cond, open_n, close_n):
-                start, end = episode_times(ep, starts, ends)
-                own_m = float(np.nanmean(own_w[ep.onset:ep.last + 1]))
-                peer_m = float(np.nanmean(peer_w[ep.onset:ep.last + 1]))
-                rng = window_steps(ctx, ep.onset, ep.last)
-                sev = severity_for(own_m / peer_m if peer_m else 0.0, ratio,
-                                   cfg.get_float("critical_ratio"), higher_is_worse=False)
-                sev = "warning" if sev == "info" else sev
-                node_flags.setdefault(n, []).append((starts[ep.onset], ends[ep.last]))
-                flags.append(make_flag(
-                    "gpu_imbalance", sev, start, end, {"node": n, "steps": rng},
-                    f"Node {n} averaged {pct(own_m)} {source} vs a median of {pct(peer_m)} on "
-                    f"the other nodes, {steps_text(rng) or _for_seconds(start, end, ctx.now)}.",
-                ))
-    # per GPU, against the median of every other GPU
+    if len(nodes) < 2:
+        return flags, node_flags
+    starts, ends = test.starts, test.ends
+    node_mean = {n: np.nanmean(vals[:, [i for i, k in enumerate(keys) if k.split("/")[0] == n]],
+                               axis=1) for n in nodes}
+    for n in nodes:
+        others = np.vstack([node_mean[m] for m in nodes if m != n])
+        peer = np.nanmedian(others, axis=0)
+        cond, own_w, peer_w = test.windowed(node_mean[n], peer)
+        for ep in episodes(cond, test.open_n, test.close_n):
+            start, end = episode_times(ep, starts, ends)
+            own_m = float(np.nanmean(own_w[ep.onset:ep.last + 1]))
+            peer_m = float(np.nanmean(peer_w[ep.onset:ep.last + 1]))
+            rng = window_steps(ctx, ep.onset, ep.last)
+            node_flags.setdefault(n, []).append((starts[ep.onset], ends[ep.last]))
+            flags.append(make_flag(
+                "gpu_imbalance", test.severity(own_m, peer_m), start, end,
+                {"node": n, "steps": rng},
+                f"Node {n} averaged {pct(own_m)} {test.source} vs a median of {pct(peer_m)} on "
+                f"the other nodes, {steps_text(rng) or _for_seconds(start, end, ctx.now)}.",
+            ))
+    return flags, node_flags
+
+
+def _gpus_below_peers(ctx: Context, test: _PeerTest, vals: np.ndarray, keys: list[str],
+                      nodes: list[str],
+                      node_flags: dict[str, list[tuple[float, float]]]) -> list[Flag]:
+    """Each GPU against the median of every other GPU; overlapping episodes of one node's
+    GPUs are one flag, and none where the whole node is flagged."""
+    starts, ends = test.starts, test.ends
     per_gpu: list[GpuEpisode] = []
     for i, key in enumerate(keys):
         others = np.delete(vals, i, axis=1)
         peer = np.nanmedian(others, axis=1) if others.shape[1] else np.full(len(vals), np.nan)
-        cond, own_w, peer_w = windowed(vals[:, i], peer)
-        for ep in episodes(cond, open_n, close_n):
+        cond, own_w, peer_w = test.windowed(vals[:, i], peer)
+        for ep in episodes(cond, test.open_n, test.close_n):
             own_m = float(np.nanmean(own_w[ep.onset:ep.last + 1]))
             peer_m = float(np.nanmean(peer_w[ep.onset:ep.last + 1]))
             node, gpu = key.split("/")[0], int(key.split("/")[1])
             per_gpu.append(GpuEpisode(node, gpu, ep, own_m, peer_m))
-    # merge overlapping GPU episodes of one node into one flag
     by_node: dict[str, list[GpuEpisode]] = {}
     for item in per_gpu:
         lo, hi = starts[item.episode.onset], ends[item.episode.last]
         if any(lo < b and hi > a for a, b in node_flags.get(item.node, [])):
             continue  # the whole node is already flagged
         by_node.setdefault(item.node, []).append(item)
+    flags: list[Flag] = []
     for node, items in by_node.items():
-        for grp in _group_overlapping(items, close_n):
+        for grp in _group_overlapping(items, test.close_n):
             onset, opened, last, still_open = merge_episodes([x.episode for x in grp])
             gpus = sorted({x.gpu for x in grp})
             own_m = float(np.mean([x.own for x in grp]))
             peer_m = float(np.mean([x.peer for x in grp]))
             rng = window_steps(ctx, onset, last)
-            sev = severity_for(own_m / peer_m if peer_m else 0.0, ratio,
-                               cfg.get_float("critical_ratio"), higher_is_worse=False)
-            sev = "warning" if sev == "info" else sev
             phase = _phase_words(ctx, onset, last)
-            label = _gpu_label(gpus)
             where = f" on node {node}" if len(nodes) > 1 else ""
             during = f" (mostly during {phase})" if phase else ""
-            scope = {"node": node, "gpus": gpus[:16], "steps": rng}
             flags.append(make_flag(
-                "gpu_imbalance", sev, float(ends[opened]),
+                "gpu_imbalance", test.severity(own_m, peer_m), float(ends[opened]),
                 None if still_open else float(ends[last]),
-                scope,
-                f"{label}{where} averaged {pct(own_m)} {source}{during} vs a peer median of "
-                f"{pct(peer_m)}, {steps_text(rng) or 'since ' + _clock(starts[onset])}.",
+                {"node": node, "gpus": gpus[:16], "steps": rng},
+                f"{_gpu_label(gpus)}{where} averaged {pct(own_m)} {test.source}{during} vs a "
+                f"peer median of {pct(peer_m)}, "
+                f"{steps_text(rng) or 'since ' + _clock(starts[onset])}.",
             ))
     return flags
 
