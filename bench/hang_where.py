@@ -34,6 +34,8 @@ CASES = [
     ("reward hangs (compute_score loop)", "reward", 20.0, "idle", 0.0, False),
     ("reward blocks on HTTP (server never answers)", "http", 20.0, "idle", 0.0, False),
     ("data loader blocks (dataset __getitem__)", "data", 20.0, None, 0.0, False),
+    ("data loader worker process blocks (forked from the driver)", "data_mp", 20.0, None, 0.0,
+     False),
     ("worker method never returns", "worker", 20.0, "busy", 0.0, False),
     ("reward hangs, 60 s steps", "reward", 60.0, "idle", 0.0, False),
     ("healthy long validation (150 s, workers generating)", "validate", 20.0, "gen", 150.0, True),
@@ -186,7 +188,7 @@ def main() -> int:
             "defaults.yaml hang section), py-spy on by default, following the stand-in job's log",
             ""]
     lines = head
-    for batch in (cases[:4], cases[4:]):  # a box of 2 cores: the busy loops in two batches
+    for batch in (cases[:5], cases[5:]):  # a box of 2 cores: the busy loops in two batches
         if batch:
             lines += run(batch, base)
     text = "\n".join(lines)
