@@ -340,6 +340,7 @@ def test_a_fast_leak_in_short_steps_is_named_within_3_steps_of_its_start():
     # three steps after the leak starts at step 2 (min_points would wait for step 6)
     steps, ctx = _short_steps(leak_gib_per_step=4.0)
     (f,) = _creeps(ctx)
+    assert f.evidence.startswith("GPU 0 on node n0 (each step's lowest sample):")
     assert "at +4.0 GiB per step" in f.evidence
     assert f.start <= steps[4].end_time + 1e-6
     assert f.advice[0].startswith("Memory that grows every step is kept across steps")

@@ -150,7 +150,9 @@ def test_gpu_memory_kept_every_step_is_named_within_3_steps():
     hits = [f for f in _alarms("mem_grow") if f["kind"] == "memory_creep"]
     assert hits
     assert _step_of(report, hits[0]["start"]) <= meta["fault_step"] + 3
-    assert "at +4.0 GiB per step" in hits[0]["evidence"], hits[0]["evidence"]
+    assert hits[0]["evidence"].startswith("GPU 0 on node h200 (each step's lowest sample): "
+                                          "memory grows steadily"), hits[0]["evidence"]
+    assert "at +4.0 GiB per step" in hits[0]["evidence"]
     assert hits[0]["advice"][0].startswith("Memory that grows every step is kept across steps")
     # 34 of 141 GiB is no pressure
     assert not [f for f in _analyze("mem_grow")["flags"] if f["kind"] == "memory_pressure"]

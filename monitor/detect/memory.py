@@ -144,7 +144,10 @@ def _series(g: pd.DataFrame, cfg: Section) -> pd.DataFrame:
         # no steps (a node without the verl log): fixed windows hold a varying mix of phases
         # whose memory differs; judge levels over buckets long enough to hold many steps
         g = _buckets(g, cfg.get_float("unstepped_bucket_s"))
-    return g.iloc[cfg.get_int("warmup_points"):]
+    level = g.attrs.get("level")
+    g = g.iloc[cfg.get_int("warmup_points"):]
+    g.attrs["level"] = level
+    return g
 
 
 def _short_steps(g: pd.DataFrame, cfg: Section) -> pd.DataFrame:
@@ -155,7 +158,9 @@ def _short_steps(g: pd.DataFrame, cfg: Section) -> pd.DataFrame:
     the floors are judged per step (real verl: 2-3 s steps sampled each second); with fewer the
     memory is judged per minute."""
     if float(g["n"].median()) >= cfg.get_int("min_floor_samples", 2):
-        return g[g["n"] >= cfg.get_int("min_floor_samples", 2)].assign(peak=lambda d: d["floor"])
+        floors = g[g["n"] >= cfg.get_int("min_floor_samples", 2)].assign(peak=lambda d: d["floor"])
+        floors.attrs["level"] = "each step's lowest sample"
+        return floors
     return _buckets(g, 60.0)
 
 
@@ -336,7 +341,7 @@ def detect_memory_creep(ctx: Context) -> list:
     by_gpu: dict[tuple, list[list]] = {}
     for (node, gpu), phase, g in series:
         cap = cfg.get_float("capacity_bytes", 0.0) or float(g["cap"].max() or 0.0)
-        where = f" ({phase})" if phase else ""
+        where = _where(phase, g)
         by_gpu.setdefault((node, gpu), []).append(_series_flags(
             ctx, f"GPU {int(gpu)} on node {node}{where}:", {"node": str(node), "gpus": [int(gpu)]},
             g["peak"].to_numpy(float), g["end"].to_numpy(float),
@@ -349,7 +354,7 @@ def detect_memory_creep(ctx: Context) -> list:
         by_node: dict[tuple, list[list]] = {}
         for key, phase, g in _phase_series(host, ["node"], "train_rss_bytes", None, ctx, cfg):
             node = key[0]
-            where = f" ({phase})" if phase else ""
+            where = _where(phase, g)
             by_node.setdefault(key, []).append(_series_flags(
                 ctx, f"Host memory (RSS) of the training processes on node {node}{where}:",
                 {"node": str(node)}, g["peak"].to_numpy(float), g["end"].to_numpy(float),
@@ -364,6 +369,12 @@ def detect_memory_creep(ctx: Context) -> list:
                                    s["mem_reserved"].to_numpy(float), s["end"].to_numpy(float),
                                    s["step"].to_numpy(float), cap, cfg))
     return flags
+
+
+def _where(phase: str | None, g: pd.DataFrame) -> str:
+    """" (gen)" for a phase's series, " (each step's lowest sample)" for short steps' floors."""
+    label = phase or g.attrs.get("level")
+    return f" ({label})" if label else ""
 
 
 def _confirmed(per_phase: list[list]) -> list:
