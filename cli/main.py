@@ -1,8 +1,9 @@
 """The ``verl-monitor`` command line: one subcommand per module in ``cli/commands/``.
 
-Each command module exposes ``register(subparsers)``, which adds its parser and sets
-``func`` to a callable taking the parsed namespace and returning the exit status (a command
-that cannot go on raises ``cli.errors.CommandError``; see ``cli/errors.py``). Command
+Each command module names its parser's ``PARSER`` keywords (help, description, ...), adds
+its options in ``add_arguments(parser)`` and runs in ``run(args)``, which returns the exit
+status (a command that cannot go on raises ``cli.errors.CommandError``; see
+``cli/errors.py``). Command
 modules import only the core install at the top; a command that needs an extra checks for it
 when it runs (``monitor.extras``) and names the extra to install.
 """
@@ -30,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"verl-monitor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"cli.commands.{name.replace('-', '_')}").register(sub)
+        command = importlib.import_module(f"cli.commands.{name.replace('-', '_')}")
+        sub_parser = sub.add_parser(name, **command.PARSER)
+        command.add_arguments(sub_parser)
+        sub_parser.set_defaults(func=command.run)
     return parser
 
 

@@ -119,22 +119,33 @@ def step_time_trend(steps: pd.DataFrame, window: int = 10,
     title = "Step time"
     if steps.empty or steps["total"].isna().all():
         return empty_figure(title, "no steps yet")
-    df = steps.dropna(subset=["total"])
-    med = df["total"].rolling(window, min_periods=1).median()
+    fig = _against_median(steps, "total", window, flagged, name="step time", color="#4C78A8",
+                          median_mode="lines", spike=("step_time_spikes", 9))
+    return _layout(fig, title, key="step_time")
+
+
+def _against_median(steps: pd.DataFrame, col: str, window: int, flagged: set[int] | None, *,
+                    name: str, color: str, median_mode: str | None,
+                    spike: tuple[str, int]) -> go.Figure:
+    """``col`` per step, its rolling median over ``window`` steps (dotted; ``median_mode``
+    the trace's mode, None for plotly's default) and the ``flagged`` steps marked as spikes
+    of the flag kind ``spike[0]`` (marker size ``spike[1]``), on a step axis in seconds."""
+    df = steps.dropna(subset=[col])
+    med = df[col].rolling(window, min_periods=1).median()
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=df["step"], y=df["total"], mode=line_mode(len(df)),
-                             name="step time",
-                             marker={"size": 4}, line={"color": "#4C78A8"}))
-    fig.add_trace(go.Scatter(x=df["step"], y=med, mode="lines", name=f"rolling median ({window})",
-                             line={"dash": "dot", "color": "#555"}))
+    fig.add_trace(go.Scatter(x=df["step"], y=df[col], mode=line_mode(len(df)), name=name,
+                             marker={"size": 4}, line={"color": color}))
+    fig.add_trace(go.Scatter(x=df["step"], y=med, name=f"rolling median ({window})",
+                             line={"dash": "dot", "color": "#555"},
+                             **({"mode": median_mode} if median_mode else {})))
     spikes = df[df["step"].isin(flagged or set())]
     if not spikes.empty:
-        fig.add_trace(go.Scatter(x=spikes["step"], y=spikes["total"], mode="markers",
-                                 name="spike (step_time_spikes flag)",
-                                 marker={"color": SEVERITY_COLORS["critical"], "size": 9}))
+        fig.add_trace(go.Scatter(x=spikes["step"], y=spikes[col], mode="markers",
+                                 name=f"spike ({spike[0]} flag)",
+                                 marker={"color": SEVERITY_COLORS["critical"], "size": spike[1]}))
     step_axis(fig, df["step"])
     fig.update_yaxes(title="seconds", rangemode="tozero")
-    return _layout(fig, title, key="step_time")
+    return fig
 
 
 def throughput_trend(steps: pd.DataFrame) -> go.Figure:
@@ -340,21 +351,9 @@ def reshard_vs_median(steps: pd.DataFrame, window: int = 20,
     title = "Reshard duration vs rolling median"
     if steps.empty or "reshard" not in steps.columns or steps["reshard"].isna().all():
         return empty_figure(title, "the log gives no reshard timing (verl < 0.4.1 hides it in gen)")
-    df = steps.dropna(subset=["reshard"])
-    med = df["reshard"].rolling(window, min_periods=1).median()
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=df["step"], y=df["reshard"], mode=line_mode(len(df)),
-                             name="reshard",
-                             marker={"size": 4}, line={"color": PHASE_COLORS["reshard"]}))
-    fig.add_trace(go.Scatter(x=df["step"], y=med, name=f"rolling median ({window})",
-                             line={"dash": "dot", "color": "#555"}))
-    spikes = df[df["step"].isin(flagged or set())]
-    if not spikes.empty:
-        fig.add_trace(go.Scatter(x=spikes["step"], y=spikes["reshard"], mode="markers",
-                                 name="spike (reshard_spike flag)",
-                                 marker={"color": SEVERITY_COLORS["critical"], "size": 10}))
-    step_axis(fig, df["step"])
-    fig.update_yaxes(title="seconds", rangemode="tozero")
+    fig = _against_median(steps, "reshard", window, flagged, name="reshard",
+                          color=PHASE_COLORS["reshard"], median_mode=None,
+                          spike=("reshard_spike", 10))
     return _layout(fig, title, key="reshard")
 
 

@@ -66,17 +66,19 @@ def _log_end(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``analyze`` subcommand."""
-    p = subparsers.add_parser(
-        "analyze",
-        help="analyze a verl log (and GPU/host recordings): phases, balance, flags, advice",
-        description="Read a verl console log or file-logger JSONL (the format is detected), "
+#: How ``verl-monitor analyze`` is listed and described (``cli.main`` adds the parser).
+PARSER: dict[str, str] = {
+    "help": "analyze a verl log (and GPU/host recordings): phases, balance, flags, advice",
+    "description": ("Read a verl console log or file-logger JSONL (the format is detected), "
         "optionally with GPU and host telemetry recorded by the exporter or `verl-monitor "
         "export`, and report step time per phase, throughput, weight-sync time, rollout long "
         "tail, data-parallel imbalance, events, GPU activity per phase and the detectors' "
-        "flags with advice.",
-    )
+        "flags with advice."),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``verl-monitor analyze``."""
     p.add_argument("log", metavar="LOG", help="verl console log or file-logger .jsonl")
     p.add_argument("--gpu", metavar="GPU.csv", help="GPU samples (CSV or Parquet, interchange "
                    "format); enables per-phase GPU attribution and GPU detectors")
@@ -126,7 +128,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(docs/hangs.md)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (steps, events, summary, flags) instead of text")
-    p.set_defaults(func=run)
 
 
 def _gpu_hour_cost(text: str) -> float:

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from cli.children import stop_process
 from cli.errors import FAILED, CommandError, exits, fail_if
 from monitor.urls import redact
 
@@ -91,18 +92,6 @@ def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float 
             pass
         time.sleep(0.2)
     return False
-
-
-def stop_process(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
-    """Terminate a child, then kill it if it does not exit within ``timeout`` seconds."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
 
 
 def display_url(address: str, port: int) -> str:
@@ -183,15 +172,17 @@ def interrupt_on_signal(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``dashboard`` subcommand."""
-    parser = subparsers.add_parser(
-        "dashboard",
-        help="start the live Streamlit dashboard on a run store or Prometheus",
-        description="Serve the verl-monitor dashboard (Overview, GPUs, Steps & phases, "
+#: How ``verl-monitor dashboard`` is listed and described (``cli.main`` adds the parser).
+PARSER: dict[str, str] = {
+    "help": "start the live Streamlit dashboard on a run store or Prometheus",
+    "description": ("Serve the verl-monitor dashboard (Overview, GPUs, Steps & phases, "
         "Communication, Rollout, Flags, Nodes). Reads a local run store written by the exporter, or a "
-        "Prometheus server scraping the exporters.",
-    )
+        "Prometheus server scraping the exporters."),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``verl-monitor dashboard``."""
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--store", metavar="PATH",
                      help="run store (SQLite) written by `verl-monitor exporter --store`")
@@ -216,7 +207,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="start even if the store does not exist yet (the app shows "
                         "'store missing' until the exporter creates it)")
-    parser.set_defaults(func=run)
 
 
 @exits("dashboard")

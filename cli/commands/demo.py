@@ -22,7 +22,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from cli.commands.dashboard import (
     DEFAULT_ADDRESS,
@@ -129,16 +128,18 @@ def scenario_mode(name: str) -> str:
     return script_mode(resolve_script(name, None, 0.4))
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``demo`` subcommand."""
-    parser = subparsers.add_parser(
-        "demo",
-        help="simulated verl run + exporter + dashboard: every page live in about ten minutes "
-        "(a minute with --speed 10)",
-        description="Play a simulated verl run (healthy, then IO starvation, a reshard spike, "
+#: How ``verl-monitor demo`` is listed and described (``cli.main`` adds the parser).
+PARSER: dict[str, str] = {
+    "help": ("simulated verl run + exporter + dashboard: every page live in about ten minutes "
+        "(a minute with --speed 10)"),
+    "description": ("Play a simulated verl run (healthy, then IO starvation, a reshard spike, "
         "a straggling GPU, a rollout long tail, over about ten minutes), monitor it with the "
-        "exporter (sim GPU backend), and serve the dashboard on its run store. Ctrl-C stops.",
-    )
+        "exporter (sim GPU backend), and serve the dashboard on its run store. Ctrl-C stops."),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``verl-monitor demo``."""
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"dashboard port (default {DEFAULT_PORT})")
     parser.add_argument("--address", default=DEFAULT_ADDRESS,
@@ -162,7 +163,6 @@ def register(subparsers: Any) -> None:
                         "a slow standalone rollout, evictions) serve simulated vLLM servers "
                         "too; `verl-monitor simulate --list` lists every one")
     parser.add_argument("--node", default="demo-node", help="node name (default demo-node)")
-    parser.set_defaults(func=run)
 
 
 @exits("demo")

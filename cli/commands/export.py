@@ -17,21 +17,22 @@ from cli.errors import CommandError, exits
 PROG = "verl-monitor export"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``export`` subcommand."""
-    p = subparsers.add_parser(
-        "export",
-        help="export a run store (SQLite) to CSV/JSONL files that `analyze` reads",
-        description="Write the samples, steps, events and flags of a run store written by the "
+#: How ``verl-monitor export`` is listed and described (``cli.main`` adds the parser).
+PARSER: dict[str, str] = {
+    "help": "export a run store (SQLite) to CSV/JSONL files that `analyze` reads",
+    "description": ("Write the samples, steps, events and flags of a run store written by the "
         "exporter to DIR: gpu.csv and host.csv (interchange format), train.jsonl (one "
         "{step, ts, data} object per step, like verl's file logger), events.json, flags.json, "
-        "nccl.csv and meta.json. Streams: memory stays flat whatever the store's size.",
-    )
+        "nccl.csv and meta.json. Streams: memory stays flat whatever the store's size."),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``verl-monitor export``."""
     p.add_argument("store", metavar="STORE", help="run store file written by the exporter "
                    "(--store)")
     p.add_argument("--out", metavar="DIR", required=True,
                    help="output folder (created if missing; files in it are overwritten)")
-    p.set_defaults(func=run)
 
 
 @exits("export")

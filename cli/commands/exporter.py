@@ -18,7 +18,6 @@ import select
 import signal
 import socket
 import sys
-from typing import Any
 
 from cli.errors import CommandError, exits, fail_if
 from exporters.options import DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, ExporterOptions
@@ -268,19 +267,15 @@ def url_options_problem(options: ExporterOptions) -> str | None:
     return None
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``exporter`` subcommand."""
-    parser = subparsers.add_parser(
-        "exporter",
-        help="run the node exporter: Prometheus /metrics, run store, live flags",
-        description="Sample GPUs, host, verl logs and NCCL dumps on this node, run the "
-        "detectors live, record a run store, and serve Prometheus metrics at /metrics.",
-        epilog="Signals: SIGTERM and SIGINT stop it cleanly (exit 0); SIGHUP stops it "
+#: How ``verl-monitor exporter`` is listed and described (``cli.main`` adds the parser).
+PARSER: dict[str, str] = {
+    "help": "run the node exporter: Prometheus /metrics, run store, live flags",
+    "description": ("Sample GPUs, host, verl logs and NCCL dumps on this node, run the "
+        "detectors live, record a run store, and serve Prometheus metrics at /metrics."),
+    "epilog": ("Signals: SIGTERM and SIGINT stop it cleanly (exit 0); SIGHUP stops it "
         "cleanly too but exits 129, so a supervisor (systemd Restart=, a restart loop) starts "
-        "it again; there is no reload. Exit 2: bad options or web config.",
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=run)
+        "it again; there is no reload. Exit 2: bad options or web config."),
+}
 
 
 def parse_options(argv: list[str]) -> ExporterOptions:

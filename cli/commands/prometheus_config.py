@@ -43,16 +43,18 @@ class ConfigInputError(ValueError):
     """Bad input; the message is one line saying what to change."""
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``prometheus-config`` subcommand."""
-    p = subparsers.add_parser(
-        "prometheus-config",
-        help="write a job's Prometheus file_sd targets (and optionally a config that reads them)",
-        description="Write DIR/JOB.json listing the job's exporters for Prometheus's file_sd "
+#: How ``verl-monitor prometheus-config`` is listed and described (``cli.main`` adds the parser).
+PARSER: dict[str, str] = {
+    "help": "write a job's Prometheus file_sd targets (and optionally a config that reads them)",
+    "description": ("Write DIR/JOB.json listing the job's exporters for Prometheus's file_sd "
         "(the shipped prometheus/prometheus.yml reads prometheus/targets/*.json), and with "
         "--config a Prometheus config for that folder. Example: verl-monitor prometheus-config "
-        "--job grpo-qwen7b --targets gpu-01:9048,gpu-02:9048 --targets-dir prometheus/targets",
-    )
+        "--job grpo-qwen7b --targets gpu-01:9048,gpu-02:9048 --targets-dir prometheus/targets"),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``verl-monitor prometheus-config``."""
     p.add_argument("--job", required=True, metavar="NAME",
                    help="the training job's name: the `job` label every rule groups by")
     p.add_argument("--targets", metavar="[NODE=]HOST[:PORT],...",
@@ -77,7 +79,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--runbook-base", default=DEFAULT_RUNBOOK_BASE, metavar="URL",
                    help="where docs/runbooks.md is browsable, ending in / (the alerts' "
                    f"runbook links; default {DEFAULT_RUNBOOK_BASE})")
-    p.set_defaults(func=run)
 
 
 def target_groups(job: str, targets: str | None, ask: bool = True) -> list[dict[str, Any]]:

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from cli.children import stop_process
 from cli.errors import CommandError, exits
 from exporters.options import DEFAULT_LISTEN, DEFAULT_PORT
 from monitor.hang.finish import clear_exit, mark_exit
@@ -59,19 +60,15 @@ class RunError(RuntimeError):
     """Bad input for ``verl-monitor run``; the message is one line saying what to change."""
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``run`` subcommand."""
-    p = subparsers.add_parser(
-        "run",
-        help="run a verl command with an exporter on this node, its output captured to a log",
-        description="Start the node exporter, run the verl command with its output passed "
+#: How ``verl-monitor run`` is listed and described (``cli.main`` adds the parser).
+PARSER: dict[str, str] = {
+    "help": "run a verl command with an exporter on this node, its output captured to a log",
+    "description": ("Start the node exporter, run the verl command with its output passed "
         "through and captured to a log the exporter follows, and return the command's exit "
         "status. Example: verl-monitor run --log /tmp/verl.log -- python3 -m "
-        "verl.trainer.main_ppo ...",
-        usage="verl-monitor run [options] -- COMMAND [ARG ...]",
-    )
-    add_arguments(p)
-    p.set_defaults(func=run)
+        "verl.trainer.main_ppo ..."),
+    "usage": "verl-monitor run [options] -- COMMAND [ARG ...]",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -373,18 +370,6 @@ def start_exporter(argv: list[str], log_path: Path) -> tuple[subprocess.Popen, s
     return proc, None
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = EXPORTER_STOP_S) -> None:
-    """SIGTERM, then SIGKILL after ``timeout``; idempotent."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout)
-
-
 # ---------------------------------------------------------------------------- the command
 
 
@@ -484,11 +469,11 @@ def _run(args: argparse.Namespace) -> int:
         return status
     finally:
         if job is not None and job.poll() is None:
-            stop_process(job)
+            stop_process(job, EXPORTER_STOP_S, EXPORTER_STOP_S)
         if exporter is not None:
             if exporter.poll() is None and job is not None and args.linger > 0:
                 time.sleep(args.linger)
-            stop_process(exporter)
+            stop_process(exporter, EXPORTER_STOP_S, EXPORTER_STOP_S)
         if echo is not None:
             echo.stop()  # what a grandchild printed meanwhile is shown too
         if targets_path is not None and not args.keep_targets:

@@ -49,16 +49,18 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``simulate`` subcommand."""
-    p = subparsers.add_parser(
-        "simulate",
-        help="write a simulated verl run (train.log, gpu.csv, host.csv, truth.json)",
-        description="Simulate a verl run with an injected problem and write its console log "
+#: How ``verl-monitor simulate`` is listed and described (``cli.main`` adds the parser).
+PARSER: dict[str, str] = {
+    "help": "write a simulated verl run (train.log, gpu.csv, host.csv, truth.json)",
+    "description": ("Simulate a verl run with an injected problem and write its console log "
         "(in the chosen verl release's format), GPU and host telemetry (interchange CSV) and "
         "truth.json (what was injected, when, where). Deterministic for a seed. Scenarios: "
-        + ", ".join(list_scenarios()),
-    )
+        + ", ".join(list_scenarios())),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``verl-monitor simulate``."""
     p.add_argument("--scenario", default="healthy",
                    help="scenario or script name, or a script 'name:steps,name:steps' "
                    "(default: healthy; --list shows them)")
@@ -90,7 +92,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "scenario needs, else sync. All but sync also write rollout.csv (the "
                    "engines' series)")
     p.add_argument("--out", help="output folder (created if missing)")
-    p.set_defaults(func=run)
+
+
+#: SimRun's keywords that the options of the same name give as they are.
+_SAME_NAMED = ("scenario", "steps", "nodes", "gpus_per_node", "seed", "verl_version",
+               "step_seconds", "noise", "timestamps", "log_format")
 
 
 @exits("simulate")
@@ -102,20 +108,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     fail_if(not args.out and "--out DIR is required")
     try:
-        sim = SimRun(
-            scenario=args.scenario,
-            steps=args.steps,
-            nodes=args.nodes,
-            gpus_per_node=args.gpus_per_node,
-            seed=args.seed,
-            verl_version=args.verl_version,
-            start_time=args.start,
-            step_seconds=args.step_seconds,
-            noise=args.noise,
-            timestamps=args.timestamps,
-            log_format=args.log_format,
-            mode=args.trainer_mode,
-        )
+        sim = SimRun(**{key: getattr(args, key) for key in _SAME_NAMED},
+                     start_time=args.start, mode=args.trainer_mode)
     except (UnknownScenario, UnknownVersion, ValueError) as exc:
         raise CommandError(str(exc)) from exc
     try:
