@@ -183,11 +183,11 @@ def _exposition_for(gpus: int):
     from exporters.collectors.host import HostCollector
     from exporters.exposition import Exposition
     from exporters.gpu.sim import SimBackend
-    from exporters.live_monitor import Recorder
     from exporters.options import ExporterOptions
     from exporters.registry import ExporterContext
-    from exporters.window import RollingWindow
-    from monitor.detect.live import FlagTracker
+    from monitor.live.flag_tracker import FlagTracker
+    from monitor.live.live_monitor import Recorder
+    from monitor.live.rolling_window import RollingWindow
 
     window = RollingWindow()
     ctx = ExporterContext(node="bench", interval=1.0, sink=Recorder(window),

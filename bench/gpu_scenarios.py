@@ -344,8 +344,8 @@ def replay_live(export: Path, run: Path) -> list[dict[str, Any]]:
     from cli.commands.analyze import merge_events, read_events
     from monitor.config import load_config
     from monitor.detect import run_all
-    from monitor.detect.live import FlagTracker
     from monitor.frames import empty_nccl_frame, read_gpu_frame, read_host_frame, read_nccl_frame
+    from monitor.live.flag_tracker import FlagTracker
     from monitor.logs.parse import parse_file
 
     steps = parse_file(str(export / "train.jsonl")).steps

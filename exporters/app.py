@@ -4,10 +4,10 @@ Two parts joined by one typed seam (docs/architecture.md):
 
 - the *exporter* (this module): the collectors, each sampling on its own thread, and the
   ``/metrics`` endpoint (TLS and basic auth from ``--web.config.file``);
-- the *monitor* (exporters/live_monitor.py): the rolling window, the detectors, the flag
+- the *monitor* (monitor/live/live_monitor.py): the rolling window, the detectors, the flag
   tracker, the run-store writer, Slack and wandb.
 
-Collectors publish samples, steps and events through the :class:`~exporters.sink.Sink`
+Collectors publish samples, steps and events through the :class:`~monitor.live.sink.Sink`
 protocol, which the monitor implements; options are the frozen
 :class:`~exporters.options.ExporterOptions` built once from the command line
 (:func:`monitor.commands.exporter.parse_options`). ``Exporter(options).start()``:
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 
 from exporters.exposition import Exposition
 from exporters.landing import landing_page
-from exporters.live_monitor import LiveMonitor, MonitorError
 from exporters.options import ExporterOptions
 from exporters.registry import BaseCollector, CollectorSpec, ExporterContext, load_all
 from exporters.server import MetricsServer, parse_listen_address
 from exporters.webconfig import WebConfigError, load_web_config
+from monitor.live import LiveMonitor, MonitorError
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

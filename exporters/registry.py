@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, ClassVar
 from prometheus_client.metrics_core import Metric
 
 from exporters.options import ExporterOptions
-from exporters.sink import NullSink, Sink
+from monitor.live import NullSink, Sink
 
 if TYPE_CHECKING:
     from exporters.gpu.backend import GpuBackend
-    from exporters.window import RollingWindow
     from monitor.config import Config
-    from monitor.detect.live import FlagTracker
+    from monitor.live import RollingWindow
+    from monitor.live.flag_tracker import FlagTracker
     from monitor.notify.slack import SlackNotifier
     from monitor.sim.live import LiveSim
 
@@ -42,7 +42,7 @@ COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "flags"
 class ExporterContext:
     """What every collector receives: its settings, where to publish, what it may read.
 
-    ``sink`` is where collectors publish samples, steps and events (exporters/sink.py; the
+    ``sink`` is where collectors publish samples, steps and events (monitor/live/sink.py; the
     monitor side implements it). ``options`` are the typed command-line options. The rest is
     shared state that some collectors read: ``window`` (recent samples and steps, for the
     goodput and per-phase counters), ``tracker`` (the open flags), ``notifier`` (Slack, for the

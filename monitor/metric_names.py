@@ -114,7 +114,7 @@ ROLLOUT_SCRAPE_ERRORS = "verlmon_rollout_scrape_errors_total"  # counter {server
 PHASE_SECONDS = "verlmon_phase_seconds_total"  # counter {phase}: phase seconds of every step
 STEP_SECONDS = "verlmon_step_seconds"  # histogram: step seconds (_bucket, _sum, _count)
 DATA_WAIT_SECONDS = "verlmon_data_wait_seconds_total"  # counter: time before step timers
-# --- per-phase GPU activity on every node (the driver's timeline; exporters/phase_timeline.py)
+# --- per-phase GPU activity on every node (the driver's timeline; monitor/live/phase_timeline.py)
 PHASE_GPU_SECONDS = "verlmon_phase_gpu_seconds_total"  # counter {phase, gpu}
 PHASE_GPU_SM_ACTIVE_SECONDS = "verlmon_phase_gpu_sm_active_seconds_total"  # counter {phase, gpu}
 PHASE_GPU_UTIL_SECONDS = "verlmon_phase_gpu_utilization_seconds_total"  # counter {phase, gpu}

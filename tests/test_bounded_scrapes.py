@@ -17,9 +17,9 @@ import pytest
 
 from exporters.collectors.rollout_engine import MAX_WORKERS, RolloutEngineCollector
 from exporters.options import ExporterOptions
-from exporters.phase_timeline import PhaseSource, PhaseSourceError
 from exporters.registry import ExporterContext
 from monitor import metric_names as m
+from monitor.live.phase_timeline import PhaseSource, PhaseSourceError
 from monitor.sim.engine_server import EngineServer
 from tests.http_peers import AuthServer, DripServer, ListSink, driver_metrics
 from tests.ports import free_port

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporters.phase_timeline import PhaseSource, PhaseSourceError
 from monitor import metric_names as m
+from monitor.live.phase_timeline import PhaseSource, PhaseSourceError
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER_TEXT = (f"{m.TRAIN_STEP} 7\n{m.LAST_STEP_TS} 1700000030\n{m.STEP_DURATION} 30\n"

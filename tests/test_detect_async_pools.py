@@ -167,7 +167,7 @@ def test_detectors_say_nothing_without_steps(kind: str) -> None:
 def test_pool_imbalance_opens_live_as_the_lines_arrive() -> None:
     """Fed line by line as the exporter follows the log (arrival times, a rolling window of
     steps, the flag tracker), the warning opens during the waiting versions, once."""
-    from monitor.detect.live import FlagTracker
+    from monitor.live.flag_tracker import FlagTracker
     from monitor.logs.parser import LogParser
     from monitor.records import StepRecord
 

@@ -1,6 +1,6 @@
 """FlagTracker: stable starts across calls, closes with an end, counts raised flags."""
 
-from monitor.detect.live import FlagTracker
+from monitor.live.flag_tracker import FlagTracker
 from monitor.records import Flag
 
 

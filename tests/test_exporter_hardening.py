@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from cli.commands.exporter import parse_options
-from exporters import live_monitor as monitor_mod
 from exporters.app import Exporter, ExporterError
-from exporters.live_monitor import supervised
+from monitor.live import live_monitor as monitor_mod
+from monitor.live.live_monitor import supervised
 from monitor.records import StepRecord
 from monitor.store import RunStore
 

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry
 
 from exporters.collectors.flags import FlagsCollector
 from exporters.registry import ExporterContext
-from monitor.detect.live import FlagTracker
+from monitor.live.flag_tracker import FlagTracker
 from monitor.records import FLAG_KINDS, SEVERITIES, Flag
 
 

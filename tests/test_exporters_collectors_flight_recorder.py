@@ -10,7 +10,7 @@ from prometheus_client.core import CollectorRegistry
 from exporters.collectors.flight_recorder import FlightRecorderCollector
 from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
-from exporters.window import RollingWindow
+from monitor.live.rolling_window import RollingWindow
 from monitor.records import StepRecord
 
 

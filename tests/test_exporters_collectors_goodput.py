@@ -8,11 +8,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters.collectors.goodput import GPU_SECONDS, GoodputCollector
-from exporters.live_monitor import Recorder
 from exporters.registry import ExporterContext, load_all
-from exporters.window import RollingWindow
 from monitor.analysis.goodput import CAUSES
 from monitor.frames import read_gpu_frame
+from monitor.live.live_monitor import Recorder
+from monitor.live.rolling_window import RollingWindow
 from monitor.logs.parse import parse_file
 
 RUN = Path(__file__).parent / "fixtures" / "real_gpu" / "2gpu_straggler"

@@ -13,11 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporters.collectors.gpu import GpuCollector, reading_to_row
 from exporters.gpu.backend import GpuIdentity, GpuReading
 from exporters.gpu.sim import SimBackend
-from exporters.live_monitor import Recorder
 from exporters.options import ExporterOptions
 from exporters.registry import REGISTRY, ExporterContext, load_all
-from exporters.window import RollingWindow
 from monitor import metric_names as mn
+from monitor.live.live_monitor import Recorder
+from monitor.live.rolling_window import RollingWindow
 from monitor.sim import SimRun
 
 

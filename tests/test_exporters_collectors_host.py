@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters.collectors.host import HostCollector, trainer_candidates
-from exporters.live_monitor import Recorder
 from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
-from exporters.window import RollingWindow
+from monitor.live.live_monitor import Recorder
+from monitor.live.rolling_window import RollingWindow
 
 TRAINER = ("import subprocess, sys, time\n"
            "child = subprocess.Popen([sys.executable, '-c', 'x = bytearray(32 << 20)\\n"

@@ -11,10 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters.collectors.nccl import NcclCollector
-from exporters.live_monitor import Recorder
 from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
-from exporters.window import RollingWindow
+from monitor.live.live_monitor import Recorder
+from monitor.live.rolling_window import RollingWindow
 from monitor.store import RunStore, StoreWriter
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nccl_inspector" / "gpu-node-01-pid4242.log"

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters.collectors.verl_log import StepTotals, VerlLogCollector
-from exporters.live_monitor import Recorder
 from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
-from exporters.window import RollingWindow
+from monitor.live.live_monitor import Recorder
+from monitor.live.rolling_window import RollingWindow
 from monitor.records import ALL_PHASES, StepRecord
 from monitor.store import RunStore, StoreWriter
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from exporters.live_monitor import CLOSED_AT_RESTART, LiveMonitor
 from exporters.options import ExporterOptions
 from monitor.detect import DETECTORS
+from monitor.live.live_monitor import CLOSED_AT_RESTART, LiveMonitor
 from monitor.records import Event, Flag, StepRecord
 from monitor.store import RunStore
 

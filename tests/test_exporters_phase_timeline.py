@@ -13,14 +13,14 @@ from prometheus_client.registry import CollectorRegistry
 
 from exporters.collectors.phase_gpu import PhaseGpuCollector
 from exporters.options import ExporterOptions
-from exporters.phase_timeline import (
+from exporters.registry import ExporterContext
+from monitor.live.phase_timeline import (
     PhaseGpuTotals,
     PhaseSourceError,
     fetch_step,
     step_from_metrics,
 )
-from exporters.registry import ExporterContext
-from exporters.window import RollingWindow
+from monitor.live.rolling_window import RollingWindow
 from monitor.records import StepRecord
 
 END = 1_800_000_100.0

@@ -15,11 +15,11 @@ from exporters.collectors.host import HostCollector
 from exporters.collectors.nccl import NcclCollector
 from exporters.collectors.verl_log import VerlLogCollector
 from exporters.gpu.sim import SimBackend
-from exporters.live_monitor import LiveMonitor, Recorder
 from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
-from exporters.sink import NullSink, Sink
-from exporters.window import RollingWindow
+from monitor.live.live_monitor import LiveMonitor, Recorder
+from monitor.live.rolling_window import RollingWindow
+from monitor.live.sink import NullSink, Sink
 
 
 class ListSink:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import threading
 
-from exporters.window import RollingWindow
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
+from monitor.live.rolling_window import RollingWindow
 from monitor.records import Event, StepRecord
 
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from exporters.live_monitor import LiveMonitor
 from exporters.options import ExporterOptions
-from monitor.detect.live import FlagTracker
 from monitor.hang.finish import clear_exit, exit_after_steps, finish_time, mark_exit, read_exit
+from monitor.live.flag_tracker import FlagTracker
+from monitor.live.live_monitor import LiveMonitor
 from monitor.records import Event, Flag, StepRecord
 
 

@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from dashboards.sources.prometheus import PrometheusSource
 from exporters.collectors.flags import FlagsCollector
 from exporters.registry import ExporterContext
-from exporters.window import RollingWindow
 from monitor import metric_names as m
-from monitor.detect.live import FlagTracker
+from monitor.live.flag_tracker import FlagTracker
+from monitor.live.rolling_window import RollingWindow
 from monitor.records import Flag
 
 pytestmark = [

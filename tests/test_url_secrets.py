@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporters.collectors.rollout_engine import RolloutEngineCollector
 from exporters.options import ExporterOptions
-from exporters.phase_timeline import PhaseSource, PhaseSourceError
 from exporters.registry import ExporterContext
+from monitor.live.phase_timeline import PhaseSource, PhaseSourceError
 from monitor.sim.engine_server import EngineState, exposition
 from monitor.urls import UrlError, redact, split_url
 from tests.http_peers import AuthServer, ListSink, driver_metrics

@@ -1,6 +1,6 @@
 """Flags collector: the detectors' open flags, their evidence and advice, and counts raised.
 
-The monitor's detector loop (exporters/live_monitor.py) keeps a ``FlagTracker`` in
+The monitor's detector loop (monitor/live/live_monitor.py) keeps a ``FlagTracker`` in
 ``ctx.tracker``; this collector only reads it. Series:
 
 - ``verlmon_flag_active{kind, severity, node, gpu, phase}``: 1 per open flag. The scope is in

@@ -1,4 +1,4 @@
-"""Per-phase GPU activity counters on every node (see exporters/phase_timeline.py).
+"""Per-phase GPU activity counters on every node (see monitor/live/phase_timeline.py).
 
 Steps come from this node's own verl log (the driver) or, with ``--phase-source URL``, from the
 driver's exporter. After each new step the collector labels this node's GPU samples of that
@@ -12,14 +12,14 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
 
-from exporters.phase_timeline import (
+from exporters.registry import ExporterContext, register
+from exporters.sampling import PollingCollector
+from monitor.live.phase_timeline import (
     PhaseGpuTotals,
     PhaseSource,
     PhaseSourceError,
     families,
 )
-from exporters.registry import ExporterContext, register
-from exporters.sampling import PollingCollector
 from monitor.records import StepRecord
 
 

@@ -1,6 +1,6 @@
 """The monitor side of the exporter process: window, detectors, flags, store, Slack, wandb.
 
-:class:`Recorder` is the :class:`~exporters.sink.Sink` the collectors publish to: each row,
+:class:`Recorder` is the :class:`~monitor.live.sink.Sink` the collectors publish to: each row,
 step and event goes to the rolling window the detectors read and, with ``--store``, to the
 run-store writer. :class:`LiveMonitor` is a Recorder that also owns the run store, runs the
 detectors on the window (``run_all``, ``FlagTracker.update``), writes the flags to the store,
@@ -19,18 +19,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from exporters.options import ExporterOptions
-from exporters.sink import Row
-from exporters.window import RollingWindow
+from monitor.live.rolling_window import RollingWindow
+from monitor.live.sink import Row
 from monitor.logs.fingerprint import step_fingerprint
 from monitor.records import Event, StepRecord
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from exporters.options import ExporterOptions
     from monitor.config import Config
-    from monitor.detect.live import FlagTracker
     from monitor.integrations.wandb_sink import WandbSink
+    from monitor.live.flag_tracker import FlagTracker
     from monitor.logs.follow import LogPosition
     from monitor.notify.slack import SlackNotifier
     from monitor.records import Flag
@@ -277,7 +277,7 @@ class LiveMonitor(Recorder):
     def _load_detectors(self) -> None:
         from monitor.config import load_config
         from monitor.detect import run_all
-        from monitor.detect.live import FlagTracker
+        from monitor.live.flag_tracker import FlagTracker
 
         cfg_path = self.options.config
         try:
@@ -546,9 +546,9 @@ class LiveMonitor(Recorder):
         for name, count in sorted(self.detector_errors.items()):
             errors.add_metric([name], count)
         out.append(errors)
-        from exporters.alert_paths import slack_families, wandb_families
+        from monitor.live.alert_paths import slack_families, wandb_families
 
-        if self.notifier is not None:  # every alert path counted (exporters/alert_paths.py)
+        if self.notifier is not None:  # every alert path counted (monitor/live/alert_paths.py)
             out += slack_families(self.notifier)
         if self.options.wandb:
             out += wandb_families(self.wandb_sink)

@@ -1,7 +1,7 @@
 """The seam between the exporter and the monitor: the :class:`Sink` protocol.
 
 Collectors (the exporter side) publish what they read through one ``Sink``: GPU and host
-sample rows, verl steps and events, NCCL rows. The monitor side (exporters/live_monitor.py:
+sample rows, verl steps and events, NCCL rows. The monitor side (monitor/live/live_monitor.py:
 the rolling window the detectors read, the run-store writer) implements it; the collectors
 never see which parts are behind it. :class:`NullSink` drops everything (a bare exporter,
 and collectors under test that only export).
