@@ -178,13 +178,13 @@ RENDER_BUDGET_MS = 10.0
 
 def _exposition_for(gpus: int):
     """An Exposition over the real gpu (simulated GPUs), host and flags collectors, sampled."""
-    from exporters.collectors.flags import FlagsCollector
     from exporters.collectors.gpu import GpuCollector
     from exporters.collectors.host import HostCollector
     from exporters.exposition import Exposition
     from exporters.gpu.sim import SimBackend
     from exporters.options import ExporterOptions
     from exporters.registry import ExporterContext
+    from monitor.live.flag_series import FlagsCollector
     from monitor.live.flag_tracker import FlagTracker
     from monitor.live.live_monitor import Recorder
     from monitor.live.rolling_window import RollingWindow

@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from monitor.notify.slack import SlackNotifier
     from monitor.sim.live import LiveSim
 
-#: Modules under ``exporters.collectors`` imported to fill the registry.
-COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "flags", "phase_gpu",
-                                      "goodput", "rollout_engine",
-                                      "flight_recorder")
+#: Modules under ``exporters.collectors`` imported to fill the registry: the sources, then
+#: ``live_views`` (the live monitor's derived views: flags, phase_gpu, goodput, flight_recorder).
+COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "rollout_engine")
+VIEW_MODULE = "live_views"
 
 
 @dataclass
@@ -114,6 +114,6 @@ def register(name: str, *, default: bool = True, help: str = ""):  # noqa: A002
 
 def load_all() -> dict[str, CollectorSpec]:
     """Import every collector module so each registers itself; returns the registry."""
-    for mod in COLLECTOR_MODULES:
+    for mod in (*COLLECTOR_MODULES, VIEW_MODULE):
         importlib.import_module(f"exporters.collectors.{mod}")
     return REGISTRY

@@ -6,10 +6,8 @@ metric families from the latest snapshot). The thread calls ``sample`` every
 ``ctx.interval`` seconds on a fixed schedule; an exception is caught, counted in ``errors``,
 kept in ``last_error`` and logged once in words (again only when the message changes).
 
-A collector that derives counters from what others published (goodput, per-phase GPU activity)
-derives from :class:`PollingCollector` instead and implements :meth:`PollingCollector.poll_once`:
-its thread calls it every ``poll_s`` seconds (the interval, at least ``MIN_POLL_S``), the first
-call one period after start (a step's last GPU samples are still arriving when it ends).
+Counters derived from what others published (goodput, per-phase GPU activity) are the live
+monitor's views, not collectors: monitor/live/live_view.py (``PollingView``).
 """
 
 from __future__ import annotations
@@ -17,14 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import ClassVar
 
 from exporters.registry import BaseCollector, ExporterContext
 
 log = logging.getLogger("verl_monitor.exporter")
-
-#: Shortest poll interval of a PollingCollector (seconds).
-MIN_POLL_S = 1.0
 
 
 class SampledCollector(BaseCollector):
@@ -91,56 +85,3 @@ class SampledCollector(BaseCollector):
 
     def close(self) -> None:
         """Release files and handles (override)."""
-
-
-class PollingCollector(BaseCollector):
-    """Base for collectors that look for new work every ``poll_s`` seconds on their thread.
-
-    An exception from :meth:`poll_once` never ends the thread: it is kept in ``last_error``
-    (``collector_success 0``) and logged once per message; a poll that works clears it.
-    """
-
-    #: the thread's name
-    thread_name: ClassVar[str] = "poller"
-
-    def __init__(self, ctx: ExporterContext) -> None:
-        super().__init__(ctx)
-        self.poll_s = max(float(ctx.interval), MIN_POLL_S)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._logged_error: str | None = None
-
-    def poll_once(self) -> None:
-        """Do one round of work (override)."""
-
-    def error_text(self, exc: Exception) -> str:
-        """The words for a failed poll (override for errors that already say it all)."""
-        return f"{type(exc).__name__}: {exc}"
-
-    def start(self) -> None:
-        """Start the thread that calls :meth:`poll_once` every ``poll_s`` seconds."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread (waits up to a few seconds)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            self._thread = None
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            try:
-                self.poll_once()
-            except Exception as exc:  # noqa: BLE001 - a bad round must not end the thread
-                self.last_error = self.error_text(exc)
-                if self._logged_error != self.last_error:
-                    log.warning("%s: %s", self.name, self.last_error)
-                    self._logged_error = self.last_error
-                continue
-            self.last_error = None
-            self._logged_error = None

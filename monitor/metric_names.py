@@ -119,12 +119,12 @@ PHASE_GPU_SECONDS = "verlmon_phase_gpu_seconds_total"  # counter {phase, gpu}
 PHASE_GPU_SM_ACTIVE_SECONDS = "verlmon_phase_gpu_sm_active_seconds_total"  # counter {phase, gpu}
 PHASE_GPU_UTIL_SECONDS = "verlmon_phase_gpu_utilization_seconds_total"  # counter {phase, gpu}
 PHASE_GPU_SAMPLES = "verlmon_phase_gpu_samples_total"  # counter {phase, gpu}
-# --- goodput ledger (exporters/collectors/goodput.py, docs/goodput.md)
+# --- goodput ledger (monitor/live/goodput_counter.py, docs/goodput.md)
 GPU_SECONDS = "verlmon_gpu_seconds_total"  # counter {cause, node, gpu}: GPU-seconds by cause
 #: Histograms: each is exposed as NAME_bucket, NAME_sum and NAME_count.
 HISTOGRAMS: tuple[str, ...] = (STEP_SECONDS,)
 
-# --- hangs: Flight Recorder / py-spy rounds (exporters/collectors/flight_recorder.py)
+# --- hangs: Flight Recorder / py-spy rounds (monitor/live/hang_dumps.py)
 FR_COLLECTIVE_SEQ = "verlmon_fr_collective_seq"  # gauge {rank, pg, state: enqueued|started|completed}
 FR_PENDING_INFO = "verlmon_fr_pending_info"  # gauge {rank, pg, collective, state, seq}
 HANG_CULPRIT_INFO = "verlmon_hang_culprit_info"  # gauge {rank, pid, gpu, collective, seq, frame}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from exporters.collectors.flags import FlagsCollector
 from exporters.registry import ExporterContext
+from monitor.live.flag_series import FlagsCollector
 from monitor.live.flag_tracker import FlagTracker
 from monitor.records import FLAG_KINDS, SEVERITIES, Flag
 
@@ -96,8 +96,8 @@ def test_a_runaway_evidence_is_cut_at_a_word_with_an_ellipsis_not_a_digest():
     tracker, reg = make()
     tracker.update([Flag("fatal_error", "critical", start=1.0, end=None,
                          evidence="log said " + "word " * 2000)], now=2.0)
-    from exporters.collectors.flags import TEXT_MAX
     from exporters.exposition import format_families
+    from monitor.live.flag_series import TEXT_MAX
 
     text = format_families(FlagsCollector(tracker_ctx(tracker)).collect()).decode()
     line = next(ln for ln in text.splitlines() if ln.startswith("verlmon_flag_info{"))

@@ -1,4 +1,4 @@
-"""exporters/collectors/flight_recorder.py: one dump round per silence, with stand-in ranks."""
+"""monitor/live/hang_dumps.py: one dump round per silence, with stand-in ranks."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 from hang_standins import as_rank, real_dump, start_standin, stop, write_dump
 from prometheus_client.core import CollectorRegistry
 
-from exporters.collectors.flight_recorder import FlightRecorderCollector
 from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
+from monitor.live.hang_dumps import FlightRecorderCollector
 from monitor.live.rolling_window import RollingWindow
 from monitor.records import StepRecord
 

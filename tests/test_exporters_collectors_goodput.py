@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporters.collectors.goodput import GPU_SECONDS, GoodputCollector
 from exporters.registry import ExporterContext, load_all
 from monitor.analysis.goodput import CAUSES
 from monitor.frames import read_gpu_frame
+from monitor.live.goodput_counter import GPU_SECONDS, GoodputCollector
 from monitor.live.live_monitor import Recorder
 from monitor.live.rolling_window import RollingWindow
 from monitor.logs.parse import parse_file

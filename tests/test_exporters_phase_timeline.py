@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from exporters.collectors.phase_gpu import PhaseGpuCollector
 from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
+from monitor.live.phase_gpu_counter import PhaseGpuCollector
 from monitor.live.phase_timeline import (
     PhaseGpuTotals,
     PhaseSourceError,

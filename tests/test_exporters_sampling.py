@@ -6,7 +6,8 @@ import logging
 import time
 
 from exporters.registry import ExporterContext
-from exporters.sampling import PollingCollector, SampledCollector
+from exporters.sampling import SampledCollector
+from monitor.live.live_view import PollingView as PollingCollector
 
 
 class Flaky(SampledCollector):
@@ -86,7 +87,7 @@ class FlakyPoller(PollingCollector):
 
 
 def test_a_poller_reports_a_failed_round_in_words_once_and_recovers(monkeypatch, caplog):
-    import exporters.sampling as sampling
+    import monitor.live.live_view as sampling
 
     monkeypatch.setattr(sampling, "MIN_POLL_S", 0.05)
     col = FlakyPoller(ctx(0.05), fail_first=2)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from test_notify_slack import Hook, url_file
 
-from exporters.collectors.goodput import GoodputCollector
 from exporters.options import ExporterOptions
 from exporters.registry import ExporterContext
+from monitor.live.goodput_counter import GoodputCollector
 from monitor.notify.digest import by_cause, digest_text, growth
 from monitor.notify.slack import SlackNotifier
 

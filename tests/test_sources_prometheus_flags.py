@@ -13,9 +13,9 @@ from e2e.procs import start_prometheus, wait_until
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from dashboards.sources.prometheus import PrometheusSource
-from exporters.collectors.flags import FlagsCollector
 from exporters.registry import ExporterContext
 from monitor import metric_names as m
+from monitor.live.flag_series import FlagsCollector
 from monitor.live.flag_tracker import FlagTracker
 from monitor.live.rolling_window import RollingWindow
 from monitor.records import Flag

@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporters.registry import ExporterContext, register
-from exporters.sampling import PollingCollector
 from monitor import metric_names as m
 from monitor.analysis.goodput import CAUSES, distinct_steps
 from monitor.analysis.run_analysis import RunAnalysis, config_of
+from monitor.live.live_view import PollingView, ViewContext
 
 if TYPE_CHECKING:
     from monitor.config import Config
@@ -112,15 +111,12 @@ def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
     return len(want)
 
 
-@register("goodput", default=True,
-          help="goodput ledger: GPU-seconds of each step by cause (productive, data_loading, "
-          "rollout_long_tail, straggler_wait, ...) per GPU, from the verl log and GPU samples")
-class GoodputCollector(PollingCollector):
+class GoodputCollector(PollingView):
     """Adds each new step's ledger to the counters, in a background thread."""
 
     thread_name = "goodput"
 
-    def __init__(self, ctx: ExporterContext) -> None:
+    def __init__(self, ctx: ViewContext) -> None:
         super().__init__(ctx)
         self.totals = GoodputTotals()
         #: the monitor's config (``--config`` over the defaults): the same as analyze's

@@ -25,8 +25,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporters.registry import BaseCollector, ExporterContext, register
 from monitor import metric_names as m
+from monitor.live.live_view import LiveView, ViewContext
 from monitor.records import FLAG_KINDS, SEVERITIES, Flag
 
 #: Scope labels of the flag series, in order.
@@ -78,12 +78,10 @@ def short_text(text: str, limit: int = TEXT_MAX, keep_lines: bool = False) -> st
     return head.rstrip(" ,;:") + "…"
 
 
-@register("flags", default=True, help="detector flags: open flags by kind, severity, node, GPU "
-          "and phase with their evidence and advice, and flags raised so far")
-class FlagsCollector(BaseCollector):
+class FlagsCollector(LiveView):
     """Exports the tracker's state at scrape time (the detector loop does the work)."""
 
-    def __init__(self, ctx: ExporterContext) -> None:
+    def __init__(self, ctx: ViewContext) -> None:
         super().__init__(ctx)
 
     def collect(self) -> Iterable[Metric]:

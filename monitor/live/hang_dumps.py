@@ -35,8 +35,6 @@ import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporters.registry import ExporterContext, register
-from exporters.sampling import PollingCollector
 from monitor.config import load_config
 from monitor.detect.hang import (
     between_step_allowance,
@@ -51,6 +49,7 @@ from monitor.hang.procs import find_job_processes, scan
 from monitor.hang.pyspy import find_pyspy
 from monitor.hang.request import find_pipes, request_dumps
 from monitor.hang.stacks import StackRound, stack_round
+from monitor.live.live_view import PollingView, ViewContext
 
 #: Label values are cut to this many characters (a frame's path can be long).
 MAX_LABEL = 200
@@ -65,16 +64,12 @@ def _cut(text: object) -> str:
     return s if len(s) <= MAX_LABEL else s[: MAX_LABEL - 1] + "…"
 
 
-@register("flight_recorder", default=True,
-          help="when the log falls silent: py-spy stacks of the job's local processes (on by "
-               "default where py-spy is installed) saying where each is, and Flight Recorder "
-               "dumps of the local ranks (--fr-dir) naming the rank the others wait for")
-class FlightRecorderCollector(PollingCollector):
+class FlightRecorderCollector(PollingView):
     """Requests dumps once per silence and publishes who holds the others."""
 
     thread_name = "flight-recorder"
 
-    def __init__(self, ctx: ExporterContext) -> None:
+    def __init__(self, ctx: ViewContext) -> None:
         super().__init__(ctx)
         opts = ctx.options
         self.fr_dir = opts.fr_dir

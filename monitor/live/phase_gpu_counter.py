@@ -12,8 +12,7 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
 
-from exporters.registry import ExporterContext, register
-from exporters.sampling import PollingCollector
+from monitor.live.live_view import PollingView, ViewContext
 from monitor.live.phase_timeline import (
     PhaseGpuTotals,
     PhaseSource,
@@ -23,15 +22,12 @@ from monitor.live.phase_timeline import (
 from monitor.records import StepRecord
 
 
-@register("phase_gpu", default=True,
-          help="per-phase GPU activity counters: the driver's phase timeline (own log, or "
-          "--phase-source) joined with this node's GPU samples")
-class PhaseGpuCollector(PollingCollector):
+class PhaseGpuCollector(PollingView):
     """Adds each new step's per-phase GPU activity to counters, in a background thread."""
 
     thread_name = "phase-gpu"
 
-    def __init__(self, ctx: ExporterContext) -> None:
+    def __init__(self, ctx: ViewContext) -> None:
         super().__init__(ctx)
         self.source = ctx.options.phase_source
         self._source = PhaseSource(self.source) if self.source else None
