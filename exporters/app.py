@@ -38,7 +38,6 @@ from exporters.webconfig import WebConfigError, load_web_config
 from monitor.live import LiveMonitor, MonitorError
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
 
     from monitor.sim.live import LiveSim
 
@@ -119,7 +118,8 @@ class Exporter:
         self.ctx = ExporterContext(node=self.node, interval=self.interval, sink=monitor,
                                    options=self.options, window=monitor.window,
                                    tracker=monitor.tracker, notifier=monitor.notifier,
-                                   live_sim=self.live_sim, config=monitor.detect_config)
+                                   live_sim=self.live_sim, config=monitor.detect_config,
+                                   health=monitor.health)
         self._specs = load_all()
         for name in enabled_collectors(self.options, self._specs):
             self.collectors[name] = self._build_collector(name)
@@ -129,8 +129,12 @@ class Exporter:
         from monitor import __version__
 
         self.exposition = Exposition(self.collectors, node=self.node, version=__version__,
-                                     backend=str(backend), store=monitor.store)
-        self.exposition.extra = self._health_families
+                                     backend=str(backend))
+        # the exporter's own numbers: every part registered itself (monitor/live/health.py)
+        server = self.server
+        monitor.health.count_restarts(lambda: {"metrics-server": server.restarts})
+        monitor.health.register(server)
+        self.exposition.extra = monitor.health.collect
         from exporters.collectors.gpu import GpuCollector
 
         collector = self.collectors.get("gpu")
@@ -138,38 +142,6 @@ class Exporter:
                                      if isinstance(collector, GpuCollector) else 0)
         monitor.start()
         self.server.start()
-
-    def _health_families(self) -> list[Metric]:
-        """The exporter's own counters: thread restarts and every buffer's drops."""
-        from prometheus_client.core import CounterMetricFamily
-
-        from monitor import metric_names as m
-
-        restarts = CounterMetricFamily(
-            m.THREAD_RESTARTS.removesuffix("_total"),
-            "Exporter threads restarted after an exception (each logged with its reason).",
-            labels=["thread"])
-        counts = self.monitor.restart_counts()
-        if self.server is not None:
-            counts["metrics-server"] = self.server.restarts
-        for name, count in counts.items():
-            restarts.add_metric([name], count)
-        out = [restarts, *self.monitor.health_families()]
-        if self.server is not None:  # HTTP connections and refusals
-            out.extend(self.server.health_families())
-        from exporters.collectors.verl_log import VerlLogCollector
-
-        collector = self.collectors.get("verl_log")
-        logs = collector.logs if isinstance(collector, VerlLogCollector) else []
-        if logs:
-            oversize = CounterMetricFamily(
-                m.LOG_DROPPED.removesuffix("_total"),
-                "Lines of each followed log dropped unread for being longer than 16 MiB.",
-                labels=["log"])
-            for followed in logs:
-                oversize.add_metric([str(followed.path)], followed.follower.oversize_lines)
-            out.append(oversize)
-        return out
 
     def _render(self) -> bytes:
         return self._scrape(None, False)

@@ -3,8 +3,9 @@
 :class:`Exposition` wraps every enabled collector's ``collect()``: each is timed and isolated,
 so a collector that raises (or yields a family that cannot be written) is reported as
 ``verlmon_collector_success{collector} 0`` with its error counted and logged once in words,
-and the rest of the scrape is served. It adds ``verlmon_build_info``, ``verlmon_node_info``,
-``verlmon_store_up`` and ``verlmon_store_write_errors_total``. Nothing from the command line,
+and the rest of the scrape is served. It adds ``verlmon_build_info``, ``verlmon_node_info`` and
+the collectors' health, then the families of every part that reports on itself (``extra``: the
+store writer's ``verlmon_store_up``, Slack, the server, ...). Nothing from the command line,
 the environment or the web config reaches a label or a value.
 
 :func:`format_families` writes text format 0.0.4 itself: the same bytes as prometheus_client's
@@ -28,7 +29,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from prometheus_client import exposition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -37,9 +37,6 @@ from prometheus_client.openmetrics import exposition as om_exposition
 
 from exporters.registry import BaseCollector
 from monitor import metric_names as m
-
-if TYPE_CHECKING:
-    from monitor.store import StoreWriter
 
 log = logging.getLogger("verl_monitor.exporter")
 
@@ -212,8 +209,9 @@ class _Families:
 class Exposition:
     """Builds the whole /metrics text from the collectors and the exporter's own health.
 
-    ``collectors`` maps names to started collectors; ``store`` is the store writer (or None);
-    ``backend`` is the GPU backend name for ``verlmon_node_info``.
+    ``collectors`` maps names to started collectors; ``backend`` is the GPU backend name for
+    ``verlmon_node_info``; ``extra`` the parts that report on themselves (the exporter sets it
+    to the live monitor's ``HealthRegistry.collect``: store, Slack, wandb, server, logs).
     """
 
     def __init__(
@@ -222,13 +220,11 @@ class Exposition:
         node: str,
         version: str,
         backend: str = "none",
-        store: StoreWriter | None = None,
     ) -> None:
         self.collectors = collectors
         self.node = node
         self.version = version
         self.backend = backend
-        self.store = store
         #: more health families from the exporter itself (thread restarts, drop counters)
         self.extra: Callable[[], Iterable[Metric]] | None = None
         self.scrape_errors: dict[str, int] = {name: 0 for name in collectors}
@@ -308,12 +304,6 @@ class Exposition:
         yield success
         yield duration
         yield errors
-        if self.store is not None:
-            yield GaugeMetricFamily(m.STORE_UP, "1 while the run store accepts writes.",
-                                    value=1.0 if self.store.up else 0.0)
-            yield CounterMetricFamily(m.STORE_WRITE_ERRORS.removesuffix("_total"),
-                                      "Failed run-store writes (disk full, database locked).",
-                                      value=float(self.store.write_errors))
         yield CounterMetricFamily(m.LABELS_TRUNCATED.removesuffix("_total"),
                                   f"Samples with a label value over {MAX_LABEL_CHARS} "
                                   "characters, written shortened (start, ...#, digest); "

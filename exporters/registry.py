@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 from prometheus_client.metrics_core import Metric
 
 from exporters.options import ExporterOptions
-from monitor.live import NullSink, Sink
+from monitor.live import HealthRegistry, NullSink, Sink
 
 if TYPE_CHECKING:
     from exporters.gpu.backend import GpuBackend
@@ -49,7 +49,8 @@ class ExporterContext:
     goodput digest), ``live_sim`` (the simulator writing ``--sim-log``), ``gpu_backend``
     (set by the GPU collector; the host collector reads the simulated host from it), and
     ``config`` (the detectors' settings as the monitor loaded them from ``--config``; None
-    when the monitor runs no detectors).
+    when the monitor runs no detectors). ``health`` is where a collector with numbers about
+    itself registers (``collect()``; monitor/live/health.py), as the log follower does.
     """
 
     node: str
@@ -62,6 +63,7 @@ class ExporterContext:
     live_sim: LiveSim | None = None
     gpu_backend: GpuBackend | None = None
     config: Config | None = None
+    health: HealthRegistry = field(default_factory=HealthRegistry)
 
 
 class BaseCollector:

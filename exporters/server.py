@@ -29,7 +29,7 @@ client dripping a byte a second is cut off. A keep-alive connection may idle
 and thrown away up to ``MAX_BODY_BYTES`` (413 and close past it), ``Transfer-Encoding`` is
 refused (400 and close), as are two ``Content-Length`` or two ``Authorization`` headers: a body
 never becomes a second request. ``q=0`` in Accept-Encoding means no gzip. Every connection
-closed and request refused is counted (:meth:`MetricsServer.health_families`).
+closed and request refused is counted (:meth:`MetricsServer.collect`).
 """
 
 from __future__ import annotations
@@ -529,8 +529,9 @@ class MetricsServer:
                         log.error("metrics server: %s; serving on", reason)
                     time.sleep(0.1)  # e.g. out of file descriptors: do not spin
 
-    def health_families(self) -> list[Metric]:
-        """Open connections, connections closed early and requests refused, by reason."""
+    def collect(self) -> list[Metric]:
+        """Open connections, connections closed early and requests refused, by reason (the
+        server reports on itself: the exporter registers it with the live monitor's health)."""
         conns = self._server.connections
         open_now = GaugeMetricFamily(m.HTTP_CONNECTIONS, "HTTP connections open now (at most "
                                      f"{self.max_connections}, --web.max-connections).",

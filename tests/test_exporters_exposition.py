@@ -47,7 +47,7 @@ class Fine(BaseCollector):
         yield GaugeMetricFamily("verlmon_test_fine", "a healthy collector", value=42)
 
 
-def exposition(tmp_path, store=None) -> Exposition:
+def exposition(tmp_path) -> Exposition:
     shutil.copy(FIXTURE, tmp_path / FIXTURE.name)
     ctx = ExporterContext(node="n0", interval=1.0,
                           options=ExporterOptions(nccl_dir=str(tmp_path)))
@@ -56,7 +56,7 @@ def exposition(tmp_path, store=None) -> Exposition:
     failing = FailingSampler(ctx)
     failing.sample_once()
     return Exposition({"nccl": nccl, "exploding": Exploding(ctx), "failing": failing,
-                       "fine": Fine(ctx)}, node="n0", version="9.9", backend="sim", store=store)
+                       "fine": Fine(ctx)}, node="n0", version="9.9", backend="sim")
 
 
 def one_scrape(collector) -> dict:
@@ -97,12 +97,18 @@ def test_a_raising_collector_is_reported_and_the_rest_served(tmp_path):
 
 
 def test_store_health_series(tmp_path):
-    class Store:
-        up = False
-        write_errors = 3
+    """The store writer reports on itself; the exposition serves what registered (extra)."""
+    from monitor.live import HealthRegistry
+    from monitor.store import RunStore, StoreWriter
 
+    writer = StoreWriter(RunStore(str(tmp_path / "run.sqlite")))
+    writer.up, writer.write_errors = False, 3
+    health = HealthRegistry()
+    health.register(writer)
+    exp = exposition(tmp_path)
+    exp.extra = health.collect
     reg = CollectorRegistry()
-    reg.register(exposition(tmp_path, store=Store()))
+    reg.register(exp)
     assert reg.get_sample_value("verlmon_store_up") == 0
     assert reg.get_sample_value("verlmon_store_write_errors_total") == 3
 

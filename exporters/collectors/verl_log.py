@@ -115,6 +115,23 @@ class LogSnapshot:
     anomalies: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+class _OversizeLines:
+    """``verlmon_log_dropped_lines_total{log}``: lines over 16 MiB the followers dropped."""
+
+    def __init__(self, logs: list[_Followed]) -> None:
+        self.logs = logs
+
+    def collect(self) -> list[Metric]:
+        """One sample per followed log."""
+        oversize = CounterMetricFamily(
+            m.LOG_DROPPED.removesuffix("_total"),
+            "Lines of each followed log dropped unread for being longer than 16 MiB.",
+            labels=["log"])
+        for followed in self.logs:
+            oversize.add_metric([str(followed.path)], followed.follower.oversize_lines)
+        return [oversize]
+
+
 @register("verl_log", default=True, help="verl training log(s) given with --log: step "
           "number, step and phase seconds, throughput, events (console or JSONL)")
 class VerlLogCollector(SampledCollector):
@@ -144,6 +161,8 @@ class VerlLogCollector(SampledCollector):
         self._gaps: dict[str, DataWaitTracker] = {}
         self.snapshot = LogSnapshot(lines={f.path: 0 for f in self.logs},
                                     parse_errors={f.path: 0 for f in self.logs})
+        if self.logs:  # the follower's drops are the exporter's own health
+            ctx.health.register(_OversizeLines(self.logs))
 
     def sample(self) -> None:
         """Read and parse what each log appended; publish steps, events and the snapshot."""

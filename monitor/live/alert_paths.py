@@ -9,6 +9,7 @@ is read from the notifier's and the sink's counters in memory: a scrape never to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,3 +62,26 @@ def wandb_families(sink: Any) -> list[Metric]:
     for outcome in dict.fromkeys(("sent", "failed", "dropped", *sorted(counts))):
         alerts.add_metric([outcome], counts.get(outcome, 0))
     return [alerts]
+
+
+class SlackCounters:
+    """The Slack notifier's families as a collector (registered by the live monitor)."""
+
+    def __init__(self, notifier: Any) -> None:
+        self.notifier = notifier
+
+    def collect(self) -> list[Metric]:
+        """See :func:`slack_families`."""
+        return slack_families(self.notifier)
+
+
+class WandbCounters:
+    """``verlmon_wandb_alerts_total`` as a collector; ``sink()`` is the wandb sink now (None
+    while the run is still starting)."""
+
+    def __init__(self, sink: Callable[[], Any]) -> None:
+        self.sink = sink
+
+    def collect(self) -> list[Metric]:
+        """See :func:`wandb_families`."""
+        return wandb_families(self.sink())

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from monitor.live.health import HealthRegistry
 from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import Row
 from monitor.logs.fingerprint import step_fingerprint
@@ -220,6 +221,11 @@ class LiveMonitor(Recorder):
         self._stopped = False
         self._urgent = 0  # hang_dump events received (the detectors run soon after one)
         self._finished_steps = -1  # steps_added when the run was seen finished
+        #: the exporter's own numbers: each part registers itself (monitor/live/health.py)
+        self.health = HealthRegistry()
+        self.health.count_restarts(self.restart_counts)
+        self.health.register(self.window)
+        self.health.register(self)
 
     # ------------------------------------------------------------------ open and start
 
@@ -231,6 +237,18 @@ class LiveMonitor(Recorder):
             # the dashboard on this store reads the ledger under the same --config
             self.store.set_meta("config", dict(self.detect_config))
         self._restore()
+        self._register_alert_paths()
+
+    def _register_alert_paths(self) -> None:
+        """Slack, wandb and the store writer report on /metrics (monitor/live/alert_paths.py)."""
+        from monitor.live.alert_paths import SlackCounters, WandbCounters
+
+        if self.notifier is not None:
+            self.health.register(SlackCounters(self.notifier))
+        if self.options.wandb:
+            self.health.register(WandbCounters(lambda: self.wandb_sink))
+        if self.store is not None:
+            self.health.register(self.store)
 
     def start(self) -> None:
         """Start the detector loop, wandb, Slack deliveries and the store flusher."""
@@ -525,43 +543,23 @@ class LiveMonitor(Recorder):
             out["slack-sender"] = getattr(self.notifier, "thread_restarts", 0)
         return out
 
-    def health_families(self) -> list[Metric]:
-        """The monitor's drop and delivery counters: window, Slack, wandb alerts, store."""
+    def collect(self) -> list[Metric]:
+        """``verlmon_detector_errors_total{detector}`` (the monitor's own collector)."""
         from prometheus_client.core import CounterMetricFamily
 
         from monitor import metric_names as m
 
-        window = CounterMetricFamily(
-            m.WINDOW_DROPPED.removesuffix("_total"),
-            "Rows the detectors' window dropped at its cap before they aged out (samples "
-            "by kind; events: oldest non-critical first).",
-            labels=["kind"])
-        for kind, count in sorted(self.window.dropped.items()):
-            window.add_metric([kind], count)
-        out: list[Metric] = [window]
         errors = CounterMetricFamily(
             m.DETECTOR_ERRORS.removesuffix("_total"),
             "Exceptions in the detector loop, by detector (detector-loop: the loop itself).",
             labels=["detector"])
         for name, count in sorted(self.detector_errors.items()):
             errors.add_metric([name], count)
-        out.append(errors)
-        from monitor.live.alert_paths import slack_families, wandb_families
+        return [errors]
 
-        if self.notifier is not None:  # every alert path counted (monitor/live/alert_paths.py)
-            out += slack_families(self.notifier)
-        if self.options.wandb:
-            out += wandb_families(self.wandb_sink)
-        if self.store is not None:
-            dropped = CounterMetricFamily(
-                m.STORE_DROPPED.removesuffix("_total"),
-                "Rows the run-store writer dropped: buffer_full (past its bound while writes "
-                "fail), invalid (a value SQLite cannot hold) or unwritten_at_stop (still "
-                "buffered when the final write at stop failed).", labels=["reason"])
-            for reason, count in sorted(self.store.dropped.items()):
-                dropped.add_metric([reason], count)
-            out.append(dropped)
-        return out
+    def health_families(self) -> list[Metric]:
+        """Every health family registered so far (``self.health``), as a list."""
+        return list(self.health.collect())
 
     def stop(self) -> None:
         """Stop detecting and delivering; flush and close the store. Idempotent."""

@@ -226,6 +226,21 @@ class RollingWindow:
 
     # --- internals (lock held)
 
+    def collect(self) -> list:
+        """``verlmon_window_dropped_rows_total{kind}``: rows dropped at the cap (a collector)."""
+        from prometheus_client.core import CounterMetricFamily
+
+        from monitor import metric_names as m
+
+        window = CounterMetricFamily(
+            m.WINDOW_DROPPED.removesuffix("_total"),
+            "Rows the detectors' window dropped at its cap before they aged out (samples "
+            "by kind; events: oldest non-critical first).",
+            labels=["kind"])
+        for kind, count in sorted(self.dropped.items()):
+            window.add_metric([kind], count)
+        return [window]
+
     def _extend_rows(self, kind: str, queue: deque[dict], rows: Iterable[Mapping[str, Any]]
                      ) -> None:
         rows = list(rows)

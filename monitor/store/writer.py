@@ -170,6 +170,27 @@ class StoreWriter:
         """Rows dropped for any reason (see ``dropped``)."""
         return sum(self.dropped.values())
 
+    def collect(self) -> list:
+        """The writer's own families (a collector): ``verlmon_store_up``,
+        ``verlmon_store_write_errors_total`` and ``verlmon_store_dropped_rows_total{reason}``."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from monitor import metric_names as m
+
+        dropped = CounterMetricFamily(
+            m.STORE_DROPPED.removesuffix("_total"),
+            "Rows the run-store writer dropped: buffer_full (past its bound while writes "
+            "fail), invalid (a value SQLite cannot hold) or unwritten_at_stop (still "
+            "buffered when the final write at stop failed).", labels=["reason"])
+        for reason, count in sorted(self.dropped.items()):
+            dropped.add_metric([reason], count)
+        return [GaugeMetricFamily(m.STORE_UP, "1 while the run store accepts writes.",
+                                  value=1.0 if self.up else 0.0),
+                CounterMetricFamily(m.STORE_WRITE_ERRORS.removesuffix("_total"),
+                                    "Failed run-store writes (disk full, database locked).",
+                                    value=float(self.write_errors)),
+                dropped]
+
     def _drop(self, reason: str, count: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
 
