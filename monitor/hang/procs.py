@@ -67,6 +67,15 @@ RAY_PREFIX = re.compile(r"\((?P<cls>[A-Za-z_]\w*) pid=(?P<pid>\d+)(?:, ip=(?P<ip
 LOG_TAIL_BYTES = 1 << 20
 #: Processes stacked at most per round.
 MAX_PROCESSES = 32
+#: A process running the monitor itself: the exporter, ``verl-monitor run``, ``python -m
+#: monitor``, ``monitor.cli`` / ``cli.main`` (it holds a GPU through NVML, it is not the job's).
+_MONITOR = re.compile(r"(?:^|[\s/])verl-monitor(?:\s|$)|\bmonitor\.cli\b|\bcli\.main\b"
+                      r"|(?:^|\s)-m\s+monitor(?:\s|\.|$)")
+
+
+def is_monitor(cmdline: str) -> bool:
+    """True when a process's command line runs the monitor itself (never one of the job's)."""
+    return bool(_MONITOR.search(cmdline))
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,15 @@ def _title(pid: int) -> str | None:
         return None
 
 
+def _ppid(pid: int) -> int | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).ppid()
+    except (psutil.Error, OSError):
+        return None
+
+
 def _children(pid: int) -> list[int]:
     """Every descendant of ``pid`` (none when it is gone or unreadable)."""
     import psutil
@@ -153,50 +171,82 @@ def find_job_processes(logs: list[str] | tuple[str, ...] = (), parent: int | Non
     only) and the children of ``verl-monitor run`` (``parent``), with the children of each
     (a driver's data loader workers and reward pools); when neither names one (a node
     without the log), every process with a Ray title of verl's actors; and the GPU holders.
-    Drivers first; at most ``limit``; this process left out. (Titles only as a fallback: another
-    job on the same host has the same titles.)"""
-    import psutil
-
-    from monitor.hang.where import ROLES, role_of
-
+    Drivers first; at most ``limit``. The monitor's own processes (this one, ``parent``, any
+    ``verl-monitor`` / ``python -m monitor``) are never counted. Once the log or the run's tree
+    has named the job, a GPU holder counts only when it is one of those or a sibling of a Ray
+    process among them (the same raylet): another job's WorkerDicts and launchers on a shared
+    node hold the GPU too. (Titles only as a fallback: another job has the same titles.)"""
     found: dict[int, JobProcess] = {}
-    mine = {os.getpid()}
+    mine = {os.getpid(), parent or -1}
+    _from_logs(found, mine, logs)
+    _from_tree(found, mine, parent)
+    for pid in list(found):  # their children: data loader workers, reward process pools
+        for child in _children(pid):
+            if _is_python(_title(child) or ""):
+                _add(found, mine, child, "child", "child")
+    known = dict(found)  # what the log and the run's tree named
+    if not found:  # no log prefix, no wrapper: Ray's titles say which processes are a job's
+        _from_titles(found, mine)
+    raylets = {_ppid(p.pid) for p in known.values() if p.title.startswith("ray::")} - {None}
+    for pid in sorted(gpu_pids or ()):
+        if known and pid not in known and _ppid(pid) not in raylets:
+            continue  # another job's (or a tool's): the job named its own processes
+        _add(found, mine, pid, "gpu", "worker")
+    order = {"driver": 0, "trainer": 1, "rollouter": 1}
+    procs = sorted(found.values(), key=lambda p: (order.get(p.role, 2), p.pid))
+    return procs[:limit]
+
+
+def _is_python(title: str) -> bool:
+    """A Ray worker or a Python process (py-spy reads Python only)."""
+    return title.startswith("ray::") or os.path.basename(title.split(" ", 1)[0]).startswith(
+        "python")
+
+
+def _add(found: dict[int, JobProcess], mine: set[int], pid: int, source: str, fallback: str,
+         title: str | None = None) -> None:
+    """Count ``pid`` once, with its role from its title; never the monitor, never Ray's idle."""
+    from monitor.hang.where import role_of
+
+    if pid in found or pid in mine:
+        return
+    title = _title(pid) if title is None else title
+    if title is None or is_monitor(title):
+        return
+    role, _ = role_of(title, fallback)
+    if role == "idle":
+        return
+    found[pid] = JobProcess(pid, role or fallback, source, title)
+
+
+def _from_logs(found: dict[int, JobProcess], mine: set[int], logs) -> None:
+    from monitor.hang.where import ROLES
+
     here = local_addresses()
-
-    def add(pid: int, source: str, fallback: str, title: str | None = None) -> None:
-        if pid in found or pid in mine:
-            return
-        title = _title(pid) if title is None else title
-        if title is None:
-            return
-        role, _ = role_of(title, fallback)
-        if role == "idle":
-            return
-        found[pid] = JobProcess(pid, role or fallback, source, title)
-
     for path in logs:
         for pid, (cls, ip) in log_pids(read_tail(path)).items():
             title = _title(pid) if not ip or ip in here else None
             if title and title.startswith("ray::"):  # a PID reused by another process is not
-                add(pid, "log", ROLES.get(cls, cls), title)
-    for i, pid in enumerate(_tree(parent)):
+                _add(found, mine, pid, "log", ROLES.get(cls, cls), title)
+
+
+def _from_tree(found: dict[int, JobProcess], mine: set[int], parent: int | None) -> None:
+    """The run's children; the first of the job's is its driver unless the log named one."""
+    has_driver = any(p.role == "driver" for p in found.values())
+    for pid in _tree(parent):
         title = _title(pid) or ""
-        exe = os.path.basename(title.split(" ", 1)[0])
-        if title.startswith("ray::") or exe.startswith("python"):  # py-spy reads Python only
-            add(pid, "tree", "driver" if i == 0 else "child", title)
-    for pid in list(found):  # their children: data loader workers, reward process pools
-        for child in _children(pid):
-            title = _title(child) or ""
-            if title.startswith("ray::") or os.path.basename(title.split(" ", 1)[0]).startswith(
-                    "python"):
-                add(child, "child", "child", title)
-    if not found:  # no log prefix, no wrapper: Ray's titles say which processes are a job's
-        for proc in psutil.process_iter(["pid", "cmdline"]):
-            cmd = " ".join(proc.info.get("cmdline") or [])
-            if cmd.startswith("ray::") and role_of(cmd)[0] in set(ROLES.values()):
-                add(proc.info["pid"], "title", "", cmd)
-    for pid in sorted(gpu_pids or ()):
-        add(pid, "gpu", "worker")
-    order = {"driver": 0, "trainer": 1, "rollouter": 1}
-    procs = sorted(found.values(), key=lambda p: (order.get(p.role, 2), p.pid))
-    return procs[:limit]
+        if not _is_python(title) or is_monitor(title):
+            continue
+        _add(found, mine, pid, "tree", "child" if has_driver else "driver", title)
+        has_driver = True
+
+
+def _from_titles(found: dict[int, JobProcess], mine: set[int]) -> None:
+    import psutil
+
+    from monitor.hang.where import ROLES, role_of
+
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if cmd.startswith("ray::") and role_of(cmd)[0] in set(ROLES.values()):
+            _add(found, mine, proc.info["pid"], "title", "", cmd)
