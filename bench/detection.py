@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
 from monitor.config import load_config  # noqa: E402
 from monitor.detect import run_all  # noqa: E402
 from monitor.frames import read_gpu_frame, read_host_frame, read_rollout_frame  # noqa: E402
-from monitor.logs.parse import parse_file  # noqa: E402
+from monitor.logs.canonical_records import parse_file  # noqa: E402
 from monitor.records import FLAG_KINDS  # noqa: E402
 from monitor.sim.engine import SimRun  # noqa: E402
 from monitor.sim.scenarios import SCENARIOS, GpuFault  # noqa: E402

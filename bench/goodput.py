@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 from cli.commands.analyze import merge_events, read_events  # noqa: E402
 from monitor.analysis.goodput import CAUSES, imbalance, ledger, totals  # noqa: E402
 from monitor.frames import read_gpu_frame  # noqa: E402
-from monitor.logs.parse import parse_file  # noqa: E402
+from monitor.logs.canonical_records import parse_file  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "real_gpu"
 TOLERANCE = 0.20

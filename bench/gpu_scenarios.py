@@ -346,7 +346,7 @@ def replay_live(export: Path, run: Path) -> list[dict[str, Any]]:
     from monitor.detect import run_all
     from monitor.frames import empty_nccl_frame, read_gpu_frame, read_host_frame, read_nccl_frame
     from monitor.live.flag_tracker import FlagTracker
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     steps = parse_file(str(export / "train.jsonl")).steps
     events = read_events(str(export / "events.json"))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.logs.parse import parse_file  # noqa: E402
+from monitor.logs.canonical_records import parse_file  # noqa: E402
 
 PHASE_KEYS = (
     "timing_s/agent_loop/slowest/generate_sequences",

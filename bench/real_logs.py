@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from monitor.logs.parse import parse_file  # noqa: E402
+from monitor.logs.canonical_records import parse_file  # noqa: E402
 from tests.real_logs import (  # noqa: E402
     HERE,
     SHARED,

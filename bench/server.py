@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporters import server as server_mod  # noqa: E402
-from exporters.server import MetricsServer  # noqa: E402
+from exporters import metrics_server as server_mod  # noqa: E402
+from exporters.metrics_server import MetricsServer  # noqa: E402
 
 BODY = b"verlmon_bench_series{gpu=\"0\"} 1.0\n" * 100  # ~3.5 KB: a gzipped scrape
 

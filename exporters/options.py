@@ -20,7 +20,7 @@ DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
 #: about 0.4 s of CPU (bench/exporter.py), so every 30 s costs ~1.3% of a core; a new step in
 #: the log also triggers a run (at most one a second), so step-based flags do not wait for it.
 DEFAULT_DETECT_INTERVAL_S = 30.0
-#: Default HTTP connections served at once (``--web.max-connections``; exporters/server.py).
+#: Default HTTP connections served at once (``--web.max-connections``; exporters/metrics_server.py).
 DEFAULT_MAX_CONNECTIONS = 256
 
 

@@ -50,7 +50,7 @@ class ExporterContext:
     (set by the GPU collector; the host collector reads the simulated host from it), and
     ``config`` (the detectors' settings as the monitor loaded them from ``--config``; None
     when the monitor runs no detectors). ``health`` is where a collector with numbers about
-    itself registers (``collect()``; monitor/live/health.py), as the log follower does.
+    itself registers (``collect()``; monitor/live/health_registry.py), as the log follower does.
     """
 
     node: str

@@ -27,8 +27,8 @@ from monitor.detect.memory import theil_sen
 from monitor.downsample import MAX_ENVELOPE, MIN_ENVELOPE, bucket_seconds, downsample
 from monitor.extras import explain_missing, missing_extra_message
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, nccl_frame, rollout_frame
+from monitor.logs.canonical_records import LogParser, parse_file
 from monitor.logs.follow import LogFollower, LogPosition
-from monitor.logs.parse import LogParser, parse_file
 from monitor.records import ALL_PHASES, FLAG_KINDS, SEVERITIES, Event, Flag, StepRecord
 from monitor.store import RunStore, StoreError, StoreWriter
 from monitor.urls import UrlError, redact, split_url

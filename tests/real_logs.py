@@ -188,7 +188,7 @@ TRUE_OBSERVATIONS: dict[str, Callable[[dict[str, Any], dict[int, dict[str, Any]]
 def false_flags(doc: dict[str, Any], log: Path) -> list[str]:
     """Each warning or critical flag of ``analyze``'s document that is not a true observation
     of the run (see ``TRUE_OBSERVATIONS``), in words; empty when all are."""
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     metrics = {s.step: s.metrics for s in parse_file(log).steps}
     wrong = []

@@ -33,7 +33,7 @@ def build_store(
     plausible NCCL Inspector series (AllReduce and AllGather every 5 s) is added, scaled by
     each step's update phase, since the simulator does not write NCCL dumps.
     """
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
     from monitor.sim.engine import SimRun
     from monitor.store.runstore import RunStore
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 
 GOOD = "timing_s/gen:5.0 - timing_s/update_actor:4.0 - timing_s/step:12.5"
 
@@ -56,7 +56,7 @@ def test_an_absurd_step_time_is_counted_and_skipped(tmp_path: Path, capsys, absu
 
 def test_the_live_path_stores_no_absurd_value(tmp_path: Path) -> None:
     """The exporter's parser (what the dashboard reads through the store) skips it too."""
-    from monitor.logs.parse import LogParser
+    from monitor.logs.canonical_records import LogParser
     from monitor.store import RunStore
 
     parser = LogParser("live.log")

@@ -17,7 +17,7 @@ import pytest
 from cli.commands.analyze import merge_events, read_events
 from monitor.analysis.goodput import CAUSES, LOST_CAUSES, imbalance, ledger, totals
 from monitor.frames import empty_gpu_frame, read_gpu_frame
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.records import StepRecord
 from monitor.sim.engine import SimRun
 

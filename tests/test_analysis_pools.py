@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from monitor.analysis.pools import document, preempted_requests, rollout_pool, trainer_pool
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verl_modes"
 

@@ -13,7 +13,7 @@ import pytest
 from monitor.analysis.goodput import CAUSES, imbalance, ledger, totals
 from monitor.analysis.run_analysis import RunAnalysis, rank_problems
 from monitor.frames import read_gpu_frame
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.records import Flag, StepRecord
 
 REAL = Path(__file__).parent / "fixtures" / "real_gpu"

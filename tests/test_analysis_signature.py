@@ -14,7 +14,7 @@ from monitor.analysis import signature as S
 from monitor.analysis.attribution import label_samples, phase_timeline
 from monitor.config import load_config
 from monitor.frames import read_gpu_frame, read_host_frame
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.sim.engine import SimRun
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_gpu"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cli.main import main
 from monitor.frames import read_gpu_frame, read_host_frame
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.records import Event, Flag
 from monitor.store import RunStore, StoreWriter
 

@@ -6,7 +6,7 @@ import pytest
 
 from cli.commands.exporter import DEFAULT_LISTEN, parse_options, run
 from cli.main import build_parser
-from exporters.app import Exporter, enabled_collectors
+from exporters.node_exporter import Exporter, enabled_collectors
 from exporters.registry import load_all
 
 

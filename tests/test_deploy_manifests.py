@@ -146,7 +146,7 @@ def test_systemd_unit_restarts_on_any_end_and_allows_enough_open_files():
     """Before (issue 20): Restart=on-failure with SIGHUP exiting 0 left the node unmonitored,
     and the default 1,024 open files ran out under idle connections."""
     from cli.commands.exporter import HANGUP_EXIT
-    from exporters.server import DEFAULT_MAX_CONNECTIONS
+    from exporters.metrics_server import DEFAULT_MAX_CONNECTIONS
 
     unit = _unit_settings()
     assert unit["Restart"] == "always"

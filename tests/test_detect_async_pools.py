@@ -13,7 +13,7 @@ from detect_builders import make_gpu
 from monitor.config import load_config
 from monitor.detect import DETECTORS, make_context, run_all
 from monitor.detect.advice import REAL_KEYS, named_keys
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.records import Event
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verl_modes"

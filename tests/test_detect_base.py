@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from monitor.detect.base import make_flag, severity_for, step_range, steps_text
+from monitor.detect.detector_base import make_flag, severity_for, step_range, steps_text
 from monitor.detect.persistence import Episode
 
 

@@ -20,7 +20,7 @@ from monitor.detect.advice import (
 from monitor.detect.failures import detect_fatal_error
 from monitor.detect.health import detect_oom
 from monitor.frames import empty_gpu_frame, empty_host_frame
-from monitor.logs.parse import LogParser, parse_file
+from monitor.logs.canonical_records import LogParser, parse_file
 from monitor.records import Event
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs" / "failures"

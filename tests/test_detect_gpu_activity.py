@@ -291,7 +291,7 @@ def test_training_phases_shorter_than_a_few_samples_are_not_judged():
 def _low_utilization_flags(scenario: str, tmp_path):
     from monitor.detect import run_all
     from monitor.frames import read_gpu_frame, read_host_frame
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
     from monitor.sim.engine import SimRun
     from monitor.sim.scenarios import get_scenario
 

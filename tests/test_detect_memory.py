@@ -13,7 +13,7 @@ import pytest
 from monitor.detect import run_all
 from monitor.detect.memory import detect_memory_creep, forecast_text, theil_sen
 from monitor.frames import read_gpu_frame
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.sim.engine import SimRun
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -35,7 +35,7 @@ def test_slow_scoring_side_is_flagged_by_its_share_of_the_step():
 
 def _breakdown_steps(tmp_path, gen_ms, critic_ms, n=12):
     """A breakdown-format log (the guide's line, with these two fields), parsed."""
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     lines = []
     for i in range(n):
@@ -255,7 +255,7 @@ def test_the_guides_example_line_and_a_healthy_v01_ppo_log_raise_no_warning(tmp_
     from pathlib import Path
 
     from monitor.detect import run_all
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     guide = ("Step {n}: total=1242ms | actor_gen=412ms | critic_score=387ms | rollout_wait=12ms"
              " | loss_comp=21ms | comm=310ms")

@@ -4,7 +4,7 @@ from detect_builders import make_gpu, make_steps
 
 from monitor.config import load_config
 from monitor.detect import make_context
-from monitor.detect.rollout import detect_rollout_long_tail, detect_rollout_wait
+from monitor.detect.rollout_detectors import detect_rollout_long_tail, detect_rollout_wait
 from monitor.frames import empty_gpu_frame, empty_host_frame
 
 SLOWEST = "timing_s/agent_loop/slowest/generate_sequences"

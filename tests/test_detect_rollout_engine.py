@@ -8,7 +8,7 @@ import numpy as np
 
 from monitor.config import load_config
 from monitor.detect import make_context, run_all
-from monitor.detect.rollout_engine import (
+from monitor.detect.engine_detectors import (
     detect_generation_tail,
     detect_kv_cache_preemption,
     preemption_deltas,

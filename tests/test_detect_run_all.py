@@ -6,7 +6,7 @@ from detect_builders import make_gpu, make_host, make_steps
 from monitor.config import load_config
 from monitor.detect import DETECTORS, run_all
 from monitor.frames import empty_gpu_frame, empty_host_frame, read_gpu_frame, read_host_frame
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.records import FLAG_KINDS, SEVERITIES
 from monitor.sim.engine import SimRun
 

@@ -4,7 +4,11 @@ from detect_builders import make_steps
 
 from monitor.config import load_config
 from monitor.detect import make_context
-from monitor.detect.steps import detect_step_time_spikes, detect_throughput_regression, period_of
+from monitor.detect.step_detectors import (
+    detect_step_time_spikes,
+    detect_throughput_regression,
+    period_of,
+)
 from monitor.frames import empty_gpu_frame, empty_host_frame
 
 

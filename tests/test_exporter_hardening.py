@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from cli.commands.exporter import parse_options
-from exporters.app import Exporter, ExporterError
+from exporters.node_exporter import Exporter, ExporterError
 from monitor.live import live_monitor as monitor_mod
 from monitor.live.live_monitor import supervised
 from monitor.records import StepRecord

@@ -14,8 +14,8 @@ from test_exporters_app import scrape, value
 from test_notify_slack import SLACK_PATH, Hook, leaked
 
 from cli.commands.exporter import parse_options
-from exporters.app import Exporter
 from exporters.exposition import format_families
+from exporters.node_exporter import Exporter
 from monitor.live.alert_paths import slack_families, wandb_families
 from monitor.notify.slack import FAILURE_REASONS
 from monitor.records import Event

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from cli.commands.exporter import parse_options
-from exporters.app import Exporter, ExporterError
+from exporters.node_exporter import Exporter, ExporterError
 from monitor.records import Event
 from monitor.store import RunStore
 

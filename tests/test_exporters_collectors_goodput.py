@@ -13,7 +13,7 @@ from monitor.frames import read_gpu_frame
 from monitor.live.goodput_counter import GPU_SECONDS, GoodputCollector
 from monitor.live.live_monitor import Recorder
 from monitor.live.rolling_window import RollingWindow
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 
 RUN = Path(__file__).parent / "fixtures" / "real_gpu" / "2gpu_straggler"
 

@@ -12,8 +12,8 @@ from prometheus_client.core import GaugeMetricFamily
 from tls_cert import make_cert
 
 from exporters.exposition import Exposition
+from exporters.metrics_server import MetricsServer, parse_listen_address
 from exporters.registry import BaseCollector, ExporterContext
-from exporters.server import MetricsServer, parse_listen_address
 from exporters.webconfig import load_web_config
 
 

@@ -12,8 +12,8 @@ import time
 import bcrypt
 import pytest
 
-from exporters import server as server_mod
-from exporters.server import MetricsServer
+from exporters import metrics_server as server_mod
+from exporters.metrics_server import MetricsServer
 from exporters.webconfig import load_web_config
 
 BODY = b"verlmon_x 1\n" * 2000

@@ -14,7 +14,7 @@ import pytest
 from tls_cert import make_cert
 
 from exporters import webconfig
-from exporters.server import MetricsServer
+from exporters.metrics_server import MetricsServer
 from exporters.webconfig import WebConfigError, load_web_config
 
 TLS = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"

@@ -322,7 +322,7 @@ def test_exporter_with_wandb_raises_an_alert_for_a_critical_flag(offline, monkey
     """``verl-monitor exporter --wandb PROJECT/RUN``: a flag the live detectors open reaches
     the wandb run as a run.alert, and stopping the exporter closes the run."""
     from cli.commands.exporter import parse_options
-    from exporters.app import Exporter
+    from exporters.node_exporter import Exporter
     from monitor.records import Event
 
     monkeypatch.setenv("WANDB_DIR", str(offline))
@@ -350,7 +350,7 @@ def test_goodput_shares_per_step_from_a_real_run_reach_wandb(offline):
     """The real 2-H200 data stall: the stalled steps log a large goodput/data_loading share,
     each step's shares add up to 1, and a healthy step's data_loading share is near 0."""
     from monitor.frames import read_gpu_frame
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     d = Path(__file__).parent / "fixtures" / "real_gpu" / "2gpu_data_stall"
     steps = parse_file(str(d / "train.jsonl")).steps
@@ -373,7 +373,7 @@ def test_the_run_summary_names_the_flag_that_costs_the_most_gpu_time(offline):
     time; the run summary names it, as analyze and the dashboard do."""
     from monitor.analysis.run_analysis import RunAnalysis
     from monitor.frames import read_gpu_frame
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     d = Path(__file__).parent / "fixtures" / "real_gpu" / "2gpu_long_tail"
     parsed = parse_file(str(d / "train.jsonl"))

@@ -11,7 +11,7 @@ import pytest
 
 from monitor.analysis.summary import summarize
 from monitor.logs.arrivals import sidecar_path
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.report import render_text
 from tests.real_logs import analyze_doc
 
@@ -180,7 +180,7 @@ def test_dated_lines_while_the_bar_runs_date_it(tmp_path: Path) -> None:
 
 _ZONE_SCRIPT = """
 import json, sys
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.logs.timestamps import split_timestamp
 steps = parse_file(sys.argv[1], log_end=9e9).steps
 print(json.dumps({"ends": [s.end_time for s in steps],

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from monitor.logs.canonical_records import LogParser, parse_file
 from monitor.logs.failures import FAILURE_KINDS, match_failure, oom_details, traceback_phase
-from monitor.logs.parse import LogParser, parse_file
 from monitor.records import EVENT_KINDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs" / "failures"

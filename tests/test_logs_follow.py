@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from monitor.logs.canonical_records import ParseStats
 from monitor.logs.follow import LogFollower, LogPosition, iter_lines
-from monitor.logs.parse import ParseStats
 
 
 def append(path: Path, data: bytes) -> None:

@@ -214,7 +214,7 @@ _TODAY = ("timing_s/agent_loop/", "separate_async/", "training/off_policy/",
 
 
 def _fixture_keys() -> set[str]:
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     keys: set[str] = set()
     for path in sorted(_MODE_FIXTURES.glob("*.jsonl")) + sorted(_MODE_FIXTURES.glob("*.log")):
@@ -348,7 +348,7 @@ def test_the_console_log_and_the_jsonl_of_one_run_give_the_same_version(tmp_path
     import json
     import pprint
 
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     steps = _verl_050dev_steps()
     lines = ["\x1b[36m(TaskRunner pid=2741)\x1b[0m TaskRunner hostname: gpu-0, PID: 2741"]
@@ -372,7 +372,7 @@ def test_every_recorded_run_gives_its_console_log_and_jsonl_the_same_version() -
     console lines carry TaskRunnerV1 and numpy reprs: they used to read 0.9+ against 0.7.1+)."""
     from pathlib import Path
 
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     fixtures = Path(__file__).parent / "fixtures"
     pairs = [(p, p.with_suffix(".jsonl")) for p in sorted((fixtures / "verl_modes").glob("*.log"))]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from monitor.logs.canonical_records import LogParser, parse_file
 from monitor.logs.modes import (
     TRAINER_MODES,
     WAITING_GEN_MODES,
@@ -15,7 +16,6 @@ from monitor.logs.modes import (
     trainer_mode,
     waits_in_gen,
 )
-from monitor.logs.parse import LogParser, parse_file
 from monitor.logs.vocabulary import Vocabulary
 from monitor.records import StepRecord
 

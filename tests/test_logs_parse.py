@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.logs.parse import LogParser, LogReadError, parse_file
+from monitor.logs.canonical_records import LogParser, LogReadError, parse_file
 from monitor.records import ALL_PHASES, Event, StepRecord
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
@@ -540,7 +540,7 @@ def test_unreadable_file_is_a_log_read_error(tmp_path: Path) -> None:
         with pytest.raises(LogReadError, match="permission denied"):
             parse_file(path)
         return
-    code = ("import sys\nfrom monitor.logs.parse import LogReadError, parse_file\n"
+    code = ("import sys\nfrom monitor.logs.canonical_records import LogReadError, parse_file\n"
             "try:\n    parse_file(sys.argv[1])\nexcept LogReadError as exc:\n"
             "    print(exc)\n")
     repo = str(Path(__file__).resolve().parent.parent)

@@ -21,7 +21,7 @@ from cli.commands.analyze import merge_events, read_events
 from monitor.config import load_config
 from monitor.detect import run_all
 from monitor.frames import read_gpu_frame, read_host_frame, read_nccl_frame
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_gpu"
 RUNS = sorted(p.name for p in FIXTURES.iterdir() if (p / "truth.json").exists())

@@ -21,7 +21,7 @@ from monitor.detect import run_all
 from monitor.frames import read_gpu_frame, read_host_frame
 from monitor.hang.dump import read_dump
 from monitor.hang.localize import localize_dumps
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_gpu"
 RUNS = sorted(p.name for p in FIXTURES.glob("hang_*") if (p / "hang_truth.json").exists())

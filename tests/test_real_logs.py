@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.report import render_text
 from tests.real_logs import RealLog, analyze_doc, entries, false_flags, load, reference_wall
 

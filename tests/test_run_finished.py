@@ -82,7 +82,7 @@ def test_the_demos_simulated_run_ends_with_no_open_warning_or_critical_flag(tmp_
     stalled limits no warning or critical flag is open (before: a critical hang "No progress
     for 61 s after step 42 ... Who: unknown")."""
     from cli.commands.exporter import parse_options
-    from exporters.app import Exporter
+    from exporters.node_exporter import Exporter
 
     cfg = tmp_path / "fast.yaml"
     cfg.write_text("hang:\n  min_seconds: 2.0\n  nccl_quiet_s: 1.0\n"

@@ -211,7 +211,7 @@ ROUND_TRIP += [("breakdown", "0.7.1", False), ("breakdown", "0.7.1", True)]
 @pytest.mark.parametrize("fmt,version,timestamps", ROUND_TRIP)
 def test_parser_recovers_phases_and_end_times_of_every_version(tmp_path, fmt, version,
                                                                timestamps):
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     run = SimRun("rollout_wait", steps=6, gpus_per_node=2, seed=7, verl_version=version,
                  timestamps=timestamps, log_format=fmt)

@@ -1,4 +1,4 @@
-"""monitor/sim/modes.py through SimRun: today's trainers write the keys verl's newest main writes
+"""monitor/sim/mode_keys.py through SimRun: today's trainers write the keys verl's newest main writes
 (agent_loop.py's ``_performance_metrics``; the fully-async trainer's and rollouter's keys)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.logs.parse import parse_file
+from monitor.logs.canonical_records import parse_file
 from monitor.sim.engine import SimRun
 from monitor.sim.scenarios import UnknownScenario
 

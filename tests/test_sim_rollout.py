@@ -1,4 +1,4 @@
-"""monitor/sim/rollout.py: what each simulated engine server reports at any instant."""
+"""monitor/sim/rollout_engines.py: what each simulated engine server reports at any instant."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from monitor.frames import ROLLOUT_COLUMNS
 from monitor.sim.engine import SimRun
-from monitor.sim.rollout import ROLLOUT_STATE_KEYS, RolloutSim
+from monitor.sim.rollout_engines import ROLLOUT_STATE_KEYS, RolloutSim
 
 
 def _at(run: SimRun, step: int, phase: str, frac: float = 0.5) -> float:

@@ -10,7 +10,7 @@ import pytest
 from monitor.logs.keys import phases_and_total
 from monitor.records import StepRecord
 from monitor.store import RunStore, StoreError, export_dir
-from monitor.store.export import jsonl_data
+from monitor.store.interchange_export import jsonl_data
 
 
 def test_raw_metrics_pass_through_unchanged() -> None:

@@ -284,7 +284,7 @@ _STEP_KEYS = ("step", "end_time", "total", "phases", "metrics", "throughput", "t
 
 def build_document(args: argparse.Namespace) -> dict[str, Any]:
     """Parse and analyze; returns the ``--json`` document. Raises the readers' errors."""
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     gpu = read_gpu_frame(args.gpu) if args.gpu else empty_gpu_frame()
     host = read_host_frame(args.host) if args.host else empty_host_frame()
@@ -368,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``analyze``; 0 on success, 2 when an input cannot be read."""
     from monitor.config import ConfigError
     from monitor.extras import explain_missing
-    from monitor.logs.parse import LogReadError
+    from monitor.logs.canonical_records import LogReadError
 
     fail_if(getattr(args, "wandb", None) and explain_missing("wandb", "--wandb"))
     for path in (args.log, args.gpu, args.host, getattr(args, "events", None),

@@ -305,8 +305,8 @@ def run(args: argparse.Namespace) -> int:
     options = ExporterOptions.from_namespace(args)  # once: nothing after reads the namespace
     logging.basicConfig(level=logging.DEBUG if options.verbose else logging.INFO,
                         format="verl-monitor exporter: %(message)s", stream=sys.stderr)
-    from exporters.app import Exporter, ExporterError
-    from exporters.server import raise_open_files_limit
+    from exporters.metrics_server import raise_open_files_limit
+    from exporters.node_exporter import Exporter, ExporterError
     from monitor.extras import explain_missing
 
     for given, flag, extra in ((options.wandb, "--wandb", "wandb"),

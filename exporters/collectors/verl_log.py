@@ -38,9 +38,9 @@ from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector, log
 from monitor import metric_names as m
 from monitor.logs.arrivals import read_arrivals
+from monitor.logs.canonical_records import LogParser
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.logs.gaps import DataWaitTracker
-from monitor.logs.parse import LogParser
 from monitor.logs.timestamps import FUTURE_SLACK_S, set_log_timezone
 from monitor.records import ALL_PHASES, Event, StepRecord
 

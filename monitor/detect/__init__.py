@@ -22,7 +22,8 @@ from monitor.detect.async_pools import (
     detect_stale_samples,
     detect_weight_sync_pause,
 )
-from monitor.detect.base import Context
+from monitor.detect.detector_base import Context
+from monitor.detect.engine_detectors import detect_generation_tail, detect_kv_cache_preemption
 from monitor.detect.failures import detect_fatal_error
 from monitor.detect.gpu_activity import (
     detect_gpu_imbalance,
@@ -39,9 +40,8 @@ from monitor.detect.health import (
 from monitor.detect.io import detect_io_starvation
 from monitor.detect.memory import detect_memory_creep
 from monitor.detect.phases import detect_comm_heavy, detect_phase_imbalance, detect_reshard_spike
-from monitor.detect.rollout import detect_rollout_long_tail, detect_rollout_wait
-from monitor.detect.rollout_engine import detect_generation_tail, detect_kv_cache_preemption
-from monitor.detect.steps import detect_step_time_spikes, detect_throughput_regression
+from monitor.detect.rollout_detectors import detect_rollout_long_tail, detect_rollout_wait
+from monitor.detect.step_detectors import detect_step_time_spikes, detect_throughput_regression
 from monitor.detect.window import latest_time
 from monitor.frames import (
     GPU_COLUMNS,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from monitor.detect.base import Context, make_flag, steps_text
+from monitor.detect.detector_base import Context, make_flag, steps_text
 from monitor.records import Event, Flag
 
 ADVICE = [

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from monitor.detect.advice import failure_advice
-from monitor.detect.base import Context, group_by_time, make_flag, steps_text
+from monitor.detect.detector_base import Context, group_by_time, make_flag, steps_text
 from monitor.detect.health import event_time, timed_events, untimed_note
 from monitor.logs.failures import FAILURE_KINDS, describe
 from monitor.records import Event, Flag

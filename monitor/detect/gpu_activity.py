@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from monitor.analysis import signature as S
-from monitor.detect.base import (
+from monitor.detect.contention import contention_flags
+from monitor.detect.detector_base import (
     Context,
     episode_times,
     make_flag,
@@ -23,7 +24,6 @@ from monitor.detect.base import (
     steps_text,
     window_steps,
 )
-from monitor.detect.contention import contention_flags
 from monitor.detect.persistence import Episode, episodes
 from monitor.records import TRAINING_PHASES, Flag
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from monitor.detect.base import Context, make_flag
+from monitor.detect.detector_base import Context, make_flag
 from monitor.hang.advice import where_advice
 from monitor.hang.finish import SLACK_S, finish_time
 from monitor.records import Event, Flag

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.detect.advice import oom_advice
-from monitor.detect.base import (
+from monitor.detect.detector_base import (
     Context,
     EventTime,
     TimedEvent,

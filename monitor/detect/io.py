@@ -6,7 +6,13 @@ import numpy as np
 import pandas as pd
 
 from monitor.detect import window as W
-from monitor.detect.base import Context, episode_times, make_flag, step_episodes, steps_text
+from monitor.detect.detector_base import (
+    Context,
+    episode_times,
+    make_flag,
+    step_episodes,
+    steps_text,
+)
 from monitor.detect.persistence import episodes
 from monitor.records import TRAINING_PHASES, Flag
 

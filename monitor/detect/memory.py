@@ -27,7 +27,7 @@ import pandas as pd
 from monitor.analysis.attribution import label_samples
 from monitor.config import Section
 from monitor.detect import window as W
-from monitor.detect.base import Context, make_flag
+from monitor.detect.detector_base import Context, make_flag
 
 GIB = 1024**3
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from monitor.detect.base import Context
+from monitor.detect.detector_base import Context
 
 
 def ranks_per_node(ctx: Context) -> dict[str, int]:

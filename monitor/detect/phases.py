@@ -7,7 +7,7 @@ import pandas as pd
 
 from monitor.analysis import signature as S
 from monitor.detect import window as W
-from monitor.detect.base import Context, make_flag, step_episodes, steps_text
+from monitor.detect.detector_base import Context, make_flag, step_episodes, steps_text
 from monitor.detect.nccl_time import nccl_step_share
 from monitor.logs.keys import generation_seconds, reshard_is_derived, timers
 from monitor.logs.modes import run_mode, waits_in_gen

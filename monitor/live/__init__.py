@@ -12,7 +12,7 @@ per-phase GPU time, goodput, hang dumps) read the window and the tracker back an
 from monitor.live.flag_series import FlagsCollector
 from monitor.live.goodput_counter import GoodputCollector
 from monitor.live.hang_dumps import FlightRecorderCollector
-from monitor.live.health import HealthRegistry
+from monitor.live.health_registry import HealthRegistry
 from monitor.live.live_monitor import LiveMonitor, MonitorError
 from monitor.live.live_view import LiveView, PollingView, ViewContext, ViewSpec
 from monitor.live.phase_gpu_counter import PhaseGpuCollector

@@ -6,7 +6,7 @@ run-store writer. :class:`LiveMonitor` is a Recorder that also owns the run stor
 detectors on the window (``run_all``, ``FlagTracker.update``), writes the flags to the store,
 posts them to Slack and logs them to wandb, each on its own supervised thread.
 
-The exporter (exporters/app.py: collectors and /metrics) and this monitor meet only through the
+The exporter (exporters/node_exporter.py: collectors and /metrics) and this monitor meet only through the
 Sink and the read-only parts collectors export (the window for the goodput and phase counters,
 the tracker for the flag series, the notifier for the goodput digest).
 """
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from monitor.live.health import HealthRegistry
+from monitor.live.health_registry import HealthRegistry
 from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import Row
 from monitor.logs.fingerprint import step_fingerprint
@@ -221,7 +221,7 @@ class LiveMonitor(Recorder):
         self._stopped = False
         self._urgent = 0  # hang_dump events received (the detectors run soon after one)
         self._finished_steps = -1  # steps_added when the run was seen finished
-        #: the exporter's own numbers: each part registers itself (monitor/live/health.py)
+        #: the exporter's own numbers: each part registers itself (monitor/live/health_registry.py)
         self.health = HealthRegistry()
         self.health.count_restarts(self.restart_counts)
         self.health.register(self.window)

@@ -1,6 +1,6 @@
 """verl log parsing and following.
 
-- ``monitor.logs.parse``: the public names: ``LogParser`` (line by line, live), ``parse_file``
+- ``monitor.logs.canonical_records``: the public names: ``LogParser`` (line by line, live), ``parse_file``
   (a whole file), ``ParseStats``, ``ParsedLog``, ``LogReadError``; its docstring lists the
   modules the parser is split into (``prefix``, ``console``, ``jsonl``, ``blocks``, ``events``,
   ``vocabulary``, ``parser``, ``files``, ``stats``).

@@ -4,7 +4,7 @@ Pure functions over text: ``match_failure`` turns a line into a ``Failure`` (an 
 numbers the line gives, whether it ends the run), ``oom_details`` reads a CUDA out-of-memory
 message, ``traceback_phase`` names the verl phase a traceback was in, ``traceback_origin`` its
 Ray task and deepest frames. The parser
-(``monitor.logs.parse``) calls them; nothing here keeps state.
+(``monitor.logs.canonical_records``) calls them; nothing here keeps state.
 
 Event kinds (``FAILURE_KINDS``) and what their ``data`` holds:
 

@@ -586,7 +586,7 @@ class SimRun:
     def rollout_frame(self, interval: float = 1.0) -> pd.DataFrame:
         """The rollout engines' samples every ``interval`` seconds (``monitor.frames``'s
         rollout columns; empty in the ``sync`` mode, which has no engine servers)."""
-        from monitor.sim.rollout import RolloutSim
+        from monitor.sim.rollout_engines import RolloutSim
 
         return RolloutSim(self).frame(interval)
 

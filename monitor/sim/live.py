@@ -14,7 +14,7 @@ are written beside the log lines; the simulator's own telemetry is unchanged.
 A run in the ``agent_loop``, ``fully_async`` or ``separate_async`` mode also has rollout engines: ``start()``
 serves one simulated vLLM (or SGLang) ``/metrics`` endpoint per engine server on 127.0.0.1
 (``monitor/sim/engine_server.py``) and keeps each one's state on the simulated clock
-(``monitor/sim/rollout.py``); ``engine_urls`` lists them for the exporter's rollout collector.
+(``monitor/sim/rollout_engines.py``); ``engine_urls`` lists them for the exporter's rollout collector.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class LiveSim:
 
     def _start_engines(self) -> None:
         from monitor.sim.engine_server import EngineServer
-        from monitor.sim.rollout import RolloutSim
+        from monitor.sim.rollout_engines import RolloutSim
 
         self._rollout = RolloutSim(self.run, engine=self.engine)
         self.engine_servers = [

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.sim.modes import agent_loop_timing, fully_async_metrics, separate_async_metrics
+from monitor.sim.mode_keys import agent_loop_timing, fully_async_metrics, separate_async_metrics
 from monitor.sim.scenarios import StepPlan
 from monitor.sim.versions import VersionProfile
 
@@ -91,7 +91,7 @@ def build_metrics(
     mode_state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every key the trainer logs for ``step`` (1-based), in code-path order. ``mode`` is the
-    trainer mode (``monitor/sim/modes.py`` adds today's agent-loop and fully-async keys);
+    trainer mode (``monitor/sim/mode_keys.py`` adds today's agent-loop and fully-async keys);
     ``mode_state`` carries the fully-async counters from step to step."""
     progress = step / max(n_steps, 1)
     r = rng.standard_normal(32)

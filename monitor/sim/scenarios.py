@@ -88,7 +88,7 @@ class StepPlan:
     data_wait: float = 0.0
     #: phases where ``gpu_factor`` applies (None: every busy phase)
     gpu_factor_phases: tuple[str, ...] | None = None
-    #: the rollout engines (agent-loop and fully-async modes; monitor/sim/rollout.py)
+    #: the rollout engines (agent-loop and fully-async modes; monitor/sim/rollout_engines.py)
     engine: EnginePlan = field(default_factory=lambda: EnginePlan())
 
 
@@ -706,7 +706,7 @@ class GpuFault(Scenario):
 
 # ------------------------------------------------------------------ today's trainers
 # Server-mode rollout behind the agent loop (``agent_loop``) and the fully-async policy
-# (``fully_async``): the rollout engines' own series come from monitor/sim/rollout.py.
+# (``fully_async``): the rollout engines' own series come from monitor/sim/rollout_engines.py.
 
 
 @dataclass

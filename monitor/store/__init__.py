@@ -7,7 +7,7 @@
 - retention rules: ``retention.py``; schema and its version: ``schema.py``.
 """
 
-from monitor.store.export import export_dir
+from monitor.store.interchange_export import export_dir
 from monitor.store.runstore import OutboxItem, RunStore, StoreError
 from monitor.store.schema import NCCL_COLUMNS, SCHEMA_VERSION
 from monitor.store.writer import StoreWriter

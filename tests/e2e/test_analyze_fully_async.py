@@ -26,7 +26,7 @@ def _gpu_csv(tmp_path: Path) -> Path:
     sys.path.insert(0, str(ROOT / "tests"))
     from detect_builders import make_gpu
 
-    from monitor.logs.parse import parse_file
+    from monitor.logs.canonical_records import parse_file
 
     steps = parse_file(FIXTURE).steps
 

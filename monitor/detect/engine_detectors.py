@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from monitor.detect.base import Context, make_flag
+from monitor.detect.detector_base import Context, make_flag
 from monitor.detect.persistence import episodes
 from monitor.records import Flag
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.detect import window as W
-from monitor.detect.base import Context, make_flag, step_episodes, steps_text
+from monitor.detect.detector_base import Context, make_flag, step_episodes, steps_text
 from monitor.records import Flag
 
 SLOWEST = "timing_s/agent_loop/slowest/generate_sequences"

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 
 from exporters.exposition import Exposition
 from exporters.landing import landing_page
+from exporters.metrics_server import MetricsServer, parse_listen_address
 from exporters.options import ExporterOptions
 from exporters.registry import BaseCollector, CollectorSpec, ExporterContext, load_all
-from exporters.server import MetricsServer, parse_listen_address
 from exporters.webconfig import WebConfigError, load_web_config
 from monitor.live import LiveMonitor, MonitorError
 
@@ -130,7 +130,7 @@ class Exporter:
 
         self.exposition = Exposition(self.collectors, node=self.node, version=__version__,
                                      backend=str(backend))
-        # the exporter's own numbers: every part registered itself (monitor/live/health.py)
+        # the exporter's own numbers: every part registered itself (monitor/live/health_registry.py)
         server = self.server
         monitor.health.count_restarts(lambda: {"metrics-server": server.restarts})
         monitor.health.register(server)

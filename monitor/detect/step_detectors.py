@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.detect import window as W
-from monitor.detect.base import Context, make_flag, step_episodes, steps_text
+from monitor.detect.detector_base import Context, make_flag, step_episodes, steps_text
 from monitor.records import ALL_PHASES, Flag
 
 #: The throughput_regression advice that asks the reader to find the phase that grew: dropped
