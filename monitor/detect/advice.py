@@ -684,8 +684,10 @@ def tell_job_config(flags: list, config: Mapping[str, Any] | None) -> None:
     ``with_job_config``; ``config`` nested as verl prints it, or None: unchanged)."""
     if not config:
         return
+    from monitor.detect.micro_batch_advice import micro_batch_first
     from monitor.logs.job_config import flatten
 
     flat = flatten(config)
     for flag in flags:
-        flag.advice = advice_with_job_config(flag.advice, flat)
+        flag.advice = micro_batch_first(flag.kind, advice_with_job_config(flag.advice, flat),
+                                        flat)
