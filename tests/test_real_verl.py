@@ -8,7 +8,10 @@ its capture-time sidecar, the store exported (``train.jsonl``, ``gpu.csv``, ``ho
 every 10 s (``stacks/``), and ``meta.json``: what was injected, at which step and when. They are
 judged the way a user would, through ``verl-monitor analyze LOG --gpu --host --events --stacks
 --json``: a healthy run raises no warning; each fault is named (hangs within 90 s of the last
-progress, the others within 3 steps of the fault) with the right first line of advice.
+progress, the others within 3 steps of the fault) with the right first line of advice. The
+second session's recordings (``*_live``, ``healthy_val``, ``tiny_micro``: five runs side by side)
+also carry the flags the live exporter raised while the run went on (``flags_live.json``) and
+its own dumps (``stacks_live/``); those are judged too.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ from monitor.cli import main as cli
 FIXTURES = Path(__file__).parent / "fixtures" / "real_verl"
 RUNS = sorted(p.name for p in FIXTURES.iterdir() if (p / "meta.json").exists())
 ALARM = ("warning", "critical")
-HEALTHY = ["healthy", "healthy_val_ckpt"]
+HEALTHY = ["healthy", "healthy_val_ckpt", "healthy_val"]
+#: The second device session (monitor 0b9f693, five runs side by side on the one GPU): the hang
+#: cases again, with the flags the live exporter itself raised (``flags_live.json``).
+LIVE_HANGS = ["hang_reward_live", "hang_http_live", "hang_data_live"]
 TQDM = re.compile(r"Training Progress:\s+\d+%\|[^|]*\|\s*(\d+)/\d+ \[(\d+):(\d+)<")
 
 
@@ -51,6 +57,12 @@ def _alarms(run: str) -> list[dict]:
     return [f for f in _analyze(run)["flags"] if f["severity"] in ALARM]
 
 
+def _live_flags(run: str) -> list[dict]:
+    """The flags the live exporter raised during the run (its store's ``flags`` table)."""
+    path = FIXTURES / run / "flags_live.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
 def _step_of(report: dict, t: float) -> int:
     """The step a time falls in: the first step that ends at or after it."""
     steps = sorted(report["steps"], key=lambda s: s["end_time"])
@@ -66,7 +78,8 @@ def _last_progress_before(report: dict, t: float) -> float:
 
 def test_the_recordings_are_here():
     assert set(HEALTHY) <= set(RUNS)
-    faults = {"hang_reward", "hang_http", "hang_data", "cpu_reward", "mem_grow", "param_offload"}
+    faults = {"hang_reward", "hang_http", "hang_data", "cpu_reward", "mem_grow", "param_offload",
+              "tiny_micro", *LIVE_HANGS}
     assert faults <= set(RUNS), sorted(faults - set(RUNS))
     for run in RUNS:
         meta = _meta(run)
@@ -77,13 +90,15 @@ def test_the_recordings_are_here():
 
 @pytest.mark.parametrize("run", HEALTHY)
 def test_a_healthy_real_run_raises_no_warning(run):
-    """Plain, and with a validation every 2 steps and a checkpoint every 3: all quiet."""
+    """Plain, with a validation every 2 steps and a checkpoint every 3, and with a validation
+    every 2 steps beside four other jobs on the GPU: all quiet, offline and live."""
     assert _alarms(run) == [], [(f["kind"], f["evidence"][:160]) for f in _alarms(run)]
     assert _analyze(run)["summary"]["steps"]["count"] == _meta(run)["steps"]
+    assert [f for f in _live_flags(run) if f["severity"] in ALARM] == []
 
 
 @pytest.mark.parametrize("run", ["healthy", "healthy_val_ckpt", "hang_reward", "cpu_reward",
-                                 "mem_grow"])
+                                 "mem_grow", "healthy_val", "tiny_micro", "hang_reward_live"])
 def test_the_wall_time_is_the_logs_own_clock(run):
     """tqdm's elapsed time (whole seconds) against the time analyze measured."""
     text = (FIXTURES / run / "train.log").read_text(errors="replace")
@@ -120,7 +135,7 @@ HANGS = {
 }
 
 
-@pytest.mark.parametrize("run", sorted(HANGS))
+@pytest.mark.parametrize("run", sorted(HANGS) + LIVE_HANGS)
 def test_a_real_hang_is_one_critical_flag_within_90_s_naming_the_process_and_frame(run):
     report, meta = _analyze(run), _meta(run)
     alarms = _alarms(run)
@@ -130,18 +145,87 @@ def test_a_real_hang_is_one_critical_flag_within_90_s_naming_the_process_and_fra
     assert f["start"] - _last_progress_before(report, f["start"]) <= 90.0
     marker = next(iter(meta["injected"].values()))
     assert f"PID {marker['pid']}" in f["evidence"]  # the process that holds the fault
-    words, advice = HANGS[run]
+    words, advice = HANGS[run.removesuffix("_live")]
     assert all(w in f["evidence"] for w in words), f["evidence"]
     assert all(w in f["advice"][0] for w in advice), f["advice"][0]
     assert "No rank waits in a collective" in report["hang"]["stacks"]["summary"]
 
 
-def test_a_blocked_loader_is_named_as_the_dataloader_worker_in_the_data_phase():
-    f = _alarms("hang_data")[0]
-    worker = _meta("hang_data")["injected"]["data_block"]["pid"]
-    assert f"the driver (PID {worker})" not in f["evidence"]
-    assert re.search(rf"(data[- ]?loader|DataLoader) worker \(PID {worker}\)", f["evidence"])
+@pytest.mark.parametrize("run", ["hang_data", "hang_data_live"])
+def test_a_blocked_loader_is_named_as_the_dataloader_worker_in_the_data_phase(run):
+    f = _alarms(run)[0]
+    worker = _meta(run)["injected"]["data_block"]["pid"]
+    assert f"the driver (PID {worker}" not in f["evidence"]
+    assert re.search(rf"(data[- ]?loader|DataLoader) worker \(PID {worker}[,)]", f["evidence"])
     assert "[phase data" in f["evidence"]
+
+
+LIVE = {
+    # case: (the role and what it does, the frame: function (file:line))
+    "hang_reward_live": ("the driver", "is scoring rewards", "_stuck_in_verifier (rewards.py:96)"),
+    "hang_http_live": ("the driver", "is scoring rewards (compute_score waits for an HTTP answer)",
+                       "http_block (rewards.py:109)"),
+    "hang_data_live": ("the data loader worker", "waits in the data loader",
+                       "_wait_for_shard (blocking_dataset.py:53)"),
+}
+
+
+def _names(evidence: str, run: str) -> re.Match | None:
+    """The clause of ``evidence`` naming the faulty process: its role, pid, node and frame."""
+    role, doing, frame = LIVE[run]
+    pid = next(iter(_meta(run)["injected"].values()))["pid"]
+    return re.search(rf"{re.escape(role)} \(PID {pid}, node h200\) {re.escape(doing)}[^;]*?, "
+                     rf"at {re.escape(frame)}", evidence)
+
+
+@pytest.mark.parametrize("run", LIVE_HANGS)
+def test_the_live_exporter_raised_one_critical_hang_within_90_s_naming_who_and_where(run):
+    """What the user saw while it ran: the exporter's own flag, from its store."""
+    live = _live_flags(run)
+    assert [(f["kind"], f["severity"]) for f in live] == [("hang", "critical")], live
+    f = live[0]
+    opened = f["start"] - _last_progress_before(_analyze(run), f["start"])
+    assert 0 < opened <= 90.0, opened
+    assert _names(f["evidence"], run), f["evidence"]
+    assert "No rank waits in a collective: NCCL is not the cause" in f["evidence"]
+    assert all(w in f["advice"][0] for w in HANGS[run.removesuffix("_live")][1]), f["advice"][0]
+
+
+@pytest.mark.parametrize("run", LIVE_HANGS)
+def test_offline_analyze_names_the_same_process_and_frame_as_the_live_flag(run):
+    offline = _alarms(run)[0]
+    assert _names(offline["evidence"], run), offline["evidence"]
+    assert offline["advice"][0].split(" (")[0] == _live_flags(run)[0]["advice"][0].split(" (")[0]
+
+
+def test_a_reward_stuck_for_100_s_then_done_closes_the_live_flag_when_steps_resume():
+    meta = _meta("hang_reward_live")
+    f = _live_flags("hang_reward_live")[0]
+    assert f["end"] is not None and f["end"] >= meta["injected"]["reward_hang_end"]["ts"]
+    assert _analyze("hang_reward_live")["summary"]["steps"]["count"] == meta["steps"]
+
+
+def test_micro_batches_of_one_are_named_low_utilization_with_the_knobs_as_first_advice():
+    """ppo_micro_batch_size_per_gpu=1 and log_prob_micro_batch_size_per_gpu=1: the GPUs idle
+    with no core pegged; the job's printed config says why. Step 1 is warm-up (not judged), so
+    the fault is judged from step 2."""
+    report = _analyze("tiny_micro")
+    alarms = _alarms("tiny_micro")
+    assert [f["kind"] for f in alarms] == ["low_utilization"], alarms
+    f = alarms[0]
+    assert f["severity"] == "critical"
+    assert _step_of(report, f["start"]) <= 2 + 3
+    assert f["advice"][0].startswith("ppo_micro_batch_size_per_gpu is 1 in this job "
+                                     "(actor_rollout_ref.actor) and "
+                                     "log_prob_micro_batch_size_per_gpu is 1"), f["advice"][0]
+    assert "raise them" in f["advice"][0] and "use_dynamic_bsz" in f["advice"][0]
+
+
+def test_runs_side_by_side_say_so():
+    for run in [*LIVE_HANGS, "healthy_val", "tiny_micro"]:
+        meta = _meta(run)
+        assert len(meta["concurrent_with"]) == 4 and "side by side" in meta["side_by_side"]
+        assert set(meta["concurrent_with"]) <= set(RUNS), meta["concurrent_with"]
 
 
 def test_gpu_memory_kept_every_step_is_named_within_3_steps():
