@@ -1,7 +1,7 @@
 """Per real-verl recording: steps, the log's own clock against the monitor's, and the flags
 ``verl-monitor analyze`` gives today with each one's first line of advice.
 
-    python3 bench/real_verl/summarize.py [tests/fixtures/real_verl] > bench/results/real_verl_...
+    python3 bench/real_verl/summarize.py [tests/fixtures/real_verl [CASE ...]] > bench/results/...
 """
 
 from __future__ import annotations
@@ -82,15 +82,24 @@ def case_text(d: Path) -> str:
                                subsequent_indent="         ")
     live = json.loads((d / "flags_live.json").read_text()) if (d / "flags_live.json").exists() \
         else []
-    lines.append(f"   live exporter's flags in the store: "
-                 f"{[(f.get('kind'), f.get('severity')) for f in live] or 'none'}")
+    lines.append(f"   live exporter's flags in the store: {len(live) or 'none'}")
+    for f in live:
+        lines.append(f"   - live {f['kind']} {f['severity']} {f['scope']}, opens "
+                     f"{_since_progress(console, f['start'])}"
+                     + (f", closes {_since_progress(console, f['end'])}" if f.get("end") else ""))
+        lines += textwrap.wrap("evidence: " + f["evidence"], 100, initial_indent="       ",
+                               subsequent_indent="         ")
+        lines += textwrap.wrap("advice 1: " + f["advice"][0], 100, initial_indent="       ",
+                               subsequent_indent="         ")
     return "\n".join(lines)
 
 
 def main() -> None:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/real_verl")
+    only = set(sys.argv[2:])  # case names to summarize (default: every one)
     for d in sorted(p for p in root.iterdir() if (p / "meta.json").exists()):
-        print(case_text(d) + "\n")
+        if not only or d.name in only:
+            print(case_text(d) + "\n")
 
 
 if __name__ == "__main__":
