@@ -184,6 +184,7 @@ def _exposition_for(gpus: int):
     from exporters.gpu.sim import SimBackend
     from exporters.options import ExporterOptions
     from exporters.registry import ExporterContext
+    from monitor.live import ViewContext
     from monitor.live.flag_series import FlagsCollector
     from monitor.live.flag_tracker import FlagTracker
     from monitor.live.live_monitor import Recorder
@@ -191,14 +192,14 @@ def _exposition_for(gpus: int):
 
     window = RollingWindow()
     ctx = ExporterContext(node="bench", interval=1.0, sink=Recorder(window),
-                          options=ExporterOptions(dcgm_compat=False), window=window,
-                          tracker=FlagTracker())
+                          options=ExporterOptions(dcgm_compat=False))
+    views = ViewContext(node="bench", interval=1.0, window=window, tracker=FlagTracker())
     gpu = GpuCollector(ctx, backend=SimBackend("healthy", gpus_per_node=gpus, seed=0))
     host = HostCollector(ctx)
     for col in (gpu, host):
         col.sample_once()
         col.sample_once()
-    return Exposition({"gpu": gpu, "host": host, "flags": FlagsCollector(ctx)}, node="bench",
+    return Exposition({"gpu": gpu, "host": host, "flags": FlagsCollector(views)}, node="bench",
                       version="bench", backend="sim")
 
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from exporters.exposition import Exposition
 from exporters.landing import landing_page
@@ -38,10 +39,12 @@ from exporters.webconfig import WebConfigError, load_web_config
 from monitor.live import LiveMonitor, MonitorError
 
 if TYPE_CHECKING:
-
+    from exporters.gpu.backend import GpuBackend
     from monitor.sim.live import LiveSim
 
 log = logging.getLogger("verl_monitor.exporter")
+
+T = TypeVar("T")
 
 #: Shortest sampling interval accepted, seconds.
 MIN_INTERVAL_S = 0.1
@@ -77,7 +80,7 @@ class Exporter:
         except WebConfigError as exc:
             raise ExporterError(f"--web.config.file {exc}") from None
         #: the monitor side: window, detectors, flags, store, Slack, wandb (the collectors' sink)
-        self.monitor = LiveMonitor(options, self.node, interval)
+        self.monitor = LiveMonitor(options.live_options(), self.node, interval)
         self.live_sim: LiveSim | None = None
         self.collectors: dict[str, BaseCollector] = {}
         self.ctx: ExporterContext | None = None
@@ -115,14 +118,7 @@ class Exporter:
         except MonitorError as exc:
             raise ExporterError(str(exc)) from None
         self._start_sim()
-        self.ctx = ExporterContext(node=self.node, interval=self.interval, sink=monitor,
-                                   options=self.options, window=monitor.window,
-                                   tracker=monitor.tracker, notifier=monitor.notifier,
-                                   live_sim=self.live_sim, config=monitor.detect_config,
-                                   health=monitor.health)
-        self._specs = load_all()
-        for name in enabled_collectors(self.options, self._specs):
-            self.collectors[name] = self._build_collector(name)
+        self._build_collectors()
         for collector in self.collectors.values():
             collector.start()
         backend = self.ctx.gpu_backend.name if self.ctx.gpu_backend is not None else "none"
@@ -151,9 +147,32 @@ class Exporter:
             return b""
         return self.exposition.render(names, openmetrics)
 
-    def _build_collector(self, name: str) -> BaseCollector:
+    def _build_collectors(self) -> None:
+        """The sources on the collectors' context, then the live monitor's derived views on
+        its own; the GPU backend first, shared by the gpu and host collectors."""
+        monitor = self.monitor
+        self._specs = load_all()
+        names = enabled_collectors(self.options, self._specs)
+        backend = self._guarded("gpu", self._gpu_backend) if "gpu" in names else None
+        self.ctx = ExporterContext(node=self.node, interval=self.interval, sink=monitor,
+                                   options=self.options, live_sim=self.live_sim,
+                                   gpu_backend=backend, health=monitor.health)
+        views = monitor.view_context()
+        for name in names:
+            spec = self._specs[name]
+            self.collectors[name] = self._guarded(
+                name, lambda spec=spec: spec.factory(views if spec.view else self.ctx))
+
+    def _gpu_backend(self) -> GpuBackend:
+        from exporters.gpu import default_backend_name, make_backend
+
+        name = self.options.gpu_backend or default_backend_name()
+        return make_backend(name, self.options, live_sim=self.live_sim)
+
+    def _guarded(self, name: str, build: Callable[[], T]) -> T:
+        """``build()``, its failure turned into one ExporterError line naming ``name``."""
         try:
-            return self._specs[name].factory(self.ctx)
+            return build()
         except ExporterError:
             raise
         except Exception as exc:  # noqa: BLE001 - turned into one line for the user

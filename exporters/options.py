@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
+from monitor.live.live_options import DEFAULT_DETECT_INTERVAL_S, LiveOptions
+
 #: Default listen address: a port outside the crowded 9100-9999 exporter range.
 DEFAULT_PORT = 9048
 DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
-#: Default seconds between detector runs: ``run_all`` on a 30-minute window of 8 GPUs costs
-#: about 0.4 s of CPU (bench/exporter.py), so every 30 s costs ~1.3% of a core; a new step in
-#: the log also triggers a run (at most one a second), so step-based flags do not wait for it.
-DEFAULT_DETECT_INTERVAL_S = 30.0
+__all__ = ["DEFAULT_DETECT_INTERVAL_S", "DEFAULT_LISTEN", "DEFAULT_MAX_CONNECTIONS", "DEFAULT_PORT",
+           "ExporterOptions"]
 #: Default HTTP connections served at once (``--web.max-connections``; exporters/metrics_server.py).
 DEFAULT_MAX_CONNECTIONS = 256
 
@@ -88,11 +88,13 @@ class ExporterOptions:
         """Whether collector ``name`` runs: the flag that named it, else its default."""
         return self.collectors.get(name, default)
 
+    def live_options(self) -> LiveOptions:
+        """The live monitor's part of these options (monitor/live/live_options.py)."""
+        return LiveOptions(**{f.name: getattr(self, f.name) for f in fields(LiveOptions)})
+
     def effective_detect_interval(self) -> float:
         """``--detect-interval``, else the default (never below the sampling interval)."""
-        if self.detect_interval is not None:
-            return float(self.detect_interval)
-        return max(float(self.interval), DEFAULT_DETECT_INTERVAL_S)
+        return self.live_options().effective_detect_interval()
 
     def with_log(self, path: str) -> ExporterOptions:
         """These options following one more log (the simulator's ``--sim-log``)."""

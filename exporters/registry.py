@@ -22,47 +22,39 @@ from typing import TYPE_CHECKING, ClassVar
 from prometheus_client.metrics_core import Metric
 
 from exporters.options import ExporterOptions
-from monitor.live import HealthRegistry, NullSink, Sink
+from monitor.live import VIEWS, HealthRegistry, NullSink, Sink
 
 if TYPE_CHECKING:
     from exporters.gpu.backend import GpuBackend
-    from monitor.config import Config
-    from monitor.live import RollingWindow
-    from monitor.live.flag_tracker import FlagTracker
-    from monitor.notify.slack import SlackNotifier
     from monitor.sim.live import LiveSim
 
-#: Modules under ``exporters.collectors`` imported to fill the registry: the sources, then
-#: ``live_views`` (the live monitor's derived views: flags, phase_gpu, goodput, flight_recorder).
+#: Modules under ``exporters.collectors`` imported to fill the registry: the sources. The live
+#: monitor's derived views (flags, phase_gpu, goodput, flight_recorder) are listed after them
+#: from ``monitor.live.VIEWS`` (below).
 COLLECTOR_MODULES: tuple[str, ...] = ("gpu", "host", "verl_log", "nccl", "rollout_engine")
-VIEW_MODULE = "live_views"
 
 
 @dataclass
 class ExporterContext:
-    """What every collector receives: its settings, where to publish, what it may read.
+    """What every collector receives: its settings, where to publish, what it shares.
 
     ``sink`` is where collectors publish samples, steps and events (monitor/live/sink.py; the
-    monitor side implements it). ``options`` are the typed command-line options. The rest is
-    shared state that some collectors read: ``window`` (recent samples and steps, for the
-    goodput and per-phase counters), ``tracker`` (the open flags), ``notifier`` (Slack, for the
-    goodput digest), ``live_sim`` (the simulator writing ``--sim-log``), ``gpu_backend``
-    (set by the GPU collector; the host collector reads the simulated host from it), and
-    ``config`` (the detectors' settings as the monitor loaded them from ``--config``; None
-    when the monitor runs no detectors). ``health`` is where a collector with numbers about
-    itself registers (``collect()``; monitor/live/health_registry.py), as the log follower does.
+    live monitor implements it); ``options`` are the typed command-line options; ``health`` is
+    where a collector with numbers about itself registers (``collect()``;
+    monitor/live/health_registry.py), as the log follower does. Two sources are shared:
+    ``live_sim`` (the simulator writing ``--sim-log``: its clock and speed) and ``gpu_backend``
+    (built by the exporter before any collector: the GPU collector samples it, the host
+    collector reads the simulated host from it), so no collector writes into the context and
+    their order does not matter. Nothing here reads the monitor back: the derived views get
+    the live monitor's own context (``monitor.live.ViewContext``).
     """
 
     node: str
     interval: float
     sink: Sink = field(default_factory=NullSink)
     options: ExporterOptions = field(default_factory=ExporterOptions)
-    window: RollingWindow | None = None
-    tracker: FlagTracker | None = None
-    notifier: SlackNotifier | None = None
     live_sim: LiveSim | None = None
     gpu_backend: GpuBackend | None = None
-    config: Config | None = None
     health: HealthRegistry = field(default_factory=HealthRegistry)
 
 
@@ -98,6 +90,8 @@ class CollectorSpec:
     factory: Callable[[ExporterContext], BaseCollector]
     default: bool
     help: str
+    #: a derived view of the live monitor: built from ``LiveMonitor.view_context()``
+    view: bool = False
 
 
 REGISTRY: dict[str, CollectorSpec] = {}
@@ -116,6 +110,20 @@ def register(name: str, *, default: bool = True, help: str = ""):  # noqa: A002
 
 def load_all() -> dict[str, CollectorSpec]:
     """Import every collector module so each registers itself; returns the registry."""
-    for mod in (*COLLECTOR_MODULES, VIEW_MODULE):
+    for mod in COLLECTOR_MODULES:
         importlib.import_module(f"exporters.collectors.{mod}")
+    for view in VIEWS:  # the sources first, then the views that read the monitor back
+        REGISTRY[view.name] = REGISTRY.pop(view.name)
     return REGISTRY
+
+
+def _register_views() -> None:
+    """List the live monitor's derived views beside the collectors: each gets its
+    ``--collector.NAME`` flag and ``verlmon_collector_success`` series, and the exporter builds
+    it from the live monitor's ``view_context()``, not from the collectors' context."""
+    for view in VIEWS:
+        REGISTRY[view.name] = CollectorSpec(name=view.name, factory=view.factory,
+                                            default=view.default, help=view.help, view=True)
+
+
+_register_views()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from exporters.registry import ExporterContext
+from monitor.live import ViewContext
 from monitor.live.flag_series import FlagsCollector
 from monitor.live.flag_tracker import FlagTracker
 from monitor.records import FLAG_KINDS, SEVERITIES, Flag
@@ -12,7 +12,7 @@ from monitor.records import FLAG_KINDS, SEVERITIES, Flag
 
 def make():
     tracker = FlagTracker()
-    ctx = ExporterContext(node="n0", interval=1.0, tracker=tracker)
+    ctx = ViewContext(node="n0", interval=1.0, tracker=tracker)
     reg = CollectorRegistry()
     reg.register(FlagsCollector(ctx))
     return tracker, reg
@@ -45,7 +45,7 @@ def test_open_flags_and_raised_counts():
 
 
 def test_without_a_tracker_nothing_is_exported():
-    ctx = ExporterContext(node="n0", interval=1.0)
+    ctx = ViewContext(node="n0", interval=1.0)
     reg = CollectorRegistry()
     reg.register(FlagsCollector(ctx))
     assert reg.get_sample_value("verlmon_flags_raised_total",
@@ -88,8 +88,8 @@ def test_scope_is_separate_labels_and_info_carries_evidence_and_advice_whole():
     assert "nvidia-smi -q -d CLOCK,TEMPERATURE) and its XID errors" in line
 
 
-def tracker_ctx(tracker: FlagTracker) -> ExporterContext:
-    return ExporterContext(node="n0", interval=1.0, tracker=tracker)
+def tracker_ctx(tracker: FlagTracker) -> ViewContext:
+    return ViewContext(node="n0", interval=1.0, tracker=tracker)
 
 
 def test_a_runaway_evidence_is_cut_at_a_word_with_an_ellipsis_not_a_digest():

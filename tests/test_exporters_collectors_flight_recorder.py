@@ -8,7 +8,7 @@ from hang_standins import as_rank, real_dump, start_standin, stop, write_dump
 from prometheus_client.core import CollectorRegistry
 
 from exporters.options import ExporterOptions
-from exporters.registry import ExporterContext
+from monitor.live import ViewContext
 from monitor.live.hang_dumps import FlightRecorderCollector
 from monitor.live.rolling_window import RollingWindow
 from monitor.records import StepRecord
@@ -36,7 +36,7 @@ def _collector(tmp_path, silent_s: float, **opts) -> tuple[FlightRecorderCollect
                       for i in range(1, 6)])
     sink = Events()
     opts.setdefault("hang_pyspy", False)  # py-spy is on by default: these tests ask for it
-    ctx = ExporterContext(node="n0", interval=1.0, sink=sink, window=window,
+    ctx = ViewContext(node="n0", interval=1.0, sink=sink, window=window,
                           options=ExporterOptions(**opts))
     return FlightRecorderCollector(ctx), sink
 
@@ -129,7 +129,7 @@ def test_a_node_without_the_log_asks_once_its_gpus_wait_in_a_collective(tmp_path
         window = RollingWindow()
         window.add_gpu(_waiting_rows(60, sm=2.0))
         sink = Events()
-        c = FlightRecorderCollector(ExporterContext(
+        c = FlightRecorderCollector(ViewContext(
             node="n1", interval=1.0, sink=sink, window=window,
             options=ExporterOptions(fr_dir=str(run), hang_pyspy=False)))
         c.poll_once()
@@ -147,7 +147,7 @@ def test_gpus_that_compute_are_not_a_trigger_and_progress_clears_the_last_round(
     window = RollingWindow()
     window.add_gpu(_waiting_rows(60, sm=70.0))
     sink = Events()
-    c = FlightRecorderCollector(ExporterContext(node="n1", interval=1.0, sink=sink,
+    c = FlightRecorderCollector(ViewContext(node="n1", interval=1.0, sink=sink,
                                                 window=window,
                                                 options=ExporterOptions(fr_dir=str(tmp_path),
                                                                         hang_pyspy=False)))
@@ -166,12 +166,12 @@ def test_the_hang_settings_are_the_monitors_own_copy_of_config(tmp_path):
     path = tmp_path / "verlmon.yaml"
     path.write_text("hang:\n  min_seconds: 300.0\n")
     window = RollingWindow()
-    shared = FlightRecorderCollector(ExporterContext(
+    shared = FlightRecorderCollector(ViewContext(
         node="n0", interval=1.0, window=window, config=load_config(str(path)),
         options=ExporterOptions()))
     assert shared.cfg.get_float("min_seconds") == 300.0
-    alone = FlightRecorderCollector(ExporterContext(
+    alone = FlightRecorderCollector(ViewContext(
         node="n0", interval=1.0, window=window, options=ExporterOptions(config=str(path))))
     assert alone.cfg.get_float("min_seconds") == 300.0
-    default = FlightRecorderCollector(ExporterContext(node="n0", interval=1.0, window=window))
+    default = FlightRecorderCollector(ViewContext(node="n0", interval=1.0, window=window))
     assert default.cfg.get_float("min_seconds") == 45.0

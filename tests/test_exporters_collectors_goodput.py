@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporters.registry import ExporterContext, load_all
+from exporters.registry import load_all
 from monitor.analysis.goodput import CAUSES
 from monitor.frames import read_gpu_frame
+from monitor.live import ViewContext
 from monitor.live.goodput_counter import GPU_SECONDS, GoodputCollector
 from monitor.live.live_monitor import Recorder
 from monitor.live.rolling_window import RollingWindow
@@ -23,7 +24,7 @@ def _setup():
     gpu = read_gpu_frame(RUN / "gpu.csv")
     end = float(gpu["ts"].max())
     window = RollingWindow(clock=lambda: end + 1.0)
-    ctx = ExporterContext(node="gpu-node", interval=1.0, sink=Recorder(window), window=window)
+    ctx = ViewContext(node="gpu-node", interval=1.0, sink=Recorder(window), window=window)
     collector = GoodputCollector(ctx)
     reg = CollectorRegistry()
     reg.register(collector)

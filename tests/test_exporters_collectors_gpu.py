@@ -44,8 +44,7 @@ def _ctx(**options) -> ExporterContext:
     opts = ExporterOptions(**{"gpu_backend": "sim", "scenario": "healthy", "sim_gpus": 4,
                               "seed": 0, **options})
     window = RollingWindow()
-    return ExporterContext(node="node-a", interval=0.05, sink=Recorder(window), options=opts,
-                           window=window)
+    return ExporterContext(node="node-a", interval=0.05, sink=Recorder(window), options=opts)
 
 
 def _exposition(collector: GpuCollector) -> str:
@@ -102,7 +101,7 @@ def test_rows_reach_the_window_in_interchange_units(sim_run):
     col = GpuCollector(ctx, backend=SimBackend(run=sim_run))
     assert col.sample_once()
     readings = col.snapshot()
-    _steps, gpu_df, _host, _events = ctx.window.frames()
+    _steps, gpu_df, _host, _events = ctx.sink.window.frames()
     assert len(gpu_df) == 4
     assert set(gpu_df["node"]) == {"node-a"}
     row0 = gpu_df[gpu_df["gpu"] == 0].iloc[0]

@@ -12,7 +12,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from exporters.options import ExporterOptions
-from exporters.registry import ExporterContext
+from monitor.live import ViewContext
 from monitor.live.phase_gpu_counter import PhaseGpuCollector
 from monitor.live.phase_timeline import (
     PhaseGpuTotals,
@@ -120,7 +120,7 @@ class _Driver:
 
 
 def _collector(window: RollingWindow, source: str | None) -> PhaseGpuCollector:
-    ctx = ExporterContext(node="node3", interval=1.0, window=window,
+    ctx = ViewContext(node="node3", interval=1.0, window=window,
                           options=ExporterOptions(phase_source=source))
     return PhaseGpuCollector(ctx)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from test_notify_slack import Hook, url_file
 
 from exporters.options import ExporterOptions
-from exporters.registry import ExporterContext
+from monitor.live import ViewContext
 from monitor.live.goodput_counter import GoodputCollector
 from monitor.notify.digest import by_cause, digest_text, growth
 from monitor.notify.slack import SlackNotifier
@@ -38,7 +38,7 @@ def test_the_collector_posts_one_digest_per_period_to_slack(tmp_path: Path):
     hook = Hook()
     try:
         notifier = SlackNotifier(url_file(tmp_path, hook.url), None)
-        ctx = ExporterContext(node="n0", interval=1.0, notifier=notifier,
+        ctx = ViewContext(node="n0", interval=1.0, notifier=notifier,
                               options=ExporterOptions(slack_digest_hours=6.0))
         col = GoodputCollector(ctx)
         col.totals.add("n0", 0, "productive", 1000.0)
@@ -58,7 +58,7 @@ def test_the_collector_posts_one_digest_per_period_to_slack(tmp_path: Path):
 
 
 def test_without_slack_or_hours_nothing_is_queued():
-    ctx = ExporterContext(node="n0", interval=1.0,
+    ctx = ViewContext(node="n0", interval=1.0,
                           options=ExporterOptions(slack_digest_hours=0.0))
     col = GoodputCollector(ctx)
     assert col.maybe_digest(1.0) is None

@@ -13,8 +13,8 @@ from e2e.procs import start_prometheus, wait_until
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from dashboards.sources.prometheus import PrometheusSource
-from exporters.registry import ExporterContext
 from monitor import metric_names as m
+from monitor.live import ViewContext
 from monitor.live.flag_series import FlagsCollector
 from monitor.live.flag_tracker import FlagTracker
 from monitor.live.rolling_window import RollingWindow
@@ -31,11 +31,11 @@ pytestmark = [
 SCRAPE_S = 3
 
 
-def _context(tracker: FlagTracker) -> ExporterContext:
+def _context(tracker: FlagTracker) -> ViewContext:
     """The exporter context holding ``tracker`` (a field of its own, or ``extra`` before)."""
-    if "tracker" in {f.name for f in fields(ExporterContext)}:
-        return ExporterContext(node="node0", interval=1.0, tracker=tracker)
-    return ExporterContext(node="node0", interval=1.0, window=RollingWindow(),
+    if "tracker" in {f.name for f in fields(ViewContext)}:
+        return ViewContext(node="node0", interval=1.0, tracker=tracker)
+    return ViewContext(node="node0", interval=1.0, window=RollingWindow(),
                            extra={"flag_tracker": tracker})
 
 

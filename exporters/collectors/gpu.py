@@ -6,8 +6,9 @@ the latest snapshot, and pushes interchange rows (``monitor.frames.GPU_COLUMNS``
 snapshot into metric families; it never touches the GPU.
 
 Options read from ``ctx.options``: ``gpu_backend`` (``nvml``/``sim``), ``dcgm_compat``, and
-what the chosen backend reads (see ``exporters.gpu.make_backend``). ``ctx.gpu_backend`` may be
-a ready backend and ``ctx.live_sim`` a shared simulator clock.
+what the chosen backend reads (see ``exporters.gpu.make_backend``). ``ctx.gpu_backend`` is
+the backend the exporter built (shared with the host collector's simulated host); without one
+the collector builds its own, with ``ctx.live_sim`` as a shared simulator clock.
 """
 
 from __future__ import annotations
@@ -103,8 +104,6 @@ class GpuCollector(SampledCollector):
             name = ctx.options.gpu_backend or default_backend_name()
             backend = make_backend(name, ctx.options, live_sim=ctx.live_sim)
         self.backend: GpuBackend = backend
-        if ctx.gpu_backend is None:
-            ctx.gpu_backend = backend  # the host collector reads the simulated host from it
         self.dcgm_compat = ctx.options.dcgm_compat
         self._identities: dict[int, GpuIdentity] = {d.index: d for d in backend.devices()}
         self._lock = threading.Lock()

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from monitor.live.health_registry import HealthRegistry
+from monitor.live.live_view import ViewContext
 from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import Row
 from monitor.logs.fingerprint import step_fingerprint
@@ -28,10 +29,10 @@ from monitor.records import Event, StepRecord
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from exporters.options import ExporterOptions
     from monitor.config import Config
     from monitor.integrations.wandb_sink import WandbSink
     from monitor.live.flag_tracker import FlagTracker
+    from monitor.live.live_options import LiveOptions
     from monitor.logs.follow import LogPosition
     from monitor.notify.slack import SlackNotifier
     from monitor.records import Flag
@@ -189,7 +190,7 @@ class Recorder:
 class LiveMonitor(Recorder):
     """The detectors and their outputs on this node; ``open()``, ``start()``, ``stop()``."""
 
-    def __init__(self, options: ExporterOptions, node: str, interval: float) -> None:
+    def __init__(self, options: LiveOptions, node: str, interval: float) -> None:
         super().__init__(RollingWindow(max_age_s=float(options.window)))
         self.options = options
         self.node = node
@@ -238,6 +239,12 @@ class LiveMonitor(Recorder):
             self.store.set_meta("config", dict(self.detect_config))
         self._restore()
         self._register_alert_paths()
+
+    def view_context(self) -> ViewContext:
+        """What the derived views read (after ``open()``): window, tracker, notifier, config."""
+        return ViewContext(node=self.node, interval=self.interval, window=self.window,
+                           tracker=self.tracker, notifier=self.notifier,
+                           config=self.detect_config, options=self.options, sink=self)
 
     def _register_alert_paths(self) -> None:
         """Slack, wandb and the store writer report on /metrics (monitor/live/alert_paths.py)."""

@@ -6,8 +6,8 @@ collector does. The exporter lists the views beside its collectors (``VIEWS`` in
 monitor/live/__init__.py) and serves them on /metrics; a view runs without the exporter too
 (tests, ``bench/``).
 
-:class:`ViewContext` is what a view is given: the node, the sampling interval, and the parts
-of the monitor it reads (the exporter's context has all of them). :class:`PollingView` is a
+:class:`ViewContext` is what a view is given: the node, the sampling interval, the parts of
+the monitor it reads and the monitor's options (never the exporter's context). :class:`PollingView` is a
 view that looks for new work every ``poll_s`` seconds on its own thread (goodput, per-phase GPU
 time) or hang dumps.
 """
@@ -17,7 +17,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from monitor.live.live_options import LiveOptions
+from monitor.live.sink import NullSink
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -33,17 +37,21 @@ log = logging.getLogger("verl_monitor.exporter")
 MIN_POLL_S = 1.0
 
 
-class ViewContext(Protocol):
-    """What a view reads: its node and interval, the monitor's parts, the options."""
+@dataclass
+class ViewContext:
+    """What a view reads: its node and interval, the monitor's parts, the monitor's options.
+
+    The live monitor gives its own (``LiveMonitor.view_context()``); ``sink`` is where a view
+    that publishes (hang dumps' ``hang_dump`` events) sends them."""
 
     node: str
     interval: float
-    window: RollingWindow | None
-    tracker: FlagTracker | None
-    notifier: SlackNotifier | None
-    config: Config | None
-    options: Any
-    sink: Any
+    window: RollingWindow | None = None
+    tracker: FlagTracker | None = None
+    notifier: SlackNotifier | None = None
+    config: Config | None = None
+    options: LiveOptions = field(default_factory=LiveOptions)
+    sink: Any = field(default_factory=NullSink)
 
 
 class LiveView:
