@@ -47,6 +47,12 @@ class ListSink:
     def add_rollout(self, rows):
         self.got["rollout"].extend(rows)
 
+    def add_log_positions(self, positions):
+        self.got.setdefault("positions", []).extend(positions)
+
+    def saved_log_positions(self):
+        return {}
+
 
 def _nccl_record(ts: float) -> str:
     return json.dumps({

@@ -229,9 +229,8 @@ class VerlLogCollector(SampledCollector):
             self.ctx.sink.add_steps(new_steps)
         if new_events:
             self.ctx.sink.add_events(new_events)
-        save = getattr(self.ctx.sink, "add_log_positions", None)
-        if positions and save is not None:
-            save(positions)  # after the steps and events read before them
+        if positions:  # after the steps and events read before them
+            self.ctx.sink.add_log_positions(positions)
         self.snapshot = LogSnapshot(
             last=self._last,
             steps=self._steps,
@@ -431,11 +430,8 @@ def _anomaly_family(anomalies: dict[str, dict[str, int]]) -> Metric:
 
 def _saved_positions(ctx: ExporterContext) -> dict[str, LogPosition]:
     """The positions the sink's store saved for the followed logs (none without a store)."""
-    read = getattr(ctx.sink, "saved_log_positions", None)
-    if read is None:
-        return {}
     try:
-        return dict(read())
+        return dict(ctx.sink.saved_log_positions())
     except Exception as exc:  # noqa: BLE001 - an unreadable store: follow as configured
         log.warning("verl_log: saved log positions unreadable (%s); following as configured",
                     exc)

@@ -1,7 +1,8 @@
 """The seam between the exporter and the monitor: the :class:`Sink` protocol.
 
 Collectors (the exporter side) publish what they read through one ``Sink``: GPU and host
-sample rows, verl steps and events, NCCL rows. The monitor side (monitor/live/live_monitor.py:
+sample rows, verl steps and events, NCCL and rollout-engine rows, and the positions reached in
+the followed logs (which the sink gives back at a restart). The monitor side (monitor/live/live_monitor.py:
 the rolling window the detectors read, the run-store writer) implements it; the collectors
 never see which parts are behind it. :class:`NullSink` drops everything (a bare exporter,
 and collectors under test that only export).
@@ -10,9 +11,12 @@ and collectors under test that only export).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from monitor.records import Event, StepRecord
+
+if TYPE_CHECKING:
+    from monitor.logs.follow import LogPosition
 
 #: One sample row: column name to value (``ts``, ``node``, ``gpu``, ``sm_active``, ...).
 Row = Mapping[str, Any]
@@ -40,6 +44,12 @@ class Sink(Protocol):
     def add_rollout(self, rows: Sequence[Row]) -> None:
         """One scrape of each rollout engine (``monitor.frames.ROLLOUT_COLUMNS``)."""
 
+    def add_log_positions(self, positions: Sequence[LogPosition]) -> None:
+        """Where each followed log was read up to, after the steps and events read before."""
+
+    def saved_log_positions(self) -> Mapping[str, LogPosition]:
+        """The positions saved earlier, by absolute log path (a restart resumes there)."""
+
 
 class NullSink:
     """A sink that keeps nothing."""
@@ -61,3 +71,10 @@ class NullSink:
 
     def add_rollout(self, rows: Sequence[Row]) -> None:
         """Drop the rows."""
+
+    def add_log_positions(self, positions: Sequence[LogPosition]) -> None:
+        """Drop the positions."""
+
+    def saved_log_positions(self) -> Mapping[str, LogPosition]:
+        """None saved."""
+        return {}
