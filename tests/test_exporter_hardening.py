@@ -138,7 +138,8 @@ def test_a_second_exporter_on_the_store_is_refused_and_the_node_name_kept(tmp_pa
 def test_the_window_says_when_it_cannot_hold_the_window(tmp_path, caplog):
     opts = options(tmp_path, "--window", "1800")
     exporter = Exporter(opts)
-    exporter.monitor.window._gpu = type(exporter.monitor.window._gpu)(maxlen=1000)  # 1000 rows: 100 s of 2 GPUs
+    rows = exporter.monitor.window._rows  # the window's rows by telemetry kind
+    rows["gpu"] = type(rows["gpu"])(maxlen=1000)  # 1000 rows: 100 s of 2 GPUs
     with caplog.at_level(logging.WARNING, logger="verl_monitor.exporter"):
         exporter.start()
     exporter.stop()

@@ -95,7 +95,7 @@ def test_every_collector_publishes_through_the_sink_alone(tmp_path: Path):
 
 def test_the_recorder_writes_the_window_when_the_store_refuses_and_says_so():
     class FullDisk:
-        def put_gpu(self, rows):
+        def put_rows(self, kind, rows):
             raise OSError("No space left on device")
 
     window = RollingWindow()

@@ -25,6 +25,7 @@ from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import Row
 from monitor.logs.fingerprint import step_fingerprint
 from monitor.records import Event, StepRecord
+from monitor.telemetry_kinds import KIND
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -153,14 +154,19 @@ class Recorder:
             return None
         return lambda: getattr(store, method)(items)
 
+    def add_rows(self, kind: str, rows: Sequence[Row]) -> None:
+        """Sample rows of ``kind`` (monitor/telemetry_kinds.py) to the window and the store."""
+        store = self.store
+        self._both(KIND[kind].what, lambda: self.window.add_rows(kind, rows),
+                   None if store is None else lambda: store.put_rows(kind, rows))
+
     def add_gpu(self, rows: Sequence[Row]) -> None:
         """GPU rows to the window and the store."""
-        self._both("GPU rows", lambda: self.window.add_gpu(rows), self._store("put_gpu", rows))
+        self.add_rows("gpu", rows)
 
     def add_host(self, rows: Sequence[Row]) -> None:
         """Host rows to the window and the store."""
-        self._both("host rows", lambda: self.window.add_host(rows),
-                   self._store("put_host", rows))
+        self.add_rows("host", rows)
 
     def add_steps(self, steps: Sequence[StepRecord]) -> None:
         """Steps to the window and the store (a step given again is dropped: see
@@ -178,13 +184,11 @@ class Recorder:
 
     def add_nccl(self, rows: Sequence[Row]) -> None:
         """NCCL growth rows to the window (each step's time in collectives) and the store."""
-        self._both("NCCL rows", lambda: self.window.add_nccl(rows),
-                   self._store("put_nccl", rows))
+        self.add_rows("nccl", rows)
 
     def add_rollout(self, rows: Sequence[Row]) -> None:
         """Rollout-engine rows to the window (the engine detectors) and the store."""
-        self._both("rollout-engine rows", lambda: self.window.add_rollout(rows),
-                   self._store("put_rollout", rows))
+        self.add_rows("rollout", rows)
 
 
 class LiveMonitor(Recorder):

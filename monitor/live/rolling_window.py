@@ -18,11 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, nccl_frame, rollout_frame
 from monitor.logs.failures import FAILURE_KINDS
 from monitor.records import Event, StepRecord
+from monitor.telemetry_kinds import KIND, KINDS
 
-_NAN = float("nan")
 #: Event kinds the window keeps past its count cap until a detector pass has seen them (and
 #: then evicts last): a flood of other lines must not hide an OOM or a fatal failure.
 CRITICAL_EVENT_KINDS: frozenset[str] = frozenset(("oom", *FAILURE_KINDS))
@@ -31,23 +30,6 @@ CRITICAL_EVENT_KINDS: frozenset[str] = frozenset(("oom", *FAILURE_KINDS))
 def critical_event(event: Event) -> bool:
     """An OOM, a failure of FAILURE_KINDS, or any event whose data says ``fatal``."""
     return event.kind in CRITICAL_EVENT_KINDS or bool((event.data or {}).get("fatal"))
-
-
-def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
-    """Canonical columns first (NaN where missing), then any extra keys the rows carried."""
-    df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(columns))
-    for col in columns:
-        if col not in df.columns:
-            df[col] = _NAN
-    extras = [c for c in df.columns if c not in columns]
-    df = df[list(columns) + extras]
-    df["node"] = df["node"].astype(str)
-    for col in columns:
-        if col != "node":
-            df[col] = pd.to_numeric(df[col], errors="coerce")
-    if "gpu" in columns:
-        df["gpu"] = df["gpu"].astype("Int64")
-    return df.sort_values("ts", kind="stable").reset_index(drop=True)
 
 
 class RollingWindow:
@@ -75,10 +57,8 @@ class RollingWindow:
         self.max_age_s = float(max_age_s)
         self._clock = clock
         self._lock = threading.Lock()
-        self._gpu: deque[dict] = deque(maxlen=max_rows)
-        self._host: deque[dict] = deque(maxlen=max_rows)
-        self._nccl: deque[dict] = deque(maxlen=max_rows)
-        self._rollout: deque[dict] = deque(maxlen=max_rows)
+        #: sample rows by kind (monitor/telemetry_kinds.py), each bounded by ``max_rows``
+        self._rows: dict[str, deque[dict]] = {k.name: deque(maxlen=max_rows) for k in KINDS}
         self._steps: deque[tuple[float, StepRecord]] = deque(maxlen=max_steps)
         self._first_steps: list[StepRecord] = []
         self._first_steps_max = int(first_steps)
@@ -88,40 +68,39 @@ class RollingWindow:
         self._events_seen = 0  # events numbered below this were returned by frames()
         self._version = 0
         #: GPU/host rows dropped at the ``max_rows`` cap before they aged out
-        self.dropped = {"gpu": 0, "host": 0, "nccl": 0, "rollout": 0, "events": 0}
+        self.dropped = {**{k.name: 0 for k in KINDS}, "events": 0}
         #: step records added so far (the detector loop runs soon after a new step)
         self.steps_added = 0
 
     @property
     def max_rows(self) -> int:
         """GPU (and host) rows kept at most; older ones are dropped before they age out."""
-        return self._gpu.maxlen or 0
+        return self._rows["gpu"].maxlen or 0
 
     # --- writers (collector threads)
 
-    def add_gpu(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append GPU sample rows (dicts with GPU_COLUMNS keys; extra keys are kept).
+    def add_rows(self, kind: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append sample rows of ``kind`` (dicts with its columns; extra keys are kept).
 
         The row objects are kept as they are (no copy): do not change them afterwards."""
         with self._lock:
-            self._extend_rows("gpu", self._gpu, rows)
+            self._extend_rows(kind, self._rows[kind], rows)
+
+    def add_gpu(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append GPU sample rows (GPU_COLUMNS keys): ``add_rows("gpu", rows)``."""
+        self.add_rows("gpu", rows)
 
     def add_host(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append host sample rows (dicts with HOST_COLUMNS keys; extra keys are kept).
-
-        The row objects are kept as they are (no copy): do not change them afterwards."""
-        with self._lock:
-            self._extend_rows("host", self._host, rows)
+        """Append host sample rows (HOST_COLUMNS keys): ``add_rows("host", rows)``."""
+        self.add_rows("host", rows)
 
     def add_nccl(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append NCCL Inspector rows (dicts with ``monitor.frames.NCCL_COLUMNS`` keys)."""
-        with self._lock:
-            self._extend_rows("nccl", self._nccl, rows)
+        """Append NCCL Inspector rows (NCCL_COLUMNS keys): ``add_rows("nccl", rows)``."""
+        self.add_rows("nccl", rows)
 
     def add_rollout(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append rollout-engine rows (dicts with ``monitor.frames.ROLLOUT_COLUMNS`` keys)."""
-        with self._lock:
-            self._extend_rows("rollout", self._rollout, rows)
+        """Append rollout-engine rows (ROLLOUT_COLUMNS keys): ``add_rows("rollout", rows)``."""
+        self.add_rows("rollout", rows)
 
     def add_steps(self, steps: Iterable[StepRecord]) -> None:
         """Append step records (kept: the newest ``max_steps`` within ``max_age_s``)."""
@@ -152,7 +131,7 @@ class RollingWindow:
         """GPU rows newer than ``t`` (newest last), copying only those: cheap for pollers."""
         out: list[dict] = []
         with self._lock:
-            for row in reversed(self._gpu):
+            for row in reversed(self._rows["gpu"]):
                 if float(row.get("ts") or 0.0) <= t:
                     break
                 out.append(dict(row))
@@ -172,30 +151,31 @@ class RollingWindow:
     def frames(self) -> tuple[list[StepRecord], pd.DataFrame, pd.DataFrame, list[Event]]:
         """(steps, gpu_df, host_df, events): copies, safe to use while collectors keep adding."""
         with self._lock:
-            self._prune_rows(self._gpu)
-            self._prune_rows(self._host)
+            self._prune_rows(self._rows["gpu"])
+            self._prune_rows(self._rows["host"])
             self._prune_records(self._steps)
             self._prune_records(self._events)
-            gpu = list(self._gpu)
-            host = list(self._host)
+            gpu = list(self._rows["gpu"])
+            host = list(self._rows["host"])
             steps = [s for _, s in self._steps]
             events = [e for _, e, _ in self._events]
             self._events_seen = self._event_seq
-        return steps, _frame(gpu, GPU_COLUMNS), _frame(host, HOST_COLUMNS), events
+        return steps, KIND["gpu"].frame(gpu), KIND["host"].frame(host), events
+
+    def frame(self, kind: str) -> pd.DataFrame:
+        """The recent rows of ``kind`` as its canonical frame (empty when none came)."""
+        with self._lock:
+            self._prune_rows(self._rows[kind])
+            rows = list(self._rows[kind])
+        return KIND[kind].frame(rows)
 
     def nccl(self) -> pd.DataFrame:
         """The recent NCCL Inspector rows as a frame (empty without the plugin)."""
-        with self._lock:
-            self._prune_rows(self._nccl)
-            rows = list(self._nccl)
-        return nccl_frame(rows)
+        return self.frame("nccl")
 
     def rollout(self) -> pd.DataFrame:
         """The recent rollout-engine rows as a frame (empty without an engine to scrape)."""
-        with self._lock:
-            self._prune_rows(self._rollout)
-            rows = list(self._rollout)
-        return rollout_frame(rows)
+        return self.frame("rollout")
 
     @property
     def first_steps_max(self) -> int:
@@ -215,14 +195,8 @@ class RollingWindow:
     def sizes(self) -> dict[str, int]:
         """How much the window holds now, per kind."""
         with self._lock:
-            return {
-                "gpu": len(self._gpu),
-                "host": len(self._host),
-                "nccl": len(self._nccl),
-                "rollout": len(self._rollout),
-                "steps": len(self._steps),
-                "events": len(self._events),
-            }
+            return {**{kind: len(rows) for kind, rows in self._rows.items()},
+                    "steps": len(self._steps), "events": len(self._events)}
 
     # --- internals (lock held)
 

@@ -47,6 +47,7 @@ from monitor.logs.follow import LogPosition
 from monitor.printable import one_line
 from monitor.records import Event, Flag, StepRecord
 from monitor.store.schema import NCCL_COLUMNS, SchemaError, add_missing_columns, check, migrate
+from monitor.telemetry_kinds import KIND, KINDS, TelemetryKind
 
 
 class StoreError(RuntimeError):
@@ -247,21 +248,22 @@ class RunStore:
         flags: Sequence[Flag] = (),
         meta: Mapping[str, Any] | None = None,
         positions: Sequence[LogPosition] = (),
+        samples: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         """Write several kinds of rows in ONE transaction: all are stored, or none.
+
+        ``samples`` maps a telemetry kind (monitor/telemetry_kinds.py) to its rows; ``gpu``,
+        ``host``, ``nccl`` and ``rollout`` are the same, one keyword each.
 
         ``positions``: where each followed log was read up to, saved with the steps and events
         read before it (a restart resumes there; never ahead of what was stored)."""
 
+        by_kind = {"gpu": gpu, "host": host, "nccl": nccl, "rollout": rollout, **(samples or {})}
+
         def work(conn: sqlite3.Connection) -> None:
-            if gpu:
-                _insert_samples(conn, "gpu_samples", GPU_COLUMNS, gpu)
-            if host:
-                _insert_samples(conn, "host_samples", HOST_COLUMNS, host)
-            if nccl:
-                _insert_samples(conn, "nccl_samples", NCCL_COLUMNS, nccl)
-            if rollout:
-                _insert_rollout(conn, rollout)
+            for kind in KINDS:
+                if by_kind.get(kind.name):
+                    _insert_kind(conn, kind, by_kind[kind.name])
             if steps:
                 self.step_clashes += _insert_steps(conn, steps)
             if events:
@@ -712,7 +714,7 @@ def _insert_samples(
 
 #: The rollout-engine samples table; created by its first write (stores of every version
 #: before it simply lack it, and read as holding no engine samples).
-ROLLOUT_TABLE = "rollout_samples"
+ROLLOUT_TABLE = KIND["rollout"].table
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
@@ -721,15 +723,17 @@ def _has_table(conn: sqlite3.Connection, name: str) -> bool:
     return row is not None
 
 
-def _insert_rollout(conn: sqlite3.Connection, rows: Iterable[Mapping]) -> None:
-    """Insert rollout-engine rows, creating their table (and ts index) on first use."""
-    text = ("node", "server", "engine", "model")
-    defs = ", ".join("ts REAL NOT NULL" if c == "ts" else f"{c} TEXT NOT NULL" if c in text
-                     else f"{c} REAL" for c in ROLLOUT_COLUMNS)
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {ROLLOUT_TABLE} ({defs}, "
-                 "res REAL NOT NULL DEFAULT 0)")
-    conn.execute(f"CREATE INDEX IF NOT EXISTS {ROLLOUT_TABLE}_ts ON {ROLLOUT_TABLE} (ts)")
-    _insert_samples(conn, ROLLOUT_TABLE, ROLLOUT_COLUMNS, rows)
+def _insert_kind(conn: sqlite3.Connection, kind: TelemetryKind, rows: Iterable[Mapping]) -> None:
+    """Insert rows of one telemetry kind into its table; a table added after the first stores
+    (``create_on_use``: rollout-engine rows) is created, with its ts index, at its first row."""
+    if kind.create_on_use:
+        text = ("node", "server", "engine", "model")
+        defs = ", ".join("ts REAL NOT NULL" if c == "ts" else f"{c} TEXT NOT NULL" if c in text
+                         else f"{c} REAL" for c in kind.columns)
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {kind.table} ({defs}, "
+                     "res REAL NOT NULL DEFAULT 0)")
+        conn.execute(f"CREATE INDEX IF NOT EXISTS {kind.table}_ts ON {kind.table} (ts)")
+    _insert_samples(conn, kind.table, kind.columns, rows)
 
 
 #: Most end keys tried, a microsecond apart, for a step record meeting others of its key.

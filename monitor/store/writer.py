@@ -47,8 +47,9 @@ from typing import Any
 from monitor.logs.follow import LogPosition
 from monitor.records import Event, Flag, StepRecord
 from monitor.store.runstore import RunStore
+from monitor.telemetry_kinds import KINDS
 
-_SAMPLE_KINDS = ("gpu", "host", "nccl", "rollout")
+_SAMPLE_KINDS = tuple(k.name for k in KINDS)  # monitor/telemetry_kinds.py
 _INT64 = (-(2**63), 2**63 - 1)
 #: Failures that come from the place (disk, lock, file), not from the rows: keep the rows.
 _ENVIRONMENT_ERRORS = (sqlite3.OperationalError, OSError)
@@ -250,20 +251,24 @@ class StoreWriter:
                 q.popleft()
                 self._drop("buffer_full")
 
+    def put_rows(self, kind: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Buffer sample dicts of ``kind`` (its columns: monitor/telemetry_kinds.py)."""
+        self._put_samples(kind, rows)
+
     def put_gpu(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Buffer GPU sample dicts (monitor.frames.GPU_COLUMNS)."""
+        """Buffer GPU sample dicts: ``put_rows("gpu", rows)``."""
         self._put_samples("gpu", rows)
 
     def put_host(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Buffer host sample dicts (monitor.frames.HOST_COLUMNS)."""
+        """Buffer host sample dicts: ``put_rows("host", rows)``."""
         self._put_samples("host", rows)
 
     def put_nccl(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Buffer NCCL sample dicts (ts, node, coll, comm, ops, bytes, exec_s, busbw_bps)."""
+        """Buffer NCCL sample dicts: ``put_rows("nccl", rows)``."""
         self._put_samples("nccl", rows)
 
     def put_rollout(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Buffer rollout-engine sample dicts (monitor.frames.ROLLOUT_COLUMNS)."""
+        """Buffer rollout-engine sample dicts: ``put_rows("rollout", rows)``."""
         self._put_samples("rollout", rows)
 
     def put_steps(self, steps: Iterable[StepRecord]) -> None:
@@ -334,10 +339,7 @@ class StoreWriter:
         with self._flush_lock:
             with self._lock:
                 batch = {
-                    "gpu": list(self._samples["gpu"]),
-                    "host": list(self._samples["host"]),
-                    "nccl": list(self._samples["nccl"]),
-                    "rollout": list(self._samples["rollout"]),
+                    **{kind: list(self._samples[kind]) for kind in _SAMPLE_KINDS},
                     "steps": list(self._steps),
                     "events": list(self._events),
                     "flags": list(self._flags.values()),
@@ -348,7 +350,9 @@ class StoreWriter:
             if count == 0:
                 return self._maybe_compact()
             try:
-                self.store.add_batch(**batch)
+                self.store.add_batch(
+                    samples={kind: batch[kind] for kind in _SAMPLE_KINDS},
+                    **{k: v for k, v in batch.items() if k not in _SAMPLE_KINDS})
             except _ENVIRONMENT_ERRORS as exc:
                 return self._failed(exc)
             except Exception:  # noqa: BLE001 - a row's content: find it, drop it, store the rest
@@ -398,8 +402,7 @@ class StoreWriter:
         Rows that fail alone are dropped from ``batch`` (so they leave the buffer too) and
         counted. Environment errors propagate (the caller keeps everything)."""
         stored = 0
-        for kind in ("gpu", "host", "nccl", "rollout", "steps", "events", "flags", "meta",
-                     "positions"):
+        for kind in (*_SAMPLE_KINDS, "steps", "events", "flags", "meta", "positions"):
             rows = batch[kind]
             if not rows:
                 continue
@@ -420,7 +423,8 @@ class StoreWriter:
                     merged.update(item)
                 self.store.add_batch(meta=merged)
             else:
-                self.store.add_batch(**{kind: rows})
+                self.store.add_batch(samples={kind: rows}) if kind in _SAMPLE_KINDS \
+                    else self.store.add_batch(**{kind: rows})
             return rows
         except _ENVIRONMENT_ERRORS:
             raise
