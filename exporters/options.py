@@ -25,49 +25,36 @@ DEFAULT_MAX_CONNECTIONS = 256
 
 
 @dataclass(frozen=True)
-class ExporterOptions:
-    """Every ``verl-monitor exporter`` setting (see ``verl-monitor exporter --help``).
+class ExporterOptions(LiveOptions):
+    """Every ``verl-monitor exporter`` setting (see ``verl-monitor exporter --help``): the live
+    monitor's own (``LiveOptions``: window, detectors, store, Slack, wandb, the views) and the
+    exporter's (listen address, sources, GPU backends, web).
 
     ``collectors`` holds the explicit ``--collector.NAME`` / ``--no-collector.NAME`` choices;
     a collector not named there runs when it is on by default.
     """
 
     listen_address: str = DEFAULT_LISTEN
-    interval: float = 1.0
-    log: tuple[str, ...] = ()
     log_from_end: bool = False
     log_timezone: str | None = None
     nccl_dir: str | None = None
     nccl_window: float = 30.0
-    store: str | None = None
     gpu_backend: str | None = None
     gpu_energy_interval: float = 10.0
     scenario: str | None = None
     sim_gpus: int | None = None
     seed: int | None = None
-    sim_log: str | None = None
     sim_speed: float = 1.0
-    phase_source: str | None = None
     node: str | None = None
     train_pid: int | None = None
     web_config_file: str | None = None
     web_max_connections: int = DEFAULT_MAX_CONNECTIONS
     dcgm_compat: bool = False
-    config: str | None = None
-    detect_interval: float | None = None
-    window: float = 1800.0
-    slack_webhook_file: str | None = None
-    slack_digest_hours: float = 0.0
-    wandb: str | None = None
     verbose: bool = False
     rollout_server: tuple[str, ...] = ()
     rollout_discovery_file: str | None = None
     rollout_interval: float = 5.0
     rollout_timeout: float = 2.0
-    fr_dir: str | None = None
-    fr_pipe_prefix: str = "pipe_"
-    fr_dump_prefix: str = "fr_"
-    hang_pyspy: bool | None = None  # None: on where py-spy is installed
     collectors: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -91,10 +78,6 @@ class ExporterOptions:
     def live_options(self) -> LiveOptions:
         """The live monitor's part of these options (monitor/live/live_options.py)."""
         return LiveOptions(**{f.name: getattr(self, f.name) for f in fields(LiveOptions)})
-
-    def effective_detect_interval(self) -> float:
-        """``--detect-interval``, else the default (never below the sampling interval)."""
-        return self.live_options().effective_detect_interval()
 
     def with_log(self, path: str) -> ExporterOptions:
         """These options following one more log (the simulator's ``--sim-log``)."""

@@ -15,14 +15,12 @@ the scrape), and the server times each call for ``verlmon_collector_duration_sec
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from prometheus_client.metrics_core import Metric
-
 from exporters.options import ExporterOptions
-from monitor.live import VIEWS, HealthRegistry, NullSink, Sink
+from monitor.live import VIEWS, HealthRegistry, LiveView, NullSink, Sink
 
 if TYPE_CHECKING:
     from exporters.gpu.backend import GpuBackend
@@ -58,28 +56,15 @@ class ExporterContext:
     health: HealthRegistry = field(default_factory=HealthRegistry)
 
 
-class BaseCollector:
-    """Base class: override ``collect``; override ``start``/``stop`` for background samplers."""
+class BaseCollector(LiveView):
+    """Base class of a source collector: override ``collect``; override ``start``/``stop`` for
+    background samplers (the same shape as the live monitor's views, monitor/live/live_view.py:
+    ``healthy()`` is False while ``last_error`` is set)."""
 
     name: ClassVar[str] = "base"
 
     def __init__(self, ctx: ExporterContext) -> None:
-        self.ctx = ctx
-        self.last_error: str | None = None
-
-    def start(self) -> None:
-        """Start background sampling (optional)."""
-
-    def stop(self) -> None:
-        """Stop background sampling and release resources (optional)."""
-
-    def collect(self) -> Iterable[Metric]:
-        """Fresh metric families from the latest snapshot; must be fast and never block."""
-        return ()
-
-    def healthy(self) -> bool:
-        """False when the last sampling attempt failed (reported as collector_success 0)."""
-        return self.last_error is None
+        super().__init__(ctx)
 
 
 @dataclass
