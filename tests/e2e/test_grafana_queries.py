@@ -160,6 +160,8 @@ NOT_SIMULATED = (
     "verlmon_gpu_pcie_receive_bytes_per_second",
     # only while a job hangs and an exporter's dump round named a rank (monitor/hang)
     "verlmon_hang_culprit_info",
+    # likewise: where each of the job's processes is, only while a dump round of a silence ran
+    "verlmon_hang_where_info",
     # memory growth: deriv over 10 minutes needs two samples of a series inside the window,
     # and the time to full is only kept while some GPU's memory grows
     "instance_gpu:verlmon_gpu_memory_used_bytes:deriv10m",
