@@ -49,16 +49,12 @@ _OM_EOF = "# EOF\n"
 _TYPE_NAMES = {"unknown": "untyped", "stateset": "gauge", "gaugehistogram": "histogram",
                "info": "gauge"}
 _DEFERRED = ("_created", "_gsum", "_gcount")
-#: Rendered label sets: the same few hundred repeat on every scrape.
-_LABEL_CACHE: dict[tuple, str] = {}
 #: Longest label value written; longer ones (log- and dump-derived text) are shortened.
 MAX_LABEL_CHARS = 128
 #: Labels written whole up to ``TEXT_LABEL_CHARS``: a flag's evidence and advice
 #: (``verlmon_flag_info``), which readers of Prometheus show as the flag's words.
 TEXT_LABELS = frozenset({"evidence", "advice"})
 TEXT_LABEL_CHARS = 4096
-#: Samples written with a shortened label value (counted at every scrape that writes one).
-labels_truncated = 0
 
 
 def _value(v: float) -> str:
@@ -89,18 +85,34 @@ def shorten_label(value: str, limit: int = MAX_LABEL_CHARS) -> str:
     return f"{value[:limit - 14]}...#{digest}"
 
 
-def _label_set(key: tuple) -> tuple[str, bool]:
-    """The ``k="v",...`` text of one label set, long values shortened (and counted); and
-    whether one was."""
-    global labels_truncated
-    values = [str(v) for _, v in key]
-    short = [shorten_label(v, TEXT_LABEL_CHARS if k in TEXT_LABELS else MAX_LABEL_CHARS)
-             for (k, _), v in zip(key, values, strict=True)]
-    cut = short != values
-    if cut:
-        labels_truncated += 1
-    return ",".join(f'{k}="{_label_value(v)}"'
-                    for k, v in sorted(zip((k for k, _ in key), short, strict=True))), cut
+class LabelWriter:
+    """The label sets one exposition writes: their rendered text (the same few hundred repeat
+    on every scrape) and how many samples it wrote with a shortened value. Each
+    :class:`Exposition` owns one, so two exporters in one process never share a count."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple, str] = {}
+        #: Samples written with a shortened label value (counted at every scrape).
+        self.truncated = 0
+
+    def text(self, key: tuple) -> str:
+        """The ``k="v",...`` text of one label set (``tuple(labels.items())``), long values
+        shortened and counted; the cache never keeps a long value alive."""
+        inner = self.cache.get(key)
+        if inner is not None:
+            return inner
+        values = [str(v) for _, v in key]
+        short = [shorten_label(v, TEXT_LABEL_CHARS if k in TEXT_LABELS else MAX_LABEL_CHARS)
+                 for (k, _), v in zip(key, values, strict=True)]
+        inner = ",".join(f'{k}="{_label_value(v)}"'
+                         for k, v in sorted(zip((k for k, _ in key), short, strict=True)))
+        if short != values:
+            self.truncated += 1
+        else:
+            if len(self.cache) > 50_000:  # bounded: label sets change rarely
+                self.cache.clear()
+            self.cache[key] = inner
+        return inner
 
 
 def qvalues(header: str | None) -> dict[str, float]:
@@ -137,7 +149,8 @@ def negotiate(accept: str | None) -> tuple[bool, str]:
     return False, CONTENT_TYPE
 
 
-def format_families(families: Iterable[Metric], openmetrics: bool = False) -> bytes:
+def format_families(families: Iterable[Metric], openmetrics: bool = False,
+                    labels: LabelWriter | None = None) -> bytes:
     """Text format 0.0.4 for ``families``: the same bytes as prometheus_client's
     ``generate_latest`` for plain gauge/counter/info families, several times faster.
 
@@ -145,8 +158,10 @@ def format_families(families: Iterable[Metric], openmetrics: bool = False) -> by
     prometheus_client's OpenMetrics writer, without the final ``# EOF`` line: the caller ends
     the whole exposition with :data:`EOF`). Families with exemplars, timestamps or
     ``_created``-style samples go through prometheus_client's writers unchanged. A
-    non-numeric value raises (the caller isolates it).
+    non-numeric value raises (the caller isolates it). Label sets go through ``labels`` (a
+    fresh :class:`LabelWriter` when not given: its cache and count last this call only).
     """
+    labels = LabelWriter() if labels is None else labels
     out: list[str] = []
     for fam in families:
         samples = fam.samples
@@ -170,14 +185,7 @@ def format_families(families: Iterable[Metric], openmetrics: bool = False) -> by
             out.append(f"# HELP {name} {doc}\n# TYPE {name} {_TYPE_NAMES.get(typ, typ)}\n")
         for s in samples:
             if s.labels:
-                key = tuple(s.labels.items())
-                inner = _LABEL_CACHE.get(key)
-                if inner is None:
-                    inner, cut = _label_set(key)
-                    if len(_LABEL_CACHE) > 50_000:  # bounded: label sets change rarely
-                        _LABEL_CACHE.clear()
-                    if not cut:  # the cache never keeps a long value alive
-                        _LABEL_CACHE[key] = inner
+                inner = labels.text(tuple(s.labels.items()))
                 out.append(f"{s.name}{{{inner}}} {_value(s.value)}\n")
             else:
                 out.append(f"{s.name} {_value(s.value)}\n")
@@ -232,12 +240,14 @@ class Exposition:
         self._duration: dict[str, float] = {}
         self._logged: dict[str, str] = {}
         self._lock = threading.Lock()  # one scrape at a time: collectors need not be reentrant
+        #: this exporter's label text cache and shortened-value count (its own, not shared)
+        self.labels = LabelWriter()
 
     def _run(self, name: str, collector: BaseCollector, names: frozenset[str] | None,
              openmetrics: bool) -> bytes:
         start = time.perf_counter()
         try:
-            text = format_families(wanted(collector.collect(), names), openmetrics)
+            text = format_families(wanted(collector.collect(), names), openmetrics, self.labels)
             ok = collector.healthy()
         except Exception as exc:  # noqa: BLE001 - one broken collector never kills a scrape
             text = b""
@@ -257,7 +267,8 @@ class Exposition:
         with self._lock:
             parts = [self._run(name, c, names, openmetrics)
                      for name, c in self.collectors.items()]
-            parts.append(format_families(wanted(self.health_families(), names), openmetrics))
+            parts.append(format_families(wanted(self.health_families(), names), openmetrics,
+                                         self.labels))
         if openmetrics:
             parts.append(EOF)
         return b"".join(parts)
@@ -308,6 +319,6 @@ class Exposition:
                                   f"Samples with a label value over {MAX_LABEL_CHARS} "
                                   "characters, written shortened (start, ...#, digest); "
                                   "counted at every scrape.",
-                                  value=float(labels_truncated))
+                                  value=float(self.labels.truncated))
         if self.extra is not None:
             yield from self.extra()

@@ -139,28 +139,56 @@ def test_fast_formatter_matches_prometheus_client():
         om_generate_latest(_Families(families))
 
 
-def test_long_label_values_are_shortened_distinct_and_counted():
-    """Before (issue 20): a 31 KB label value was written whole, once per sample."""
-    from exporters import exposition
+def _ctx() -> ExporterContext:
+    return ExporterContext(node="n0", interval=1.0, options=ExporterOptions())
 
-    fam = GaugeMetricFamily("verlmon_test_long", "long labels", labels=["log"])
-    fam.add_metric(["/short/path.log"], 1)
-    for tail in ("a", "b"):  # same 30 KB start, different ends: must stay two series
-        fam.add_metric(["/runs/" + "x" * 30_000 + tail], 2)
-    before = exposition.labels_truncated
-    text = format_families([fam]).decode()
-    values = [line.split('"')[1] for line in text.splitlines() if line.startswith("verlmon_")]
-    assert values[0] == "/short/path.log"
-    assert all(len(v) == exposition.MAX_LABEL_CHARS for v in values[1:])
-    assert values[1] != values[2] and values[1].startswith("/runs/xxx") and "...#" in values[1]
-    assert exposition.labels_truncated - before == 2
-    format_families([fam])  # counted at every scrape; the cache never holds the 30 KB values
-    assert exposition.labels_truncated - before == 4
-    assert all(len(str(v)) <= 1000 for key in exposition._LABEL_CACHE for _, v in key)
-    exp = Exposition({}, node="n0", version="1")
+
+class LongLabels(BaseCollector):
+    name = "long_labels"
+
+    def collect(self):
+        fam = GaugeMetricFamily("verlmon_test_long", "long labels", labels=["log"])
+        fam.add_metric(["/short/path.log"], 1)
+        for tail in ("a", "b"):  # same 30 KB start, different ends: must stay two series
+            fam.add_metric(["/runs/" + "x" * 30_000 + tail], 2)
+        yield fam
+
+
+def _truncated(exp: Exposition) -> float:
     reg = CollectorRegistry()
     reg.register(exp)
-    assert reg.get_sample_value("verlmon_label_values_truncated_total") >= 2
+    return reg.get_sample_value("verlmon_label_values_truncated_total")
+
+
+def test_long_label_values_are_shortened_distinct_and_counted():
+    """Before (issue 20): a 31 KB label value was written whole, once per sample."""
+    from exporters.exposition import MAX_LABEL_CHARS
+
+    exp = Exposition({"long_labels": LongLabels(_ctx())}, node="n0", version="1")
+    text = exp.render().decode()
+    values = [line.split('"')[1] for line in text.splitlines()
+              if line.startswith("verlmon_test_long")]
+    assert values[0] == "/short/path.log"
+    assert all(len(v) == MAX_LABEL_CHARS for v in values[1:])
+    assert values[1] != values[2] and values[1].startswith("/runs/xxx") and "...#" in values[1]
+    assert _truncated(exp) == 2
+    exp.render()  # counted at every scrape; the cache never holds the 30 KB values
+    assert _truncated(exp) == 4
+    assert exp.labels.cache and all(len(str(v)) <= 1000 for key in exp.labels.cache
+                                    for _, v in key)
+
+
+def test_two_expositions_in_one_process_count_their_own_shortened_labels():
+    """Before: the count was one module-wide number, so a second exporter (or any earlier
+    writer in the process) reported the first one's shortened labels as its own."""
+    first = Exposition({"long_labels": LongLabels(_ctx())}, node="n0", version="1")
+    second = Exposition({}, node="n1", version="1")
+    first.render()
+    format_families(LongLabels(_ctx()).collect())  # a bare write counts for no exporter
+    second.render()
+    assert _truncated(first) == 2
+    assert _truncated(second) == 0
+    assert "verlmon_label_values_truncated_total 0.0" in second.render().decode()
 
 
 @pytest.mark.parametrize("accept, openmetrics", [
