@@ -27,6 +27,7 @@ from monitor.detect.memory import theil_sen
 from monitor.downsample import MAX_ENVELOPE, MIN_ENVELOPE, bucket_seconds, downsample
 from monitor.extras import explain_missing, missing_extra_message
 from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, nccl_frame, rollout_frame
+from monitor.hang.where import describe_where
 from monitor.logs.canonical_records import LogParser, parse_file
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.records import ALL_PHASES, FLAG_KINDS, SEVERITIES, Event, Flag, StepRecord
@@ -63,6 +64,7 @@ __all__ = [
     "cause_line",
     "config_of",
     "default_min_phase_samples",
+    "describe_where",
     "distinct_steps",
     "downsample",
     "explain_missing",

@@ -500,6 +500,70 @@ def test_who_is_stuck_names_the_driver_a_py_spy_round_found_scoring_rewards(monk
     assert "the driver" in row["why"] and "is scoring rewards" in row["why"]
 
 
+
+def _who_is_stuck_row(at: AppTest):
+    return next(d.value for d in at.dataframe if "collective" in d.value.columns).iloc[0]
+
+
+def test_who_is_stuck_from_prometheus_says_who_and_where_as_the_store_does(monkeypatch,
+                                                                           tmp_path):
+    """The exporter's own collector publishes a py-spy round (the driver scoring rewards) and
+    a real Prometheus scrapes it: the Flags page names the same process, place, phase and
+    frame as from the run store, not a generic "named by the last round"."""
+    import time
+
+    from e2e.procs import start_prometheus, wait_until
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from dashboards.sources.prometheus import PrometheusSource
+    from exporters.options import ExporterOptions
+    from monitor import metric_names as m
+    from monitor.hang.stacks import StackRound
+    from monitor.hang.where import classify, judge
+    from monitor.live import ViewContext
+    from monitor.live.hang_dumps import FlightRecorderCollector
+    from monitor.records import Flag
+
+    fix = Path(__file__).parent / "fixtures" / "hang_where"
+    wheres = [classify((fix / f"{n}.txt").read_text(), node="node0")
+              for n in ("driver_reward", "worker_idle")]
+    stacks = StackRound(wheres, judge(wheres))
+    t = END - 60.0
+    path = _flag_store(tmp_path, [Flag("hang", "critical", t, None, evidence="No progress")])
+    with RunStore(path) as rs:
+        rs.add_events([stacks.to_event(t + 5.0, "node0")])
+    stored = _who_is_stuck_row(_app(monkeypatch, "flags", VERLMON_STORE=path))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    monkeypatch.delenv("VERLMON_STORE")
+
+    collector = FlightRecorderCollector(ViewContext(
+        node="node0", interval=1.0,
+        options=ExporterOptions(fr_dir=str(tmp_path), hang_pyspy=False)))
+    collector._stacks = stacks  # the round the exporter took when the job went silent
+    reg = CollectorRegistry()
+    reg.register(collector)
+    Gauge(m.BUILD_INFO, "build", ["version"], registry=reg).labels("test").set(1)
+    Gauge(m.FLAG_ACTIVE, "flags", ["kind", "severity", "node", "gpu", "phase"],
+          registry=reg).labels("hang", "critical", "node0", "", "").set(1)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
+    prom = start_prometheus(tmp_path / "prom", timeout=90, node="node0", rule_files=(),
+                            scrape_targets=[f"127.0.0.1:{server.server_port}"])
+    try:
+        src = PrometheusSource(prom.url)
+        wait_until(lambda: src.time_range() and not src.hang_culprits(0, time.time()).empty,
+                   60, what="the round scraped")
+        src.close()
+        row = _who_is_stuck_row(_app(monkeypatch, "flags", VERLMON_PROMETHEUS=prom.url))
+    finally:
+        prom.stop()
+        server.shutdown()
+    said = ("the driver (PID 28001, node node0) is scoring rewards [phase reward], "
+            "at normalize_final_answer (user_reward.py:5)")
+    assert stored["why"] == said
+    for col in ("node", "rank", "pid", "frame", "why"):
+        assert row[col] == stored[col], col
+
 def _top_problem(at: AppTest) -> str:
     """The Overview's "Top open problem" card (Markdown read as shown)."""
     return shown_text(next(m.value for m in at.markdown if "**What to do:**" in m.value))

@@ -58,6 +58,7 @@ from monitor.api import (
     Flag,
     StepRecord,
     bucket_seconds,
+    describe_where,
     redact,
     split_url,
 )
@@ -776,16 +777,29 @@ class PrometheusSource:
         return df[list(FLEET_COLUMNS)].sort_values("ts").reset_index(drop=True)
 
     def hang_culprits(self, start: float, end: float) -> pd.DataFrame:
-        """``verlmon_hang_culprit_info`` at ``end``: each exporter's last dump round."""
+        """``verlmon_hang_culprit_info`` at ``end``: each exporter's last dump round. A process
+        a py-spy round named is said as the store says it (who, where, phase, frame), from its
+        ``verlmon_hang_where_info`` series."""
         from dashboards.sources.base import CULPRIT_COLUMNS
 
+        sel = self._sel()
+        where = {}
+        for r in self.query(f"{m.HANG_WHERE_INFO}{sel} == 1", at=end):
+            lab = r.get("metric", {})
+            node = lab.get("node") or lab.get("instance", "")
+            where[(node, lab.get("pid", ""))] = describe_where(
+                lab.get("role", ""), lab.get("pid", ""), node, lab.get("place", ""),
+                lab.get("phase", ""), lab.get("frame", ""))
         rows = []
-        for r in self.query(f"verlmon_hang_culprit_info{self._sel()}", at=end):
-            m = r.get("metric", {})
-            rows.append({"ts": float(end), "node": m.get("node") or m.get("instance", ""),
-                         **{k: m.get(k, "") for k in ("rank", "pid", "gpu", "collective",
-                                                      "seq", "frame")},
-                         "reason": "named by the exporter's last Flight Recorder / py-spy round"})
+        for r in self.query(f"{m.HANG_CULPRIT_INFO}{sel}", at=end):
+            lab = r.get("metric", {})
+            node = lab.get("node") or lab.get("instance", "")
+            said = where.get((node, lab.get("pid", ""))) if not lab.get("rank") else None
+            rows.append({"ts": float(end), "node": node,
+                         **{k: lab.get(k, "") for k in ("rank", "pid", "gpu", "collective",
+                                                        "seq", "frame")},
+                         "reason": said or "named by the exporter's last Flight Recorder / "
+                                           "py-spy round"})
         return pd.DataFrame(rows, columns=list(CULPRIT_COLUMNS))
 
     def rollout_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:

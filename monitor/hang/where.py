@@ -140,18 +140,8 @@ class Where:
 
     def describe(self) -> str:
         """One clause: who (role, PID, node), what it does, and its frame."""
-        who = f"the {self.role}" if self.role else "a process"
-        ids = ", ".join(x for x in (f"PID {self.pid}" if self.pid else "",
-                                    f"node {self.node}" if self.node else "") if x)
-        text = f"{who} ({ids})" if ids else who
-        text += f" {PLACE_WORDS.get(self.place, self.place)}"
-        if self.detail:
-            text += f" {self.detail}"
-        if self.phase:
-            text += f" [phase {self.phase}]"
-        if self.frame is not None:
-            text += f", at {self.frame.name} ({self.frame.filename}:{self.frame.line})"
-        return text
+        return describe_where(self.role, self.pid, self.node, self.place, self.phase,
+                              "" if self.frame is None else str(self.frame), self.detail)
 
     def to_dict(self) -> dict:
         """Plain data for an event."""
@@ -425,6 +415,25 @@ class Verdict:
                 "suspect": self.suspect,
                 "who": [w.to_dict() for w in self.who],
                 "others": [w.to_dict() for w in self.others]}
+
+
+def describe_where(role: str, pid: object, node: str, place: str, phase: str = "",
+                   frame: str = "", detail: str = "") -> str:
+    """One clause from a process's place: who (role, PID, node), what it does, and its frame
+    (``name (file:line)``). :meth:`Where.describe`, and the dashboard's reading of
+    ``verlmon_hang_where_info``, whose labels carry the same fields but the detail."""
+    who = f"the {role}" if role else "a process"
+    ids = ", ".join(x for x in (f"PID {pid}" if pid else "", f"node {node}" if node else "")
+                    if x)
+    text = f"{who} ({ids})" if ids else who
+    text += f" {PLACE_WORDS.get(place, place)}"
+    if detail:
+        text += f" {detail}"
+    if phase:
+        text += f" [phase {phase}]"
+    if frame:
+        text += f", at {frame}"
+    return text
 
 
 _DRIVERS = ("driver", "trainer", "rollouter")
