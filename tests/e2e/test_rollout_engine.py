@@ -153,13 +153,19 @@ def test_prometheus_scrapes_verls_rollout_job_beside_our_rules_and_exporter(tmp_
                 f'verlmon_rollout_kv_cache_usage_ratio{{job="verl-monitor",'
                 f'server="{engine.address}"}}'), timeout=60, what="the exporter scraped")
             assert float(got[0]["value"][1]) == pytest.approx(0.99)
-            # firing, its description quoting the preemption rate from the exporter's series
+            # firing, its description the flag's own words from the exporter's verlmon_flag_info
+            # (the server, its fill and rate) and the flag's advice, not the rule's fallback text
             alerts = wait_until(lambda: [
                 a for a in prom.alerts()
                 if a["labels"]["alertname"] == "VerlKvCachePreemption" and a["state"] == "firing"
-                and "preemptions/min on the node" in a["annotations"]["description"]],
-                timeout=120, what="VerlKvCachePreemption firing with the rate")
+                and "preemptions/min over" in a["annotations"]["description"]],
+                timeout=120, what="VerlKvCachePreemption firing with the flag's words")
             assert alerts[0]["labels"]["node"] == "n0"
+            text = alerts[0]["annotations"]["description"]
+            assert re.match(rf"Rollout server {re.escape(engine.address)} \(vllm\): KV cache 99% "
+                            r"full with \d+ preemptions/min over [\d.]+ min", text), text
+            assert "\nAdvice:\n• " in text and "gpu_memory_utilization" in text
+            assert "A rollout server's KV cache is full" not in text
     finally:
         if prom is not None:
             prom.stop()
