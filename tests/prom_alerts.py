@@ -152,11 +152,15 @@ def start_alerting_prometheus(workdir: Path, timeout: float = 90) -> AlertingPro
         flags.labels("util_overstates_sm", "warning", NODE, "0", "").set(1)
         wait_until(lambda: ("VerlUtilOverstatesSm", "firing") in _states(prom.url), timeout,
                    what="the consequence flag's alert firing")
-        wait_until(lambda: _steps_seen(prom.url) >= 3, timeout, what="three steps scraped")
-        # the pages start from the source's time range (found once a minute boundary passed)
+        # the pages read the steps from the source's time range (found once a minute boundary
+        # passed); three of them, so the last steps' window holds the samples a phase's figures
+        # need (3 per GPU; gen's counters rise ~1 a second, a step lasts 2 s). Counted as the
+        # pages count them: the stand-in numbers its steps from before Prometheus started, so
+        # on a loaded machine the first scrape may already read step 3, and a step that ended
+        # before the first scrape is outside the range.
         src = PrometheusSource(prom.url, job=JOB)
         try:
-            wait_until(src.time_range, timeout, what="the time range the pages read")
+            wait_until(lambda: _steps_read(src) >= 3, timeout, what="three steps the pages read")
         finally:
             src.close()
     except BaseException:
@@ -172,9 +176,8 @@ def _states(url: str) -> set[tuple[str, str]]:
     return {(a["labels"]["alertname"], a["state"]) for a in body["data"]["alerts"]}
 
 
-def _steps_seen(url: str) -> int:
-    import httpx
-
-    body = httpx.get(f"{url}/api/v1/query", params={"query": m.TRAIN_STEP}, timeout=5).json()
-    result = body["data"]["result"]
-    return int(float(result[0]["value"][1])) if result else 0
+def _steps_read(src: PrometheusSource) -> int:
+    """The steps a page reads: those ending inside the source's time range (0 before it has
+    one)."""
+    rng = src.time_range()
+    return len(src.steps(*rng)) if rng else 0
