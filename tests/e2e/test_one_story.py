@@ -15,14 +15,20 @@ top open problem from the store, of the Overview's top open problem from Prometh
 the Slack post Alertmanager delivered (no "...#digest", no cut), with every piece of the
 flag's advice on each; the GPUs page shows the straggler's SM in the flag's phase; the Nodes
 page from Prometheus counts two nodes, and one once node-b stops reporting (after
-Prometheus's staleness). Screenshots go to ``docs/screenshots/one_story_*.png``.
+Prometheus's staleness). Then node-a's run ends (the simulator writes the exit marker beside
+its log): the Overview from the store shows no open warning or critical flag (banner, open-flags
+count, no top problem), and its headline bar ("Where the GPU time goes") gives each phase the
+share of the step that ``verl-monitor analyze --json`` gives it on the run's exported store.
+Screenshots go to ``docs/screenshots/one_story_*.png``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,8 +64,9 @@ REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "docs" / "screenshots"
 CLI = str(Path(sys.executable).parent / "verl-monitor")
 JOB = "story"
-#: node -> scenario: a straggler for 10 steps (~5 minutes at speed 1), and a healthy node
-NODES = {"node-a": "gpu_imbalance:10", "node-b": "healthy:10"}
+#: node -> scenario: a straggler for 5 steps (~38 s each: its run ends after ~3 minutes at speed 1),
+#: and a healthy node (stopped before its run ends)
+NODES = {"node-a": "gpu_imbalance:5", "node-b": "healthy:10"}
 GPUS = 4
 
 
@@ -158,6 +165,8 @@ def test_one_story_on_every_surface(tmp_path, page):
                 _same_words_everywhere(page, tmp_path / "node-a" / "run.db", apps, slack)
                 _gpus_page_shows_the_straggler(page, apps["store"])
                 _two_nodes_then_one(page, apps["prom"], prom, procs, ports)
+                _the_end_closes_every_loud_flag(page, tmp_path / "node-a", apps["store"])
+                _the_bar_agrees_with_analyze(page, tmp_path / "node-a", apps["store"])
             finally:
                 for p in reversed(procs):
                     p.stop()
@@ -238,3 +247,80 @@ def _two_nodes_then_one(page, base: str, prom: PrometheusProc, procs: list, port
     print(f"node-b stale after {time.monotonic() - stopped:.1f} s", flush=True)
     assert wait_until(lambda: _nodes_count(page, base) == "1", timeout=60,
                       what="Nodes 1 once node-b stopped reporting")
+
+
+def _finished_overview(page, base: str) -> dict | None:
+    """The Overview from the store once no warning or critical flag is open: its banner, its
+    open-flags count and whether a top open problem is shown (None while one is shown)."""
+    _open(page, f"{base}/?window=15+min&refresh=off")
+    # (the alert's text starts with its icon's name: no "^")
+    banner = page.get_by_test_id("stAlert").filter(
+        has_text=re.compile(r"Healthy|Needs attention|No open flag")).first
+    banner.wait_for(timeout=60_000)
+    seen = {"banner": " ".join(banner.inner_text().split()),
+            "open": page.locator("[data-verlmon-stat='Open flags'] [data-verlmon-value]")
+            .first.inner_text().strip(),
+            "top": page.locator(".st-key-ov_top_flag").count()}
+    print("finished overview:", seen, flush=True)
+    loud = re.search(r"\d+ (warning|critical)", seen["banner"])
+    return None if loud or seen["top"] or seen["open"] != "0" else seen
+
+
+def _the_end_closes_every_loud_flag(page, work: Path, base: str) -> None:
+    """node-a's simulated run ends (the exit marker beside its log): its open flags close as
+    "run finished", and the Overview from the store says no warning or critical flag is open."""
+    marker = work / "train.log.exit"
+    wait_until(marker.exists, timeout=240, interval=2, what="node-a's run's exit marker")
+    print(f"node-a's run ended: {marker.read_text()}", flush=True)
+    store = RunStore(work / "run.db", create=False)
+    wait_until(lambda: not [f for f in store.flags() if f.end is None
+                            and f.severity in ("warning", "critical")],
+               timeout=60, interval=1, what="no open warning or critical flag in the store")
+    closed = [f for f in store.flags() if f.kind == "gpu_imbalance"]
+    assert closed and all("run finished" in f.evidence for f in closed), closed
+    seen = wait_until(lambda: _finished_overview(page, base), timeout=90, interval=2,
+                      what="the Overview without an open warning or critical flag")
+    assert "Needs attention" not in seen["banner"], seen
+    page.screenshot(path=SHOTS / "one_story_finished.png", full_page=True)
+
+
+#: a measured phase's segment and the short phases' block on the headline bar (hover texts)
+PHASE_TIP = re.compile(r"^(\w+): (\d+)% of the step, GPUs (\d+)% busy in it$")
+SHORT_TIP = re.compile(r"^([\w, ]+): each shorter than the samples can resolve; "
+                       r"together (\d+)% of the step")
+
+
+def _bar_shares(page) -> dict[str, float]:
+    """Phase (or "a+b" for the short phases' block) -> its share of the step (%) on the
+    Overview's "Where the GPU time goes" bar, read from the segments' hover texts."""
+    bar = page.get_by_test_id("verlmon-gpu-time-bar").first
+    bar.wait_for(timeout=60_000)
+    tips = bar.locator("xpath=..").evaluate(
+        "el => Array.from(el.querySelectorAll('[title]')).map(e => e.title)")
+    shares: dict[str, float] = {}
+    for tip in tips:
+        if m := PHASE_TIP.match(tip):
+            shares[m[1]] = float(m[2])
+        elif m := SHORT_TIP.match(tip):
+            shares["+".join(p.strip() for p in m[1].split(","))] = float(m[2])
+    return shares
+
+
+def _the_bar_agrees_with_analyze(page, work: Path, base: str) -> None:
+    """Each phase's share of the step on the finished run's headline bar is the share
+    ``analyze --json`` gives it on the exported store (the short phases' block: their sum)."""
+    out = work / "export"
+    assert _cli(["export", str(work / "run.db"), "--out", str(out)]) == 0
+    r = subprocess.run([CLI, "analyze", str(out / "train.jsonl"), "--gpu", str(out / "gpu.csv"),
+                        "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    share = {p["phase"]: 100.0 * p["share"] for p in doc["summary"]["phases"]}
+    _open(page, f"{base}/?window=15+min&refresh=off")
+    shown = _bar_shares(page)
+    print("bar:", shown, "analyze:", {p: round(v, 1) for p, v in share.items()}, flush=True)
+    assert "update_actor" in shown, shown  # the flag's phase, measured from its samples
+    for phases, pct in shown.items():
+        assert set(phases.split("+")) <= set(share), (phases, share)
+        want = sum(share[p] for p in phases.split("+"))
+        assert abs(pct - want) <= 3.0, (phases, pct, want)
