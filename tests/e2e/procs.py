@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import pytest
 import yaml
 
 T = TypeVar("T")
@@ -55,6 +56,13 @@ ALERTMANAGER_BIN = (
 REPO = Path(__file__).resolve().parents[2]
 RULES_DIR = REPO / "prometheus" / "rules"
 AM_DIR = REPO / "prometheus" / "alertmanager"
+
+#: Skip marks of the browser and Prometheus e2e files (``make sysdeps`` installs both).
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists(),
+    reason="chromium not installed (make sysdeps)")
+NEEDS_PROMETHEUS = pytest.mark.skipif(shutil.which("prometheus") is None,
+                                      reason="prometheus not installed")
 
 
 def free_port() -> int:

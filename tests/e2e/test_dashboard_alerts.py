@@ -21,14 +21,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from procs import free_port, start_process
+from procs import NEEDS_CHROMIUM, NEEDS_PROMETHEUS, free_port, start_process
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists(),
-                       reason="chromium not installed (make sysdeps)"),
-    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed"),
+    NEEDS_CHROMIUM,
+    NEEDS_PROMETHEUS,
 ]
 
 REPO = Path(__file__).resolve().parents[2]

@@ -23,7 +23,14 @@ import httpx
 import pytest
 import yaml
 from playwright.sync_api import Page, expect
-from procs import free_port, start_process, start_prometheus, wait_until
+from procs import (
+    NEEDS_CHROMIUM,
+    NEEDS_PROMETHEUS,
+    free_port,
+    start_process,
+    start_prometheus,
+    wait_until,
+)
 from test_dashboard_demo import (  # noqa: F401 - the same Chromium and viewport
     browser_context_args,
     browser_type_launch_args,
@@ -33,9 +40,8 @@ from dashboards.sources.prometheus import PrometheusSource
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists(),
-                       reason="chromium not installed (make sysdeps)"),
-    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed"),
+    NEEDS_CHROMIUM,
+    NEEDS_PROMETHEUS,
 ]
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,6 @@ open-flag text in the cells."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
-from procs import free_port, start_process
+from procs import NEEDS_CHROMIUM, free_port, start_process
 from sample_store import build_store
 from test_dashboard_demo import (  # noqa: F401 - the suite's Chromium and 1400 px viewport
     browser_context_args,
@@ -24,8 +23,7 @@ from monitor.store.runstore import RunStore
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists(),
-                       reason="chromium not installed (make sysdeps)"),
+    NEEDS_CHROMIUM,
     pytest.mark.skipif(shutil.which("streamlit") is None and not Path(sys.executable).parent
                        .joinpath("streamlit").exists(), reason="streamlit not installed"),
 ]

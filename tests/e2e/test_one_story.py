@@ -25,9 +25,7 @@ Screenshots go to ``docs/screenshots/one_story_*.png``.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +34,8 @@ from pathlib import Path
 import pytest
 import yaml
 from procs import (
+    NEEDS_CHROMIUM,
+    NEEDS_PROMETHEUS,
     PROMETHEUS_BIN,
     PrometheusProc,
     WebhookRecorder,
@@ -55,9 +55,8 @@ from monitor.store.runstore import RunStore
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists(),
-                       reason="chromium not installed (make sysdeps)"),
-    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed"),
+    NEEDS_CHROMIUM,
+    NEEDS_PROMETHEUS,
 ]
 
 REPO = Path(__file__).resolve().parents[2]

@@ -38,6 +38,7 @@ import psutil
 import pytest
 import yaml
 from procs import (
+    NEEDS_CHROMIUM,
     RULES_DIR,
     WebhookRecorder,
     free_port,
@@ -55,8 +56,7 @@ from test_dashboard_demo import (  # noqa: F401 - the same Chromium and viewport
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists(),
-                       reason="chromium not installed (make sysdeps)"),
+    NEEDS_CHROMIUM,
 ]
 
 REPO = Path(__file__).resolve().parents[2]
