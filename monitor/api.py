@@ -22,7 +22,7 @@ from monitor.analysis.run_analysis import FLAG_CAUSES, RunAnalysis, config_of, r
 from monitor.analysis.summary import phase_table
 from monitor.config import Config, ConfigError, load_config
 from monitor.detect import run_all
-from monitor.detect.advice import advice_for
+from monitor.detect.flag_advice import advice_for
 from monitor.detect.memory import theil_sen
 from monitor.downsample import MAX_ENVELOPE, MIN_ENVELOPE, bucket_seconds, downsample
 from monitor.extras import explain_missing, missing_extra_message

@@ -74,7 +74,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "reshard",  # [HybridEngine] switch or [ParameterSynchronizer] sync: data has seconds
     "truncated",  # the followed file was truncated or replaced
     "memory",  # DEBUG memory lines
-    # failures (monitor.logs.failures.FAILURE_KINDS); data has their numbers and "fatal"
+    # failures (monitor.logs.failure_lines.FAILURE_KINDS); data has their numbers and "fatal"
     "nccl_timeout",  # NCCL watchdog: collective, seq, rank, timeout_s, ran_s
     "nccl_error",  # ncclUnhandledCudaError, ncclRemoteError, ...: code, detail, rank
     "actor_died",  # Ray ActorDiedError / RayTaskError: exception, cause, task

@@ -12,7 +12,7 @@ from detect_builders import make_gpu
 
 from monitor.config import load_config
 from monitor.detect import DETECTORS, make_context, run_all
-from monitor.detect.advice import REAL_KEYS, named_keys
+from monitor.detect.flag_advice import REAL_KEYS, named_keys
 from monitor.logs.canonical_records import parse_file
 from monitor.records import Event
 

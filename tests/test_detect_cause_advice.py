@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from monitor.analysis.signature import SIGNATURES
-from monitor.detect.advice import (
+from monitor.detect.cause_advice import CAUSE_ADVICE, cause_advice, contradicted, reward_era
+from monitor.detect.flag_advice import (
     ADVICE,
     GEN_VS_CRITIC,
     INVENTED_KEYS,
@@ -13,7 +14,6 @@ from monitor.detect.advice import (
     advice_for,
     named_keys,
 )
-from monitor.detect.cause_advice import CAUSE_ADVICE, cause_advice, contradicted, reward_era
 from monitor.records import PHASES
 
 VERSIONS = (None, "unknown", "0.4.1-0.5.x", "0.6.0-0.7.0", "0.7.1+", "0.9+", "<=0.2")

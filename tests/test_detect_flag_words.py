@@ -7,7 +7,7 @@ from detect_builders import make_steps
 from monitor.analysis import signature as S
 from monitor.config import load_config
 from monitor.detect import make_context
-from monitor.detect.advice import advice_for
+from monitor.detect.flag_advice import advice_for
 from monitor.detect.gpu_activity import _signature_words, advice_once
 from monitor.detect.step_detectors import detect_throughput_regression
 from monitor.frames import empty_gpu_frame, empty_host_frame

@@ -3,7 +3,7 @@ and their values first (monitor/detect/micro_batch_advice.py, through ``tell_job
 
 from __future__ import annotations
 
-from monitor.detect.advice import advice_for, tell_job_config
+from monitor.detect.flag_advice import advice_for, tell_job_config
 from monitor.detect.micro_batch_advice import micro_batch_first, tiny_micro_batches
 from monitor.records import Flag
 

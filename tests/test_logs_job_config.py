@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pprint
 
-from monitor.detect.advice import (
+from monitor.detect.cause_advice import cause_advice
+from monitor.detect.flag_advice import (
     EXCEPTION_ADVICE,
     REAL_KEYS,
     advice_with_job_config,
     named_keys,
     with_job_config,
 )
-from monitor.detect.cause_advice import cause_advice
 from monitor.logs.job_config import flatten, read_job_config, read_job_config_file
 
 PREFIX = "\x1b[36m(TaskRunner pid=2741)\x1b[0m "

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from monitor import metric_names
-from monitor.detect.advice import ADVICE, INVENTED_KEYS, REAL_KEYS
+from monitor.detect.flag_advice import ADVICE, INVENTED_KEYS, REAL_KEYS
 from monitor.records import FLAG_KINDS, SEVERITIES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -51,7 +51,7 @@ def test_list_scenarios_names_every_flag_kind_and_the_demo_script():
     names = list_scenarios()
     assert names[0] == "healthy" and "demo" in names
     # fatal_error comes from failure lines (NCCL, Ray, signals, CUDA errors) the simulator does
-    # not write; tests/test_detect_failures.py covers it on logs shaped like users' posts.
+    # not write; tests/test_detect_fatal_error.py covers it on logs shaped like users' posts.
     assert set(FLAG_KINDS) - {"fatal_error"} <= set(names)
 
 

@@ -308,7 +308,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     ra = RunAnalysis(steps, gpu if args.gpu else None, host=host, events=events, nccl=nccl,
                      rollout=rollout, config=config, now=_data_end(steps, gpu, host))
     flags = ra.flags()
-    from monitor.detect.advice import tell_job_config  # issue 28 item 9: the printed config
+    from monitor.detect.flag_advice import tell_job_config  # issue 28 item 9: the printed config
     from monitor.logs.job_config import read_job_config_file
 
     tell_job_config(flags, read_job_config_file(args.log))

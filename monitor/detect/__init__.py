@@ -24,7 +24,7 @@ from monitor.detect.async_pools import (
 )
 from monitor.detect.detector_base import Context
 from monitor.detect.engine_detectors import detect_generation_tail, detect_kv_cache_preemption
-from monitor.detect.failures import detect_fatal_error
+from monitor.detect.fatal_error import detect_fatal_error
 from monitor.detect.gpu_activity import (
     detect_gpu_imbalance,
     detect_low_utilization,

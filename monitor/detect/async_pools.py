@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from monitor.detect.advice import pool_advice
 from monitor.detect.detector_base import Context, make_flag, steps_text
+from monitor.detect.flag_advice import pool_advice
 from monitor.detect.persistence import episodes
 from monitor.logs.keys import async_value, timers
 from monitor.logs.modes import run_mode, trainer_mode, waits_in_gen

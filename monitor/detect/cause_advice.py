@@ -6,7 +6,7 @@ PCIe-bound log-prob pass to parameter offload, a slow generation to the rollout 
 validation and checkpoints to their frequencies, a slow actor update to its micro-batches.
 ``cause_advice`` gives those sentences; ``contradicted`` says which general advice the
 evidence rules out (no micro-batch advice for a phase whose GPUs wait on the CPU or on PCIe).
-``monitor.detect.advice.advice_for`` puts the two together. Keys renamed between verl versions
+``monitor.detect.flag_advice.advice_for`` puts the two together. Keys renamed between verl versions
 (the reward section) are named as the log's version spells them, or both ways when unknown.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 
 #: phase_imbalance's general advice about generation against the critic: shown only where the
 #: flag's phase is one of the two (or unknown). Kept here, beside ``contradicted`` which judges
-#: it; ``monitor.detect.advice`` lists it among the kind's advice.
+#: it; ``monitor.detect.flag_advice`` lists it among the kind's advice.
 GEN_VS_CRITIC = (
     "Generation far longer than the critic's scoring: speed the rollout up (raise "
     "actor_rollout_ref.rollout.gpu_memory_utilization, lower actor_rollout_ref.rollout."

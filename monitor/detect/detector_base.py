@@ -14,7 +14,7 @@ from monitor.analysis import signature as S
 from monitor.analysis.attribution import label_samples, phase_timeline
 from monitor.config import Config, Section
 from monitor.detect import window as W
-from monitor.detect.advice import advice_for
+from monitor.detect.flag_advice import advice_for
 from monitor.detect.persistence import Episode, episodes
 from monitor.frames import empty_nccl_frame, empty_rollout_frame
 from monitor.records import Event, Flag, StepRecord

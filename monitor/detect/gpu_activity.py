@@ -489,7 +489,7 @@ def _signature_words(sig: S.Signature) -> str:
 def advice_once(advice: list[str]) -> list[str]:
     """``advice`` without a piece whose verl keys the pieces before it all name already (the
     phase's advice and the kind's often give the same micro-batch levers)."""
-    from monitor.detect.advice import named_keys
+    from monitor.detect.flag_advice import named_keys
 
     out: list[str] = []
     seen: set[str] = set()

@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 from monitor.detect.detector_base import Context, make_flag
-from monitor.hang.advice import where_advice
 from monitor.hang.finish import SLACK_S, finish_time
+from monitor.hang.hang_advice import where_advice
 from monitor.records import Event, Flag
 
 #: Phases that run between steps and may legitimately keep the log silent.

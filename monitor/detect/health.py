@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from monitor.detect.advice import oom_advice
 from monitor.detect.detector_base import (
     Context,
     EventTime,
@@ -16,6 +15,7 @@ from monitor.detect.detector_base import (
     steps_text,
     window_steps,
 )
+from monitor.detect.flag_advice import oom_advice
 from monitor.detect.persistence import episodes
 from monitor.records import TRAINING_PHASES, Event, Flag
 
@@ -304,9 +304,9 @@ def _clock(ts: float) -> str:
 def _stalled_where(ctx: Context, a: float, b: float) -> tuple[str, list[str] | None]:
     """Where the newest py-spy round in the silence (a, b] found the job, and the advice for
     that place first (('', None) without a round)."""
-    from monitor.detect.advice import advice_for
+    from monitor.detect.flag_advice import advice_for
     from monitor.detect.hang import where_events
-    from monitor.hang.advice import where_advice
+    from monitor.hang.hang_advice import where_advice
 
     rounds = where_events(ctx.events, a, b)
     if not rounds:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from monitor.logs.failures import FAILURE_KINDS
+from monitor.logs.failure_lines import FAILURE_KINDS
 from monitor.records import Event, StepRecord
 from monitor.telemetry_kinds import KIND, KINDS
 

@@ -6,5 +6,5 @@
   ``vocabulary``, ``parser``, ``files``, ``stats``).
 - ``monitor.logs.follow``: ``LogFollower`` (``tail -F``), ``iter_lines`` (streamed lines).
 - ``monitor.logs.keys``: ``canonical_phases``, ``normalise_key``, ``guess_version``.
-- ``monitor.logs.failures``: failure lines (NCCL, Ray, CUDA, OOM) matched and described.
+- ``monitor.logs.failure_lines``: failure lines (NCCL, Ray, CUDA, OOM) matched and described.
 """

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.logs.failures import traceback_origin
+from monitor.logs.failure_lines import traceback_origin
 from monitor.logs.stats import SAMPLE_CHARS, Item
 from monitor.logs.values import to_number
 from monitor.records import Event

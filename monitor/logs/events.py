@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any
 
-from monitor.logs.failures import match_failure, oom_details, traceback_phase
+from monitor.logs.failure_lines import match_failure, oom_details, traceback_phase
 from monitor.logs.stats import SAMPLE_CHARS, Item
 from monitor.records import Event
 

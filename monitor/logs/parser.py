@@ -28,7 +28,7 @@ from monitor.logs.events import (
     sync_event,
     usable_seconds,
 )
-from monitor.logs.failures import is_oom
+from monitor.logs.failure_lines import is_oom
 from monitor.logs.jsonl import JsonlMerger, JsonStep, read_json_step
 from monitor.logs.keys import other_seconds, phases_and_total
 from monitor.logs.prefix import unwrap

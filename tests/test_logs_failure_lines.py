@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from monitor.logs.canonical_records import LogParser, parse_file
-from monitor.logs.failures import FAILURE_KINDS, match_failure, oom_details, traceback_phase
+from monitor.logs.failure_lines import FAILURE_KINDS, match_failure, oom_details, traceback_phase
 from monitor.records import EVENT_KINDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs" / "failures"
@@ -232,7 +232,7 @@ def test_a_traceback_names_the_innermost_ray_task_and_its_deepest_frames():
     """Ray re-raises a worker's exception through each caller (verl issue #1196's shape:
     RayTaskError(X): ray::WorkerDict.actor_rollout_generate_sequences() (pid=..., ip=...)
     then the worker's frames)."""
-    from monitor.logs.failures import short_path, traceback_origin
+    from monitor.logs.failure_lines import short_path, traceback_origin
 
     lines = [
         "Traceback (most recent call last):",

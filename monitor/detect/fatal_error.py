@@ -1,6 +1,6 @@
 """fatal_error: the log reports a failure that ends the run (NCCL, Ray, a signal, CUDA).
 
-The parser turns failure lines into events (``monitor.logs.failures``): ``nccl_timeout``,
+The parser turns failure lines into events (``monitor.logs.failure_lines``): ``nccl_timeout``,
 ``nccl_error``, ``actor_died``, ``worker_killed``, ``cuda_error``. Here the fatal ones become
 critical flags, one per burst (every rank reports the same timeout; Ray then reports the dead
 actors). The evidence leads with the most telling failure of the burst (a CUDA or hardware
@@ -8,7 +8,7 @@ error before a killed worker, before an NCCL error, before the timeouts and Ray'
 follow them) and the advice fits it. A task that raised an exception (Ray's ``RayTaskError(X)``)
 is quoted from its traceback: the exception line, the Ray task (the worker method) and its
 phase, the deepest frame and verl's deepest frame (``file:line in function``); its advice is
-chosen by the message (``monitor.detect.advice.exception_advice``), not by Ray's worker-death
+chosen by the message (``monitor.detect.flag_advice.exception_advice``), not by Ray's worker-death
 causes. Failures that follow a CUDA out-of-memory error are left to the ``oom`` flag: they are
 its consequences.
 """
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from monitor.detect.advice import failure_advice
 from monitor.detect.detector_base import Context, group_by_time, make_flag, steps_text
+from monitor.detect.flag_advice import failure_advice
 from monitor.detect.health import event_time, timed_events, untimed_note
-from monitor.logs.failures import FAILURE_KINDS, describe
+from monitor.logs.failure_lines import FAILURE_KINDS, describe
 from monitor.records import Event, Flag
 
 #: Which failure of a burst names its cause best (first wins). A worker that was killed for a

@@ -8,7 +8,8 @@ import pytest
 
 from monitor.config import load_config
 from monitor.detect import make_context, run_all
-from monitor.detect.advice import (
+from monitor.detect.fatal_error import detect_fatal_error
+from monitor.detect.flag_advice import (
     FAILURE_ADVICE,
     INVENTED_KEYS,
     OOM_PHASE_ADVICE,
@@ -17,7 +18,6 @@ from monitor.detect.advice import (
     named_keys,
     oom_advice,
 )
-from monitor.detect.failures import detect_fatal_error
 from monitor.detect.health import detect_oom
 from monitor.frames import empty_gpu_frame, empty_host_frame
 from monitor.logs.canonical_records import LogParser, parse_file

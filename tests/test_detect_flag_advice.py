@@ -1,6 +1,6 @@
 """Advice names only real verl config keys (VERL_SIGNALS.md section 6), never invented ones."""
 
-from monitor.detect.advice import ADVICE, INVENTED_KEYS, REAL_KEYS, advice_for, named_keys
+from monitor.detect.flag_advice import ADVICE, INVENTED_KEYS, REAL_KEYS, advice_for, named_keys
 from monitor.records import FLAG_KINDS
 
 

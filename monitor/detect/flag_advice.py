@@ -332,7 +332,7 @@ def pool_advice(direction: str, mode: str) -> list[str]:
     the mode has none of its own)."""
     return list(POOL_ADVICE.get((direction, mode)) or advice_for("pool_imbalance"))
 
-#: Advice for one failure (``monitor.logs.failures``), by event kind or ``kind:reason``; it
+#: Advice for one failure (``monitor.logs.failure_lines``), by event kind or ``kind:reason``; it
 #: comes before the general ``fatal_error`` advice.
 FAILURE_ADVICE: dict[str, list[str]] = {
     "nccl_timeout": [

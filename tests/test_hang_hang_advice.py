@@ -1,11 +1,11 @@
-"""monitor/hang/advice.py: advice by where a hang is stuck, in verl's real keys by version."""
+"""monitor/hang/hang_advice.py: advice by where a hang is stuck, in verl's real keys by version."""
 
 from __future__ import annotations
 
 import pytest
 
-from monitor.detect.advice import REAL_KEYS, named_keys
-from monitor.hang.advice import HANG_KEYS, where_advice
+from monitor.detect.flag_advice import REAL_KEYS, named_keys
+from monitor.hang.hang_advice import HANG_KEYS, where_advice
 
 PLACES = ("reward", "http", "dataloader", "replay_buffer", "worker_call", "method",
           "checkpoint", "collective", "unknown")

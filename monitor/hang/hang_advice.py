@@ -2,13 +2,13 @@
 
 Every key named here exists in verl's source (``HANG_KEYS`` says where it was read); the
 general keys (``data.dataloader_num_workers``, ``reward.num_workers``, ...) are also in
-``monitor.detect.advice.REAL_KEYS``.
+``monitor.detect.flag_advice.REAL_KEYS``.
 """
 
 from __future__ import annotations
 
-from monitor.detect.advice import ADVICE
 from monitor.detect.cause_advice import reward_era
+from monitor.detect.flag_advice import ADVICE
 
 #: Keys this module names beyond REAL_KEYS, and where in verl-project/verl each was read.
 HANG_KEYS: dict[str, str] = {
