@@ -34,12 +34,15 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
       (``gen_over_critic_max``); in verl's own keys (``timing_s/gen`` against
       ``timing_s/values``) only when ``verl_gen_over_values_max`` is set (see defaults.yaml);
     - scoring longer than generation (``values_over_gen_max``), in either format.
+
+    Then a phase whose share of the step jumps against its own history
+    (:func:`_share_jumps`), and the phases in which the GPUs wait on the host
+    (:func:`_waiting_phases`).
     """
     cfg = ctx.cfg("phase_imbalance")
     sf = ctx.sf
     if len(sf) < 2:
         return []
-    flags: list[Flag] = []
     gen = W.phase(sf, "gen")
     if waits_in_gen(run_mode(ctx.steps)):
         # one-step-off, separate-async, fully-async trainer: "gen" is the wait for samples,
@@ -47,18 +50,26 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
         gen = gen * np.nan
     values = W.phase(sf, "values")
     critic = values.where(values > 0)
+    flags = _generation_over_critic(ctx, cfg, gen, critic) + _slow_scoring(ctx, cfg, gen, critic)
+    jumps = _share_jumps(ctx, cfg, flags)
+    jumps += _waiting_phases(ctx, cfg, flags + [j[0] for j in jumps])
+    return flags + _merge_same_cause(jumps)
+
+
+def _generation_over_critic(ctx: Context, cfg, gen: pd.Series, critic: pd.Series) -> list[Flag]:
+    """Generation at ``gen_over_critic_max`` (guide format) or ``verl_gen_over_values_max``
+    (verl's keys, off unless set) times the critic's scoring or more."""
+    sf = ctx.sf
     breakdown = _from_breakdown(ctx)
     gen_over = gen.where(gen > 0) / critic
     guide_lim = cfg.get_float("gen_over_critic_max")
     verl_lim = cfg.get_float("verl_gen_over_values_max")
     lim = pd.Series(np.where(breakdown, guide_lim, verl_lim if verl_lim > 0 else np.inf),
                     index=sf.index)
-    slow_scoring = critic / gen.where(gen > 0)
-    score_lim = cfg.get_float("values_over_gen_max")
-    open_n, close_n = cfg.get_int("open_after_steps"), cfg.get_int("close_after_steps")
-
+    flags: list[Flag] = []
     cond = [None if pd.isna(r) else bool(r >= li) for r, li in zip(gen_over, lim, strict=True)]
-    for ep, start, end, rng in step_episodes(ctx, cond, open_n, close_n):
+    for ep, start, end, rng in step_episodes(ctx, cond, cfg.get_int("open_after_steps"),
+                                             cfg.get_int("close_after_steps")):
         sl = slice(ep.onset, ep.last + 1)
         g, c = float(gen.iloc[sl].mean()), float(critic.iloc[sl].mean())
         ratio = g / c if c > 0 else float(gen_over.iloc[sl].mean())
@@ -76,12 +87,21 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
             + _sig_text(sig),
             advice=ctx.advice("phase_imbalance", "gen", sig),
         ))
-    cond = [None if pd.isna(r) else bool(r > score_lim) for r in slow_scoring]
-    for ep, start, end, rng in step_episodes(ctx, cond, open_n, close_n):
+    return flags
+
+
+def _slow_scoring(ctx: Context, cfg, gen: pd.Series, critic: pd.Series) -> list[Flag]:
+    """The critic's scoring longer than generation (``values_over_gen_max``)."""
+    slow = critic / gen.where(gen > 0)
+    score_lim = cfg.get_float("values_over_gen_max")
+    flags: list[Flag] = []
+    cond = [None if pd.isna(r) else bool(r > score_lim) for r in slow]
+    for ep, start, end, rng in step_episodes(ctx, cond, cfg.get_int("open_after_steps"),
+                                             cfg.get_int("close_after_steps")):
         sl = slice(ep.onset, ep.last + 1)
         g = float(gen.where(gen > 0).iloc[sl].mean())
         c = float(critic.iloc[sl].mean())
-        sev = ("critical" if float(slow_scoring.iloc[sl].mean())
+        sev = ("critical" if float(slow.iloc[sl].mean())
                >= cfg.get_float("critical_values_over_gen") else "warning")
         sig = _phase_signature(ctx, "values", ep.onset, ep.last)
         flags.append(make_flag(
@@ -91,21 +111,28 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
             + _sig_text(sig),
             advice=ctx.advice("phase_imbalance", "values", sig),
         ))
-    # a phase whose share of the step jumps against its own history
+    return flags
+
+
+def _share_jumps(ctx: Context, cfg, flags: list[Flag]) -> list[tuple[Flag, object, float]]:
+    """A phase whose share of the step jumps against its own history (a frozen median + MAD
+    baseline that leaves out the warm-up), and whose seconds grew too. A jump in a phase the
+    ratio rules already flagged (``flags``) joins that flag's evidence instead."""
+    sf = ctx.sf
     total = W.core_total(sf)
     window = cfg.get_int("history_steps")
     k = cfg.get_float("mad_k")
     min_jump = cfg.get_float("share_jump_min")
     jump_ratio = cfg.get_float("share_jump_ratio")
+
+    def limit(med, mad):
+        return np.maximum(med + k * 1.4826 * mad, np.maximum(med + min_jump, med * jump_ratio))
+
     jumps: list[tuple[Flag, object, float]] = []
     warm = _warmup_mask(ctx)
     for name in [c for c in sf.columns if c in W.ALL_PHASES and c not in OWN_DETECTOR_PHASES]:
         seconds = sf[name].astype(float).where(~warm)
         share = seconds / total.where(total > 0)
-
-        def limit(med, mad):
-            return np.maximum(med + k * 1.4826 * mad, np.maximum(med + min_jump, med * jump_ratio))
-
         med, mad = W.frozen_baseline(share, window, cfg.get_int("min_history_steps"),
                                      lambda v, m, d: v > limit(m, d))
         lim = limit(med, mad)
@@ -133,8 +160,7 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
                 "phase_imbalance", sev, start, end, {"phase": name, "steps": rng},
                 text + _sig_text(sig), advice=ctx.advice("phase_imbalance", name, sig),
             ), sig, now_share - before))
-    jumps += _waiting_phases(ctx, cfg, flags + [j[0] for j in jumps])
-    return flags + _merge_same_cause(jumps)
+    return jumps
 
 
 def _warmup_mask(ctx: Context) -> pd.Series:
