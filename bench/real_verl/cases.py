@@ -1,7 +1,9 @@
 """The real-verl cases: verl 0.5.0.dev (commit 4c3310db) GRPO with the HF rollout on one GPU.
 
 Each case is the same small job (``COMMON``) with verl's own knobs changed, a custom reward,
-dataset or worker hook (files beside this one), and how the runner ends it. ``overrides(case,
+dataset or worker hook (files beside this one), and how the runner ends it. A knob may name
+``{data}`` (the folder of the models and parquet files). One case needs a switch that is the
+harness's, not verl's: ``ppo_critic``'s critic attention (see ``hooks/sitecustomize.py``). ``overrides(case,
 work, data)`` gives the Hydra command line, ``environment(case, work)`` the variables.
 """
 
@@ -78,7 +80,20 @@ CASES = [
     Case("opt_offload", "optimizer offload (actor.fsdp_config.optimizer_offload=True) on a "
          "0.4B model: Adam state moves to the host and back every update", model="big",
          knobs=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",),
-         steps=5, estimate_s=140, expect=("phase_imbalance",)),
+         steps=6, estimate_s=200, expect=("phase_imbalance",)),
+    Case("healthy_big", "no fault, the 0.4B model of opt_offload with its batch and steps (the "
+         "baseline its update_actor is measured against)", model="big", steps=6,
+         estimate_s=190),
+    Case("ppo_critic", "PPO with a critic (algorithm.adv_estimator=gae; the critic is the same "
+         "55M model with a value head). verl 4c3310db hard-codes flash_attention_2 for the "
+         "critic (fsdp_workers.py CriticWorker._build_critic_model_optimizer and "
+         "utils/model.py load_valuehead_model) and never applies critic.model.override_config "
+         "to it; the harness's hook (hooks/sitecustomize.py, VERL_REAL_CRITIC_ATTN=sdpa) loads "
+         "it with sdpa instead: a switch of this harness, not a verl knob",
+         hooks=True, steps=6, estimate_s=170,
+         env={"VERL_REAL_CRITIC_ATTN": "sdpa"},
+         knobs=("algorithm.adv_estimator=gae", "critic.model.path={data}/model_small",
+                "critic.ppo_micro_batch_size_per_gpu=32", "critic.optim.lr=1e-5")),
 ]
 BY_NAME = {c.name: c for c in CASES}
 
@@ -118,7 +133,7 @@ def overrides(case: Case, work: Path, data: Path) -> list[str]:
         f"+ray_kwargs.ray_init._temp_dir=/tmp/ray_{case.name}",
         f"hydra.run.dir={work}/hydra",
     ]
-    return _merge(common, list(case.knobs))
+    return _merge(common, [k.format(data=data) for k in case.knobs])
 
 
 def _merge(common: list[str], knobs: list[str]) -> list[str]:
