@@ -256,13 +256,19 @@ def _file(base: Path, value: Any, key: str, cfg_path: Path) -> Path:
     return p
 
 
+def _refuse_unknown(keys: Any, known: set[str] | frozenset[str], cfg_path: Path, where: str = "",
+                    hint: str = "") -> None:
+    """WebConfigError naming the ``keys`` not in ``known`` (``where``: the section), if any."""
+    unknown = set(keys) - known
+    if unknown:
+        raise WebConfigError(f"{cfg_path}: unknown key(s){where}: "
+                             f"{', '.join(sorted(map(str, unknown)))}{hint}")
+
+
 def _tls_context(tls: Any, cfg_path: Path) -> ssl.SSLContext:
     if not isinstance(tls, dict):
         raise WebConfigError(f"{cfg_path}: tls_server_config must be a mapping")
-    unknown = set(tls) - _TLS_KEYS
-    if unknown:
-        raise WebConfigError(f"{cfg_path}: unknown key(s) in tls_server_config: "
-                             f"{', '.join(sorted(unknown))}")
+    _refuse_unknown(tls, _TLS_KEYS, cfg_path, " in tls_server_config")
     for key in ("cert_file", "key_file"):
         if key not in tls:
             raise WebConfigError(f"{cfg_path}: tls_server_config needs {key}")
@@ -302,17 +308,27 @@ def _tls_context(tls: Any, cfg_path: Path) -> ssl.SSLContext:
     return ctx
 
 
+def _known_names(tls: dict, key: str, known: dict[str, str], what: str, cfg_path: Path, *,
+                 unknown_word: str = "unknown", hint: str = "") -> list | None:
+    """``tls[key]`` when set: a non-empty list of names all in ``known``; else WebConfigError
+    saying it must be a list of ``what``, or naming the ones not known (then ``hint``)."""
+    names = tls.get(key)
+    if names is None:
+        return None
+    where = f"{cfg_path}: tls_server_config.{key}"
+    if not isinstance(names, list) or not names:
+        raise WebConfigError(f"{where} must be a list of {what}")
+    unknown = [str(x) for x in names if x not in known]
+    if unknown:
+        raise WebConfigError(f"{where}: {unknown_word} {', '.join(unknown)}{hint}")
+    return names
+
+
 def _apply_ciphers(ctx: ssl.SSLContext, tls: dict, cfg_path: Path) -> None:
     """cipher_suites, prefer_server_cipher_suites and curve_preferences, applied or refused."""
-    suites = tls.get("cipher_suites")
+    suites = _known_names(tls, "cipher_suites", _CIPHERS, "cipher suite names", cfg_path,
+                          unknown_word="unknown or unsupported")
     if suites is not None:
-        if not isinstance(suites, list) or not suites:
-            raise WebConfigError(f"{cfg_path}: tls_server_config.cipher_suites must be a list "
-                                 "of cipher suite names")
-        unknown = [str(x) for x in suites if x not in _CIPHERS]
-        if unknown:
-            raise WebConfigError(f"{cfg_path}: tls_server_config.cipher_suites: unknown or "
-                                 f"unsupported {', '.join(unknown)}")
         try:
             ctx.set_ciphers(":".join(dict.fromkeys(_CIPHERS[x] for x in suites)))
         except ssl.SSLError:
@@ -327,15 +343,9 @@ def _apply_ciphers(ctx: ssl.SSLContext, tls: dict, cfg_path: Path) -> None:
             ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
         else:
             ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
-    curves = tls.get("curve_preferences")
+    curves = _known_names(tls, "curve_preferences", _CURVES, "curve names", cfg_path,
+                          hint=f" (known: {', '.join(_CURVES)})")
     if curves is not None:
-        if not isinstance(curves, list) or not curves:
-            raise WebConfigError(f"{cfg_path}: tls_server_config.curve_preferences must be a "
-                                 "list of curve names")
-        unknown = [str(x) for x in curves if x not in _CURVES]
-        if unknown:
-            raise WebConfigError(f"{cfg_path}: tls_server_config.curve_preferences: unknown "
-                                 f"{', '.join(unknown)} (known: {', '.join(_CURVES)})")
         if len(curves) > 1:
             raise WebConfigError(f"{cfg_path}: tls_server_config.curve_preferences: this "
                                  "server can apply one curve only (Python's ssl); list one")
@@ -350,10 +360,7 @@ def _http_server_config(cfg: Any, cfg_path: Path) -> dict[str, str]:
     """http_server_config: ``http2: false`` accepted, ``headers`` applied, the rest refused."""
     if not isinstance(cfg, dict):
         raise WebConfigError(f"{cfg_path}: http_server_config must be a mapping")
-    unknown = set(cfg) - {"http2", "headers"}
-    if unknown:
-        raise WebConfigError(f"{cfg_path}: unknown key(s) in http_server_config: "
-                             f"{', '.join(sorted(map(str, unknown)))}")
+    _refuse_unknown(cfg, {"http2", "headers"}, cfg_path, " in http_server_config")
     if cfg.get("http2") not in (None, False):
         raise WebConfigError(f"{cfg_path}: http_server_config.http2: this exporter serves "
                              "HTTP/1.1 only; set it to false or remove it")
@@ -409,10 +416,7 @@ def load_web_config(path: str | Path | None) -> WebConfig:
         return WebConfig(path=cfg_path)
     if not isinstance(data, dict):
         raise WebConfigError(f"{cfg_path}: expected a mapping at the top level")
-    unknown = set(data) - _TOP_KEYS
-    if unknown:
-        raise WebConfigError(f"{cfg_path}: unknown key(s): {', '.join(sorted(unknown))} "
-                             f"(known: {', '.join(sorted(_TOP_KEYS))})")
+    _refuse_unknown(data, _TOP_KEYS, cfg_path, hint=f" (known: {', '.join(sorted(_TOP_KEYS))})")
     tls = data.get("tls_server_config")
     ctx = _tls_context(tls, cfg_path) if tls is not None else None
     server_cfg = data.get("http_server_config")
