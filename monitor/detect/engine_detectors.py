@@ -17,12 +17,14 @@ the servers in its scope.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
 
+from monitor.config import Section
 from monitor.detect.detector_base import Context, make_flag
-from monitor.detect.persistence import episodes
+from monitor.detect.persistence import Episode, episodes
 from monitor.records import Flag
 
 
@@ -46,12 +48,29 @@ def _bin_index(df: pd.DataFrame, bin_s: float) -> np.ndarray:
     return lo + bin_s * np.arange(int(round((hi - lo) / bin_s)) + 1)
 
 
-def _episode_span(bins: np.ndarray, bin_s: float, now: float, ep) -> tuple[float, float | None]:
+def _episode_span(bins: np.ndarray, bin_s: float, now: float, ep: Episode) -> tuple[float, float | None]:
     """(start, end) of an episode: the start of the bin that met persistence (stable while that
     bin is still filling) and the end of its last true bin (None while open)."""
     start = float(bins[ep.opened])
     end = None if ep.closed is None else min(float(bins[ep.last]) + bin_s, now)
     return start, end
+
+
+def _bin_episodes(cfg: Section, cond: list[bool | None], bins: np.ndarray, bin_s: float,
+                  now: float) -> Iterator[tuple[Episode, float, float | None]]:
+    """(episode, start, end) of each episode of ``cond`` over ``bins``, with the section's
+    ``open_after_s`` and ``close_after_s`` as whole bins (at least one each)."""
+    open_after = max(1, int(math.ceil(cfg.get_float("open_after_s") / bin_s - 1e-9)))
+    close_after = max(1, int(math.ceil(cfg.get_float("close_after_s") / bin_s - 1e-9)))
+    for ep in episodes(cond, open_after, close_after):
+        yield (ep, *_episode_span(bins, bin_s, now, ep))
+
+
+def _node_flag(kind: str, severity: str, start: float, end: float | None, node: object,
+               servers: list[str], message: str) -> Flag:
+    """A generation-phase flag of one node, naming (up to 16 of) its ``servers``."""
+    return make_flag(kind, severity, start, end,
+                     {"node": str(node), "servers": servers[:16], "phase": "gen"}, message)
 
 
 def _servers_text(servers: list[str], limit: int = 4) -> str:
@@ -98,10 +117,7 @@ def detect_kv_cache_preemption(ctx: Context) -> list[Flag]:
         has_kv = per.groupby(level="bin")["kv"].count().reindex(bins).fillna(0) > 0
         cond = [None if not known else bool(h) for h, known in
                 zip(hit_by_bin.fillna(False), has_kv, strict=True)]
-        open_after = max(1, int(math.ceil(cfg.get_float("open_after_s") / bin_s - 1e-9)))
-        close_after = max(1, int(math.ceil(cfg.get_float("close_after_s") / bin_s - 1e-9)))
-        for ep in episodes(cond, open_after, close_after):
-            start, end = _episode_span(bins, bin_s, ctx.now, ep)
+        for ep, start, end in _bin_episodes(cfg, cond, bins, bin_s, ctx.now):
             lo, hi = float(bins[ep.onset]), float(bins[ep.last])
             sub = per[(per.index.get_level_values("bin") >= lo)
                       & (per.index.get_level_values("bin") <= hi) & per["hit"]]
@@ -115,9 +131,8 @@ def detect_kv_cache_preemption(ctx: Context) -> list[Flag]:
             sev = "critical" if rate >= crit_rate else "warning"
             wait_text = (f", {int(waiting)} requests waiting" if pd.notna(waiting) and waiting > 0
                          else "")
-            flags.append(make_flag(
-                "kv_cache_preemption", sev, start, end,
-                {"node": str(node), "servers": servers[:16], "phase": "gen"},
+            flags.append(_node_flag(
+                "kv_cache_preemption", sev, start, end, node, servers,
                 f"Rollout server{'s' if len(servers) > 1 else ''} {_servers_text(servers)} "
                 f"({'/'.join(engines) or 'engine'}): KV cache {kv * 100:.0f}% full with "
                 f"{rate:.0f} {word}/min over {minutes:.1f} min{wait_text}; each preempted "
@@ -179,10 +194,7 @@ def detect_generation_tail(ctx: Context) -> list[Flag]:
         share = per["tail"].rolling(k, min_periods=1).sum() / work_k.where(work_k > 0)
         cond = [None if (pd.isna(sh) or w <= 0) else bool(sh >= share_min)
                 for sh, w in zip(share, per["work"], strict=True)]
-        open_after = max(1, int(math.ceil(cfg.get_float("open_after_s") / bin_s - 1e-9)))
-        close_after = max(1, int(math.ceil(cfg.get_float("close_after_s") / bin_s - 1e-9)))
-        for ep in episodes(cond, open_after, close_after):
-            start, end = _episode_span(bins, bin_s, ctx.now, ep)
+        for ep, start, end in _bin_episodes(cfg, cond, bins, bin_s, ctx.now):
             lo, hi = float(bins[ep.onset]) - (k - 1) * bin_s, float(bins[ep.last])
             sel = rounds[(rounds["bin"] >= lo) & (rounds["bin"] <= hi)]
             in_tail = sel[sel["tail"]]
@@ -194,9 +206,8 @@ def detect_generation_tail(ctx: Context) -> list[Flag]:
                     else "")
             sev = "critical" if overall >= share_crit else "warning"
             servers = sorted(nd["server"].unique().tolist())
-            flags.append(make_flag(
-                "generation_tail", sev, start, end,
-                {"node": str(node), "servers": servers[:16], "phase": "gen"},
+            flags.append(_node_flag(
+                "generation_tail", sev, start, end, node, servers,
                 f"Rollout pool on {node}: for {overall * 100:.0f}% of the time it had work, only "
                 f"{median_running:.0f} requests were still running ({median_running / peak * 100:.0f}% "
                 f"of its peak {peak:.0f}, none queued){pool}: the longest responses set the "
