@@ -255,3 +255,20 @@ def test_rollout_samples_let_analyze_judge_the_engines(tmp_path: Path, capsys) -
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     assert main([*args, "--rollout", str(tmp_path / "bad.csv")]) == 2
     assert "missing column(s) ts, server" in capsys.readouterr().err
+
+
+REAL_HANG = Path(__file__).parent / "fixtures" / "real_verl" / "hang_reward_live"
+
+
+def test_stacks_given_offline_replace_the_recorded_rounds_so_the_hang_names_its_place_once(
+        capsys) -> None:
+    """A real verl run whose reward hung (H200): its events already hold the exporter's py-spy
+    rounds, and ``--stacks`` judges the same saved dumps again. The hang's evidence names the
+    stuck driver's frame once, not once per reading."""
+    d = REAL_HANG
+    code, out, _ = run_cli(capsys, str(d / "train.log"), "--events",
+                           str(d / "events.json"), "--stacks", str(d / "stacks_live"), "--json")
+    assert code == 0
+    hang = [f for f in json.loads(out)["flags"] if f["kind"] == "hang"]
+    assert len(hang) == 1
+    assert hang[0]["evidence"].count("_stuck_in_verifier (rewards.py:96)") == 1, hang[0]["evidence"]

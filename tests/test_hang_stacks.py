@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import pytest
 from hang_standins import start_job, start_worker, stop, write_job_tree
@@ -120,3 +121,15 @@ def test_a_data_loader_worker_forked_from_the_driver_is_found_and_named(tmp_path
     assert (v.who[0].role, v.who[0].pid) == ("data loader worker", child[0].pid)
     assert str(v.who[0].frame).startswith("BlockingDataset.__getitem__ (user_dataset.py:")
     assert v.who[-1].pid == procs[0].pid  # the driver, waiting for it
+
+
+def test_saved_dumps_of_the_monitors_own_exporter_are_not_read_as_the_jobs_processes():
+    """Dumps saved on the H200 by an exporter that still stacked its neighbours' exporters
+    (real py-spy files): read again, no place comes from a ``python -m monitor exporter``."""
+    folder = Path(__file__).parent / "fixtures" / "real_verl" / "hang_reward_live" / "stacks_live"
+    monitor_pids = {int(p.stem.rsplit("_", 1)[1]) for p in folder.glob("*.txt")
+                    if " -m monitor exporter " in p.read_text(errors="replace")[:400]}
+    assert monitor_pids  # the fixture holds such dumps
+    places = [w for _, wheres in read_stacks_dir(folder) for w in wheres]
+    assert places and not {w.pid for w in places} & monitor_pids
+    assert any(w.place == "reward" for w in places)

@@ -247,6 +247,11 @@ def log_to_wandb(target: str, steps: list, flags: list, attribution: Any,
         warn("analyze", f"--wandb {target}: not logged ({exc})")
 
 
+def _is_pyspy_round(event: Event) -> bool:
+    """Whether ``event`` is a py-spy round the exporter recorded (``hang_dump``, py-spy)."""
+    return event.kind == "hang_dump" and (event.data or {}).get("method") == "py-spy"
+
+
 def _hang_evidence(args: argparse.Namespace, events: list[Event],
                    data_end: float | None) -> tuple[list[Event], dict[str, Any] | None]:
     """``--fr-dir`` and ``--stacks``: the events merged with what the Flight Recorder dumps
@@ -268,11 +273,16 @@ def _hang_evidence(args: argparse.Namespace, events: list[Event],
     if getattr(args, "stacks", None):
         from monitor.hang.stacks import stacks_report
 
-        try:
-            where, stack_events = stacks_report(args.stacks)
+        recorded = [e for e in events if _is_pyspy_round(e)]
+        nodes = {str((e.data or {}).get("node") or "") for e in recorded}
+        try:  # the dumps were taken where the recorded rounds were, when that was one node
+            where, stack_events = stacks_report(args.stacks,
+                                                nodes.pop() if len(nodes) == 1 else "")
         except ValueError as exc:
             raise EventsFileError(f"--stacks {exc}") from None
-        events = merge_events(events, stack_events)
+        # the saved rounds are judged again here: they replace the py-spy rounds the exporter
+        # recorded from the same dumps, so the hang's evidence names each place once
+        events = merge_events([e for e in events if e not in recorded], stack_events)
         hang = {**(hang or {"ranks": [], "summary": ""}), "stacks": where}
     return events, hang
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitor.hang.procs import JobProcess
+from monitor.hang.procs import JobProcess, is_monitor
 from monitor.hang.pyspy import dump_text
 from monitor.hang.where import Verdict, Where, classify, judge
 from monitor.records import Event
@@ -74,7 +74,16 @@ def _save(folder: Path, now: float, p: JobProcess, text: str, problems: dict[str
         problems["stacks folder"] = f"{folder}: {exc.strerror or exc}"
 
 
-def read_stacks_dir(folder: str | Path) -> list[tuple[float, list[Where]]]:
+_HEADER = re.compile(r"^Process \d+: (?P<cmdline>.*)$", re.M)
+
+
+def _is_monitor_dump(text: str) -> bool:
+    """Whether a py-spy dump is of the monitor itself (its header's command line)."""
+    m = _HEADER.search(text[:4096])
+    return bool(m and is_monitor(m.group("cmdline")))
+
+
+def read_stacks_dir(folder: str | Path, node: str = "") -> list[tuple[float, list[Where]]]:
     """The rounds saved in ``folder`` (files ``<unix_ts>_<role>_<pid>.txt``), oldest first:
     (time, each process's place). Dumps a second apart belong to one round; other files are
     skipped."""
@@ -85,7 +94,10 @@ def read_stacks_dir(folder: str | Path) -> list[tuple[float, list[Where]]]:
         if m:
             entries.append((float(m.group("ts")), m.group("role"), int(m.group("pid")), path))
     for ts, role, pid, path in sorted(entries):
-        where = classify(path.read_text(errors="replace"), role=role, pid=pid)
+        text = path.read_text(errors="replace")
+        if _is_monitor_dump(text):
+            continue  # the monitor's own exporter, saved by an older exporter: not the job's
+        where = classify(text, role=role, node=node, pid=pid)
         if rounds and ts - rounds[-1][0] <= 5.0:
             rounds[-1][1].append(where)
         else:
@@ -93,14 +105,15 @@ def read_stacks_dir(folder: str | Path) -> list[tuple[float, list[Where]]]:
     return rounds
 
 
-def stacks_report(folder: str | Path) -> tuple[dict, list[Event]]:
+def stacks_report(folder: str | Path, node: str = "") -> tuple[dict, list[Event]]:
     """``analyze --stacks DIR``: the saved rounds judged again, as (a summary for the report:
     rounds, newest time, the newest round's verdict in words and as data; the rounds'
-    ``hang_dump`` events for the detectors). Raises ValueError when the folder has no dump."""
-    rounds = read_stacks_dir(folder)
+    ``hang_dump`` events for the detectors; ``node``: where the dumps were taken, when known).
+    Raises ValueError when the folder has no dump."""
+    rounds = read_stacks_dir(folder, node)
     if not rounds:
         raise ValueError(f"{folder}: no py-spy dump named <unix_ts>_<role>_<pid>.txt in it")
-    events = [StackRound(wheres, judge(wheres)).to_event(ts, "") for ts, wheres in rounds]
+    events = [StackRound(wheres, judge(wheres)).to_event(ts, node) for ts, wheres in rounds]
     newest = events[-1]
     return {"rounds": len(rounds), "time": newest.time, "summary": newest.message,
             "where": newest.data["where"]}, events
