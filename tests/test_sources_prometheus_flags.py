@@ -3,6 +3,7 @@ is open on a page exactly while it is open in the exporter."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from dataclasses import fields
@@ -156,6 +157,9 @@ def test_phase_activity_comes_from_the_per_phase_counters(alerting):
     assert act.loc["gen", "util_mean"] == pytest.approx(100 * PHASES["gen"][1], abs=1.0)
     assert act.loc["gen", "withheld"] == ""
     assert act.loc["adv", "withheld"] != "" and pd.isna(act.loc["adv", "util_mean"])
+    # the count it gives is under the minimum it names (never "3 samples (fewer than 3)")
+    said, minimum = (float(x) for x in re.findall(r"\d+(?:\.\d+)?", act.loc["adv", "withheld"]))
+    assert said < minimum and said == pytest.approx(act.loc["adv", "samples"], abs=0.01)
 
 
 def test_jobs_lists_every_scrape_job(alerting):

@@ -684,7 +684,7 @@ class PrometheusSource:
                 "sm_mean": np.nan if held else 100.0 * vals["sm"].get(phase, np.nan) / secs,
                 "util_p10": np.nan, "sm_p10": np.nan, "steps": np.nan,
                 "samples": per, "full_samples": per, "seconds": secs / gpus,
-                "withheld": (f"{per:.0f} samples per GPU inside it (fewer than {min_samples})"
+                "withheld": (f"{_samples_text(per)} per GPU inside it (fewer than {min_samples})"
                              if held else "")})
         return pd.DataFrame(rows, columns=cols)
 
@@ -986,3 +986,11 @@ def _is_sample(point: Any) -> bool:
 def _reason(exc: Exception) -> str:
     text = str(exc) or exc.__class__.__name__
     return text.splitlines()[0][:200]
+
+
+def _samples_text(per: float) -> str:
+    """A sample count per GPU in words, rounded down so a count under the minimum never
+    reads as the minimum ("2.97" is "about 2.97 samples", not "3 samples")."""
+    if per == int(per):
+        return f"{int(per)} sample{'s' if per != 1 else ''}"
+    return f"about {per:.2f} samples" if per < 10 else f"about {int(per)} samples"
