@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import (
@@ -210,20 +211,25 @@ def heat(title: str, unit: str, target: prometheus.Dataquery, description: str =
     )
 
 
-def flag_table(title: str, target: prometheus.Dataquery, description: str = "") -> table.Panel:
-    """A table of the open detector flags: one row per flag with its scope (node, GPU, phase),
-    evidence and advice."""
+def _table(title: str, description: str, target: prometheus.Dataquery,
+           height: int) -> table.Panel:
+    """A full-width table of one query's rows."""
     return (
         table.Panel()
         .title(title)
         .description(description)
         .datasource(DS)
         .unit(NONE)
-        .height(8)
+        .height(height)
         .span(24)
         .with_target(target.ref_id("A"))
-        .with_transformation(_organize_flags())
     )
+
+
+def flag_table(title: str, target: prometheus.Dataquery, description: str = "") -> table.Panel:
+    """A table of the open detector flags: one row per flag with its scope (node, GPU, phase),
+    evidence and advice."""
+    return _table(title, description, target, 8).with_transformation(_organize_flags())
 
 
 def _hang_table(title: str, description: str, target: prometheus.Dataquery,
@@ -231,21 +237,11 @@ def _hang_table(title: str, description: str, target: prometheus.Dataquery,
                 rename: dict[str, str]) -> table.Panel:
     """A full-width table of one instant info query: ``hidden`` columns left out, the others
     in ``order``, renamed by ``rename``."""
-    return (
-        table.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DS)
-        .unit(NONE)
-        .height(6)
-        .span(24)
-        .with_target(target.ref_id("A"))
-        .with_transformation(DataTransformerConfig(
-            id_val="organize",
-            options={"excludeByName": dict.fromkeys(hidden, True),
-                     "indexByName": {name: i for i, name in enumerate(order)},
-                     "renameByName": rename}))
-    )
+    return _table(title, description, target, 6).with_transformation(DataTransformerConfig(
+        id_val="organize",
+        options={"excludeByName": dict.fromkeys(hidden, True),
+                 "indexByName": {name: i for i, name in enumerate(order)},
+                 "renameByName": rename}))
 
 
 def where_table(target: prometheus.Dataquery) -> table.Panel:
@@ -452,111 +448,113 @@ def overview() -> dashboard.Dashboard:
     return board
 
 
-def _gpus_activity(board: dashboard.Dashboard, legend: str) -> dashboard.Dashboard:
+#: The legend of a per-GPU series.
+GPU_LEGEND = "{{node}} gpu{{gpu}}"
+
+
+def _gpu_series(title: str, unit: str, metric: str, description: str,
+                **options: Any) -> timeseries.Panel:
+    """A time series of one per-GPU metric on the dashboard's $job, $node and $gpu, a line
+    per GPU; ``options`` go to :func:`ts`."""
+    return ts(title, unit, q(f"{metric}{{{SEL_GPU}}}", GPU_LEGEND), description=description,
+              **options)
+
+
+def _with_panels(board: dashboard.Dashboard, row: str,
+                 panels: Iterable[Any]) -> dashboard.Dashboard:
+    """``board`` with the row ``row`` and then ``panels`` in order."""
+    board = board.with_row(dashboard.Row(row))
+    for panel in panels:
+        board = board.with_panel(panel)
+    return board
+
+
+#: GPUs, row Activity: (title, metric, description) of each share of time (0 to 1).
+_GPU_ACTIVITY: tuple[tuple[str, str, str], ...] = (
+    ("NVML utilization", "verlmon_gpu_utilization_ratio",
+     "Share of time a kernel was running: overstates how busy the SMs are (compare SM active)."),
+    ("SM active (GPM)", "verlmon_gpu_sm_active_ratio",
+     "Share of SMs busy: the honest activity signal."),
+    ("Tensor pipes active (GPM)", "verlmon_gpu_tensor_active_ratio",
+     "Any tensor-core pipe active."),
+    ("DRAM bandwidth active (GPM)", "verlmon_gpu_dram_active_ratio",
+     "Share of peak memory bandwidth in use."),
+)
+
+#: GPUs, row Interconnect: (title, the link as the metric names say it, description).
+_GPU_LINKS: tuple[tuple[str, str, str], ...] = (
+    ("NVLink throughput (GPM)", "nvlink",
+     "Bytes per second over all NVLinks: collectives and weight sync inside a node."),
+    ("PCIe throughput (GPM)", "pcie",
+     "Bytes per second over PCIe: host transfers, offload, data loading."),
+)
+
+
+def _gpus_activity(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """GPUs, row Activity: NVML utilization and the GPM ratios."""
-    return (
-        board
-        .with_row(dashboard.Row("Activity"))
-        .with_panel(ts("NVML utilization", RATIO,
-                       q(f"verlmon_gpu_utilization_ratio{{{SEL_GPU}}}", legend),
-                       description="Share of time a kernel was running: overstates how busy "
-                                   "the SMs are (compare SM active).", max_value=1))
-        .with_panel(ts("SM active (GPM)", RATIO,
-                       q(f"verlmon_gpu_sm_active_ratio{{{SEL_GPU}}}", legend),
-                       description="Share of SMs busy: the honest activity signal.",
-                       max_value=1))
-        .with_panel(ts("Tensor pipes active (GPM)", RATIO,
-                       q(f"verlmon_gpu_tensor_active_ratio{{{SEL_GPU}}}", legend),
-                       description="Any tensor-core pipe active.", max_value=1))
-        .with_panel(ts("DRAM bandwidth active (GPM)", RATIO,
-                       q(f"verlmon_gpu_dram_active_ratio{{{SEL_GPU}}}", legend),
-                       description="Share of peak memory bandwidth in use.", max_value=1))
-    )
+    return _with_panels(board, "Activity", (
+        _gpu_series(title, RATIO, metric, description, max_value=1)
+        for title, metric, description in _GPU_ACTIVITY))
 
 
-def _gpus_memory_power(board: dashboard.Dashboard, legend: str) -> dashboard.Dashboard:
+def _gpus_memory_power(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """GPUs, row Memory, power, heat."""
-    return (
-        board
-        .with_row(dashboard.Row("Memory, power, heat"))
-        .with_panel(ts("Memory used", BYTES,
-                       q(f"verlmon_gpu_memory_used_bytes{{{SEL_GPU}}}", legend),
-                       description="Framebuffer memory in use."))
-        .with_panel(ts("Memory used share", RATIO,
-                       q(f"verlmon_gpu_memory_used_bytes{{{SEL_GPU}}} / "
-                         f"(verlmon_gpu_memory_total_bytes{{{SEL_GPU}}} > 0)", legend),
-                       description="Used / total framebuffer memory; near 1 means OOM risk.",
-                       max_value=1))
-        .with_panel(ts("Memory growth (memory_creep)", BYTES_PER_S,
-                       q(f"instance_gpu:verlmon_gpu_memory_used_bytes:deriv10m{{{SEL_GPU}}}",
-                         legend),
-                       description="How fast each GPU's memory grows (deriv over 10 minutes): "
-                                   "a line that stays above 0 step after step is a leak; the "
-                                   "memory_creep flag forecasts when it reaches the capacity."))
-        .with_panel(ts("Time to full at this rate", SECONDS,
-                       q(f"instance_gpu:verlmon_gpu_memory_used_bytes:seconds_to_full{{{SEL_GPU}}}", legend),
-                       description="Free memory / growth rate: the memory_creep forecast as "
-                                   "Prometheus sees it (no line while memory does not grow)."))
-        .with_panel(ts("Power", WATTS, q(f"verlmon_gpu_power_watts{{{SEL_GPU}}}", legend),
-                       description="Power draw."))
-        .with_panel(ts("Temperature", CELSIUS,
-                       q(f"verlmon_gpu_temperature_celsius{{{SEL_GPU}}}", legend),
-                       description="GPU core temperature."))
-    )
+    used = "verlmon_gpu_memory_used_bytes"
+    return _with_panels(board, "Memory, power, heat", (
+        _gpu_series("Memory used", BYTES, used, "Framebuffer memory in use."),
+        ts("Memory used share", RATIO,
+           q(f"{used}{{{SEL_GPU}}} / (verlmon_gpu_memory_total_bytes{{{SEL_GPU}}} > 0)",
+             GPU_LEGEND),
+           description="Used / total framebuffer memory; near 1 means OOM risk.", max_value=1),
+        _gpu_series("Memory growth (memory_creep)", BYTES_PER_S,
+                    f"instance_gpu:{used}:deriv10m",
+                    "How fast each GPU's memory grows (deriv over 10 minutes): a line that stays "
+                    "above 0 step after step is a leak; the memory_creep flag forecasts when it "
+                    "reaches the capacity."),
+        _gpu_series("Time to full at this rate", SECONDS, f"instance_gpu:{used}:seconds_to_full",
+                    "Free memory / growth rate: the memory_creep forecast as Prometheus sees it "
+                    "(no line while memory does not grow)."),
+        _gpu_series("Power", WATTS, "verlmon_gpu_power_watts", "Power draw."),
+        _gpu_series("Temperature", CELSIUS, "verlmon_gpu_temperature_celsius",
+                    "GPU core temperature."),
+    ))
 
 
-def _gpus_interconnect(board: dashboard.Dashboard, legend: str) -> dashboard.Dashboard:
-    """GPUs, row Interconnect: NVLink and PCIe."""
-    return (
-        board
-        .with_row(dashboard.Row("Interconnect"))
-        .with_panel(ts("NVLink throughput (GPM)", BYTES_PER_S,
-                       q(f"verlmon_gpu_nvlink_transmit_bytes_per_second{{{SEL_GPU}}}",
-                         "{{node}} gpu{{gpu}} tx"),
-                       q(f"verlmon_gpu_nvlink_receive_bytes_per_second{{{SEL_GPU}}}",
-                         "{{node}} gpu{{gpu}} rx"),
-                       description="Bytes per second over all NVLinks: collectives and weight "
-                                   "sync inside a node."))
-        .with_panel(ts("PCIe throughput (GPM)", BYTES_PER_S,
-                       q(f"verlmon_gpu_pcie_transmit_bytes_per_second{{{SEL_GPU}}}",
-                         "{{node}} gpu{{gpu}} tx"),
-                       q(f"verlmon_gpu_pcie_receive_bytes_per_second{{{SEL_GPU}}}",
-                         "{{node}} gpu{{gpu}} rx"),
-                       description="Bytes per second over PCIe: host transfers, offload, "
-                                   "data loading."))
-    )
+def _gpus_interconnect(board: dashboard.Dashboard) -> dashboard.Dashboard:
+    """GPUs, row Interconnect: NVLink and PCIe, each transmitted and received."""
+    return _with_panels(board, "Interconnect", (
+        ts(title, BYTES_PER_S,
+           *(q(f"verlmon_gpu_{link}_{way}_bytes_per_second{{{SEL_GPU}}}", f"{GPU_LEGEND} {short}")
+             for way, short in (("transmit", "tx"), ("receive", "rx"))),
+           description=description)
+        for title, link, description in _GPU_LINKS))
 
 
-def _gpus_clocks(board: dashboard.Dashboard, legend: str) -> dashboard.Dashboard:
+def _gpus_clocks(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """GPUs, row Clocks, throttling, errors."""
-    return (
-        board
-        .with_row(dashboard.Row("Clocks, throttling, errors"))
-        .with_panel(ts("SM clock", HERTZ, q(f"verlmon_gpu_sm_clock_hertz{{{SEL_GPU}}}", legend),
-                       description="SM clock; drops with throttling."))
-        .with_panel(ts("Clock-event reasons active", COUNT,
-                       q(f"max by (node, gpu, reason) "
-                         f"(verlmon_gpu_clock_event_active{{{SEL_GPU}}}) > 0",
-                         "{{node}} gpu{{gpu}} {{reason}}"),
-                       description="Throttle reasons active now (1 while active); idle and "
-                                   "application-clock reasons are normal, thermal and power "
-                                   "slowdowns are not.", max_value=1))
-        .with_panel(ts("XID errors", COUNT,
-                       q(f"sum by (node, gpu, xid) "
-                         f"(increase(verlmon_gpu_xid_errors_total{{{SEL_GPU}}}"
-                         "[$__rate_interval]))", "{{node}} gpu{{gpu}} xid {{xid}}"),
-                       description="XID events from the driver (48/63/64/94/95: memory errors; "
-                                   "79: fell off the bus)."))
-        .with_panel(big("XID errors in range", COUNT,
-                        q(f"sum(increase(verlmon_gpu_xid_errors_total{{{SEL_GPU}}}[$__range])) "
-                          "or vector(0)", "xid"),
-                        "XID events in the dashboard's time range, every GPU shown.", span=12))
-    )
+    return _with_panels(board, "Clocks, throttling, errors", (
+        _gpu_series("SM clock", HERTZ, "verlmon_gpu_sm_clock_hertz",
+                    "SM clock; drops with throttling."),
+        ts("Clock-event reasons active", COUNT,
+           q(f"max by (node, gpu, reason) (verlmon_gpu_clock_event_active{{{SEL_GPU}}}) > 0",
+             f"{GPU_LEGEND} {{{{reason}}}}"),
+           description="Throttle reasons active now (1 while active); idle and "
+                       "application-clock reasons are normal, thermal and power "
+                       "slowdowns are not.", max_value=1),
+        ts("XID errors", COUNT,
+           q(f"sum by (node, gpu, xid) (increase(verlmon_gpu_xid_errors_total{{{SEL_GPU}}}"
+             "[$__rate_interval]))", f"{GPU_LEGEND} xid {{{{xid}}}}"),
+           description="XID events from the driver (48/63/64/94/95: memory errors; "
+                       "79: fell off the bus)."),
+        big("XID errors in range", COUNT,
+            q(f"sum(increase(verlmon_gpu_xid_errors_total{{{SEL_GPU}}}[$__range])) "
+              "or vector(0)", "xid"),
+            "XID events in the dashboard's time range, every GPU shown.", span=12),
+    ))
 
 
 def gpus() -> dashboard.Dashboard:
     """GPUs: activity, memory, power, temperature, clocks, throttling and XID per GPU."""
-    legend = "{{node}} gpu{{gpu}}"
     board = _dashboard(
         "verlmon-gpus",
         "verl-monitor / GPUs",
@@ -564,7 +562,7 @@ def gpus() -> dashboard.Dashboard:
         "and XID errors.",
     )
     for rows in (_gpus_activity, _gpus_memory_power, _gpus_interconnect, _gpus_clocks):
-        board = rows(board, legend)
+        board = rows(board)
     return board
 
 
