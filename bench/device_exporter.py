@@ -617,38 +617,42 @@ def environment() -> dict[str, Any]:
     return env
 
 
+#: The numeric options of the proof: (flag, type, default, what it sets).
+_NUMBER_FLAGS: tuple[tuple[str, type, float, str], ...] = (
+    ("--phase-s", float, 25.0, "seconds per load phase in the exporter runs"),
+    ("--baseline-s", float, 15.0, "seconds per load phase of the no-exporter baseline"),
+    ("--cost-iterations", int, 150, "interleaved samples for the ours-vs-bare-loop cost"),
+    ("--energy-interval", float, 10.0, "energy read cadence in seconds for the cost figures"),
+)
+
+#: The on/off options of the proof: (flag, what it does).
+_SWITCHES: tuple[tuple[str, str], ...] = (
+    ("--skip-cost", "skip the in-process cost comparison"),
+    ("--baseline-twice", "measure the no-exporter baseline before and after the exporter runs"),
+    ("--dry-run", "no GPU: sim backend, a sleeping load, no checks (tests the flow)"),
+    ("--direct", "also sample with the backend in-process (no exporter) over a short load "
+     "cycle; with --no-exporter this is a quick NVML check"),
+    ("--no-exporter", "skip the baseline and the exporter runs (cost and --direct only)"),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the whole proof; exit status 0 when every check passed (or dry run finished)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"),
                     help="folder for the JSON/text results (default $OUT, else bench/results)")
-    ap.add_argument("--phase-s", type=float, default=25.0,
-                    help="seconds per load phase in the exporter runs (default 25)")
-    ap.add_argument("--baseline-s", type=float, default=15.0,
-                    help="seconds per load phase of the no-exporter baseline (default 15)")
-    ap.add_argument("--cost-iterations", type=int, default=150,
-                    help="interleaved samples for the ours-vs-bare-loop cost (default 150)")
-    ap.add_argument("--energy-interval", type=float, default=10.0,
-                    help="energy read cadence in seconds for the cost figures (default 10)")
+    for flag, kind, default, text in _NUMBER_FLAGS:
+        ap.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
     ap.add_argument("--intervals", default="1,0.1",
                     help="exporter runs, comma separated: INTERVAL or INTERVAL:gpu (only the "
                     "gpu collector on); the last run adds --dcgm-compat (default 1,0.1)")
-    ap.add_argument("--skip-cost", action="store_true",
-                    help="skip the in-process cost comparison")
-    ap.add_argument("--baseline-twice", action="store_true",
-                    help="measure the no-exporter baseline before and after the exporter runs")
     ap.add_argument("--exporter-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for every exporter run (repeat), e.g. "
                     "--exporter-arg=--detect-interval=3600")
     ap.add_argument("--tag", default="",
                     help="suffix of the result file names (device_exporter_<date>_<tag>)")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="no GPU: sim backend, a sleeping load, no checks (tests the flow)")
-    ap.add_argument("--direct", action="store_true",
-                    help="also sample with the backend in-process (no exporter) over a short "
-                    "load cycle; with --no-exporter this is a quick NVML check")
-    ap.add_argument("--no-exporter", action="store_true",
-                    help="skip the baseline and the exporter runs (cost and --direct only)")
+    for flag, text in _SWITCHES:
+        ap.add_argument(flag, action="store_true", help=text)
     ap.add_argument("--worker", metavar="SCHEDULE", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
