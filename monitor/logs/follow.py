@@ -388,17 +388,10 @@ class LogFollower:
         return self._open_file(self.path, at_end=at_end)
 
     def _open_file(self, path: Path, *, at_end: bool = False, offset: int = 0) -> bool:
-        # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever (and block
-        # the exporter's start and its SIGTERM); on a regular file the flag changes nothing.
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError:
+        opened = _open_nonblocking(path)
+        if opened is None:
             return False
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            os.close(fd)
-            return False
+        fd, st = opened
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
             os.close(fd)  # a directory or a device: never read (nor leak the descriptor)
             self._refuse(path, st)
@@ -600,16 +593,31 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
+def _open_nonblocking(path: Path) -> tuple[int, os.stat_result] | None:
+    """A read-only descriptor of ``path`` and its stat, or None when it cannot be opened.
+
+    O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever (and block the
+    exporter's start and its SIGTERM); on a regular file the flag changes nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return fd, os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+
+
 def _holds(path: Path, saved: LogPosition, *, tail: bool = True) -> bool:
     """True when ``path`` is a regular file of at least ``saved.offset`` bytes whose first
     ``saved.head_len`` bytes hash to ``saved.head_hash`` and (``tail``, when the position
     knows them) whose ``saved.tail_len`` bytes before ``saved.offset`` match ``tail_fp``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
+    opened = _open_nonblocking(path)
+    if opened is None:
         return False
+    fd, st = opened
     try:
-        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size < saved.offset:
             return False
         if head_hash(fd, saved.head_len) != saved.head_hash:
