@@ -271,7 +271,9 @@ class LogParser:
         *,
         known_keys: bool = False,
     ) -> None:
-        """A validation event for validation-only metrics, else a step record.
+        """A validation event for validation-only metrics, else a step record (after a
+        ``resume`` event when the step went back), merged with the validation line just before
+        it of the same step, its absurd timers skipped.
         ``known_keys``: the keys are those of the previous step line (already recorded)."""
         if metrics and validation_only(metrics):
             self._validation_step(step, metrics, end_time, "step", out)
@@ -288,22 +290,6 @@ class LogParser:
                     {"reason": "step_backwards", "from_step": self._last_step},
                 )
             )
-        out.append(self._record(step, metrics, end_time, time_source, source))
-
-    def _validation_step(self, step: int, metrics: dict[str, Any], end_time: float | None,
-                         origin: str, out: list[Item]) -> None:
-        """A validation-only line or object: an event now, merged into the step's record."""
-        out.append(Event("validation", end_time, step, "", {"metrics": metrics, "origin": origin}))
-        self._pending_val = (step, metrics)
-
-    def _record(
-        self,
-        step: int,
-        metrics: dict[str, Any],
-        end_time: float | None,
-        time_source: str,
-        source: str,
-    ) -> StepRecord:
         hint = self._vocabulary.old_era_hint
         pending_val = self._pending_val
         if pending_val is not None:
@@ -332,7 +318,13 @@ class LogParser:
         self._last_step = step
         self._resume_since_step = False
         self._failures.reset()
-        return record
+        out.append(record)
+
+    def _validation_step(self, step: int, metrics: dict[str, Any], end_time: float | None,
+                         origin: str, out: list[Item]) -> None:
+        """A validation-only line or object: an event now, merged into the step's record."""
+        out.append(Event("validation", end_time, step, "", {"metrics": metrics, "origin": origin}))
+        self._pending_val = (step, metrics)
 
     def _skip_absurd(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
         """``metrics`` without its absurd timers (negative, or over 30 days), each counted as a
