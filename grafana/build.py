@@ -312,140 +312,127 @@ def _dashboard(uid: str, title: str, description: str) -> dashboard.Dashboard:
     return board
 
 
+def _per_job(metric: str, by: str = "") -> prometheus.Dataquery:
+    """``metric`` of each job on the dashboard's selection (its largest value), a line per job,
+    or with ``by`` (a label) a line per value of that label."""
+    if not by:
+        return q(f"max by (job) ({metric}{{{SEL}}})", "{{job}}")
+    return q(f"max by (job, {by}) ({metric}{{{SEL}}})", f"{{{{{by}}}}}")
+
+
+def _with_panels(board: dashboard.Dashboard, row: str,
+                 panels: Iterable[Any]) -> dashboard.Dashboard:
+    """``board`` with the row ``row`` and then ``panels`` in order."""
+    board = board.with_row(dashboard.Row(row))
+    for panel in panels:
+        board = board.with_panel(panel)
+    return board
+
+
 # ------------------------------------------------------------------------------ the dashboards
 
 
 def _overview_now(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """Overview, row Now: the last step, its time and throughput, open flags."""
-    return (
-        board
-        .with_row(dashboard.Row("Now"))
-        .with_panel(big("Step", NONE, q(f"max by (job) (verlmon_training_step{{{SEL}}})",
-                                        "{{job}}"),
-                        "Last training step seen in the trainer's log."))
-        .with_panel(big("Last step time", SECONDS,
-                        q(f"max by (job) (verlmon_step_duration_seconds{{{SEL}}})", "{{job}}"),
-                        "The last step's total seconds (timing_s/step)."))
-        .with_panel(big("Last throughput per GPU", TOKENS_PER_S,
-                        q(f"max by (job) (verlmon_throughput_tokens_per_second{{{SEL}}})",
-                          "{{job}}"),
-                        "perf/throughput as verl reports it: tokens per second per GPU."))
-        .with_panel(big("Open flags", COUNT,
-                        q(f"count(verlmon_flag_active{{{SEL}}} == 1) or vector(0)", "open"),
-                        "Detector flags open now, all kinds and severities."))
-        .with_panel(big("Critical flags", COUNT,
-                        q(f'count(verlmon_flag_active{{{SEL}, severity="critical"}} == 1) '
-                          "or vector(0)", "critical"),
-                        "Open flags of severity critical."))
-        .with_panel(big("Since last step", SECONDS,
-                        q(f"max by (job) (verlmon_seconds_since_last_step{{{SEL}}})", "{{job}}"),
-                        "Seconds since the last step ended: grows without bound when the "
-                        "run is stalled."))
-        .with_panel(big("Mean step time (range)", SECONDS,
-                        q(f"sum by (job) (increase(verlmon_step_seconds_sum{{{SEL}}}[$__range]))"
-                          f" / (sum by (job) (increase(verlmon_step_seconds_count{{{SEL}}}"
-                          "[$__range])) > 0)", "{{job}}"),
-                        "Step seconds over steps in the dashboard's time range, from the "
-                        "counters: every step counts, also those between two scrapes.",
-                        span=12))
-        .with_panel(big("Data wait share (range)", RATIO,
-                        q(f"sum by (job) (increase(verlmon_data_wait_seconds_total{{{SEL}}}"
-                          "[$__range])) / ((sum by (job) (increase(verlmon_step_seconds_sum"
-                          f"{{{SEL}}}[$__range])) + sum by (job) (increase("
-                          f"verlmon_data_wait_seconds_total{{{SEL}}}[$__range]))) > 0)",
-                          "{{job}}"),
-                        "Share of the time range spent fetching the next batch before the "
-                        "step timer starts (no verl timer covers it).", span=12))
-    )
+    return _with_panels(board, "Now", (
+        big("Step", NONE, _per_job("verlmon_training_step"),
+            "Last training step seen in the trainer's log."),
+        big("Last step time", SECONDS, _per_job("verlmon_step_duration_seconds"),
+            "The last step's total seconds (timing_s/step)."),
+        big("Last throughput per GPU", TOKENS_PER_S,
+            _per_job("verlmon_throughput_tokens_per_second"),
+            "perf/throughput as verl reports it: tokens per second per GPU."),
+        big("Open flags", COUNT,
+            q(f"count(verlmon_flag_active{{{SEL}}} == 1) or vector(0)", "open"),
+            "Detector flags open now, all kinds and severities."),
+        big("Critical flags", COUNT,
+            q(f'count(verlmon_flag_active{{{SEL}, severity="critical"}} == 1) '
+              "or vector(0)", "critical"),
+            "Open flags of severity critical."),
+        big("Since last step", SECONDS, _per_job("verlmon_seconds_since_last_step"),
+            "Seconds since the last step ended: grows without bound when the "
+            "run is stalled."),
+        big("Mean step time (range)", SECONDS,
+            q(f"sum by (job) (increase(verlmon_step_seconds_sum{{{SEL}}}[$__range]))"
+              f" / (sum by (job) (increase(verlmon_step_seconds_count{{{SEL}}}"
+              "[$__range])) > 0)", "{{job}}"),
+            "Step seconds over steps in the dashboard's time range, from the "
+            "counters: every step counts, also those between two scrapes.",
+            span=12),
+        big("Data wait share (range)", RATIO,
+            q(f"sum by (job) (increase(verlmon_data_wait_seconds_total{{{SEL}}}"
+              "[$__range])) / ((sum by (job) (increase(verlmon_step_seconds_sum"
+              f"{{{SEL}}}[$__range])) + sum by (job) (increase("
+              f"verlmon_data_wait_seconds_total{{{SEL}}}[$__range]))) > 0)",
+              "{{job}}"),
+            "Share of the time range spent fetching the next batch before the "
+            "step timer starts (no verl timer covers it).", span=12),
+    ))
 
 
 def _overview_goodput(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """Overview, row Goodput: the GPU-seconds by cause."""
-    return (
-        board
-        .with_row(dashboard.Row("Goodput: where the GPU time went"))
-        .with_panel(big("Goodput (range)", RATIO,
-                        q(f"sum by (job) (increase(verlmon_gpu_seconds_total{{{SEL},"
-                          'cause="productive"}[$__range])) / (sum by (job) (increase('
-                          f"verlmon_gpu_seconds_total{{{SEL}}}[$__range])) > 0)", "{{job}}"),
-                        "Share of the GPU-seconds in the time range spent productive (compute "
-                        "phases at the run's own activity); the rest is lost by cause "
-                        "(docs/goodput.md).", span=6))
-        .with_panel(ts("GPU-seconds by cause (stacked share)", RATIO,
-                       q(f"sum by (job, cause) (rate(verlmon_gpu_seconds_total{{{SEL}}}"
-                         "[$__rate_interval])) / on (job) group_left () (sum by (job) (rate("
-                         f"verlmon_gpu_seconds_total{{{SEL}}}[$__rate_interval])) > 0)",
-                         "{{cause}}"),
-                       description="Each cause's share of the GPU time paid for: productive, "
-                                   "each cause of loss, and what no rule explains "
-                                   "(unattributed). The stack sums to 1.",
-                       stacked=True))
-    )
+    return _with_panels(board, "Goodput: where the GPU time went", (
+        big("Goodput (range)", RATIO,
+            q(f"sum by (job) (increase(verlmon_gpu_seconds_total{{{SEL},"
+              'cause="productive"}[$__range])) / (sum by (job) (increase('
+              f"verlmon_gpu_seconds_total{{{SEL}}}[$__range])) > 0)", "{{job}}"),
+            "Share of the GPU-seconds in the time range spent productive (compute "
+            "phases at the run's own activity); the rest is lost by cause "
+            "(docs/goodput.md).", span=6),
+        ts("GPU-seconds by cause (stacked share)", RATIO,
+           q(f"sum by (job, cause) (rate(verlmon_gpu_seconds_total{{{SEL}}}"
+             "[$__rate_interval])) / on (job) group_left () (sum by (job) (rate("
+             f"verlmon_gpu_seconds_total{{{SEL}}}[$__rate_interval])) > 0)",
+             "{{cause}}"),
+           description="Each cause's share of the GPU time paid for: productive, "
+                       "each cause of loss, and what no rule explains "
+                       "(unattributed). The stack sums to 1.",
+           stacked=True),
+    ))
 
 
 def _overview_steps(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """Overview, row Steps: steps, phases and flags over time."""
-    return (
-        board
-        .with_row(dashboard.Row("Steps"))
-        .with_panel(ts("Step time", SECONDS,
-                       q(f"max by (job) (verlmon_step_duration_seconds{{{SEL}}})", "{{job}}"),
-                       description="Seconds per training step."))
-        .with_panel(ts("Throughput per GPU", TOKENS_PER_S,
-                       q(f"max by (job) (verlmon_throughput_tokens_per_second{{{SEL}}})",
-                         "{{job}}"),
-                       description="perf/throughput: tokens per second per GPU."))
-        .with_panel(ts("Phase seconds (stacked)", SECONDS,
-                       q(f"max by (job, phase) (verlmon_phase_duration_seconds{{{SEL}}})",
-                         "{{phase}}"),
-                       description="The last step's seconds per canonical phase, stacked: "
-                                   "the stack's height is the step time.",
-                       stacked=True))
-        .with_panel(ts("Steps per minute", STEPS_PER_MIN,
-                       q(f"sum by (job) (rate(verlmon_training_steps_total{{{SEL}}}"
-                         "[$__rate_interval])) * 60", "{{job}}"),
-                       description="Step records parsed per minute."))
-        .with_panel(ts("Seconds since last step", SECONDS,
-                       q(f"max by (job) (verlmon_seconds_since_last_step{{{SEL}}})", "{{job}}"),
-                       description="A saw-tooth while the run steps; a ramp when it stalls."))
-        .with_panel(ts("Open flags by kind", COUNT,
-                       q(f"sum by (job, kind, severity) (verlmon_flag_active{{{SEL}}})",
-                         "{{kind}} ({{severity}})"),
-                       description="Detector flags open over time.", stacked=True))
-    )
+    return _with_panels(board, "Steps", (
+        ts("Step time", SECONDS, _per_job("verlmon_step_duration_seconds"),
+           description="Seconds per training step."),
+        ts("Throughput per GPU", TOKENS_PER_S, _per_job("verlmon_throughput_tokens_per_second"),
+           description="perf/throughput: tokens per second per GPU."),
+        ts("Phase seconds (stacked)", SECONDS, _per_job("verlmon_phase_duration_seconds", "phase"),
+           description="The last step's seconds per canonical phase, stacked: "
+                       "the stack's height is the step time.",
+           stacked=True),
+        ts("Steps per minute", STEPS_PER_MIN,
+           q(f"sum by (job) (rate(verlmon_training_steps_total{{{SEL}}}"
+             "[$__rate_interval])) * 60", "{{job}}"),
+           description="Step records parsed per minute."),
+        ts("Seconds since last step", SECONDS, _per_job("verlmon_seconds_since_last_step"),
+           description="A saw-tooth while the run steps; a ramp when it stalls."),
+        ts("Open flags by kind", COUNT,
+           q(f"sum by (job, kind, severity) (verlmon_flag_active{{{SEL}}})",
+             "{{kind}} ({{severity}})"),
+           description="Detector flags open over time.", stacked=True),
+    ))
 
 
 def _overview_flags(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """Overview, row Flags: the open flags' words and the hang tables."""
-    return (
-        board
-        .with_row(dashboard.Row("Flags"))
-        .with_panel(flag_table(
+    return _with_panels(board, "Flags", (
+        flag_table(
             "Open flags with evidence",
             q("max by (job, node, exported_node, severity, kind, gpu, phase, evidence, advice) "
               f"(verlmon_flag_info{{{SEL}}})", instant=True),
             "Every open flag with its node, GPU and phase, the detector's whole evidence and "
             "advice, a line per piece (verlmon_flag_info: the words of the dashboard and Slack).",
-        ))
-        .with_panel(culprit_table(
+        ),
+        culprit_table(
             q("max by (job, node, instance, rank, pid, gpu, collective, seq, frame) "
-              f"(verlmon_hang_culprit_info{{{SEL}}})", instant=True)))
-        .with_panel(where_table(
+              f"(verlmon_hang_culprit_info{{{SEL}}})", instant=True)),
+        where_table(
             q("max by (job, node, instance, role, pid, place, phase, frame) "
-              f"(verlmon_hang_where_info{{{SEL}}})", instant=True)))
-    )
-
-
-def overview() -> dashboard.Dashboard:
-    """Run overview: is the job stepping, how fast, what is flagged."""
-    board = _dashboard(
-        "verlmon-overview",
-        "verl-monitor / Run overview",
-        "Is the verl job stepping, how fast, and which detector flags are open.",
-    )
-    for rows in (_overview_now, _overview_goodput, _overview_steps, _overview_flags):
-        board = rows(board)
-    return board
+              f"(verlmon_hang_where_info{{{SEL}}})", instant=True)),
+    ))
 
 
 #: The legend of a per-GPU series.
@@ -458,15 +445,6 @@ def _gpu_series(title: str, unit: str, metric: str, description: str,
     per GPU; ``options`` go to :func:`ts`."""
     return ts(title, unit, q(f"{metric}{{{SEL_GPU}}}", GPU_LEGEND), description=description,
               **options)
-
-
-def _with_panels(board: dashboard.Dashboard, row: str,
-                 panels: Iterable[Any]) -> dashboard.Dashboard:
-    """``board`` with the row ``row`` and then ``panels`` in order."""
-    board = board.with_row(dashboard.Row(row))
-    for panel in panels:
-        board = board.with_panel(panel)
-    return board
 
 
 #: GPUs, row Activity: (title, metric, description) of each share of time (0 to 1).
@@ -553,20 +531,7 @@ def _gpus_clocks(board: dashboard.Dashboard) -> dashboard.Dashboard:
     ))
 
 
-def gpus() -> dashboard.Dashboard:
-    """GPUs: activity, memory, power, temperature, clocks, throttling and XID per GPU."""
-    board = _dashboard(
-        "verlmon-gpus",
-        "verl-monitor / GPUs",
-        "Per-GPU activity (NVML and GPM), memory, power, temperature, clocks, throttling "
-        "and XID errors.",
-    )
-    for rows in (_gpus_activity, _gpus_memory_power, _gpus_interconnect, _gpus_clocks):
-        board = rows(board)
-    return board
-
-
-def phases() -> dashboard.Dashboard:
+def _phases(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """Phases and communication: where the step's time goes."""
     share = (f"verlmon_phase_duration_seconds{{{SEL}}} / ignoring (phase) group_left () "
              f"(verlmon_step_duration_seconds{{{SEL}}} > 0)")
@@ -575,64 +540,56 @@ def phases() -> dashboard.Dashboard:
                    f"verlmon_step_seconds_sum{{{SEL}}}[$__range])) > 0)")
     comm = (f'verlmon_phase_duration_seconds{{{SEL}, phase="comm"}} / ignoring (phase) '
             f"(verlmon_step_duration_seconds{{{SEL}}} > 0)")
-    return (
-        _dashboard(
-            "verlmon-phases",
-            "verl-monitor / Phases and communication",
-            "Where each step's time goes: phase seconds and shares, weight sync, rollout "
-            "wait, and NCCL collectives.",
-        )
-        .with_row(dashboard.Row("Phases"))
-        .with_panel(ts("Phase seconds", SECONDS,
-                       q(f"max by (job, phase) (verlmon_phase_duration_seconds{{{SEL}}})",
-                         "{{phase}}"),
-                       description="The last step's seconds per canonical phase."))
-        .with_panel(ts("Phase share of the step", RATIO,
-                       q(f"max by (job, phase) ({share})", "{{phase}}"),
-                       description="The last step's phase seconds / step seconds, stacked "
-                                   "(sums to about 1).",
-                       stacked=True, max_value=1))
-        .with_panel(big("Phase share over the time range", RATIO,
-                        q(range_share, "{{phase}}"),
-                        "Phase seconds / step seconds summed over every step in the "
-                        "dashboard's time range (the counters: exact, whatever the scrapes "
-                        "missed).", span=24))
-        .with_panel(ts("Weight sync (reshard)", SECONDS,
-                       q(f'max by (job) (verlmon_phase_duration_seconds{{{SEL}, '
-                         'phase="reshard"})', "reshard {{job}}"),
-                       description="Trainer -> rollout weight sync per step; spikes point at "
-                                   "resharding or memory pressure."))
-        .with_panel(ts("Rollout wait", SECONDS,
-                       q(f'max by (job) (verlmon_phase_duration_seconds{{{SEL}, '
-                         'phase="rollout_wait"})', "rollout_wait {{job}}"),
-                       description="Trainer waiting for rollouts (logged by async/fork "
-                                   "trainers and the breakdown format)."))
-        .with_row(dashboard.Row("Communication"))
-        .with_panel(ts("Communication share", RATIO,
-                       q(f"max by (job) ({comm})", "log {{job}}"),
-                       q(f"max by (job, node) (verlmon_nccl_comm_share_ratio{{{SEL}}})",
-                         "NCCL {{node}}"),
-                       description="comm / step from the log's comm timer, and NCCL "
-                                   "execution seconds per rank / wall seconds (Inspector).",
-                       max_value=1))
-        .with_panel(ts("NCCL operations by collective", OPS,
-                       q(f"sum by (job, coll) (rate(verlmon_nccl_operations_total{{{SEL}}}"
-                         "[$__rate_interval]))", "{{coll}}"),
-                       description="Collectives per second (NCCL Inspector)."))
-        .with_panel(ts("NCCL bytes by collective", BYTES_PER_S,
-                       q(f"sum by (job, coll) (rate(verlmon_nccl_bytes_total{{{SEL}}}"
-                         "[$__rate_interval]))", "{{coll}}"),
-                       description="Message bytes per second per collective type."))
-        .with_panel(ts("NCCL bus bandwidth", BYTES_PER_S,
-                       q(f"max by (job, node, coll, comm) "
-                         f"(verlmon_nccl_bus_bandwidth_bytes_per_second{{{SEL}}})",
-                         "{{node}} {{coll}} {{comm}}"),
-                       description="Latest bus bandwidth per collective and communicator; "
-                                   "compare with the link's peak."))
-    )
+    board = _with_panels(board, "Phases", (
+        ts("Phase seconds", SECONDS, _per_job("verlmon_phase_duration_seconds", "phase"),
+           description="The last step's seconds per canonical phase."),
+        ts("Phase share of the step", RATIO,
+           q(f"max by (job, phase) ({share})", "{{phase}}"),
+           description="The last step's phase seconds / step seconds, stacked "
+                       "(sums to about 1).",
+           stacked=True, max_value=1),
+        big("Phase share over the time range", RATIO,
+            q(range_share, "{{phase}}"),
+            "Phase seconds / step seconds summed over every step in the "
+            "dashboard's time range (the counters: exact, whatever the scrapes "
+            "missed).", span=24),
+        ts("Weight sync (reshard)", SECONDS,
+           q(f'max by (job) (verlmon_phase_duration_seconds{{{SEL}, '
+             'phase="reshard"})', "reshard {{job}}"),
+           description="Trainer -> rollout weight sync per step; spikes point at "
+                       "resharding or memory pressure."),
+        ts("Rollout wait", SECONDS,
+           q(f'max by (job) (verlmon_phase_duration_seconds{{{SEL}, '
+             'phase="rollout_wait"})', "rollout_wait {{job}}"),
+           description="Trainer waiting for rollouts (logged by async/fork "
+                       "trainers and the breakdown format)."),
+    ))
+    return _with_panels(board, "Communication", (
+        ts("Communication share", RATIO,
+           q(f"max by (job) ({comm})", "log {{job}}"),
+           q(f"max by (job, node) (verlmon_nccl_comm_share_ratio{{{SEL}}})",
+             "NCCL {{node}}"),
+           description="comm / step from the log's comm timer, and NCCL "
+                       "execution seconds per rank / wall seconds (Inspector).",
+           max_value=1),
+        ts("NCCL operations by collective", OPS,
+           q(f"sum by (job, coll) (rate(verlmon_nccl_operations_total{{{SEL}}}"
+             "[$__rate_interval]))", "{{coll}}"),
+           description="Collectives per second (NCCL Inspector)."),
+        ts("NCCL bytes by collective", BYTES_PER_S,
+           q(f"sum by (job, coll) (rate(verlmon_nccl_bytes_total{{{SEL}}}"
+             "[$__rate_interval]))", "{{coll}}"),
+           description="Message bytes per second per collective type."),
+        ts("NCCL bus bandwidth", BYTES_PER_S,
+           q(f"max by (job, node, coll, comm) "
+             f"(verlmon_nccl_bus_bandwidth_bytes_per_second{{{SEL}}})",
+             "{{node}} {{coll}} {{comm}}"),
+           description="Latest bus bandwidth per collective and communicator; "
+                       "compare with the link's peak."),
+    ))
 
 
-def cluster() -> dashboard.Dashboard:
+def _cluster(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """Cluster (nodes): which node lags, and is every exporter and GPU up."""
     # from the exporters' activity counters: exact at any scrape interval (issue 24)
     node_sm = (f"sum by (job, node) (rate(verlmon_gpu_sm_active_seconds_total{{{SEL}}}"
@@ -643,60 +600,50 @@ def cluster() -> dashboard.Dashboard:
     job_median = ('quantile by (job) (0.5, rate(verlmon_gpu_sm_active_seconds_total'
                   '{job=~"$job"}[$__rate_interval]) / (rate(verlmon_gpu_sampled_seconds_total'
                   '{job=~"$job"}[$__rate_interval]) > 0))')
-    return (
-        _dashboard(
-            "verlmon-cluster",
-            "verl-monitor / Cluster (nodes)",
-            "Per-node SM activity against the job's median, heat maps, and exporter and GPU "
-            "health.",
-        )
-        .with_row(dashboard.Row("Activity by node"))
-        .with_panel(ts("SM active per node vs job median", RATIO,
-                       q(node_sm, "{{node}}"),
-                       q(job_median, "median {{job}}"),
-                       description="Mean SM activity of each node's GPUs over every sample, "
-                                   "and the median over every GPU of the job: the slow node "
-                                   "sits above it, the nodes waiting for it below.",
-                       max_value=1))
-        .with_panel(ts("Node SM activity / job median", RATIO,
-                       q(f"{node_sm} / on (job) group_left () ({job_median} > 0)", "{{node}}"),
-                       description="1 = as busy as the job's median GPU; the slow node the "
-                                   "others wait for stays well above 1 (NodeImbalance at "
-                                   "1.2)."))
-        .with_panel(heat("SM active heat map by node", RATIO, q(node_sm, "{{node}}"),
-                         "One row per node, coloured by mean SM activity."))
-        .with_panel(heat("SM active heat map by GPU", RATIO,
-                         q(gpu_sm, "{{node}} gpu{{gpu}}"),
-                         "One row per GPU, coloured by SM activity over every sample: the "
-                         "straggler is the hot row.", height=10))
-        .with_row(dashboard.Row("Health"))
-        .with_panel(ts("Exporter up", UP_DOWN,
-                       q(f"up{{{SEL}}}", "{{node}} {{instance}}"),
-                       description="1 while Prometheus scrapes the node's exporter.",
-                       span=8, max_value=1))
-        .with_panel(ts("GPUs down", COUNT,
-                       q(f"sum by (job, node) (1 - verlmon_gpu_up{{{SEL}}})", "{{node}}"),
-                       description="GPUs whose NVML calls fail, per node.", span=8))
-        .with_panel(ts("Collectors failing", COUNT,
-                       q(f"count by (job, node) (verlmon_collector_success{{{SEL}}} == 0) "
-                         f"or sum by (job, node) (verlmon_collector_success{{{SEL}}} * 0)",
-                         "{{node}}"),
-                       description="Collectors whose last run failed, per node (the reason is "
-                                   "in the exporter's log).", span=8))
-        .with_panel(ts("Host CPU busiest core", RATIO,
-                       q(f"max by (job, node) (verlmon_host_cpu_max_core_ratio{{{SEL}}})",
-                         "{{node}}"),
-                       description="A busiest core near 1 with idle GPUs: a CPU-bound data "
-                                   "loader or reward function.", max_value=1))
-        .with_panel(ts("Host CPU iowait", RATIO,
-                       q(f"max by (job, node) (verlmon_host_cpu_iowait_ratio{{{SEL}}})",
-                         "{{node}}"),
-                       description="Share of CPU time waiting for IO: IO starvation.",
-                       max_value=1))
-    )
+    board = _with_panels(board, "Activity by node", (
+        ts("SM active per node vs job median", RATIO,
+           q(node_sm, "{{node}}"),
+           q(job_median, "median {{job}}"),
+           description="Mean SM activity of each node's GPUs over every sample, "
+                       "and the median over every GPU of the job: the slow node "
+                       "sits above it, the nodes waiting for it below.",
+           max_value=1),
+        ts("Node SM activity / job median", RATIO,
+           q(f"{node_sm} / on (job) group_left () ({job_median} > 0)", "{{node}}"),
+           description="1 = as busy as the job's median GPU; the slow node the "
+                       "others wait for stays well above 1 (NodeImbalance at "
+                       "1.2)."),
+        heat("SM active heat map by node", RATIO, q(node_sm, "{{node}}"),
+             "One row per node, coloured by mean SM activity."),
+        heat("SM active heat map by GPU", RATIO,
+             q(gpu_sm, "{{node}} gpu{{gpu}}"),
+             "One row per GPU, coloured by SM activity over every sample: the "
+             "straggler is the hot row.", height=10),
+    ))
+    return _with_panels(board, "Health", (
+        ts("Exporter up", UP_DOWN,
+           q(f"up{{{SEL}}}", "{{node}} {{instance}}"),
+           description="1 while Prometheus scrapes the node's exporter.",
+           span=8, max_value=1),
+        ts("GPUs down", COUNT,
+           q(f"sum by (job, node) (1 - verlmon_gpu_up{{{SEL}}})", "{{node}}"),
+           description="GPUs whose NVML calls fail, per node.", span=8),
+        ts("Collectors failing", COUNT,
+           q(f"count by (job, node) (verlmon_collector_success{{{SEL}}} == 0) "
+             f"or sum by (job, node) (verlmon_collector_success{{{SEL}}} * 0)",
+             "{{node}}"),
+           description="Collectors whose last run failed, per node (the reason is "
+                       "in the exporter's log).", span=8),
+        ts("Host CPU busiest core", RATIO, _per_job("verlmon_host_cpu_max_core_ratio", "node"),
+           description="A busiest core near 1 with idle GPUs: a CPU-bound data "
+                       "loader or reward function.", max_value=1),
+        ts("Host CPU iowait", RATIO, _per_job("verlmon_host_cpu_iowait_ratio", "node"),
+           description="Share of CPU time waiting for IO: IO starvation.",
+           max_value=1),
+    ))
 
 
-def rollout() -> dashboard.Dashboard:
+def _rollout(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """Rollout engines: is the KV cache full, do requests queue or preempt, is there a tail."""
     by_server = "job, node, server"
 
@@ -706,87 +653,106 @@ def rollout() -> dashboard.Dashboard:
                 "> 0)")
 
     running = f'verlmon_rollout_requests{{{SEL}, state="running"}}'
-    return (
-        _dashboard(
-            "verlmon-rollout",
-            "verl-monitor / Rollout engines",
-            "The vLLM / SGLang servers behind verl's agent loop (server-mode rollout): KV "
-            "cache, requests, preemptions, tokens, latency, the generation tail, scrape "
-            "health.",
-        )
-        .with_row(dashboard.Row("Engines"))
-        .with_panel(ts("KV cache use per server", RATIO,
-                       q(f"max by ({by_server}) (verlmon_rollout_kv_cache_usage_ratio{{{SEL}}})",
-                         "{{node}} {{server}}"),
-                       description="Share of each server's KV cache in use; near 1 the engine "
-                                   "preempts requests (raise gpu_memory_utilization or lower "
-                                   "max_num_seqs).", max_value=1))
-        .with_panel(ts("Requests by state", COUNT,
-                       q(f"sum by (job, state) (verlmon_rollout_requests{{{SEL}}})",
-                         "{{state}}"),
-                       description="Requests running, waiting (queued) and paused (during a "
-                                   "weight sync), summed over the pool's servers."))
-        .with_panel(ts("Preemptions per second", OPS,
-                       q(f"sum by ({by_server}) (rate(verlmon_rollout_preemptions_total"
-                         f"{{{SEL}}}[$__rate_interval]))", "{{node}} {{server}}"),
-                       description="Requests evicted for lack of KV cache and recomputed "
-                                   "later (SGLang: retractions)."))
-        .with_panel(ts("Generation tokens per second", TOKENS_PER_S,
-                       q(f"sum by (job, node) (rate(verlmon_rollout_generation_tokens_total"
-                         f"{{{SEL}}}[$__rate_interval]))", "{{node}}"),
-                       description="Tokens the node's engines generate per second."))
-        .with_panel(ts("Generation tail: servers running", COUNT,
-                       q(f"count by (job) ({running} >= 1) or sum by (job) ({running} * 0)",
-                         "servers with a request {{job}}"),
-                       q(f"sum by (job) ({running})", "requests running {{job}}"),
-                       description="Servers that still run a request, and the pool's running "
-                                   "requests: a long stretch with one server and a few "
-                                   "requests is the generation tail."))
-        .with_panel(ts("Engines asleep", COUNT,
-                       q(f"sum by (job, node) (verlmon_rollout_sleeping{{{SEL}}})", "{{node}}"),
-                       description="Engines in sleep mode (colocated engines sleep while the "
-                                   "trainer trains; vLLM 0.11+ reports it)."))
-        .with_panel(ts("Mean queue time", SECONDS,
-                       q(mean_of("verlmon_rollout_queue_time_seconds"), "{{node}} {{server}}"),
-                       description="Mean seconds a finished request waited in the engine's "
-                                   "queue."))
-        .with_panel(ts("Mean end-to-end latency", SECONDS,
-                       q(mean_of("verlmon_rollout_e2e_latency_seconds"), "{{node}} {{server}}"),
-                       description="Mean seconds from arrival to the last token of a finished "
-                                   "request."))
-        .with_row(dashboard.Row("Scrape health"))
-        .with_panel(ts("Engine servers up", UP_DOWN,
-                       q(f"max by ({by_server}) (verlmon_rollout_server_up{{{SEL}}})",
-                         "{{node}} {{server}}"),
-                       description="1 while the exporter reads the server's /metrics.",
-                       span=8, max_value=1))
-        .with_panel(ts("Engine scrape duration", SECONDS,
-                       q(f"max by ({by_server}) (verlmon_rollout_scrape_duration_seconds"
-                         f"{{{SEL}}})", "{{node}} {{server}}"),
-                       description="Seconds the exporter's last read of each server took.",
-                       span=8))
-        .with_panel(ts("Engine scrape errors", OPS,
-                       q(f"sum by (job, node, reason) (rate(verlmon_rollout_scrape_errors_total"
-                         f"{{{SEL}}}[$__rate_interval]))", "{{node}} {{reason}}"),
-                       description="Failed reads per second by reason (timeout, connect, "
-                                   "http, garbage).", span=8))
-    )
+    board = _with_panels(board, "Engines", (
+        ts("KV cache use per server", RATIO,
+           q(f"max by ({by_server}) (verlmon_rollout_kv_cache_usage_ratio{{{SEL}}})",
+             "{{node}} {{server}}"),
+           description="Share of each server's KV cache in use; near 1 the engine "
+                       "preempts requests (raise gpu_memory_utilization or lower "
+                       "max_num_seqs).", max_value=1),
+        ts("Requests by state", COUNT,
+           q(f"sum by (job, state) (verlmon_rollout_requests{{{SEL}}})",
+             "{{state}}"),
+           description="Requests running, waiting (queued) and paused (during a "
+                       "weight sync), summed over the pool's servers."),
+        ts("Preemptions per second", OPS,
+           q(f"sum by ({by_server}) (rate(verlmon_rollout_preemptions_total"
+             f"{{{SEL}}}[$__rate_interval]))", "{{node}} {{server}}"),
+           description="Requests evicted for lack of KV cache and recomputed "
+                       "later (SGLang: retractions)."),
+        ts("Generation tokens per second", TOKENS_PER_S,
+           q(f"sum by (job, node) (rate(verlmon_rollout_generation_tokens_total"
+             f"{{{SEL}}}[$__rate_interval]))", "{{node}}"),
+           description="Tokens the node's engines generate per second."),
+        ts("Generation tail: servers running", COUNT,
+           q(f"count by (job) ({running} >= 1) or sum by (job) ({running} * 0)",
+             "servers with a request {{job}}"),
+           q(f"sum by (job) ({running})", "requests running {{job}}"),
+           description="Servers that still run a request, and the pool's running "
+                       "requests: a long stretch with one server and a few "
+                       "requests is the generation tail."),
+        ts("Engines asleep", COUNT,
+           q(f"sum by (job, node) (verlmon_rollout_sleeping{{{SEL}}})", "{{node}}"),
+           description="Engines in sleep mode (colocated engines sleep while the "
+                       "trainer trains; vLLM 0.11+ reports it)."),
+        ts("Mean queue time", SECONDS,
+           q(mean_of("verlmon_rollout_queue_time_seconds"), "{{node}} {{server}}"),
+           description="Mean seconds a finished request waited in the engine's "
+                       "queue."),
+        ts("Mean end-to-end latency", SECONDS,
+           q(mean_of("verlmon_rollout_e2e_latency_seconds"), "{{node}} {{server}}"),
+           description="Mean seconds from arrival to the last token of a finished "
+                       "request."),
+    ))
+    return _with_panels(board, "Scrape health", (
+        ts("Engine servers up", UP_DOWN,
+           q(f"max by ({by_server}) (verlmon_rollout_server_up{{{SEL}}})",
+             "{{node}} {{server}}"),
+           description="1 while the exporter reads the server's /metrics.",
+           span=8, max_value=1),
+        ts("Engine scrape duration", SECONDS,
+           q(f"max by ({by_server}) (verlmon_rollout_scrape_duration_seconds"
+             f"{{{SEL}}})", "{{node}} {{server}}"),
+           description="Seconds the exporter's last read of each server took.",
+           span=8),
+        ts("Engine scrape errors", OPS,
+           q(f"sum by (job, node, reason) (rate(verlmon_rollout_scrape_errors_total"
+             f"{{{SEL}}}[$__rate_interval]))", "{{node}} {{reason}}"),
+           description="Failed reads per second by reason (timeout, connect, "
+                       "http, garbage).", span=8),
+    ))
+
+
+#: A row builder: the dashboard with one or more rows added.
+Rows = Callable[[dashboard.Dashboard], dashboard.Dashboard]
 
 
 @dataclass(frozen=True)
 class Board:
-    """One generated dashboard: its uid (also the file name) and its builder."""
+    """One generated dashboard: its uid (also the file name), title, description and the
+    builders of its rows, in order."""
 
     uid: str
-    build: Callable[[], dashboard.Dashboard]
+    title: str
+    description: str
+    rows: tuple[Rows, ...]
+
+    def build(self) -> dashboard.Dashboard:
+        """The dashboard: the settings and variables every board shares, then its rows."""
+        board = _dashboard(self.uid, self.title, self.description)
+        for rows in self.rows:
+            board = rows(board)
+        return board
 
 
 BOARDS: tuple[Board, ...] = (
-    Board("verlmon-overview", overview),
-    Board("verlmon-gpus", gpus),
-    Board("verlmon-phases", phases),
-    Board("verlmon-cluster", cluster),
-    Board("verlmon-rollout", rollout),
+    Board("verlmon-overview", "verl-monitor / Run overview",
+          "Is the verl job stepping, how fast, and which detector flags are open.",
+          (_overview_now, _overview_goodput, _overview_steps, _overview_flags)),
+    Board("verlmon-gpus", "verl-monitor / GPUs",
+          "Per-GPU activity (NVML and GPM), memory, power, temperature, clocks, throttling "
+          "and XID errors.",
+          (_gpus_activity, _gpus_memory_power, _gpus_interconnect, _gpus_clocks)),
+    Board("verlmon-phases", "verl-monitor / Phases and communication",
+          "Where each step's time goes: phase seconds and shares, weight sync, rollout "
+          "wait, and NCCL collectives.", (_phases,)),
+    Board("verlmon-cluster", "verl-monitor / Cluster (nodes)",
+          "Per-node SM activity against the job's median, heat maps, and exporter and GPU "
+          "health.", (_cluster,)),
+    Board("verlmon-rollout", "verl-monitor / Rollout engines",
+          "The vLLM / SGLang servers behind verl's agent loop (server-mode rollout): KV "
+          "cache, requests, preemptions, tokens, latency, the generation tail, scrape "
+          "health.", (_rollout,)),
 )
 
 
