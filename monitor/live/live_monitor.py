@@ -425,22 +425,28 @@ class LiveMonitor(Recorder):
         with self._detect_lock:  # one run at a time: the window read and the update pair up
             now = self.now()
             steps, gpu_df, host_df, events = self.window.frames()
-            ended = self.run_finished(steps, events)
+            end = self.run_finished(steps, events)
+            ended = end[1] if end else None
             if ended is None and self.tracker.finished and \
                     self.window.steps_added == self._finished_steps:
                 ended = self.tracker.finished  # its end aged out of the window: still over
             if ended is not None:  # a finished run: its flags close, nothing new opens
-                opened = []
-                closed = [] if self.tracker.finished else self.tracker.finish(now, ended)
+                opened, closed = [], []
+                if not self.tracker.finished:
+                    # one last judgment of the whole run, as it stood at its end: a flag whose
+                    # persistence the last step completed is recorded (opened, then closed),
+                    # as analyze finds it; the silence after the end is no part of it
+                    at = min(now, end[0]) if end else now
+                    opened, closed = self.tracker.update(self._judge(
+                        steps, gpu_df[gpu_df["ts"] <= at], host_df[host_df["ts"] <= at],
+                        events, at), at)
+                    closed += self.tracker.finish(at, ended)  # closed when it ended
                 self._finished_steps = self.window.steps_added
             else:
                 if self.tracker.finished:
                     self.tracker.resume()
-                flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
-                                      now=now, reference_steps=self.window.first_steps(),
-                                      nccl=self.window.nccl(), rollout=self.window.rollout(),
-                                      on_error=self._detector_failed)
-                opened, closed = self.tracker.update(flags, now)
+                opened, closed = self.tracker.update(
+                    self._judge(steps, gpu_df, host_df, events, now), now)
             self.detect_runs += 1
         sink = self.wandb_sink
         if sink is not None:
@@ -459,15 +465,22 @@ class LiveMonitor(Recorder):
                 self.notifier.notify_resolved(flag)
         return opened, closed
 
-    def run_finished(self, steps: Sequence[StepRecord], events: Sequence[Event]) -> str | None:
-        """Why the run is over, in words (None while it goes on): verl's last progress line or
-        final validation in the log, or the exit marker ``verl-monitor run`` (or the
+    def _judge(self, steps, gpu_df, host_df, events, now: float) -> list[Flag]:
+        """Every detector over the window's frames at ``now`` (``run_all``)."""
+        return self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
+                             now=now, reference_steps=self.window.first_steps(),
+                             nccl=self.window.nccl(), rollout=self.window.rollout(),
+                             on_error=self._detector_failed)
+
+    def run_finished(self, steps: Sequence[StepRecord],
+                     events: Sequence[Event]) -> tuple[float, str] | None:
+        """When the run ended and why, in words (None while it goes on): verl's last progress
+        line or final validation in the log, or the exit marker ``verl-monitor run`` (or the
         simulator) wrote beside a followed log (``monitor.hang.finish``)."""
         from monitor.hang.finish import exit_after_steps, finish_time
 
         logs = list(self.options.log) + ([self.options.sim_log] if self.options.sim_log else [])
-        got = finish_time(events, steps) or exit_after_steps(logs, steps)
-        return got[1] if got else None
+        return finish_time(events, steps) or exit_after_steps(logs, steps)
 
     def add_events(self, events: Sequence[Event]) -> None:
         """Events to the window and the store; a py-spy or Flight Recorder round (``hang_dump``)
