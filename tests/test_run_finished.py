@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from live_replay import Replay
 
 from exporters.options import ExporterOptions
 from monitor.hang.finish import clear_exit, exit_after_steps, finish_time, mark_exit, read_exit
@@ -125,50 +126,21 @@ def test_verl_monitor_run_writes_the_jobs_exit_beside_the_log(tmp_path):
     assert status == 3 and when > 1.0
 
 
-class _Replay(LiveMonitor):
-    """The live monitor on a recorded run's own clock."""
-
-    clock = 0.0
-
-    def now(self) -> float:
-        return self.clock
-
-
 @pytest.mark.parametrize("late_s", [2.0, 600.0])
-def test_a_flag_the_last_step_completes_is_recorded_when_the_run_ends(tmp_path, late_s):
+def test_a_flag_the_last_step_completes_is_recorded_when_the_run_ends(late_s):
     """Real verl on the H200 with micro-batches of one (5 steps): low utilization needs 4 whole
-    steps after the warm-up, so only the last step completes it, and verl's final validation comes
-    with that step. The live monitor judges the run once more as it stood at its
-    end: the flag is recorded (opened, then closed as run finished), as ``analyze`` finds it;
-    the silence after the end (an exporter that read the end 10 minutes late) opens no stall
-    or hang. Before, the end closed the books first and the store had no flag."""
-    from pathlib import Path
-
-    from monitor.frames import read_gpu_frame
-    from monitor.logs.canonical_records import parse_file
-
-    d = Path(__file__).parent / "fixtures" / "real_verl" / "tiny_micro"
-    parsed = parse_file(str(d / "train.log"))
-    gpu = read_gpu_frame(d / "gpu.csv")
-    mon = _Replay(ExporterOptions(window=1e9), "h200", 1.0)
-    mon.open()
-    fed = 0.0
-
-    def feed_until(t: float) -> tuple[list[Flag], list[Flag]]:
-        nonlocal fed
-        mon.window.add_rows("gpu", gpu[(gpu["ts"] > fed) & (gpu["ts"] <= t)].to_dict("records"))
-        mon.window.add_steps([s for s in parsed.steps if fed < s.end_time <= t])
-        mon.window.add_events([e for e in parsed.events
-                               if e.time is not None and fed < e.time <= t])
-        fed = mon.clock = t
-        return mon.detect_once()
-
+    steps after the warm-up, so only the last step completes it, and verl's final validation
+    comes with that step. The live monitor judges the run once more as it stood at its end:
+    the flag is recorded (opened, then closed as run finished), as ``analyze`` finds it; the
+    silence after the end (an exporter that read the end 10 minutes late) opens no stall or
+    hang. Before, the end closed the books first and the store had no flag."""
+    run = Replay("tiny_micro", ExporterOptions(window=1e9))
     try:
-        *before, last = parsed.steps
-        assert all(feed_until(s.end_time + 2.0) == ([], []) for s in before)
-        opened, closed = feed_until(last.end_time + late_s)
+        *before, last = run.parsed.steps
+        assert all(run.until(s.end_time + 2.0) == ([], []) for s in before)
+        opened, closed = run.until(last.end_time + late_s)
     finally:
-        mon.stop()
+        run.close()
     assert [(f.kind, f.severity) for f in opened] == [("low_utilization", "critical")]
     assert [f.kind for f in closed] == ["low_utilization"]
     assert "(run finished: the final validation)" in closed[0].evidence

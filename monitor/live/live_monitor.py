@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from monitor.detect.flag_advice import tell_job_config
 from monitor.live.health_registry import HealthRegistry
+from monitor.live.job_config_watch import JobConfigWatch
 from monitor.live.live_view import ViewContext
 from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import Row
@@ -226,6 +228,8 @@ class LiveMonitor(Recorder):
         self._stopped = False
         self._urgent = 0  # hang_dump events received (the detectors run soon after one)
         self._finished_steps = -1  # steps_added when the run was seen finished
+        #: the job's printed config, for the advice (read from the followed logs' heads)
+        self.job_config = JobConfigWatch(options.log)
         #: the exporter's own numbers: each part registers itself (monitor/live/health_registry.py)
         self.health = HealthRegistry()
         self.health.count_restarts(self.restart_counts)
@@ -466,11 +470,14 @@ class LiveMonitor(Recorder):
         return opened, closed
 
     def _judge(self, steps, gpu_df, host_df, events, now: float) -> list[Flag]:
-        """Every detector over the window's frames at ``now`` (``run_all``)."""
-        return self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
-                             now=now, reference_steps=self.window.first_steps(),
-                             nccl=self.window.nccl(), rollout=self.window.rollout(),
-                             on_error=self._detector_failed)
+        """Every detector over the window's frames at ``now`` (``run_all``), the advice told
+        what the job's printed config has (``tell_job_config``), as ``analyze`` tells it."""
+        flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
+                              now=now, reference_steps=self.window.first_steps(),
+                              nccl=self.window.nccl(), rollout=self.window.rollout(),
+                              on_error=self._detector_failed)
+        tell_job_config(flags, self.job_config.config())
+        return flags
 
     def run_finished(self, steps: Sequence[StepRecord],
                      events: Sequence[Event]) -> tuple[float, str] | None:

@@ -1,0 +1,61 @@
+"""The live monitor reads the job's printed config for its advice (monitor/live/job_config_watch.py),
+as ``analyze`` does: on a real verl recording and on a log that is still being written."""
+
+from __future__ import annotations
+
+import shutil
+
+from live_replay import REAL_VERL, Replay
+
+from exporters.options import ExporterOptions
+from monitor.live.job_config_watch import JobConfigWatch
+
+CONFIG_LINES = [
+    "(TaskRunner pid=7) {'actor_rollout_ref': {'actor': {'fsdp_config': {'param_offload': False,\n",
+    "(TaskRunner pid=7)                                                   'optimizer_offload': True},\n",
+    "(TaskRunner pid=7)                                  'ppo_micro_batch_size_per_gpu': 1}},\n",
+    "(TaskRunner pid=7)  'trainer': {'n_gpus_per_node': 1}}\n",
+]
+
+
+def test_the_config_is_found_once_verl_prints_it_and_then_kept(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("(TaskRunner pid=7) starting\n")
+    t = [0.0]
+    watch = JobConfigWatch([str(log)], retry_s=10.0, clock=lambda: t[0])
+    assert watch.config() is None
+    with log.open("a") as fh:
+        fh.writelines(CONFIG_LINES)
+    t[0] = 5.0
+    assert watch.config() is None  # not looked at again before retry_s
+    t[0] = 10.0
+    got = watch.config()
+    assert got["actor_rollout_ref"]["actor"]["fsdp_config"] == {"param_offload": False,
+                                                                "optimizer_offload": True}
+    assert watch.source == str(log)
+    log.write_text("")  # the file is emptied: what was read stays
+    t[0] = 100.0
+    assert watch.config() == got
+
+
+def test_a_log_without_a_config_leaves_none(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step:1 - timing_s/step:2.0\n")
+    assert JobConfigWatch([str(log), str(tmp_path / "missing.log")], retry_s=0).config() is None
+    assert JobConfigWatch([]).config() is None
+
+
+def test_the_live_advice_names_the_value_this_real_job_has(tmp_path):
+    """Real verl, micro-batches of one (H200): the live flag's first advice says what the job
+    set, as offline analyze does, instead of only telling the user to raise it."""
+    log = tmp_path / "train.log"
+    shutil.copy(REAL_VERL / "tiny_micro" / "train.log", log)
+    run = Replay("tiny_micro", ExporterOptions(log=(str(log),), window=1e9))
+    try:
+        opened = [f for s in run.parsed.steps for f in run.until(s.end_time + 2.0)[0]]
+    finally:
+        run.close()
+    (flag,) = opened
+    assert flag.kind == "low_utilization"
+    assert flag.advice[0].startswith("ppo_micro_batch_size_per_gpu is 1 in this job "
+                                     "(actor_rollout_ref.actor)"), flag.advice[0]
