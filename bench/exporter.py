@@ -107,6 +107,7 @@ def start_exporter(args: list[str], env: dict | None = None) -> tuple[subprocess
 
 
 def stop_exporter(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if the exporter has not exited 30 s later."""
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=30)

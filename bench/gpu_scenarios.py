@@ -40,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.exporter import stop_exporter  # noqa: E402
 from bench.gpu_workload.faults import SCENARIOS, Scenario  # noqa: E402
 
 #: Severities that count as raising the alarm.
@@ -121,11 +122,7 @@ def run_one(scn: Scenario, ngpu: int, args: argparse.Namespace, port: int) -> di
             out.write(b"[gpu_scenarios] job killed after its timeout\n")
     t_end = time.time()
     time.sleep(4.0)  # one more detector pass on the last steps (--detect-interval 2)
-    exporter.send_signal(signal.SIGTERM)
-    try:
-        exporter.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        exporter.kill()
+    stop_exporter(exporter)
     exp_log.close()
     export = run / "export"
     subprocess.run(_monitor("export", str(store), "--out", str(export)), env=_env(),

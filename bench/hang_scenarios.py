@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -33,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.exporter import stop_exporter  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -136,11 +138,7 @@ def run_case(case: Case, args: argparse.Namespace, port: int) -> dict:
         if p.poll() is None:
             p.kill()
         p.wait()
-    exporter.send_signal(signal.SIGTERM)
-    try:
-        exporter.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        exporter.kill()
+    stop_exporter(exporter)
     exp_log.close()
     subprocess.run([sys.executable, "-m", "monitor", "export", str(run / "store.db"), "--out",
                     str(run / "export")], env=env, capture_output=True, timeout=120, check=False)
