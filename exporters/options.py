@@ -1,7 +1,9 @@
 """The exporter's options: one frozen dataclass, built once from the command line.
 
-``verl-monitor exporter`` parses its flags with argparse (cli/commands/exporter.py) and
-turns the namespace into :class:`ExporterOptions` once, with :meth:`ExporterOptions.from_namespace`;
+``verl-monitor exporter`` parses its flags with argparse: its own (cli/commands/exporter.py)
+and each collector's, declared beside the collector (``add_flags`` passed to
+``exporters.registry.register``; the flight recorder's in monitor/live/hang_dumps.py). It turns
+the namespace into :class:`ExporterOptions` once, with :meth:`ExporterOptions.from_namespace`;
 everything after that (the exporter, the monitor side, each collector, the GPU backends) reads
 typed fields, never the namespace.
 """
@@ -28,34 +30,42 @@ DEFAULT_MAX_CONNECTIONS = 256
 class ExporterOptions(LiveOptions):
     """Every ``verl-monitor exporter`` setting (see ``verl-monitor exporter --help``): the live
     monitor's own (``LiveOptions``: window, detectors, store, Slack, wandb, the views) and the
-    exporter's (listen address, sources, GPU backends, web).
+    exporter's (listen address, web, node) and its collectors' (each field is the flag of the
+    same name, declared by the collector that reads it).
 
     ``collectors`` holds the explicit ``--collector.NAME`` / ``--no-collector.NAME`` choices;
     a collector not named there runs when it is on by default.
     """
 
+    # the exporter's own (cli/commands/exporter.py)
     listen_address: str = DEFAULT_LISTEN
-    log_from_end: bool = False
-    log_timezone: str | None = None
-    nccl_dir: str | None = None
-    nccl_window: float = 30.0
+    web_config_file: str | None = None
+    web_max_connections: int = DEFAULT_MAX_CONNECTIONS
+    node: str | None = None
+    verbose: bool = False
+    collectors: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
+    # each collector's, declared beside it (``add_flags`` in exporters/collectors/NAME.py):
+    # gpu, and the backends it builds (exporters/gpu/)
     gpu_backend: str | None = None
-    gpu_energy_interval: float = 10.0
     scenario: str | None = None
     sim_gpus: int | None = None
     seed: int | None = None
     sim_speed: float = 1.0
-    node: str | None = None
-    train_pid: int | None = None
-    web_config_file: str | None = None
-    web_max_connections: int = DEFAULT_MAX_CONNECTIONS
+    gpu_energy_interval: float = 10.0
     dcgm_compat: bool = False
-    verbose: bool = False
+    # host
+    train_pid: int | None = None
+    # verl_log (its ``--log`` is the monitor's too: ``LiveOptions.log``)
+    log_from_end: bool = False
+    log_timezone: str | None = None
+    # nccl
+    nccl_dir: str | None = None
+    nccl_window: float = 30.0
+    # rollout_engine
     rollout_server: tuple[str, ...] = ()
     rollout_discovery_file: str | None = None
     rollout_interval: float = 5.0
     rollout_timeout: float = 2.0
-    collectors: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> ExporterOptions:

@@ -1,12 +1,20 @@
 """Collector registration, node_exporter style: one collector per file, each registers itself.
 
-A collector module does::
+A collector module declares its own command-line flags beside it (as node_exporter's
+collectors declare their kingpin flags at the top of their file) and registers itself::
 
-    @register("host", default=True, help="CPU, iowait, disk, network, memory (psutil)")
+    def add_flags(group: FlagGroup) -> None:
+        group.add_argument("--train-pid", type=int, metavar="PID", help="...")
+
+    @register("host", default=True, help="CPU, iowait, disk, network, memory (psutil)",
+              flags=add_flags)
     class HostCollector(BaseCollector):
         ...
 
-and gets ``--collector.host`` / ``--no-collector.host`` flags for free. On each scrape the
+It gets ``--collector.host`` / ``--no-collector.host`` flags for free, and its own flags in a
+``host collector`` group of ``verl-monitor exporter --help`` (cli/commands/exporter.py builds
+the parser from this registry); their values reach it typed, as fields of the one
+``ExporterOptions`` (exporters/options.py) in ``ctx.options``. On each scrape the
 server calls ``collect()`` on every enabled collector; the collector builds fresh metric
 families from its latest snapshot (sampling happens in its own background thread, never in
 the scrape), and the server times each call for ``verlmon_collector_duration_seconds``.
@@ -20,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from exporters.options import ExporterOptions
-from monitor.live import VIEWS, HealthRegistry, LiveView, NullSink, Sink
+from monitor.live import VIEWS, AddFlags, HealthRegistry, LiveView, NullSink, Sink
 
 if TYPE_CHECKING:
     from exporters.gpu.backend import GpuBackend
@@ -69,7 +77,8 @@ class BaseCollector(LiveView):
 
 @dataclass
 class CollectorSpec:
-    """A registered collector: its factory, whether it is on by default, and its help text."""
+    """A registered collector: its factory, whether it is on by default, its help text, and
+    the command-line flags it declares (``flags``: adds them to the group it is given)."""
 
     name: str
     factory: Callable[[ExporterContext], BaseCollector]
@@ -77,17 +86,21 @@ class CollectorSpec:
     help: str
     #: a derived view of the live monitor: built from ``LiveMonitor.view_context()``
     view: bool = False
+    flags: AddFlags | None = None
 
 
 REGISTRY: dict[str, CollectorSpec] = {}
 
 
-def register(name: str, *, default: bool = True, help: str = ""):  # noqa: A002
-    """Class decorator that registers a collector under ``name``."""
+def register(name: str, *, default: bool = True, help: str = "",  # noqa: A002
+             flags: AddFlags | None = None):
+    """Class decorator that registers a collector under ``name``, with the flags it declares
+    (``flags(group)`` adds them to its own group of the exporter's command line)."""
 
     def deco(cls):
         cls.name = name
-        REGISTRY[name] = CollectorSpec(name=name, factory=cls, default=default, help=help)
+        REGISTRY[name] = CollectorSpec(name=name, factory=cls, default=default, help=help,
+                                       flags=flags)
         return cls
 
     return deco
@@ -108,7 +121,8 @@ def _register_views() -> None:
     it from the live monitor's ``view_context()``, not from the collectors' context."""
     for view in VIEWS:
         REGISTRY[view.name] = CollectorSpec(name=view.name, factory=view.factory,
-                                            default=view.default, help=view.help, view=True)
+                                            default=view.default, help=view.help, view=True,
+                                            flags=view.flags)
 
 
 _register_views()

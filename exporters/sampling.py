@@ -21,6 +21,31 @@ from exporters.registry import BaseCollector, ExporterContext
 log = logging.getLogger("verl_monitor.exporter")
 
 
+class ProblemLog:
+    """A source's problem, logged once in words (again only when the words change), and its
+    end logged once: ``who: down`` as a warning (``down`` holds ``{}`` for the words), then
+    ``who: up``. Sampling collectors keep one; the rollout collector one per server."""
+
+    def __init__(self, who: str, down: str, up: str) -> None:
+        self.who = who
+        self.down = down
+        self.up = up
+        #: the words last logged, None while the source works
+        self.words: str | None = None
+
+    def failed(self, words: str) -> None:
+        """The source fails with ``words``: logged when they are new."""
+        if words != self.words:
+            log.warning("%s: %s", self.who, self.down.format(words))
+            self.words = words
+
+    def recovered(self) -> None:
+        """The source works: logged once when it failed before."""
+        if self.words is not None:
+            log.info("%s: %s", self.who, self.up)
+            self.words = None
+
+
 class SampledCollector(BaseCollector):
     """Base for collectors that sample on their own thread at the exporter's interval."""
 
@@ -30,7 +55,8 @@ class SampledCollector(BaseCollector):
         self.samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._logged_error: str | None = None
+        self._problem = ProblemLog(f"collector {self.name}", "sampling failed: {}",
+                                   "sampling works again")
 
     def sample(self) -> None:
         """Read the source once and publish a new snapshot (override)."""
@@ -43,14 +69,10 @@ class SampledCollector(BaseCollector):
             message = f"{exc.__class__.__name__}: {exc}"
             self.errors += 1
             self.last_error = message
-            if message != self._logged_error:
-                log.warning("collector %s: sampling failed: %s", self.name, message)
-                self._logged_error = message
+            self._problem.failed(message)
             return False
-        if self.last_error is not None:
-            log.info("collector %s: sampling works again", self.name)
+        self._problem.recovered()
         self.last_error = None
-        self._logged_error = None
         self.samples += 1
         return True
 

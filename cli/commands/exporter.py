@@ -6,6 +6,9 @@ run store, and serves everything at ``/metrics``. Stops cleanly on SIGINT and SI
 and on SIGHUP (exit 129, 128 + SIGHUP, so that ``Restart=on-failure`` restarts it: a hangup is
 not a requested stop); each flushes and closes the store first. Its soft open-files limit is
 raised to the hard limit (at most 65,536) at start, as Go exporters do.
+
+Its parser holds the command's own flags (the server, the live monitor) and, in a ``--help``
+group per collector, the flags each collector declares beside it (``exporters.registry``).
 """
 
 from __future__ import annotations
@@ -21,31 +24,30 @@ import sys
 
 from cli.errors import CommandError, exits, fail_if
 from exporters.options import DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, ExporterOptions
-from monitor.logs.timestamps import log_timezone_arg
+from exporters.registry import CollectorSpec
 
 #: Exit status after SIGHUP (128 + 1, as a shell reports it): a failure to systemd, so
 #: ``Restart=on-failure`` restarts the exporter instead of leaving the node unmonitored.
 HANGUP_EXIT = 128 + signal.SIGHUP
 
 
-def _collector_specs() -> list[tuple[str, str, bool]]:
-    """(name, help, default) of every collector; a module that fails to import is still listed."""
+def _collector_specs() -> list[CollectorSpec]:
+    """Every registered collector, sources first; a module that fails to import is still
+    listed (its flags then are not: the exporter reports the failure when it starts)."""
     from exporters import registry
 
-    out = []
+    out: list[CollectorSpec] = []
     for mod in registry.COLLECTOR_MODULES:
         try:
             importlib.import_module(f"exporters.collectors.{mod}")
         except Exception as exc:  # noqa: BLE001 - reported when the exporter starts
-            out.append((mod, f"(cannot be imported: {exc})", True))
+            out.append(registry.CollectorSpec(mod, registry.BaseCollector, True,
+                                              f"(cannot be imported: {exc})"))
             continue
-        spec = registry.REGISTRY.get(mod)
-        if spec is not None:
-            out.append((spec.name, spec.help, spec.default))
-    for name, spec in registry.REGISTRY.items():  # collectors registered under other names
-        if name not in {n for n, _, _ in out}:
-            out.append((spec.name, spec.help, spec.default))
-    return out
+        if mod in registry.REGISTRY:
+            out.append(registry.REGISTRY[mod])
+    listed = {spec.name for spec in out}
+    return out + [spec for name, spec in registry.REGISTRY.items() if name not in listed]
 
 
 def _positive_int(text: str) -> int:
@@ -59,155 +61,88 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_inputs(p: argparse.ArgumentParser) -> None:
-    """Where /metrics is served and what is read: the interval, the logs, NCCL dumps, the store."""
-    p.add_argument("--listen-address", default=DEFAULT_LISTEN, metavar="HOST:PORT",
-                   help="address to serve /metrics on; port 0 picks a free one "
-                   f"(default {DEFAULT_LISTEN}: outside the crowded 9100-9999 range)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
-                   help="sampling interval of every collector, at least 0.1 (default 1)")
-    p.add_argument("--log", action="append", default=[], metavar="PATH",
-                   help="verl log to follow: console output or file-logger JSONL; repeat for "
-                   "several. A log that does not exist yet is waited for")
-    p.add_argument("--log-from-end", action="store_true",
-                   help="skip what the logs already hold and read only new lines")
-    p.add_argument("--log-timezone", type=log_timezone_arg, metavar="ZONE",
-                   help="time zone of log timestamps without an offset (Python logging's "
-                   "default %%(asctime)s): local (the host's, the default), UTC, +05:30 or a "
-                   "name such as America/New_York")
-    p.add_argument("--nccl-dir", metavar="DIR",
-                   help="NCCL Inspector dump directory (NCCL_INSPECTOR_DUMP_DIR) to follow")
-    p.add_argument("--nccl-window", type=float, default=30.0, metavar="SECONDS",
-                   help="trailing window of the NCCL communication share (default 30)")
-    p.add_argument("--store", metavar="PATH",
-                   help="run store (SQLite) to record samples, steps, events and flags in; "
-                   "created when missing")
-
-
-def _add_gpus_and_node(p: argparse.ArgumentParser) -> None:
-    """The GPU source (or the simulator) and who this node and its trainer are."""
-    p.add_argument("--gpu-backend", choices=("nvml", "sim"),
-                   help="GPU source: nvml (the driver; the default) or sim (simulated GPUs "
-                   "following --scenario)")
-    p.add_argument("--scenario", metavar="NAME",
-                   help="simulated run for --gpu-backend sim (e.g. healthy)")
-    p.add_argument("--sim-gpus", type=int, metavar="N",
-                   help="number of simulated GPUs on this node (sim backend)")
-    p.add_argument("--seed", type=int, metavar="N", help="random seed of the simulator")
-    p.add_argument("--sim-log", metavar="PATH",
-                   help="with --gpu-backend sim and --scenario: also write the scenario's verl "
-                   "log to PATH as it runs, and follow it (one process stands in for a job)")
-    p.add_argument("--sim-speed", type=float, default=1.0, metavar="X",
-                   help="simulated seconds per wall second for --sim-log (default 1)")
-    p.add_argument("--phase-source", metavar="URL",
-                   help="the driver's exporter /metrics (e.g. http://node0:9048/metrics): on a "
-                   "node without the verl log, its last step's phases label this node's GPU "
-                   "samples (verlmon_phase_gpu_* counters); http://USER:PASS@HOST... is sent "
-                   "as basic authentication and shown nowhere")
-    p.add_argument("--node", metavar="NAME",
-                   help="node name for verlmon_node_info and the store (default: the hostname)")
-    p.add_argument("--train-pid", type=int, metavar="PID",
-                   help="the verl trainer's process id (default: found by its command line)")
-
-
-def _add_web(p: argparse.ArgumentParser) -> None:
-    """TLS, basic auth and connections of the web server; dcgm-exporter names."""
-    p.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
-                   help="web config (Prometheus exporter-toolkit format): tls_server_config "
-                   "{cert_file, key_file}, basic_auth_users {user: bcrypt hash}")
-    p.add_argument("--web.max-connections", dest="web_max_connections", type=_positive_int,
-                   default=DEFAULT_MAX_CONNECTIONS, metavar="N",
-                   help=f"HTTP connections served at once (default {DEFAULT_MAX_CONNECTIONS}; "
-                   "lowered to a third of the open-files limit); past it the connection that has "
-                   "waited longest for a request makes room, or the new one is closed")
-    p.add_argument("--dcgm-compat", action="store_true",
-                   help="also write dcgm-exporter names (DCGM_FI_*) for existing dashboards")
+def _add_server(p: argparse.ArgumentParser) -> None:
+    """Where /metrics is served and how (TLS, auth, connections), the pace, node and store."""
+    add = p.add_argument
+    add("--listen-address", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+        help=f"address to serve /metrics on; port 0 picks a free one (default {DEFAULT_LISTEN}: "
+        "outside the crowded 9100-9999 range)")
+    add("--web.config.file", dest="web_config_file", metavar="FILE",
+        help="web config (Prometheus exporter-toolkit format): tls_server_config {cert_file, "
+        "key_file}, basic_auth_users {user: bcrypt hash}")
+    add("--web.max-connections", dest="web_max_connections", type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+        help=f"HTTP connections served at once (default {DEFAULT_MAX_CONNECTIONS}; lowered to a "
+        "third of the open-files limit); past it the connection that has waited longest for a "
+        "request makes room, or the new one is closed")
+    add("--interval", type=float, default=1.0, metavar="SECONDS",
+        help="sampling interval of every collector, at least 0.1 (default 1)")
+    add("--node", metavar="NAME",
+        help="node name for verlmon_node_info and the store (default: the hostname)")
+    add("--store", metavar="PATH",
+        help="run store (SQLite) to record samples, steps, events and flags in; created when "
+        "missing")
 
 
 def _add_monitor(p: argparse.ArgumentParser) -> None:
-    """The live monitor: thresholds, detector runs, window, Slack and wandb."""
-    p.add_argument("--config", metavar="FILE",
-                   help="detector thresholds (YAML) overriding the defaults")
-    p.add_argument("--detect-interval", type=float, metavar="SECONDS",
-                   help="seconds between detector runs on the window (default 30, at least 1; "
-                   "a run costs a few hundred ms of CPU on a full window). A new step in the "
-                   "log also triggers a run, at most one a second")
-    p.add_argument("--window", type=float, default=1800.0, metavar="SECONDS",
-                   help="how much recent history the detectors see (default 1800)")
-    p.add_argument("--slack-webhook-file", metavar="FILE",
-                   help="file holding a Slack incoming-webhook URL: flags opened and resolved "
-                   "are posted there (with --store, messages not yet delivered survive a "
-                   "restart in the store's outbox)")
-    p.add_argument("--slack-digest-hours", metavar="HOURS", type=float, default=0.0,
-                   help="with --slack-webhook-file: every HOURS post where the GPU time went "
-                   "over that period (goodput and the top causes of loss; default 0: off)")
-    p.add_argument("--wandb", metavar="PROJECT[/RUN_ID]",
-                   help="also log the monitor's derived series (per-phase GPU activity, comm "
-                   "share, flags) to this wandb run, resumed by id or created in PROJECT, and "
-                   "raise run.alert for warning and critical flags; without network or API key "
-                   "it falls back to offline files and never blocks the exporter")
+    """The live monitor: thresholds, detector runs, window, the driver's phases, Slack, wandb."""
+    add = p.add_argument
+    add("--config", metavar="FILE", help="detector thresholds (YAML) overriding the defaults")
+    add("--detect-interval", type=float, metavar="SECONDS",
+        help="seconds between detector runs on the window (default 30, at least 1; a run costs "
+        "a few hundred ms of CPU on a full window). A new step in the log also triggers a run, "
+        "at most one a second")
+    add("--window", type=float, default=1800.0, metavar="SECONDS",
+        help="how much recent history the detectors see (default 1800)")
+    add("--phase-source", metavar="URL",
+        help="the driver's exporter /metrics (e.g. http://node0:9048/metrics): on a node "
+        "without the verl log, its last step's phases label this node's GPU samples "
+        "(verlmon_phase_gpu_* counters); http://USER:PASS@HOST... is sent as basic "
+        "authentication and shown nowhere")
+    add("--slack-webhook-file", metavar="FILE",
+        help="file holding a Slack incoming-webhook URL: flags opened and resolved are posted "
+        "there (with --store, messages not yet delivered survive a restart in the store's "
+        "outbox)")
+    add("--slack-digest-hours", metavar="HOURS", type=float, default=0.0,
+        help="with --slack-webhook-file: every HOURS post where the GPU time went over that "
+        "period (goodput and the top causes of loss; default 0: off)")
+    add("--wandb", metavar="PROJECT[/RUN_ID]",
+        help="also log the monitor's derived series (per-phase GPU activity, comm share, "
+        "flags) to this wandb run, resumed by id or created in PROJECT, and raise run.alert "
+        "for warning and critical flags; without network or API key it falls back to offline "
+        "files and never blocks the exporter")
 
 
-def _add_rollout(p: argparse.ArgumentParser) -> None:
-    """The vLLM/SGLang rollout servers to scrape."""
-    p.add_argument("--rollout-server", action="append", default=[], metavar="URL",
-                   help="a vLLM or SGLang rollout server to scrape (http://HOST:PORT or "
-                   "HOST:PORT; /metrics is added; USER:PASS@ is sent as basic authentication "
-                   "and shown nowhere, labels say HOST:PORT); repeat for several")
-    p.add_argument("--rollout-discovery-file", metavar="PATH",
-                   help="the Prometheus config verl writes with "
-                   "actor_rollout_ref.rollout.prometheus.enable=True (its "
-                   "prometheus.file, default /tmp/ray/session_latest/metrics/prometheus/"
-                   "prometheus.yml): scrape the servers of its 'rollout' job, re-read when it "
-                   "changes")
-    p.add_argument("--rollout-interval", type=float, default=5.0, metavar="SECONDS",
-                   help="seconds between scrapes of the rollout servers (default 5)")
-    p.add_argument("--rollout-timeout", type=float, default=2.0, metavar="SECONDS",
-                   help="overall deadline of one scrape of all rollout servers (default 2)")
-
-
-def _add_hang(p: argparse.ArgumentParser) -> None:
-    """Hang evidence (Flight Recorder, py-spy) and verbosity."""
-    p.add_argument("--fr-dir", metavar="DIR", default=None,
-                   help="where the job's ranks keep their debug-info FIFOs "
-                        "(TORCH_NCCL_DEBUG_INFO_PIPE_FILE=DIR/pipe_): when the job hangs, each "
-                        "local rank is asked for its Flight Recorder once and the rank holding "
-                        "the others is named (docs/hangs.md)")
-    p.add_argument("--fr-pipe-prefix", default="pipe_", metavar="PREFIX",
-                   help="file-name prefix of the FIFOs in --fr-dir (default pipe_)")
-    p.add_argument("--fr-dump-prefix", default="fr_", metavar="PREFIX",
-                   help="TORCH_FR_DUMP_TEMP_FILE's prefix: a name in --fr-dir, or a path "
-                        "(default fr_)")
-    p.add_argument("--hang-pyspy", action="store_true", default=None,
-                   help="when the log falls silent, take py-spy stacks of the job's processes "
-                        "on this node (driver and workers) and say where each is (default: on "
-                        "where py-spy is installed; needs ptrace rights)")
-    p.add_argument("--no-hang-pyspy", dest="hang_pyspy", action="store_false", default=None,
-                   help="take no py-spy stacks (docs/hangs.md)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log more (debug level)")
-
-
-def _add_collectors(p: argparse.ArgumentParser) -> None:
+def _add_collectors(p: argparse.ArgumentParser, specs: list[CollectorSpec]) -> None:
     """``--collector.NAME`` / ``--no-collector.NAME`` for every registered collector."""
     group = p.add_argument_group("collectors", "turn each collector on or off")
-    for name, help_text, default in _collector_specs():
-        state = "on" if default else "off"
-        group.add_argument(f"--collector.{name}", dest=f"collector_{name}",
+    for spec in specs:
+        state = "on" if spec.default else "off"
+        group.add_argument(f"--collector.{spec.name}", dest=f"collector_{spec.name}",
                            action="store_true", default=None,
-                           help=f"enable {name}: {help_text} (default {state})")
-        group.add_argument(f"--no-collector.{name}", dest=f"collector_{name}",
-                           action="store_false", default=None, help=f"disable {name}")
+                           help=f"enable {spec.name}: {spec.help} (default {state})")
+        group.add_argument(f"--no-collector.{spec.name}", dest=f"collector_{spec.name}",
+                           action="store_false", default=None, help=f"disable {spec.name}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the exporter's options to ``parser`` (shared by the CLI, the tests and the bench)."""
-    _add_inputs(parser)
-    _add_gpus_and_node(parser)
-    _add_web(parser)
+    """Add the exporter's options to ``parser`` (shared by the CLI, the tests and the bench):
+    its own (the server, the live monitor), then each collector's, in a group titled by the
+    collector (``gpu collector``), as the collector declares them (``flags=`` of
+    ``exporters.registry.register``, ``monitor.live.ViewSpec``), then the on/off pairs."""
+    _add_server(parser)
     _add_monitor(parser)
-    _add_rollout(parser)
-    _add_hang(parser)
-    _add_collectors(parser)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more (debug level)")
+    specs = _collector_specs()
+    for spec in specs:
+        if spec.flags is not None:
+            spec.flags(parser.add_argument_group(collector_group_title(spec.name)))
+    _add_collectors(parser, specs)
+
+
+def collector_group_title(name: str) -> str:
+    """The ``--help`` group that holds collector ``name``'s own flags."""
+    return f"{name} collector"
 
 
 def input_problem(options: ExporterOptions) -> str | None:

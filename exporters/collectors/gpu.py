@@ -29,6 +29,7 @@ from exporters.gpu.processes import ProcessWatch
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector
 from monitor import metric_names as mn
+from monitor.live import FlagGroup
 
 #: (metric name, help, GpuReading attribute) for the plain per-GPU gauges.
 GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -83,11 +84,31 @@ def reading_to_row(r: GpuReading, node: str) -> dict[str, Any]:
     }
 
 
+def add_flags(group: FlagGroup) -> None:
+    """The gpu collector's flags: the GPU source, the simulator behind ``sim``, DCGM names."""
+    add = group.add_argument
+    add("--gpu-backend", choices=("nvml", "sim"),
+        help="GPU source: nvml (the driver; the default) or sim (simulated GPUs following "
+        "--scenario)")
+    add("--scenario", metavar="NAME", help="simulated run for --gpu-backend sim (e.g. healthy)")
+    add("--sim-gpus", type=int, metavar="N",
+        help="number of simulated GPUs on this node (sim backend)")
+    add("--seed", type=int, metavar="N", help="random seed of the simulator")
+    add("--sim-log", metavar="PATH",
+        help="with --gpu-backend sim and --scenario: also write the scenario's verl log to "
+        "PATH as it runs, and follow it (one process stands in for a job)")
+    add("--sim-speed", type=float, default=1.0, metavar="X",
+        help="simulated seconds per wall second for --sim-log (default 1)")
+    add("--dcgm-compat", action="store_true",
+        help="also write dcgm-exporter names (DCGM_FI_*) for existing dashboards")
+
+
 @register(
     "gpu",
     default=True,
     help="GPU utilization, SM/tensor/DRAM activity (GPM), memory, power, clocks, XID "
     "(NVML, or simulated with --gpu-backend sim)",
+    flags=add_flags,
 )
 class GpuCollector(SampledCollector):
     """Samples GPUs in a background thread; ``collect()`` renders the latest snapshot.

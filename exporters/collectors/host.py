@@ -21,6 +21,7 @@ from prometheus_client.metrics_core import Metric
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector
 from monitor import metric_names as m
+from monitor.live import FlagGroup
 
 #: Substrings of a command line that mark verl's trainer process.
 TRAINER_MARKERS: tuple[str, ...] = ("main_ppo", "verl.trainer", "TaskRunner", "main_task")
@@ -106,8 +107,15 @@ def _cpu_busy(prev, cur) -> tuple[float, float] | None:
     return busy, min(1.0, max(0.0, iowait / total))
 
 
-@register("host", default=True, help="host CPU (busiest core, mean, iowait), disk and network "
-          "bytes, memory, and the training process tree's CPU and RSS (psutil)")
+def add_flags(group: FlagGroup) -> None:
+    """The host collector's flag: which process is the trainer."""
+    group.add_argument("--train-pid", type=int, metavar="PID",
+                       help="the verl trainer's process id (default: found by its command line)")
+
+
+@register("host", default=True, flags=add_flags,
+          help="host CPU (busiest core, mean, iowait), disk and network bytes, memory, and the "
+          "training process tree's CPU and RSS (psutil)")
 class HostCollector(SampledCollector):
     """Samples psutil every interval; exports the latest snapshot."""
 

@@ -27,6 +27,7 @@ from exporters.nccl_inspector import MAX_LINE_BYTES, NcclRecord, parse_line
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector
 from monitor import metric_names as m
+from monitor.live import FlagGroup
 from monitor.logs.follow import LogPosition
 
 #: Most bytes read from one file in one sample (the rest waits for the next sample).
@@ -74,9 +75,18 @@ class NcclSnapshot:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
+def add_flags(group: FlagGroup) -> None:
+    """The nccl collector's flags: the dump directory and the share's window."""
+    add = group.add_argument
+    add("--nccl-dir", metavar="DIR",
+        help="NCCL Inspector dump directory (NCCL_INSPECTOR_DUMP_DIR) to follow")
+    add("--nccl-window", type=float, default=DEFAULT_WINDOW_S, metavar="SECONDS",
+        help=f"trailing window of the NCCL communication share (default {DEFAULT_WINDOW_S:g})")
+
+
 @register("nccl", default=True, help="NCCL Inspector dumps (--nccl-dir): collective counts, "
           "bytes, execution seconds and bus bandwidth per rank, communication share of wall "
-          "time")
+          "time", flags=add_flags)
 class NcclCollector(SampledCollector):
     """Reads new Inspector lines every interval; never fails on a bad line.
 

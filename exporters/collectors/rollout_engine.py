@@ -46,8 +46,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.registry import ExporterContext, register
-from exporters.sampling import SampledCollector
+from exporters.sampling import ProblemLog, SampledCollector
 from monitor import metric_names as m
+from monitor.live import FlagGroup
 from monitor.urls import UrlError, redact, split_url
 
 log = logging.getLogger("verl_monitor.exporter")
@@ -65,31 +66,26 @@ VERL_ROLLOUT_JOB = "rollout"
 #: Scrape error reasons (``verlmon_rollout_scrape_errors_total``).
 REASONS = ("timeout", "connect", "http", "garbage")
 
-# sample name -> (field, how): "max" over engine cores / ranks, or "sum"
-_VLLM: dict[str, tuple[str, str]] = {
-    "vllm:kv_cache_usage_perc": ("kv_cache_usage", "max"),
-    "vllm:gpu_cache_usage_perc": ("kv_cache_usage_legacy", "max"),
-    "vllm:num_requests_running": ("running", "sum"),
-    "vllm:num_requests_waiting": ("waiting", "sum"),
-    "vllm:num_preemptions_total": ("preemptions_total", "sum"),
-    "vllm:generation_tokens_total": ("generation_tokens_total", "sum"),
-    "vllm:request_queue_time_seconds_sum": ("queue_time_sum", "sum"),
-    "vllm:request_queue_time_seconds_count": ("queue_time_count", "sum"),
-    "vllm:e2e_request_latency_seconds_sum": ("e2e_latency_sum", "sum"),
-    "vllm:e2e_request_latency_seconds_count": ("e2e_latency_count", "sum"),
+#: field -> (how, vLLM's sample, SGLang's sample), each without its ``vllm:`` / ``sglang:``
+#: prefix (None: the engine has no such series); how: "max" over engine cores / ranks, or "sum"
+_SERIES: dict[str, tuple[str, str | None, str | None]] = {
+    "kv_cache_usage": ("max", "kv_cache_usage_perc", "token_usage"),
+    "kv_cache_usage_legacy": ("max", "gpu_cache_usage_perc", None),
+    "running": ("sum", "num_requests_running", "num_running_reqs"),
+    "waiting": ("sum", "num_requests_waiting", "num_queue_reqs"),
+    "paused": ("sum", None, "num_paused_reqs"),
+    "preemptions_total": ("sum", "num_preemptions_total", "num_retracted_requests_total"),
+    "generation_tokens_total": ("sum", "generation_tokens_total", "generation_tokens_total"),
+    "queue_time_sum": ("sum", "request_queue_time_seconds_sum", "queue_time_seconds_sum"),
+    "queue_time_count": ("sum", "request_queue_time_seconds_count", "queue_time_seconds_count"),
+    "e2e_latency_sum": ("sum", "e2e_request_latency_seconds_sum",
+                        "e2e_request_latency_seconds_sum"),
+    "e2e_latency_count": ("sum", "e2e_request_latency_seconds_count",
+                          "e2e_request_latency_seconds_count"),
 }
-_SGLANG: dict[str, tuple[str, str]] = {
-    "sglang:token_usage": ("kv_cache_usage", "max"),
-    "sglang:num_running_reqs": ("running", "sum"),
-    "sglang:num_queue_reqs": ("waiting", "sum"),
-    "sglang:num_paused_reqs": ("paused", "sum"),
-    "sglang:num_retracted_requests_total": ("preemptions_total", "sum"),
-    "sglang:generation_tokens_total": ("generation_tokens_total", "sum"),
-    "sglang:queue_time_seconds_sum": ("queue_time_sum", "sum"),
-    "sglang:queue_time_seconds_count": ("queue_time_count", "sum"),
-    "sglang:e2e_request_latency_seconds_sum": ("e2e_latency_sum", "sum"),
-    "sglang:e2e_request_latency_seconds_count": ("e2e_latency_count", "sum"),
-}
+# sample name -> (field, how)
+_VLLM = {f"vllm:{v}": (key, how) for key, (how, v, _) in _SERIES.items() if v is not None}
+_SGLANG = {f"sglang:{sg}": (key, how) for key, (how, _, sg) in _SERIES.items() if sg is not None}
 #: The same series as some SGLang releases, its router and OpenTelemetry relays spell them:
 #: ``sglang_num_running_reqs`` for ``sglang:num_running_reqs``.
 _SGLANG.update({"sglang_" + name.removeprefix("sglang:"): how for name, how in _SGLANG.items()})
@@ -245,7 +241,6 @@ class _Server:
     reading: EngineReading | None = None
     duration: float = math.nan
     errors: dict[str, int] = field(default_factory=dict)
-    last_problem: str | None = None
     prev_queue: tuple[float, float] | None = None
     prev_e2e: tuple[float, float] | None = None
     #: a fetch of this server is under way (a slow one may outlive its round)
@@ -258,6 +253,11 @@ class _Server:
     cut: bool = False
     #: last round's outcome, for the order of the next one: answered, and how fast
     rank: tuple[int, float] = (1, 0.0)
+    #: why it is down, logged once (and its coming back)
+    problem: ProblemLog = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.problem = ProblemLog(f"rollout server {self.label}", "down ({})", "answers again")
 
     def drop_connection(self) -> None:
         """Close the kept-alive connection (the next scrape opens a new one)."""
@@ -347,9 +347,27 @@ def _mean_since(prev: tuple[float, float] | None, total: float, count: float) ->
     return d_sum / d_count
 
 
+def add_flags(group: FlagGroup) -> None:
+    """The rollout_engine collector's flags: the servers (given or discovered) and the pace."""
+    add = group.add_argument
+    add("--rollout-server", action="append", default=[], metavar="URL",
+        help="a vLLM or SGLang rollout server to scrape (http://HOST:PORT or HOST:PORT; "
+        "/metrics is added; USER:PASS@ is sent as basic authentication and shown nowhere, "
+        "labels say HOST:PORT); repeat for several")
+    add("--rollout-discovery-file", metavar="PATH",
+        help="the Prometheus config verl writes with "
+        "actor_rollout_ref.rollout.prometheus.enable=True (its prometheus.file, default "
+        "/tmp/ray/session_latest/metrics/prometheus/prometheus.yml): scrape the servers of "
+        "its 'rollout' job, re-read when it changes")
+    add("--rollout-interval", type=float, default=5.0, metavar="SECONDS",
+        help="seconds between scrapes of the rollout servers (default 5)")
+    add("--rollout-timeout", type=float, default=2.0, metavar="SECONDS",
+        help="overall deadline of one scrape of all rollout servers (default 2)")
+
+
 @register("rollout_engine", default=True, help="vLLM / SGLang rollout servers "
           "(--rollout-server, --rollout-discovery-file): KV cache, requests, preemptions, "
-          "tokens, queue time, sleep state")
+          "tokens, queue time, sleep state", flags=add_flags)
 class RolloutEngineCollector(SampledCollector):
     """Scrapes every target each ``--rollout-interval`` on its own thread; see the module
     docstring. Does nothing (and costs nothing) without targets."""
@@ -538,13 +556,9 @@ class RolloutEngineCollector(SampledCollector):
             server.errors[outcome.reason] = server.errors.get(outcome.reason, 0) + 1
             server.up = False
             problem = f"{outcome.reason}: {' '.join(str(outcome).split())[:200]}"  # one line
-            if problem != server.last_problem:
-                log.warning("rollout server %s: down (%s)", server.label, problem)
-                server.last_problem = problem
+            server.problem.failed(problem)
             return None
-        if server.last_problem is not None:
-            log.info("rollout server %s: answers again", server.label)
-            server.last_problem = None
+        server.problem.recovered()
         server.up = True
         server.reading = outcome
         queue = (outcome.get("queue_time_sum"), outcome.get("queue_time_count"))

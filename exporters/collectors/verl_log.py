@@ -37,11 +37,12 @@ from prometheus_client.metrics_core import Metric
 from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector, log
 from monitor import metric_names as m
+from monitor.live import FlagGroup, labelled_counter
 from monitor.logs.arrivals import read_arrivals
 from monitor.logs.canonical_records import LogParser
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.logs.gaps import DataWaitTracker
-from monitor.logs.timestamps import FUTURE_SLACK_S, set_log_timezone
+from monitor.logs.timestamps import FUTURE_SLACK_S, log_timezone_arg, set_log_timezone
 from monitor.records import ALL_PHASES, Event, StepRecord
 
 #: A line read live but dated more than this before it was read has a wrong clock or zone.
@@ -123,17 +124,28 @@ class _OversizeLines:
 
     def collect(self) -> list[Metric]:
         """One sample per followed log."""
-        oversize = CounterMetricFamily(
-            m.LOG_DROPPED.removesuffix("_total"),
-            "Lines of each followed log dropped unread for being longer than 16 MiB.",
-            labels=["log"])
-        for followed in self.logs:
-            oversize.add_metric([str(followed.path)], followed.follower.oversize_lines)
-        return [oversize]
+        return [labelled_counter(
+            m.LOG_DROPPED, "Lines of each followed log dropped unread for being longer than "
+            "16 MiB.", "log", ((str(f.path), f.follower.oversize_lines) for f in self.logs))]
+
+
+def add_flags(group: FlagGroup) -> None:
+    """The verl_log collector's flags: the logs to follow, from where, in which time zone."""
+    add = group.add_argument
+    add("--log", action="append", default=[], metavar="PATH",
+        help="verl log to follow: console output or file-logger JSONL; repeat for several. A "
+        "log that does not exist yet is waited for")
+    add("--log-from-end", action="store_true",
+        help="skip what the logs already hold and read only new lines")
+    add("--log-timezone", type=log_timezone_arg, metavar="ZONE",
+        help="time zone of log timestamps without an offset (Python logging's default "
+        "%%(asctime)s): local (the host's, the default), UTC, +05:30 or a name such as "
+        "America/New_York")
 
 
 @register("verl_log", default=True, help="verl training log(s) given with --log: step "
-          "number, step and phase seconds, throughput, events (console or JSONL)")
+          "number, step and phase seconds, throughput, events (console or JSONL)",
+          flags=add_flags)
 class VerlLogCollector(SampledCollector):
     """Tails the logs on its thread; the scrape reads the snapshot."""
 
@@ -265,20 +277,12 @@ class VerlLogCollector(SampledCollector):
             errors.add_metric([path], snap.parse_errors.get(path, 0))
         yield lines
         yield errors
-        lost = CounterMetricFamily(m.LOG_UNRECOVERED.removesuffix("_total"),
-                                   "Saved positions of each log whose file was rotated away or "
-                                   "truncated without a copy found: lines written meanwhile "
-                                   "were not read.", labels=["log"])
-        for path, count in snap.unrecovered.items():
-            lost.add_metric([path], count)
-        yield lost
+        yield labelled_counter(m.LOG_UNRECOVERED, "Saved positions of each log whose file was "
+                               "rotated away or truncated without a copy found: lines written "
+                               "meanwhile were not read.", "log", snap.unrecovered.items())
         yield _anomaly_family(snap.anomalies)
-        events = CounterMetricFamily(m.LOG_EVENTS.removesuffix("_total"),
-                                     "Log events by kind (oom, traceback, resume, ...).",
-                                     labels=["kind"])
-        for kind, count in sorted(snap.events.items()):
-            events.add_metric([kind], count)
-        yield events
+        yield labelled_counter(m.LOG_EVENTS, "Log events by kind (oom, traceback, resume, ...).",
+                               "kind", sorted(snap.events.items()))
         yield CounterMetricFamily(m.STEPS.removesuffix("_total"),
                                   "Training step records parsed from the logs.", value=snap.steps)
         yield from _total_families(snap.totals)

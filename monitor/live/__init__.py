@@ -12,14 +12,16 @@ per-phase GPU time, goodput, hang dumps) read the window and the tracker back an
 from monitor.live.flag_series import FlagsCollector
 from monitor.live.goodput_counter import GoodputCollector
 from monitor.live.hang_dumps import FlightRecorderCollector
-from monitor.live.health_registry import HealthRegistry
+from monitor.live.hang_dumps import add_flags as hang_dump_flags
+from monitor.live.health_registry import HealthRegistry, labelled_counter
 from monitor.live.live_monitor import LiveMonitor, MonitorError
-from monitor.live.live_view import LiveView, PollingView, ViewContext, ViewSpec
+from monitor.live.live_view import AddFlags, FlagGroup, LiveView, PollingView, ViewContext, ViewSpec
 from monitor.live.phase_gpu_counter import PhaseGpuCollector
 from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import NullSink, Row, Sink
 
-#: The derived views, in the order /metrics lists them (each gets ``--collector.NAME``).
+#: The derived views, in the order /metrics lists them (each gets ``--collector.NAME``; a view
+#: with flags of its own declares them beside it: ``flags=``, shown in its own --help group).
 VIEWS: tuple[ViewSpec, ...] = (
     ViewSpec("flags", FlagsCollector,
              "detector flags: open flags by kind, severity, node, GPU "
@@ -33,8 +35,10 @@ VIEWS: tuple[ViewSpec, ...] = (
     ViewSpec("flight_recorder", FlightRecorderCollector,
              "when the log falls silent: py-spy stacks of the job's local processes (on by "
              "default where py-spy is installed) saying where each is, and Flight Recorder "
-             "dumps of the local ranks (--fr-dir) naming the rank the others wait for"),
+             "dumps of the local ranks (--fr-dir) naming the rank the others wait for",
+             flags=hang_dump_flags),
 )
 
-__all__ = ["VIEWS", "HealthRegistry", "LiveMonitor", "LiveView", "MonitorError", "NullSink", "PollingView",
-           "RollingWindow", "Row", "Sink", "ViewContext", "ViewSpec"]
+__all__ = ["VIEWS", "AddFlags", "FlagGroup", "HealthRegistry", "LiveMonitor", "LiveView",
+           "MonitorError", "NullSink", "PollingView", "RollingWindow", "Row", "Sink", "ViewContext",
+           "ViewSpec", "labelled_counter"]

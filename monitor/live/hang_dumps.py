@@ -49,7 +49,7 @@ from monitor.hang.procs import find_job_processes, scan
 from monitor.hang.pyspy import find_pyspy
 from monitor.hang.request import find_pipes, request_dumps
 from monitor.hang.stacks import StackRound, stack_round
-from monitor.live.live_view import PollingView, ViewContext
+from monitor.live.live_view import FlagGroup, PollingView, ViewContext
 
 #: Label values are cut to this many characters (a frame's path can be long).
 MAX_LABEL = 200
@@ -57,6 +57,27 @@ MAX_LABEL = 200
 WAIT_CHECK_S = 5.0
 #: py-spy rounds at most per silence (one every ``hang.restack_s`` while none says stuck).
 MAX_STACK_ROUNDS = 20
+
+
+def add_flags(group: FlagGroup) -> None:
+    """This view's flags: where the ranks' debug-info FIFOs are, and py-spy stacks or not."""
+    add = group.add_argument
+    add("--fr-dir", metavar="DIR", default=None,
+        help="where the job's ranks keep their debug-info FIFOs "
+        "(TORCH_NCCL_DEBUG_INFO_PIPE_FILE=DIR/pipe_): when the job hangs, each local rank is "
+        "asked for its Flight Recorder once and the rank holding the others is named "
+        "(docs/hangs.md)")
+    add("--fr-pipe-prefix", default="pipe_", metavar="PREFIX",
+        help="file-name prefix of the FIFOs in --fr-dir (default pipe_)")
+    add("--fr-dump-prefix", default="fr_", metavar="PREFIX",
+        help="TORCH_FR_DUMP_TEMP_FILE's prefix: a name in --fr-dir, or a path (default fr_)")
+    pyspy = {"dest": "hang_pyspy", "default": None}  # None: on where py-spy is installed
+    add("--hang-pyspy", action="store_true", **pyspy,
+        help="when the log falls silent, take py-spy stacks of the job's processes on this "
+        "node (driver and workers) and say where each is (default: on where py-spy is "
+        "installed; needs ptrace rights)")
+    add("--no-hang-pyspy", action="store_false", **pyspy,
+        help="take no py-spy stacks (docs/hangs.md)")
 
 
 def _cut(text: object) -> str:

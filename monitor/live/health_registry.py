@@ -10,12 +10,25 @@ and registers itself here once; a scrape asks each in turn. The one family with 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import chain
 from typing import TYPE_CHECKING, Protocol
 
 from monitor import metric_names as m
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
+
+
+def labelled_counter(name: str, doc: str, label: str,
+                     counts: Iterable[tuple[str, float]]) -> Metric:
+    """A counter family of one label: ``name`` (ending in ``_total``) with one sample per
+    (label value, count) in ``counts``, in their order."""
+    from prometheus_client.core import CounterMetricFamily
+
+    family = CounterMetricFamily(name.removesuffix("_total"), doc, labels=[label])
+    for value, count in counts:
+        family.add_metric([value], count)
+    return family
 
 
 class Collects(Protocol):
@@ -44,15 +57,9 @@ class HealthRegistry:
 
     def collect(self) -> Iterator[Metric]:
         """The thread restarts, then every registered part's families."""
-        from prometheus_client.core import CounterMetricFamily
-
-        restarts = CounterMetricFamily(
-            m.THREAD_RESTARTS.removesuffix("_total"),
+        yield labelled_counter(
+            m.THREAD_RESTARTS,
             "Exporter threads restarted after an exception (each logged with its reason).",
-            labels=["thread"])
-        for read in self._restarts:
-            for name, count in read().items():
-                restarts.add_metric([name], count)
-        yield restarts
+            "thread", chain.from_iterable(read().items() for read in self._restarts))
         for part in list(self._parts):
             yield from part.collect()

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from monitor.live.live_options import LiveOptions
 from monitor.live.sink import NullSink
@@ -35,6 +35,19 @@ log = logging.getLogger("verl_monitor.exporter")
 
 #: Shortest poll interval of a PollingView (seconds).
 MIN_POLL_S = 1.0
+
+
+class FlagGroup(Protocol):
+    """Where a collector or a view declares its command-line flags: an argparse argument
+    group (or parser); ``verl-monitor exporter`` gives each its own, titled by its name."""
+
+    def add_argument(self, *names: str, **kwargs: Any) -> Any:
+        """argparse's ``add_argument``."""
+        ...
+
+
+#: What a collector or a view passes as ``flags=``: adds its own flags to the group given.
+AddFlags = Callable[[FlagGroup], None]
 
 
 @dataclass
@@ -132,12 +145,14 @@ class PollingView(LiveView):
 
 
 class ViewSpec:
-    """A view as the exporter lists it: name, class, on by default, help text."""
+    """A view as the exporter lists it: name, class, on by default, help text, and the
+    command-line flags it declares (``flags``: see :data:`AddFlags`; None: none of its own)."""
 
     def __init__(self, name: str, factory: type[LiveView], help_text: str,
-                 default: bool = True) -> None:
+                 default: bool = True, flags: AddFlags | None = None) -> None:
         self.name = name
         self.factory = factory
         self.help = help_text
         self.default = default
+        self.flags = flags
         factory.name = name
