@@ -22,18 +22,16 @@ from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import NullSink, Sink
 
 
-class ListSink:
-    """A monitor of its own: keeps what it is given, by kind."""
+class ListSink(Sink):
+    """A monitor of its own: keeps what it is given, by kind. Subclassing the protocol, it
+    implements ``add_rows`` once and gets ``add_gpu`` and the other per-kind spellings."""
 
     def __init__(self) -> None:
         self.got: dict[str, list] = {k: [] for k in ("gpu", "host", "steps", "events", "nccl",
-                                                   "rollout")}
+                                                   "rollout", "positions")}
 
-    def add_gpu(self, rows):
-        self.got["gpu"].extend(rows)
-
-    def add_host(self, rows):
-        self.got["host"].extend(rows)
+    def add_rows(self, kind, rows):
+        self.got[kind].extend(rows)
 
     def add_steps(self, steps):
         self.got["steps"].extend(steps)
@@ -41,14 +39,8 @@ class ListSink:
     def add_events(self, events):
         self.got["events"].extend(events)
 
-    def add_nccl(self, rows):
-        self.got["nccl"].extend(rows)
-
-    def add_rollout(self, rows):
-        self.got["rollout"].extend(rows)
-
     def add_log_positions(self, positions):
-        self.got.setdefault("positions", []).extend(positions)
+        self.got["positions"].extend(positions)
 
     def saved_log_positions(self):
         return {}

@@ -1,11 +1,12 @@
-"""finite_float: what the report, the summary and the wandb sink accept as a number."""
+"""finite_float and float_or_none: what the report, the summary, the wandb sink, the run store
+and the simulated GPUs accept as a number."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from monitor.numbers import finite_float
+from monitor.numbers import finite_float, float_or_none
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -20,3 +21,12 @@ def test_numbers_and_numeric_text_become_floats(value, expected):
 ])
 def test_missing_flags_and_non_finite_values_are_none(value):
     assert finite_float(value) is None
+
+
+@pytest.mark.parametrize("value, expected", [
+    (1, 1.0), ("3.25", 3.25), (np.int64(7), 7.0), (True, 1.0), (float("inf"), float("inf")),
+    (None, None), (np.nan, None), ("nan", None), ("abc", None), ([], None),
+])
+def test_float_or_none_keeps_infinities_and_bools_but_not_nan(value, expected):
+    """What the run store writes and a simulated GPU reading holds: never NaN."""
+    assert float_or_none(value) == expected

@@ -20,6 +20,20 @@ def rows(t0: int, n: int) -> list[dict]:
     ]
 
 
+def full_disk_writer(tmp_path: Path, written: int) -> tuple[RunStore, StoreWriter]:
+    """A writer that stored ``written`` GPU rows, on a store that cannot grow any more (a real
+    SQLITE_FULL), with 5000 more GPU rows and one step put."""
+    store = RunStore(tmp_path / "r.db")
+    w = StoreWriter(store)
+    w.put_gpu(rows(0, written))
+    assert w.flush()
+    pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
+    store.set_page_limit(pages)
+    w.put_gpu(rows(written, 5000))
+    w.put_steps([StepRecord(step=7, end_time=7.0, total=1.0)])
+    return store, w
+
+
 def test_flush_writes_everything_once(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "r.db")
     w = StoreWriter(store)
@@ -41,14 +55,7 @@ def test_flush_writes_everything_once(tmp_path: Path) -> None:
 
 
 def test_full_disk_keeps_rows_until_space_returns(tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "r.db")
-    w = StoreWriter(store)
-    w.put_gpu(rows(0, 100))
-    assert w.flush()
-    pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
-    store.set_page_limit(pages)  # the file cannot grow any more: a real SQLITE_FULL
-    w.put_gpu(rows(100, 5000))
-    w.put_steps([StepRecord(step=7, end_time=7.0, total=1.0)])
+    store, w = full_disk_writer(tmp_path, written=100)
     assert w.flush() is False  # no exception reaches the caller
     assert w.up is False and w.write_errors == 1
     assert "disk" in w.last_error and "full" in w.last_error
@@ -139,15 +146,13 @@ def test_puts_during_flushes_are_written_exactly_once(tmp_path: Path) -> None:
 
 def test_rows_left_when_the_final_flush_fails_are_counted_as_lost(tmp_path: Path) -> None:
     """At stop a failed flush cannot be retried: the rows left are counted, not kept quietly."""
-    store = RunStore(tmp_path / "r.db")
-    w = StoreWriter(store)
-    w.put_gpu(rows(0, 5))
-    assert w.flush()
-    assert w.drop_unwritten() is None  # nothing left: nothing to say
-    pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
-    store.set_page_limit(pages)  # the file cannot grow: a real SQLITE_FULL
-    w.put_gpu(rows(100, 5000))
-    w.put_steps([StepRecord(step=1, end_time=1.0, total=10.0)])
+    store = RunStore(tmp_path / "clean.db")
+    clean = StoreWriter(store)
+    clean.put_gpu(rows(0, 5))
+    assert clean.flush()
+    assert clean.drop_unwritten() is None  # nothing left: nothing to say
+    store.close()
+    store, w = full_disk_writer(tmp_path, written=5)
     assert w.flush() is False
     line = w.drop_unwritten()
     assert line is not None and "\n" not in line

@@ -15,6 +15,7 @@ from typing import Any
 
 from exporters.gpu.backend import GpuIdentity, GpuReading
 from exporters.options import ExporterOptions
+from monitor.numbers import float_or_none as _num  # a float or None: never NaN in a reading
 
 #: Name reported in ``verlmon_gpu_info`` for simulated GPUs.
 SIM_GPU_NAME = "NVIDIA H200 (simulated)"
@@ -22,17 +23,6 @@ SIM_GPU_NAME = "NVIDIA H200 (simulated)"
 _RATIOS = ("util", "sm_active", "sm_occupancy", "tensor_active", "dram_active")
 _PLAIN = ("mem_used_bytes", "mem_total_bytes", "power_w", "temperature_c", "sm_clock_hz",
           "energy_j", "pcie_tx_bps", "pcie_rx_bps", "nvlink_tx_bps", "nvlink_rx_bps")
-
-
-def _num(value: Any) -> float | None:
-    """A float, or None for missing/NaN (never NaN in a reading)."""
-    if value is None:
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if f != f else f
 
 
 def row_to_reading(row: dict[str, Any], ts: float) -> GpuReading:

@@ -24,7 +24,7 @@ from monitor.live.health_registry import HealthRegistry
 from monitor.live.job_config_watch import JobConfigWatch
 from monitor.live.live_view import ViewContext
 from monitor.live.rolling_window import RollingWindow
-from monitor.live.sink import Row
+from monitor.live.sink import Row, Sink
 from monitor.logs.fingerprint import step_fingerprint
 from monitor.records import Event, StepRecord
 from monitor.telemetry_kinds import KIND
@@ -100,7 +100,7 @@ def supervised(name: str, target: Callable[[], object], stop: threading.Event,
             return
 
 
-class Recorder:
+class Recorder(Sink):
     """The Sink behind the collectors: the rolling window, then the store writer (if any).
 
     A part that refuses the rows does not keep them from the other; the call then raises one
@@ -157,18 +157,12 @@ class Recorder:
         return lambda: getattr(store, method)(items)
 
     def add_rows(self, kind: str, rows: Sequence[Row]) -> None:
-        """Sample rows of ``kind`` (monitor/telemetry_kinds.py) to the window and the store."""
+        """Sample rows of ``kind`` (monitor/telemetry_kinds.py) to the window (the detectors:
+        NCCL rows give each step's time in collectives, rollout rows the engine detectors) and
+        the store; ``add_gpu(rows)`` and the other per-kind spellings come here."""
         store = self.store
         self._both(KIND[kind].what, lambda: self.window.add_rows(kind, rows),
                    None if store is None else lambda: store.put_rows(kind, rows))
-
-    def add_gpu(self, rows: Sequence[Row]) -> None:
-        """GPU rows to the window and the store."""
-        self.add_rows("gpu", rows)
-
-    def add_host(self, rows: Sequence[Row]) -> None:
-        """Host rows to the window and the store."""
-        self.add_rows("host", rows)
 
     def add_steps(self, steps: Sequence[StepRecord]) -> None:
         """Steps to the window and the store (a step given again is dropped: see
@@ -183,14 +177,6 @@ class Recorder:
         """Events to the window and the store."""
         self._both("events", lambda: self.window.add_events(events),
                    self._store("put_events", events))
-
-    def add_nccl(self, rows: Sequence[Row]) -> None:
-        """NCCL growth rows to the window (each step's time in collectives) and the store."""
-        self.add_rows("nccl", rows)
-
-    def add_rollout(self, rows: Sequence[Row]) -> None:
-        """Rollout-engine rows to the window (the engine detectors) and the store."""
-        self.add_rows("rollout", rows)
 
 
 class LiveMonitor(Recorder):

@@ -18,9 +18,10 @@ from typing import Any
 
 import pandas as pd
 
+from monitor.frames import rows_frame
 from monitor.logs.failure_lines import FAILURE_KINDS
 from monitor.records import Event, StepRecord
-from monitor.telemetry_kinds import KIND, KINDS
+from monitor.telemetry_kinds import KindRows, kinds
 
 #: Event kinds the window keeps past its count cap until a detector pass has seen them (and
 #: then evicts last): a flood of other lines must not hide an OOM or a fatal failure.
@@ -32,7 +33,7 @@ def critical_event(event: Event) -> bool:
     return event.kind in CRITICAL_EVENT_KINDS or bool((event.data or {}).get("fatal"))
 
 
-class RollingWindow:
+class RollingWindow(KindRows):
     """Thread-safe, bounded recent history for the live detectors.
 
     ``max_age_s``: samples older than this (by their ``ts``) and steps and events added longer
@@ -58,7 +59,7 @@ class RollingWindow:
         self._clock = clock
         self._lock = threading.Lock()
         #: sample rows by kind (monitor/telemetry_kinds.py), each bounded by ``max_rows``
-        self._rows: dict[str, deque[dict]] = {k.name: deque(maxlen=max_rows) for k in KINDS}
+        self._rows: dict[str, deque[dict]] = {k.name: deque(maxlen=max_rows) for k in kinds()}
         self._steps: deque[tuple[float, StepRecord]] = deque(maxlen=max_steps)
         self._first_steps: list[StepRecord] = []
         self._first_steps_max = int(first_steps)
@@ -68,7 +69,7 @@ class RollingWindow:
         self._events_seen = 0  # events numbered below this were returned by frames()
         self._version = 0
         #: GPU/host rows dropped at the ``max_rows`` cap before they aged out
-        self.dropped = {**{k.name: 0 for k in KINDS}, "events": 0}
+        self.dropped = {**{k.name: 0 for k in kinds()}, "events": 0}
         #: step records added so far (the detector loop runs soon after a new step)
         self.steps_added = 0
 
@@ -80,27 +81,12 @@ class RollingWindow:
     # --- writers (collector threads)
 
     def add_rows(self, kind: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append sample rows of ``kind`` (dicts with its columns; extra keys are kept).
+        """Append sample rows of ``kind`` (dicts with its columns; extra keys are kept); the
+        per-kind spellings (``add_gpu(rows)``, ...: ``KindRows``) come here.
 
         The row objects are kept as they are (no copy): do not change them afterwards."""
         with self._lock:
             self._extend_rows(kind, self._rows[kind], rows)
-
-    def add_gpu(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append GPU sample rows (GPU_COLUMNS keys): ``add_rows("gpu", rows)``."""
-        self.add_rows("gpu", rows)
-
-    def add_host(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append host sample rows (HOST_COLUMNS keys): ``add_rows("host", rows)``."""
-        self.add_rows("host", rows)
-
-    def add_nccl(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append NCCL Inspector rows (NCCL_COLUMNS keys): ``add_rows("nccl", rows)``."""
-        self.add_rows("nccl", rows)
-
-    def add_rollout(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append rollout-engine rows (ROLLOUT_COLUMNS keys): ``add_rows("rollout", rows)``."""
-        self.add_rows("rollout", rows)
 
     def add_steps(self, steps: Iterable[StepRecord]) -> None:
         """Append step records (kept: the newest ``max_steps`` within ``max_age_s``)."""
@@ -160,14 +146,14 @@ class RollingWindow:
             steps = [s for _, s in self._steps]
             events = [e for _, e, _ in self._events]
             self._events_seen = self._event_seq
-        return steps, KIND["gpu"].frame(gpu), KIND["host"].frame(host), events
+        return steps, rows_frame("gpu", gpu), rows_frame("host", host), events
 
     def frame(self, kind: str) -> pd.DataFrame:
         """The recent rows of ``kind`` as its canonical frame (empty when none came)."""
         with self._lock:
             self._prune_rows(self._rows[kind])
             rows = list(self._rows[kind])
-        return KIND[kind].frame(rows)
+        return rows_frame(kind, rows)
 
     def nccl(self) -> pd.DataFrame:
         """The recent NCCL Inspector rows as a frame (empty without the plugin)."""

@@ -1,9 +1,10 @@
 """Retention for the run store: downsample old samples, then keep the file under its size cap.
 
 1. Raw samples older than ``retention_s`` before the newest sample are replaced by one row per
-   ``downsample_s`` bucket and series (GPU: node+gpu; host: node; NCCL: node+coll+comm):
-   the mean of each value, except memory (the maximum, so peaks survive) and NCCL counts
-   (ops, bytes, exec_s: the sum). Only whole buckets older than the cut are touched.
+   ``downsample_s`` bucket and series (the kind's ``series`` in monitor/telemetry_kinds.py;
+   GPU: node+gpu; host: node; NCCL: node+coll+comm): the mean of each value, except where the
+   kind's ``aggregates`` say otherwise: memory takes the maximum (so peaks survive), NCCL
+   counts (ops, bytes, exec_s) the sum. Only whole buckets older than the cut are touched.
 2. While the data is larger than ``max_bytes``, the oldest downsampled samples are deleted,
    a tenth of their time span at a time; when none are left, the oldest raw samples go.
 3. Free pages are handed back to the file system (the schema uses incremental auto-vacuum)
@@ -19,66 +20,46 @@ from __future__ import annotations
 import math
 import sqlite3
 
-from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, ROLLOUT_COLUMNS
-from monitor.store.schema import NCCL_COLUMNS
-
-_SAMPLE_TABLES = ("gpu_samples", "host_samples", "nccl_samples", "rollout_samples")
-
-#: (table, columns, group keys, aggregate per value column)
-_PLANS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], dict[str, str]], ...] = (
-    (
-        "gpu_samples",
-        GPU_COLUMNS,
-        ("node", "gpu"),
-        {"mem_used_bytes": "max", "mem_total_bytes": "max"},
-    ),
-    ("host_samples", HOST_COLUMNS, ("node",), {}),
-    ("nccl_samples", NCCL_COLUMNS, ("node", "coll", "comm"), {"ops": "sum", "bytes": "sum",
-                                                              "exec_s": "sum"}),
-    # rollout engines: the fullest cache and the counters' last value per bucket
-    ("rollout_samples", ROLLOUT_COLUMNS, ("node", "server", "engine", "model"),
-     {"kv_cache_usage": "max", "preemptions_total": "max", "generation_tokens_total": "max",
-      "sleeping": "max"}),
-)
+from monitor.telemetry_kinds import TelemetryKind, kinds
 
 
-def _present(conn: sqlite3.Connection) -> set[str]:
-    """The sample tables this file has (``rollout_samples`` appears with its first row)."""
+def _present(conn: sqlite3.Connection) -> list[TelemetryKind]:
+    """The kinds whose sample table this file has (``create_on_use`` ones appear with their
+    first row), in the order of the table of kinds."""
     rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    return {r[0] for r in rows} & set(_SAMPLE_TABLES)
+    names = {r[0] for r in rows}
+    return [k for k in kinds() if k.table in names]
 
 
 def bucket_query(table: str, width: float) -> tuple[str, tuple[str, ...]]:
     """``(select list, group keys)`` that fold ``table`` rows into ``width``-second buckets.
 
-    The bucket's timestamp is its start; values aggregate as retention does (mean; max for
-    memory; sum for NCCL counts). Shared by ``compact`` and the stores' ``resample_s`` reads.
+    The bucket's timestamp is its start; one bucket per series (the kind's ``series``
+    columns); values aggregate as the kind says (``aggregates``: max for memory, sum for NCCL
+    counts; else the mean). Shared by ``compact`` and the stores' ``resample_s`` reads.
     """
-    for name, columns, keys, aggs in _PLANS:
-        if name != table:
-            continue
-        select = []
-        for col in columns:
-            if col == "ts":
-                select.append(f"CAST(ts / {width!r} AS INTEGER) * {width!r} AS bucket")
-            elif col in keys:
-                select.append(col)
-            else:
-                select.append(f"{aggs.get(col, 'avg')}({col})")
-        return ", ".join(select), ("bucket",) + keys
-    raise ValueError(f"no bucket plan for table {table!r}")
+    kind = next((k for k in kinds() if k.table == table), None)
+    if kind is None:
+        raise ValueError(f"no bucket plan for table {table!r}")
+    select = []
+    for col in kind.columns:
+        if col == "ts":
+            select.append(f"CAST(ts / {width!r} AS INTEGER) * {width!r} AS bucket")
+        elif col in kind.series:
+            select.append(col)
+        else:
+            select.append(f"{kind.aggregates.get(col, 'avg')}({col})")
+    return ", ".join(select), ("bucket",) + kind.series
 
 
 def _downsample(conn: sqlite3.Connection, cutoff: float, width: float) -> tuple[int, int]:
     """Replace raw rows with ts < cutoff by bucket rows; returns (raw rows removed, rows added)."""
     removed = added = 0
-    present = _present(conn)
-    for table, columns, _keys, _aggs in _PLANS:
-        if table not in present:
-            continue
+    for kind in _present(conn):
+        table = kind.table
         select, group = bucket_query(table, width)
         cur = conn.execute(
-            f"INSERT INTO {table} ({', '.join(columns)}, res) "
+            f"INSERT INTO {table} ({', '.join(kind.columns)}, res) "
             f"SELECT {select}, {width!r} FROM {table} "
             f"WHERE res = 0 AND ts < ? GROUP BY {', '.join(group)}",
             (cutoff,),
@@ -99,11 +80,8 @@ def used_bytes(conn: sqlite3.Connection) -> int:
 
 def _span(conn: sqlite3.Connection, raw: bool) -> tuple[float | None, float | None]:
     cond = "res = 0" if raw else "res > 0"
-    present = _present(conn)
     parts = " UNION ALL ".join(
-        f"SELECT min(ts) lo, max(ts) hi FROM {t} WHERE {cond}" for t in _SAMPLE_TABLES
-        if t in present
-    )
+        f"SELECT min(ts) lo, max(ts) hi FROM {k.table} WHERE {cond}" for k in _present(conn))
     return conn.execute(f"SELECT min(lo), max(hi) FROM ({parts})").fetchone()
 
 
@@ -117,8 +95,9 @@ def _trim_to_size(conn: sqlite3.Connection, max_bytes: int, width: float) -> int
             if lo is None:
                 break
             chunk = max((hi - lo) / 10.0, width, 1.0)
-            for table in _present(conn):
-                cur = conn.execute(f"DELETE FROM {table} WHERE {cond} AND ts < ?", (lo + chunk,))
+            for kind in _present(conn):
+                cur = conn.execute(f"DELETE FROM {kind.table} WHERE {cond} AND ts < ?",
+                                   (lo + chunk,))
                 dropped += max(cur.rowcount, 0)
     return dropped
 

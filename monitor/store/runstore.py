@@ -6,10 +6,10 @@ process (threads) or in others (the dashboards, ``verl-monitor export``), read w
 Usage::
 
     store = RunStore("run.db")                  # creates the file when missing
-    store.add_gpu_samples([{"ts": t, "node": "n0", "gpu": 0, "util": 93.0, ...}])
+    store.add_samples("gpu", [{"ts": t, "node": "n0", "gpu": 0, "util": 93.0, ...}])
     store.add_steps(parsed.steps)
     store.upsert_flags(flags)
-    df = store.gpu_frame(start=t0, node="n0")   # canonical columns (monitor.frames.GPU_COLUMNS)
+    df = store.samples_frame("gpu", start=t0, node="n0")  # canonical columns (GPU_COLUMNS)
     store.compact()                             # retention: downsample old samples, cap size
 
     RunStore("run.db", create=False)            # StoreError when the file is missing
@@ -33,21 +33,14 @@ from typing import Any
 
 import pandas as pd
 
-from monitor.frames import (
-    GPU_COLUMNS,
-    HOST_COLUMNS,
-    ROLLOUT_COLUMNS,
-    cast_columns,
-    empty_gpu_frame,
-    empty_host_frame,
-    empty_rollout_frame,
-)
+from monitor.frames import empty_frame, kind_frame
 from monitor.logs.fingerprint import step_fingerprint
 from monitor.logs.follow import LogPosition
+from monitor.numbers import float_or_none as _num  # a float for SQLite, or None (missing, NaN)
 from monitor.printable import one_line
 from monitor.records import Event, Flag, StepRecord
-from monitor.store.schema import NCCL_COLUMNS, SchemaError, add_missing_columns, check, migrate
-from monitor.telemetry_kinds import KIND, KINDS, TelemetryKind
+from monitor.store.schema import SchemaError, add_missing_columns, check, migrate
+from monitor.telemetry_kinds import KIND, KindRows, TelemetryKind, kinds
 
 
 class StoreError(RuntimeError):
@@ -65,17 +58,6 @@ class OutboxItem:
     last_error: str | None
     next_attempt: float
     dedupe_key: str | None
-
-
-def _num(value: Any) -> float | None:
-    """A float for SQLite, or None for missing/NaN/unconvertible values."""
-    if value is None:
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -103,7 +85,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-class RunStore:
+class RunStore(KindRows):
     """A run store file; see the module docstring.
 
     ``retention_s``: raw samples older than this (relative to the newest sample) are
@@ -259,9 +241,13 @@ class RunStore:
         read before it (a restart resumes there; never ahead of what was stored)."""
 
         by_kind = {"gpu": gpu, "host": host, "nccl": nccl, "rollout": rollout, **(samples or {})}
+        unknown = sorted(k for k, rows in by_kind.items() if rows and k not in KIND)
+        if unknown:  # rows no table takes: refused, never dropped quietly
+            raise ValueError(f"no telemetry kind {', '.join(map(repr, unknown))} "
+                             f"(monitor/telemetry_kinds.py has {', '.join(KIND)})")
 
         def work(conn: sqlite3.Connection) -> None:
-            for kind in KINDS:
+            for kind in kinds():
                 if by_kind.get(kind.name):
                     _insert_kind(conn, kind, by_kind[kind.name])
             if steps:
@@ -296,17 +282,17 @@ class RunStore:
                                   _num(r[6]), tail_len=int(r[7] or 0), tail_fp=int(r[8] or 0))
                 for r in conn.execute(sql)}
 
-    def add_gpu_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Append GPU samples (dicts keyed by ``monitor.frames.GPU_COLUMNS``; extras ignored)."""
-        self.add_batch(gpu=rows)
+    def add_samples(self, kind: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Append samples of ``kind`` (monitor/telemetry_kinds.py: dicts keyed by its columns;
+        extras ignored; a row without ``ts`` fails the write)."""
+        self.add_batch(samples={kind: rows})
 
-    def add_host_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Append host samples (dicts keyed by ``monitor.frames.HOST_COLUMNS``)."""
-        self.add_batch(host=rows)
-
-    def add_nccl_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Append NCCL samples (ts, node, coll, comm, ops, bytes, exec_s, busbw_bps)."""
-        self.add_batch(nccl=rows)
+    #: ``add_rows`` (KindRows: ``add_gpu(rows)``, ...) and the older per-kind names
+    #: (``add_gpu_samples(rows)``: ``add_samples("gpu", rows)``) all append through
+    #: ``add_samples``
+    add_rows = add_samples
+    add_gpu_samples, add_host_samples, add_nccl_samples, add_rollout_samples = (
+        KindRows.add_gpu, KindRows.add_host, KindRows.add_nccl, KindRows.add_rollout)
 
     def add_steps(self, steps: Sequence[StepRecord]) -> None:
         """Store step records. A step whose content (source, number, values) is stored already
@@ -363,71 +349,48 @@ class RunStore:
         rows = self._conn().execute(sql, params).fetchall()
         return pd.DataFrame.from_records(rows, columns=list(columns))
 
-    def gpu_frame(
+    def samples_frame(
         self,
+        kind: str,
         start: float | None = None,
         end: float | None = None,
         node: str | None = None,
         resample_s: float | None = None,
     ) -> pd.DataFrame:
-        """GPU samples with ``start <= ts <= end`` (either bound optional), sorted by ts.
+        """Samples of ``kind`` with ``start <= ts <= end`` (either bound optional), sorted by ts,
+        as its canonical frame (monitor/frames.py); empty for a store without the kind's table
+        (one made by its first row, that never saw one).
 
-        ``resample_s``: one row per ``resample_s`` bucket and GPU instead (bucket start as ts;
-        mean values, max memory), computed in SQLite: use it for charts over long ranges.
+        ``resample_s``: one row per ``resample_s`` bucket and series instead (bucket start as
+        ts; values folded as retention folds them: mean, max memory, summed NCCL counts),
+        computed in SQLite: use it for charts over long ranges.
         """
-        df = self._read_frame("gpu_samples", GPU_COLUMNS, start, end, node, resample_s)
-        if df.empty:
-            return empty_gpu_frame()
-        return cast_columns(df, GPU_COLUMNS)
+        k = KIND[kind]
+        if k.create_on_use and not _has_table(self._conn(), k.table):
+            return empty_frame(kind)
+        return kind_frame(kind, self._read_frame(k.table, k.columns, start, end, node,
+                                                 resample_s))
 
-    def host_frame(
-        self,
-        start: float | None = None,
-        end: float | None = None,
-        node: str | None = None,
-        resample_s: float | None = None,
-    ) -> pd.DataFrame:
-        """Host samples with ``start <= ts <= end``, sorted by ts (canonical HOST_COLUMNS);
-        ``resample_s`` as in ``gpu_frame``."""
-        df = self._read_frame("host_samples", HOST_COLUMNS, start, end, node, resample_s)
-        if df.empty:
-            return empty_host_frame()
-        return cast_columns(df, HOST_COLUMNS)
+    def gpu_frame(self, start: float | None = None, end: float | None = None,
+                  node: str | None = None, resample_s: float | None = None) -> pd.DataFrame:
+        """``samples_frame("gpu", ...)``: GPU samples."""
+        return self.samples_frame("gpu", start, end, node, resample_s)
 
-    def nccl_frame(
-        self,
-        start: float | None = None,
-        end: float | None = None,
-        node: str | None = None,
-        resample_s: float | None = None,
-    ) -> pd.DataFrame:
-        """NCCL samples with ``start <= ts <= end``, sorted by ts (columns NCCL_COLUMNS);
-        ``resample_s`` as in ``gpu_frame`` (ops, bytes and exec_s are summed)."""
-        df = self._read_frame("nccl_samples", NCCL_COLUMNS, start, end, node, resample_s)
-        for col in NCCL_COLUMNS:
-            if col in ("node", "coll", "comm"):
-                df[col] = df[col].astype(str)
-            else:
-                df[col] = df[col].astype("float64")
-        return df
+    def host_frame(self, start: float | None = None, end: float | None = None,
+                   node: str | None = None, resample_s: float | None = None) -> pd.DataFrame:
+        """``samples_frame("host", ...)``: host samples."""
+        return self.samples_frame("host", start, end, node, resample_s)
 
-    # ------------------------------------------------------------------ rollout engines
+    def nccl_frame(self, start: float | None = None, end: float | None = None,
+                   node: str | None = None, resample_s: float | None = None) -> pd.DataFrame:
+        """``samples_frame("nccl", ...)``: NCCL samples."""
+        return self.samples_frame("nccl", start, end, node, resample_s)
 
-    def add_rollout_samples(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Append rollout-engine samples (dicts keyed by ``monitor.frames.ROLLOUT_COLUMNS``)."""
-        self.add_batch(rollout=rows)
-
-    def rollout_frame(
-        self, start: float | None = None, end: float | None = None, node: str | None = None
-    ) -> pd.DataFrame:
-        """Rollout-engine samples with ``start <= ts <= end``, sorted by ts (ROLLOUT_COLUMNS);
-        empty for a store that never saw an engine (the table is made by the first write)."""
-        if not _has_table(self._conn(), ROLLOUT_TABLE):
-            return empty_rollout_frame()
-        df = self._read_frame(ROLLOUT_TABLE, ROLLOUT_COLUMNS, start, end, node)
-        if df.empty:
-            return empty_rollout_frame()
-        return cast_columns(df, ROLLOUT_COLUMNS)
+    def rollout_frame(self, start: float | None = None, end: float | None = None,
+                      node: str | None = None, resample_s: float | None = None
+                      ) -> pd.DataFrame:
+        """``samples_frame("rollout", ...)``: rollout-engine samples."""
+        return self.samples_frame("rollout", start, end, node, resample_s)
 
     def steps(self, start: float | None = None, end: float | None = None) -> list[StepRecord]:
         """Step records whose end_time is within the bounds, in end_time order.
@@ -690,9 +653,9 @@ def _time_filter(column: str, start: float | None, end: float | None) -> tuple[l
     return where, params
 
 
-def _insert_samples(
-    conn: sqlite3.Connection, table: str, columns: tuple[str, ...], rows: Iterable[Mapping]
-) -> None:
+def _insert_samples(conn: sqlite3.Connection, kind: TelemetryKind, rows: Iterable[Mapping]
+                    ) -> None:
+    table, columns = kind.table, kind.columns
     values = []
     for row in rows:
         ts = _num(row.get("ts"))
@@ -701,7 +664,7 @@ def _insert_samples(
         out: list[Any] = []
         for col in columns:
             val = row.get(col)
-            if col in ("node", "coll", "comm", "server", "engine", "model"):
+            if col in kind.text:
                 out.append("" if val is None else str(val))
             elif col == "gpu":
                 out.append(_int(val))
@@ -727,13 +690,12 @@ def _insert_kind(conn: sqlite3.Connection, kind: TelemetryKind, rows: Iterable[M
     """Insert rows of one telemetry kind into its table; a table added after the first stores
     (``create_on_use``: rollout-engine rows) is created, with its ts index, at its first row."""
     if kind.create_on_use:
-        text = ("node", "server", "engine", "model")
-        defs = ", ".join("ts REAL NOT NULL" if c == "ts" else f"{c} TEXT NOT NULL" if c in text
-                         else f"{c} REAL" for c in kind.columns)
+        defs = ", ".join("ts REAL NOT NULL" if c == "ts" else f"{c} TEXT NOT NULL"
+                         if c in kind.text else f"{c} REAL" for c in kind.columns)
         conn.execute(f"CREATE TABLE IF NOT EXISTS {kind.table} ({defs}, "
                      "res REAL NOT NULL DEFAULT 0)")
         conn.execute(f"CREATE INDEX IF NOT EXISTS {kind.table}_ts ON {kind.table} (ts)")
-    _insert_samples(conn, kind.table, kind.columns, rows)
+    _insert_samples(conn, kind, rows)
 
 
 #: Most end keys tried, a microsecond apart, for a step record meeting others of its key.

@@ -47,9 +47,8 @@ from typing import Any
 from monitor.logs.follow import LogPosition
 from monitor.records import Event, Flag, StepRecord
 from monitor.store.runstore import RunStore
-from monitor.telemetry_kinds import KINDS
+from monitor.telemetry_kinds import KindRows, kinds
 
-_SAMPLE_KINDS = tuple(k.name for k in KINDS)  # monitor/telemetry_kinds.py
 _INT64 = (-(2**63), 2**63 - 1)
 #: Failures that come from the place (disk, lock, file), not from the rows: keep the rows.
 _ENVIRONMENT_ERRORS = (sqlite3.OperationalError, OSError)
@@ -119,7 +118,7 @@ def _has_ts(row: Mapping[str, Any]) -> bool:
     return ts == ts
 
 
-class StoreWriter:
+class StoreWriter(KindRows):
     """Buffer rows for a RunStore and write them in batches; never raises on write errors."""
 
     def __init__(
@@ -147,7 +146,9 @@ class StoreWriter:
         self.rows_written = 0
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._samples: dict[str, deque[dict[str, Any]]] = {k: deque() for k in _SAMPLE_KINDS}
+        #: the telemetry kinds (monitor/telemetry_kinds.py) buffered, in the order written
+        self._kinds = tuple(k.name for k in kinds())
+        self._samples: dict[str, deque[dict[str, Any]]] = {k: deque() for k in self._kinds}
         self._steps: deque[StepRecord] = deque()
         self._events: deque[Event] = deque()
         self._flags: dict[tuple[str, str, float], Flag] = {}
@@ -210,18 +211,6 @@ class StoreWriter:
 
     # ------------------------------------------------------------------ putting
 
-    def _put_samples(self, kind: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        kept = []
-        for row in rows:
-            if _has_ts(row):
-                kept.append(dict(row))
-            else:
-                self._drop("invalid")
-                self.last_error = f"a {kind} sample without a timestamp was dropped"
-        with self._lock:
-            self._samples[kind].extend(kept)
-        self._bound_or_flush()
-
     def _over_bound(self) -> bool:
         return (sum(len(q) for q in self._samples.values()) > self.max_samples
                 or len(self._steps) > self.max_records or len(self._events) > self.max_records)
@@ -252,24 +241,24 @@ class StoreWriter:
                 self._drop("buffer_full")
 
     def put_rows(self, kind: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Buffer sample dicts of ``kind`` (its columns: monitor/telemetry_kinds.py)."""
-        self._put_samples(kind, rows)
+        """Buffer sample dicts of ``kind`` (its columns: monitor/telemetry_kinds.py); a row
+        without a timestamp is dropped and counted (``invalid``)."""
+        kept = []
+        for row in rows:
+            if _has_ts(row):
+                kept.append(dict(row))
+            else:
+                self._drop("invalid")
+                self.last_error = f"a {kind} sample without a timestamp was dropped"
+        with self._lock:
+            self._samples[kind].extend(kept)
+        self._bound_or_flush()
 
-    def put_gpu(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Buffer GPU sample dicts: ``put_rows("gpu", rows)``."""
-        self._put_samples("gpu", rows)
-
-    def put_host(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Buffer host sample dicts: ``put_rows("host", rows)``."""
-        self._put_samples("host", rows)
-
-    def put_nccl(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Buffer NCCL sample dicts: ``put_rows("nccl", rows)``."""
-        self._put_samples("nccl", rows)
-
-    def put_rollout(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Buffer rollout-engine sample dicts: ``put_rows("rollout", rows)``."""
-        self._put_samples("rollout", rows)
+    #: ``add_rows`` (KindRows: ``add_gpu(rows)``, ...) and the older per-kind names
+    #: (``put_gpu(rows)``: ``put_rows("gpu", rows)``) all buffer through ``put_rows``
+    add_rows = put_rows
+    put_gpu, put_host, put_nccl, put_rollout = (KindRows.add_gpu, KindRows.add_host,
+                                                KindRows.add_nccl, KindRows.add_rollout)
 
     def put_steps(self, steps: Iterable[StepRecord]) -> None:
         """Buffer step records; a step number SQLite cannot hold is dropped and counted."""
@@ -339,7 +328,7 @@ class StoreWriter:
         with self._flush_lock:
             with self._lock:
                 batch = {
-                    **{kind: list(self._samples[kind]) for kind in _SAMPLE_KINDS},
+                    **{kind: list(self._samples[kind]) for kind in self._kinds},
                     "steps": list(self._steps),
                     "events": list(self._events),
                     "flags": list(self._flags.values()),
@@ -351,8 +340,8 @@ class StoreWriter:
                 return self._maybe_compact()
             try:
                 self.store.add_batch(
-                    samples={kind: batch[kind] for kind in _SAMPLE_KINDS},
-                    **{k: v for k, v in batch.items() if k not in _SAMPLE_KINDS})
+                    samples={kind: batch[kind] for kind in self._kinds},
+                    **{k: v for k, v in batch.items() if k not in self._kinds})
             except _ENVIRONMENT_ERRORS as exc:
                 return self._failed(exc)
             except Exception:  # noqa: BLE001 - a row's content: find it, drop it, store the rest
@@ -402,7 +391,7 @@ class StoreWriter:
         Rows that fail alone are dropped from ``batch`` (so they leave the buffer too) and
         counted. Environment errors propagate (the caller keeps everything)."""
         stored = 0
-        for kind in (*_SAMPLE_KINDS, "steps", "events", "flags", "meta", "positions"):
+        for kind in (*self._kinds, "steps", "events", "flags", "meta", "positions"):
             rows = batch[kind]
             if not rows:
                 continue
@@ -423,7 +412,7 @@ class StoreWriter:
                     merged.update(item)
                 self.store.add_batch(meta=merged)
             else:
-                self.store.add_batch(samples={kind: rows}) if kind in _SAMPLE_KINDS \
+                self.store.add_batch(samples={kind: rows}) if kind in self._kinds \
                     else self.store.add_batch(**{kind: rows})
             return rows
         except _ENVIRONMENT_ERRORS:
@@ -439,7 +428,7 @@ class StoreWriter:
 
     def _remove_written(self, batch: dict[str, Any]) -> None:
         """Drop the rows just written; rows put during the write stay buffered."""
-        for kind in _SAMPLE_KINDS:
+        for kind in self._kinds:
             queue = self._samples[kind]
             written = {id(r) for r in batch[kind]}
             self._samples[kind] = deque(r for r in queue if id(r) not in written)
