@@ -10,7 +10,7 @@ Two parts joined by one typed seam (docs/architecture.md):
 Collectors publish samples, steps and events through the :class:`~monitor.live.sink.Sink`
 protocol, which the monitor implements; options are the frozen
 :class:`~exporters.options.ExporterOptions` built once from the command line
-(:func:`monitor.commands.exporter.parse_options`). ``Exporter(options).start()``:
+(:func:`cli.commands.exporter.parse_options`). ``Exporter(options).start()``:
 
 1. binds the server (a busy port fails before anything starts sampling);
 2. opens the monitor: the run store (``--store``), the detectors, Slack;

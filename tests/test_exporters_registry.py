@@ -64,10 +64,10 @@ def test_each_collector_declares_its_flags_and_help_shows_them_in_its_own_group(
     parser = _exporter_parser()
     sections = _help_sections(parser)
     with_flags = {name for name, spec in load_all().items() if spec.flags is not None}
-    assert {*COLLECTOR_MODULES, "flight_recorder"} <= with_flags
+    assert {*COLLECTOR_MODULES, "flight_recorder", "phase_gpu"} <= with_flags
     expected = {"gpu": "--gpu-backend", "host": "--train-pid", "verl_log": "--log-timezone",
                 "nccl": "--nccl-window", "rollout_engine": "--rollout-timeout",
-                "flight_recorder": "--hang-pyspy"}
+                "flight_recorder": "--hang-pyspy", "phase_gpu": "--phase-source"}
     for name in with_flags:
         group = next(g for g in parser._action_groups if g.title == f"{name} collector")
         declared = [s for a in group._group_actions for s in a.option_strings]

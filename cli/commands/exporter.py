@@ -94,11 +94,6 @@ def _add_monitor(p: argparse.ArgumentParser) -> None:
         "at most one a second")
     add("--window", type=float, default=1800.0, metavar="SECONDS",
         help="how much recent history the detectors see (default 1800)")
-    add("--phase-source", metavar="URL",
-        help="the driver's exporter /metrics (e.g. http://node0:9048/metrics): on a node "
-        "without the verl log, its last step's phases label this node's GPU samples "
-        "(verlmon_phase_gpu_* counters); http://USER:PASS@HOST... is sent as basic "
-        "authentication and shown nowhere")
     add("--slack-webhook-file", metavar="FILE",
         help="file holding a Slack incoming-webhook URL: flags opened and resolved are posted "
         "there (with --store, messages not yet delivered survive a restart in the store's "

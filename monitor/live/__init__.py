@@ -17,6 +17,7 @@ from monitor.live.health_registry import HealthRegistry, labelled_counter
 from monitor.live.live_monitor import LiveMonitor, MonitorError
 from monitor.live.live_view import AddFlags, FlagGroup, LiveView, PollingView, ViewContext, ViewSpec
 from monitor.live.phase_gpu_counter import PhaseGpuCollector
+from monitor.live.phase_gpu_counter import add_flags as phase_gpu_flags
 from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import NullSink, Row, Sink
 
@@ -28,7 +29,7 @@ VIEWS: tuple[ViewSpec, ...] = (
              "and phase with their evidence and advice, and flags raised so far"),
     ViewSpec("phase_gpu", PhaseGpuCollector,
              "per-phase GPU activity counters: the driver's phase timeline (own log, or "
-             "--phase-source) joined with this node's GPU samples"),
+             "--phase-source) joined with this node's GPU samples", flags=phase_gpu_flags),
     ViewSpec("goodput", GoodputCollector,
              "goodput ledger: GPU-seconds of each step by cause (productive, data_loading, "
              "rollout_long_tail, straggler_wait, ...) per GPU, from the verl log and GPU samples"),

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
 
-from monitor.live.live_view import PollingView, ViewContext
+from monitor.live.live_view import FlagGroup, PollingView, ViewContext
 from monitor.live.phase_timeline import (
     PhaseGpuTotals,
     PhaseSource,
@@ -20,6 +20,16 @@ from monitor.live.phase_timeline import (
     families,
 )
 from monitor.records import StepRecord
+
+
+def add_flags(group: FlagGroup) -> None:
+    """This view's flag: the driver's exporter to read the phases from."""
+    group.add_argument(
+        "--phase-source", metavar="URL",
+        help="the driver's exporter /metrics (e.g. http://node0:9048/metrics): on a node "
+        "without the verl log, its last step's phases label this node's GPU samples "
+        "(verlmon_phase_gpu_* counters); http://USER:PASS@HOST... is sent as basic "
+        "authentication and shown nowhere")
 
 
 class PhaseGpuCollector(PollingView):
