@@ -128,7 +128,7 @@ HISTOGRAMS: tuple[str, ...] = (STEP_SECONDS,)
 FR_COLLECTIVE_SEQ = "verlmon_fr_collective_seq"  # gauge {rank, pg, state: enqueued|started|completed}
 FR_PENDING_INFO = "verlmon_fr_pending_info"  # gauge {rank, pg, collective, state, seq}
 HANG_CULPRIT_INFO = "verlmon_hang_culprit_info"  # gauge {rank, pid, gpu, collective, seq, frame}
-HANG_WHERE_INFO = "verlmon_hang_where_info"  # gauge {role, pid, place, phase, frame}: 1 = stuck
+HANG_WHERE_INFO = "verlmon_hang_where_info"  # gauge {role, pid, place, phase, frame, detail}: 1 = stuck
 HANG_DUMP_ROUNDS = "verlmon_hang_dump_rounds_total"  # counter {method, result}
 HANG_DUMP_SECONDS = "verlmon_hang_dump_seconds"  # gauge: the last round's duration
 

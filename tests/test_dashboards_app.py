@@ -505,11 +505,18 @@ def _who_is_stuck_row(at: AppTest):
     return next(d.value for d in at.dataframe if "collective" in d.value.columns).iloc[0]
 
 
+@pytest.mark.parametrize("dump, said", [
+    ("driver_reward", "the driver (PID 28001, node node0) is scoring rewards [phase reward], "
+                      "at normalize_final_answer (user_reward.py:5)"),
+    ("driver_http", "the driver (PID 28003, node node0) is scoring rewards (compute_score waits "
+                    "for an HTTP answer) [phase reward], at "),
+])
 def test_who_is_stuck_from_prometheus_says_who_and_where_as_the_store_does(monkeypatch,
-                                                                           tmp_path):
-    """The exporter's own collector publishes a py-spy round (the driver scoring rewards) and
-    a real Prometheus scrapes it: the Flags page names the same process, place, phase and
-    frame as from the run store, not a generic "named by the last round"."""
+                                                                           tmp_path, dump, said):
+    """The exporter's own collector publishes a py-spy round (the driver scoring rewards, or
+    waiting on an HTTP answer inside compute_score) and a real Prometheus scrapes it: the Flags
+    page names the same process, place, phase, frame and detail as from the run store, not a
+    generic "named by the last round"."""
     import time
 
     from e2e.procs import start_prometheus, wait_until
@@ -526,7 +533,7 @@ def test_who_is_stuck_from_prometheus_says_who_and_where_as_the_store_does(monke
 
     fix = Path(__file__).parent / "fixtures" / "hang_where"
     wheres = [classify((fix / f"{n}.txt").read_text(), node="node0")
-              for n in ("driver_reward", "worker_idle")]
+              for n in (dump, "worker_idle")]
     stacks = StackRound(wheres, judge(wheres))
     t = END - 60.0
     path = _flag_store(tmp_path, [Flag("hang", "critical", t, None, evidence="No progress")])
@@ -558,9 +565,7 @@ def test_who_is_stuck_from_prometheus_says_who_and_where_as_the_store_does(monke
     finally:
         prom.stop()
         server.shutdown()
-    said = ("the driver (PID 28001, node node0) is scoring rewards [phase reward], "
-            "at normalize_final_answer (user_reward.py:5)")
-    assert stored["why"] == said
+    assert stored["why"].startswith(said), stored["why"]
     for col in ("node", "rank", "pid", "frame", "why"):
         assert row[col] == stored[col], col
 

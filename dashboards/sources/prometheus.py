@@ -789,7 +789,7 @@ class PrometheusSource:
             node = lab.get("node") or lab.get("instance", "")
             where[(node, lab.get("pid", ""))] = describe_where(
                 lab.get("role", ""), lab.get("pid", ""), node, lab.get("place", ""),
-                lab.get("phase", ""), lab.get("frame", ""))
+                lab.get("phase", ""), lab.get("frame", ""), lab.get("detail", ""))
         rows = []
         for r in self.query(f"{m.HANG_CULPRIT_INFO}{sel}", at=end):
             lab = r.get("metric", {})

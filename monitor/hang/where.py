@@ -421,7 +421,7 @@ def describe_where(role: str, pid: object, node: str, place: str, phase: str = "
                    frame: str = "", detail: str = "") -> str:
     """One clause from a process's place: who (role, PID, node), what it does, and its frame
     (``name (file:line)``). :meth:`Where.describe`, and the dashboard's reading of
-    ``verlmon_hang_where_info``, whose labels carry the same fields but the detail."""
+    ``verlmon_hang_where_info``, whose labels carry the same fields."""
     who = f"the {role}" if role else "a process"
     ids = ", ".join(x for x in (f"PID {pid}" if pid else "", f"node {node}" if node else "")
                     if x)

@@ -18,7 +18,7 @@ others. With ``--store``, each round's dumps are kept in ``<store>.stacks/`` for
 Exported, per rank and process group of the last round:
 ``verlmon_fr_collective_seq{rank, pg, state="enqueued|started|completed"}``,
 ``verlmon_fr_pending_info{rank, pg, collective, state, seq}``, ``verlmon_hang_culprit_info{rank,
-pid, gpu, collective, seq, frame}``, ``verlmon_hang_where_info{role, pid, place, phase, frame}``
+pid, gpu, collective, seq, frame}``, ``verlmon_hang_where_info{role, pid, place, phase, frame, detail}``
 (1 for the process named as stuck); and ``verlmon_hang_dump_rounds_total{method, result}``,
 ``verlmon_hang_dump_seconds`` (how long the last round took). Every step that cannot run (no
 FIFO, no permission, no py-spy) is in ``last_error`` in words and in the event's ``problems``.
@@ -326,9 +326,10 @@ class FlightRecorderCollector(PollingView):
         where = GaugeMetricFamily("verlmon_hang_where_info",
                                   "Where each local process of the job was in the last py-spy "
                                   "round of a silence (value 1: the process named as stuck)",
-                                  labels=["role", "pid", "place", "phase", "frame"])
+                                  labels=["role", "pid", "place", "phase", "frame", "detail"])
         for w in (verdict.who + verdict.others if verdict is not None else []):
-            where.add_metric([w.role, str(w.pid or ""), w.place, w.phase, _cut(w.frame or "")],
+            where.add_metric([w.role, str(w.pid or ""), w.place, w.phase, _cut(w.frame or ""),
+                              _cut(w.detail)],
                              1.0 if verdict.stuck and w in verdict.who else 0.0)
         rounds_f = CounterMetricFamily("verlmon_hang_dump_rounds",
                                        "Dump rounds taken when the job went silent, by method "
