@@ -143,6 +143,45 @@ def test_a_bar_whose_count_is_not_the_step_does_not_date_it(tmp_path: Path) -> N
     assert {s.time_source for s in parse_file(log, log_end=100.0).steps} == {"rebuilt"}
 
 
+def test_a_bar_drawn_ahead_of_its_step_line_dates_that_step(tmp_path: Path) -> None:
+    """verl's V1 trainer under Ray: the bar goes to stderr, the step line to stdout, and the
+    bar's '2/5' often comes out first. The drawing dates step 2, not step 1 before it."""
+    lines = [tqdm_line(0, 5, 0)]
+    for n in range(1, 6):
+        bar, step = tqdm_line(n, 5, 30 * n), step_line(n, 25.0)
+        lines += [bar, step] if n % 2 else [step, bar]  # both orders in one log
+    log = tmp_path / "v1.log"
+    log.write_text("\n".join(lines) + "\n")
+    steps = parse_file(log, log_end=10_000.0).steps
+    assert [s.time_source for s in steps] == ["tqdm_end"] * 5
+    ends = [s.end_time for s in steps]
+    assert [b - a for a, b in zip(ends, ends[1:], strict=False)] == [30.0] * 4
+
+
+def test_a_captured_bar_dates_the_step_of_its_count_and_times_a_cut_line(
+        tmp_path: Path) -> None:
+    """wandb's output.log keeps the bar's line where it was first printed, as it stood later:
+    '6/100 [01:40<...]' above step 1 says step 6 ended 100 s after the bar's start. Steps of
+    10 s and a step 3 whose line lost its timers (cut at 4096 bytes): the bar leaves 50 s for
+    step 3; step 8, also cut, takes its neighbours' 10 s plus the 40 s step 3 took beyond
+    theirs. The wall from step 1's start to step 6's end is the bar's 100 s."""
+    lines = [tqdm_line(6, 100, 100)]
+    for n in range(1, 10):
+        lines.append(PREFIX + f"step:{n} - global_seqlen/min:9 - val-core/acc:0.5" if n in (3, 8)
+                     else step_line(n, 10.0))
+    log = tmp_path / "output.log"
+    log.write_text("\n".join(lines) + "\n")
+    steps = parse_file(log, log_end=10_000.0).steps
+    by_step = {s.step: s for s in steps}
+    assert by_step[6].time_source == "tqdm_end"
+    assert {s.time_source for s in steps if s.step != 6} == {"rebuilt"}
+    start = by_step[1].end_time - 10.0
+    assert by_step[6].end_time - start == pytest.approx(100.0)
+    assert by_step[3].end_time - by_step[2].end_time == pytest.approx(50.0)
+    assert by_step[8].end_time - by_step[7].end_time == pytest.approx(50.0)
+    assert by_step[9].end_time == pytest.approx(10_000.0)
+
+
 def test_a_log_full_of_dated_lines_keeps_a_few_readings_a_step() -> None:
     """Only the first and last dated line between two step lines are kept; a live parser
     (arrival times) keeps none."""

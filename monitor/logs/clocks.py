@@ -5,7 +5,10 @@ A console log rarely stamps verl's ``step:N`` lines, yet it is full of time:
 - **tqdm** (``Training Progress:  3%|...| 19/624 [1:02:10<33:01:00, 196.4s/it]``): verl's fit
   loop updates the bar right after logging a step, so the bar's elapsed time printed after a
   step line is that step's end, counted from the bar's start (a resumed run starts a new bar:
-  a new segment). Exact to the second, relative to the bar's start.
+  a new segment). Exact to the second, relative to the bar's start. A drawing whose count is
+  not the step before it dates the step its count names: verl's V1 trainer under Ray prints
+  the bar (stderr) ahead of its step line (stdout), and wandb's ``output.log`` keeps the bar's
+  line, frozen at a later state, where the bar was first printed.
 - **dated lines** (``2025-06-04 23:48:30,126 INFO ...`` at the start of a line or after Ray's
   prefix, ``INFO:2025-10-07 07:01:41,025:...`` of verl's workers, ``[2025-08-17 10:00:00]``):
   absolute times. Dates without an offset are wall-clock times in the log's zone (the host's,
@@ -23,7 +26,8 @@ before it; ``assign_times`` then gives every step record without a stamp of its 
 measured end time there is (``time_source``: ``"sidecar"``, ``"tqdm"``, or ``"tqdm_end"`` when
 no dated line places the bar in time, ``"worker"``), and
 ``rebuild_times`` fills what is left from the step times, backwards from the next measured end
-or from the log's end (``"rebuilt"``, an estimate).
+or from the log's end (``"rebuilt"``, an estimate). A step whose line lost its timers (a capture
+that cut a long line) takes the time a bar measured for it, when one did (``step_seconds``).
 """
 
 from __future__ import annotations
@@ -82,6 +86,11 @@ class Reading:
     month: int = 0
     day: int = 0
     own: bool = False  # the stamp of ``after``'s own line: its end time
+    count: int | None = None  # a tqdm drawing's count (steps done)
+    #: a tqdm drawing whose count is not the step before it: the record it was printed after
+    #: (``after`` is then the record of step ``count`` that ``assign_times`` finds for it)
+    placed: StepRecord | None = None
+    moved: bool = False  # ``after`` was found by the count, not by where the drawing stands
 
 
 @dataclass
@@ -95,6 +104,13 @@ class LineClock:
 
     readings: list[Reading] = field(default_factory=list)
     enabled: bool = True
+    #: ``id(record) -> seconds`` of each step that lost its timers (``_lone_step``) whose time
+    #: the bar measured (``assign_times``: what the bar's elapsed time leaves between two of
+    #: its drawings, or since its start, once the other steps' timers are taken out)
+    stand_ins: dict[int, float] = field(default_factory=dict)
+    #: the median time such a measured step took beyond its neighbours' (a validation outside
+    #: the step timer whose line lost its timers), for the ones no drawing measured; None
+    extra_s: float | None = None
 
     def _add(self, reading: Reading) -> None:
         if not self.enabled:
@@ -113,13 +129,18 @@ class LineClock:
 
         verl updates the bar once per step right after logging it, so the count after step N's
         line is N (N - 1 for the bar's closing drawing after the last step). A drawing whose
-        count says otherwise (a console capture that kept only the bar's last state, printed
-        somewhere else) does not date the step before it."""
+        count says otherwise dates the record of step ``count`` instead, found by
+        ``assign_times``: a bar drawn on stderr ahead of its step line on stdout (verl's V1
+        trainer under Ray), or a console capture that kept only the bar's last state where the
+        bar was first printed (wandb's ``output.log``); with no record of that step it dates
+        nothing."""
         if elapsed_s is None or elapsed_s < 0:
             return
+        placed = None
         if after is not None and count is not None and not 0 <= after.step - count <= 1:
-            after = None
-        self._add(Reading(after, "tqdm", float(elapsed_s)))
+            placed, after = after, None
+        self._add(Reading(after, "tqdm", float(elapsed_s), count=count, placed=placed,
+                          moved=after is None and count is not None))
 
     def stamp(self, unix: float, after: StepRecord | None) -> None:
         """A line stamped with a whole date (the parser's leading timestamp)."""
@@ -273,14 +294,18 @@ def _segment_origin(segment: list[int], readings: list[Reading],
 def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> None:
     """Give each step record with no measured end time the one its log's clocks give
     (``tqdm`` first, then ``worker``: the last dated line before the step line). Records with
-    a stamp of their own (``line``) or a capture time keep theirs."""
-    readings = clock.readings
-    if not readings or not steps:
+    a stamp of their own (``line``) or a capture time keep theirs. A drawing whose count is not
+    the step before it dates the record of step ``count`` (``_in_order``); the time the bar
+    measured for steps that lost their timers goes into ``clock.stand_ins``."""
+    if not clock.readings or not steps:
         return
+    readings = _in_order(steps, clock.readings)
     dated = _resolve_dates(readings, log_end)
+    segments = _tqdm_segments(readings)
+    _measure_lone_steps(steps, readings, segments, clock)
     ends: dict[int, tuple[float, str]] = {}
-    next_origin = _tail_start(steps, readings, log_end)
-    for segment in reversed(_tqdm_segments(readings)):
+    next_origin = _tail_start(steps, readings, log_end, clock)
+    for segment in reversed(segments):
         origin = _segment_origin(segment, readings, dated)
         source = "tqdm"
         if origin is None:
@@ -308,6 +333,73 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> N
     _snap_to_timers(steps)
 
 
+def _count_target(steps: list[StepRecord], by_step: dict[int, list[int]], where: int,
+                  count: int) -> int | None:
+    """Index of the record of step ``count`` nearest a drawing printed after ``steps[where]``
+    (the first one after it when tied; of a run of records of that step, the one with a step
+    timer), or None."""
+    found = by_step.get(count)
+    if not found:
+        return None
+    best = min(found, key=lambda k: (k - where - 1 if k > where else where - k, k <= where))
+    run = [k for k in found if abs(k - best) <= 3
+           and all(steps[j].step == count for j in range(min(k, best), max(k, best) + 1))]
+    timed = [k for k in run if steps[k].total is not None]
+    return timed[-1] if timed else best
+
+
+def _in_order(steps: list[StepRecord], readings: list[Reading]) -> list[Reading]:
+    """The readings in the order their times were taken: each drawing whose count is not the
+    step before it (``Reading.moved``) gets ``after``, the record of step ``count``
+    (``_count_target``), and stands right after that record's line (before the readings
+    printed after it); one with no record of its step dates nothing and keeps its place."""
+    position = {id(s): n for n, s in enumerate(steps)}
+    by_step: dict[int, list[int]] = {}
+    for n, rec in enumerate(steps):
+        by_step.setdefault(rec.step, []).append(n)
+
+    def at(r: Reading) -> int:
+        rec = r.after if r.after is not None else r.placed
+        return position.get(id(rec), -1) if rec is not None else -1
+
+    moved: list[tuple[int, Reading]] = []
+    kept: list[Reading] = []
+    for r in readings:
+        k = None
+        if r.kind == "tqdm" and r.moved and r.count is not None:
+            k = _count_target(steps, by_step, at(r), r.count)
+        if k is None:
+            kept.append(r)
+            continue
+        r.after = steps[k]
+        moved.append((k, r))
+    moved.sort(key=lambda item: item[0])
+    out: list[Reading] = []
+    i = 0
+    for r in kept:
+        while i < len(moved) and moved[i][0] <= at(r) and not (r.own and r.after is not None
+                                                              and moved[i][0] == at(r)):
+            out.append(moved[i][1])
+            i += 1
+        out.append(r)
+    out.extend(r for _, r in moved[i:])
+    return out
+
+
+def _segment_start(segment: list[int], readings: list[Reading],
+                   position: dict[int, int]) -> int | None:
+    """Index of the first record a bar's segment times from its start, when its first reading
+    was drawn where the bar started: the drawing at 0 s, or a captured last state that stands
+    where the bar was first printed (before the record its count dates); else None."""
+    first = readings[segment[0]]
+    mark = first.placed if first.moved else first.after
+    k = position.get(id(mark), -1) if mark is not None else -1
+    if first.value <= RESOLUTION_S["tqdm"]:
+        return k + 1
+    target = position.get(id(first.after), -1) if first.after is not None else -1
+    return k + 1 if first.moved and k < target else None
+
+
 def _snap_to_timers(steps: list[StepRecord]) -> None:
     """tqdm prints whole seconds: where two tqdm-dated steps lie as far apart as the later
     one's timers, give or take that second, they ran back to back, and the timers (to the
@@ -323,13 +415,84 @@ def _snap_to_timers(steps: list[StepRecord]) -> None:
             prev.end_time = start
 
 
-def _tail_start(steps: list[StepRecord], readings: list[Reading], log_end: float) -> float:
+def _tail_start(steps: list[StepRecord], readings: list[Reading], log_end: float,
+                clock: LineClock | None = None) -> float:
     """Where the last tqdm bar's last drawing stands when nothing dates it: the log's end less
-    the timers of the steps printed after it."""
-    last = next((r.after for r in reversed(readings) if r.kind == "tqdm"), None)
+    the times of the steps printed after the record it dates (``step_seconds``)."""
+    last = next((r.after for r in reversed(readings) if r.kind == "tqdm" and r.after), None)
     position = {id(s): n for n, s in enumerate(steps)}
     k = position.get(id(last), -1) if last is not None else -1
-    return log_end - sum(covered_seconds(s) for s in steps[k + 1:])
+    fallback = _median_step(steps)
+    return log_end - sum(step_seconds(steps, n, clock, fallback)
+                         for n in range(k + 1, len(steps)))
+
+
+def _measure_lone_steps(steps: list[StepRecord], readings: list[Reading],
+                        segments: list[list[int]], clock: LineClock) -> None:
+    """``clock.stand_ins`` and ``clock.extra_s`` from each bar: between two records it dates
+    (or its start and the first), the elapsed time less the timers of the records between
+    is the time of those that lost their timers (shared evenly)."""
+    position = {id(s): n for n, s in enumerate(steps)}
+    extras: list[float] = []
+    for segment in segments:
+        marks: dict[int, float] = {}
+        start = _segment_start(segment, readings, position)
+        if start is not None:
+            marks[start - 1] = 0.0
+        for n in segment:
+            after = readings[n].after
+            if after is not None and id(after) in position:
+                marks[position[id(after)]] = readings[n].value
+        points = sorted(marks.items())
+        for (a, ea), (b, eb) in zip(points, points[1:], strict=False):
+            lone = [k for k in range(a + 1, b + 1)
+                    if covered_seconds(steps[k]) <= 0 and _lone_step(steps, k)]
+            if not lone or eb <= ea:
+                continue
+            timed = sum(covered_seconds(steps[k]) for k in range(a + 1, b + 1))
+            share = max(0.0, eb - ea - timed) / len(lone)
+            for k in lone:
+                clock.stand_ins[id(steps[k])] = share
+                near = _neighbour_seconds(steps, k)
+                if near is not None:
+                    extras.append(share - near)
+    clock.extra_s = statistics.median(extras) if extras else None
+
+
+def _neighbour_seconds(steps: list[StepRecord], n: int) -> float | None:
+    """The mean covered seconds of the nearest timed record either side of ``steps[n]``
+    (within 3), or None without one."""
+    near = []
+    for direction in (-1, 1):
+        for k in range(n + direction, n + 4 * direction, direction):
+            if 0 <= k < len(steps) and covered_seconds(steps[k]) > 0:
+                near.append(covered_seconds(steps[k]))
+                break
+    return statistics.mean(near) if near else None
+
+
+def _median_step(steps: list[StepRecord]) -> float:
+    known = sorted(v for v in (covered_seconds(s) for s in steps) if v > 0)
+    return known[len(known) // 2] if known else 0.0
+
+
+def step_seconds(steps: list[StepRecord], n: int, clock: LineClock | None,
+                 fallback: float) -> float:
+    """Wall seconds ``steps[n]`` took on a rebuilt timeline: its covered seconds; for a step of
+    its own whose line lost its timers (a capture that cut a long line), the time a tqdm bar
+    measured for it (``LineClock.stand_ins``), else its neighbours' time plus what the measured
+    ones took beyond theirs (``LineClock.extra_s``), else ``fallback`` (the median step); 0
+    for a record that times nothing beside another of its step number."""
+    rec = steps[n]
+    seconds = covered_seconds(rec)
+    if seconds > 0 or not _lone_step(steps, n):
+        return seconds
+    if clock is not None and id(rec) in clock.stand_ins:
+        return clock.stand_ins[id(rec)]
+    near = _neighbour_seconds(steps, n)
+    if clock is not None and clock.extra_s is not None and near is not None:
+        return max(0.0, near + clock.extra_s)
+    return fallback
 
 
 def _bracketed(steps: list[StepRecord], readings: list[Reading],
@@ -376,14 +539,14 @@ def covered_seconds(rec: StepRecord) -> float:
     return float(version) if version is not None and version > 0 else 0.0
 
 
-def rebuild_times(steps: list[StepRecord], log_end: float) -> None:
+def rebuild_times(steps: list[StepRecord], log_end: float,
+                  clock: LineClock | None = None) -> None:
     """Fill the end times still missing, backwards from the next measured end (or ``log_end``)
-    by each step's covered seconds (its timers, validation and checkpointing included):
-    ``time_source="rebuilt"``. A step of its own whose line lost its timers (a capture that
-    cut a long line) ran all the same: the median step stands in for it; a record that times
-    nothing beside another of its step number takes no time (none is invented for it)."""
-    known = sorted(v for v in (covered_seconds(s) for s in steps) if v > 0)
-    fallback = known[len(known) // 2] if known else 0.0
+    by each step's time (``step_seconds``: its timers, validation and checkpointing included;
+    for a step whose line lost its timers, what ``clock``'s bar measured for it, or an
+    estimate): ``time_source="rebuilt"``. No time is invented for a record that times
+    nothing beside another of its step number."""
+    fallback = _median_step(steps)
     anchor = log_end
     for n in range(len(steps) - 1, -1, -1):
         rec = steps[n]
@@ -392,10 +555,7 @@ def rebuild_times(steps: list[StepRecord], log_end: float) -> None:
         else:
             rec.end_time = anchor
             rec.time_source = "rebuilt"
-        seconds = covered_seconds(rec)
-        if seconds <= 0 and _lone_step(steps, n):
-            seconds = fallback
-        anchor = rec.end_time - seconds
+        anchor = rec.end_time - step_seconds(steps, n, clock, fallback)
 
 
 def _lone_step(steps: list[StepRecord], n: int) -> bool:

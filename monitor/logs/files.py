@@ -57,7 +57,7 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     assign_times(raw, parser.clock, end)
     parts: dict[int, StepRecord] = {}
     steps = merge_steps(raw, parser.version_guess, parts)
-    rebuild_times(steps, end)
+    rebuild_times(steps, end, parser.clock)
     ordered = [parts.get(id(item), item) if isinstance(item, StepRecord) else item
                for item in ordered]
     events = _time_events(ordered, end)

@@ -202,8 +202,20 @@ def phases_and_total(
 
     total = timer.get("step")
     if total is not None:
-        phases["other"] = other_seconds(total, phases, include_outside_step=old_era)
+        phases["other"] = other_seconds(
+            total, phases, include_outside_step=old_era or _step_holds_outside(total, phases))
     return phases, total
+
+
+def _step_holds_outside(total: float, phases: Mapping[str, float]) -> bool:
+    """Whether a step time already holds its testing/checkpointing (verl < 0.6, and the V1
+    trainer of 0.9, which saves inside its step timer): it exceeds the other phases by at least
+    half of them (the rule of ``monitor.logs.gaps.covered_seconds``)."""
+    extra = sum(phases.get(p) or 0.0 for p in _OUTSIDE_STEP)
+    if extra <= 0:
+        return False
+    core = sum(v for k, v in phases.items() if k not in _OUTSIDE_STEP and k != "other")
+    return total - core >= 0.5 * extra
 
 
 #: The agent loop's slowest sample, timer by timer: verl's ``AgentLoopManager`` picks the
