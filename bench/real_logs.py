@@ -27,10 +27,12 @@ from tests.real_logs import (  # noqa: E402
     HERE,
     SHARED,
     analyze_doc,
+    captured_wall,
     entries,
     false_flags,
     load,
     reference_wall,
+    wandb_wall,
 )
 
 
@@ -55,19 +57,31 @@ def measure(cache: Path) -> list[str]:
         steps = parse_file(log).steps
         wall = doc["summary"]["wall"]
         ours = wall.get("span_s")
-        if entry.clock == "wandb_runtime" and steps:
-            ours = steps[-1].end_time - steps[0].end_time  # record to record, as wandb's
+        if entry.clock == "tqdm_captured":
+            ours = captured_wall(log, steps)
         ref = reference_wall(entry, log, steps)
+        expected = entry.mode + (f", which the keys cannot tell: they read {entry.reads_as}"
+                                 if entry.reads_as else "")
         lines = [head,
                  f"  read from: {_read_from(log)}",
-                 f"  trainer read {doc['trainer_mode']} (expected {entry.mode}), version "
+                 f"  trainer read {doc['trainer_mode']} (expected {expected}), version "
                  f"{doc['version_guess']} (log: verl {entry.verl}); {len(steps)} steps",
-                 f"  clock used: {wall.get('clock')}; reference clock: {entry.clock or 'none'}"]
+                 f"  clock used: {wall.get('clock')}; the log's own clock: {entry.clock or 'none'}"]
+        span = {"tqdm": "first step's start to last step's end",
+                "tqdm_captured": "first step's start to the end of the step of the bar's "
+                                 "last captured count"}.get(entry.clock or "", "")
         if ours is not None and ref:
-            lines.append(f"  wall {ours:.0f} s vs the log's clock {ref:.0f} s: "
+            lines.append(f"  wall ({span}) {ours:.0f} s vs the log's clock {ref:.0f} s: "
                          f"{100 * (ours / ref - 1):+.2f}%")
         elif ours is not None:
-            lines.append(f"  wall {ours:.0f} s (no reference clock in the log)")
+            lines.append(f"  wall {ours:.0f} s (no clock in the log)")
+        pair = wandb_wall(entry, steps)
+        if pair:
+            lines.append(f"  whole run, first to last step record, vs wandb's _runtime (the "
+                         f".wandb file): {pair[0]:.0f} s vs {pair[1]:.0f} s: "
+                         f"{100 * (pair[0] / pair[1] - 1):+.2f}%")
+        if entry.stated:
+            lines.append(f"  the run's own account: {entry.stated}")
         flags = [f for f in doc["flags"] if f["severity"] in ("warning", "critical")]
         kinds: dict[str, int] = {}
         for f in flags:

@@ -13,19 +13,26 @@ Reference clocks, read here independently of the monitor's parser:
 
 - ``tqdm``: the ``Training Progress`` bar's elapsed time at its last drawing less the one at
   its first (the bar is drawn once before the first step and once after each).
-- ``wandb_runtime``: the ``_runtime`` wandb recorded with each step's history in the run's
-  ``.wandb`` file beside the captured ``output.log`` (seconds since ``wandb.init``); the
-  reference is the time from the first step's record to the last one's.
+- ``tqdm_captured``: a console capture that kept only the bar's last state where the bar was
+  first printed (wandb's ``output.log`` freezes the bar's line once it scrolls out of its
+  terminal emulator's window): its count N and elapsed time E say that step N ended E seconds
+  after the bar's start; the reference is the last such drawing (from the bar's start, which
+  is the first step's start, to step N's end).
+- ``wandb``: the run's ``.wandb`` file beside the captured ``output.log``, when the manifest
+  names it: wandb commits a step's history row when the next step is logged, so the row of
+  step k - 1 carries the ``_runtime`` (seconds since ``wandb.init``) at which step k was
+  logged, right after its timers stopped: step k's end. Read record by record (wandb's
+  LevelDB-style log of ``Record`` protobufs, with the ``wandb`` package's own message types).
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import os
 import re
 import statistics
+import struct
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,8 +46,9 @@ MIRRORS = Path(os.environ.get("VERL_MONITOR_MIRRORS", "/work/.mirror"))
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 
 _TQDM_RE = re.compile(r"Training Progress:\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[([\d:]+)<")
-_RUNTIME_RE = re.compile(rb"_runtime.{1,4}?(\d+(?:\.\d+)?)", re.S)
-_GLOBAL_STEP_RE = re.compile(rb"training/global_step.{1,4}?(\d+)", re.S)
+#: wandb's datastore: a 7-byte header, then 32 KiB blocks of records (crc32, length, type)
+_WANDB_HEADER = 7
+_WANDB_BLOCK = 32768
 
 
 @dataclass
@@ -59,6 +67,12 @@ class RealLog:
     healthy: bool
     what: str
     wandb: str | None = None
+    #: the mode the monitor reads from the text when the printed keys cannot tell the trainer
+    #: that wrote it (see SOURCES.md); None when it reads ``mode``
+    reads_as: str | None = None
+    #: the run's own account of its wall time, where the text has one (a launcher's elapsed
+    #: seconds, a README's table), for the record
+    stated: str | None = None
 
 
 def entries() -> list[RealLog]:
@@ -107,25 +121,64 @@ def _clock(text: str) -> float | None:
     return float(total)
 
 
-def wandb_runtimes(entry: RealLog) -> dict[int, float] | None:
-    """``training/global_step -> _runtime`` from the run's ``.wandb`` file (each step's value
-    is the ``_runtime`` nearest its ``training/global_step`` in the file), or None."""
+def tqdm_captured(text: str) -> tuple[int, float] | None:
+    """(count, elapsed seconds) of the bar's last captured drawing, or None."""
+    seen = [(int(m.group(1)), _clock(m.group(3))) for m in _TQDM_RE.finditer(text)]
+    seen = [(n, e) for n, e in seen if e is not None]
+    return max(seen, key=lambda item: item[1]) if seen else None  # type: ignore[return-value]
+
+
+def _wandb_records(data: bytes) -> list[bytes]:
+    """The records of a ``.wandb`` file (full, or first/middle/last pieces joined)."""
+    out: list[bytes] = []
+    pos, pending = _WANDB_HEADER, b""
+    while pos + 7 <= len(data):
+        left = _WANDB_BLOCK - pos % _WANDB_BLOCK
+        if left < 7:
+            pos += left  # a block's tail too short for a header is padding
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            out.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            out.append(pending + chunk)
+            pending = b""
+    return out
+
+
+def wandb_step_ends(entry: RealLog) -> dict[int, float] | None:
+    """``step -> _runtime`` at which wandb was given the step's metrics (its end): the
+    ``_runtime`` of the row of the step before it (see the module docstring); None without
+    the ``.wandb`` file or the ``wandb`` package."""
     if not entry.wandb:
         return None
     data = _git_show(entry, entry.wandb)
+    try:
+        from wandb.proto import wandb_internal_pb2 as pb
+    except ImportError:
+        return None
     if not data:
         return None
-    runtimes = [(m.start(), float(m.group(1))) for m in _RUNTIME_RE.finditer(data)]
-    where = [p for p, _ in runtimes]
-    out: dict[int, float] = {}
-    for m in _GLOBAL_STEP_RE.finditer(data):
-        k = bisect.bisect_left(where, m.start())
-        near = [runtimes[i] for i in (k - 1, k) if 0 <= i < len(runtimes)]
-        if near:
-            pos, value = min(near, key=lambda c: abs(c[0] - m.start()))
-            if abs(pos - m.start()) < 20_000:
-                out.setdefault(int(m.group(1)), value)
-    return out or None
+    committed: dict[int, float] = {}
+    for raw in _wandb_records(data):
+        record = pb.Record()
+        try:
+            record.ParseFromString(raw)
+        except Exception:  # a torn record at the file's end
+            continue
+        if record.WhichOneof("record_type") != "history":
+            continue
+        items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
+        if "training/global_step" in items and "_runtime" in items:
+            committed.setdefault(int(float(items["training/global_step"])),
+                                 float(items["_runtime"]))
+    return {k + 1: t for k, t in committed.items()} or None
 
 
 def analyze_doc(log: Path, gpu: Path | None = None, log_end: float | None = None) -> dict:
@@ -142,15 +195,40 @@ def analyze_doc(log: Path, gpu: Path | None = None, log_end: float | None = None
 
 
 def reference_wall(entry: RealLog, log: Path, steps: list[Any]) -> float | None:
-    """The log's own clock for the time its steps took (see the module docstring)."""
+    """The log's own clock for the time its steps took (see the module docstring): the tqdm
+    bar's first to last drawing, or the bar's start to its last captured drawing."""
+    text = log.read_text(errors="replace")
     if entry.clock == "tqdm":
-        return tqdm_wall(log.read_text(errors="replace"))
-    if entry.clock == "wandb_runtime" and steps:
-        runtimes = wandb_runtimes(entry)
-        first, last = steps[0].step, steps[-1].step
-        if runtimes and first in runtimes and last in runtimes:
-            return runtimes[last] - runtimes[first]
+        return tqdm_wall(text)
+    if entry.clock == "tqdm_captured":
+        seen = tqdm_captured(text)
+        return seen[1] if seen else None
     return None
+
+
+def captured_wall(log: Path, steps: list[Any]) -> float | None:
+    """The monitor's time from the first step's start to the end of the step whose number is
+    the bar's last captured count (``tqdm_captured``), or None."""
+    from monitor.logs.clocks import covered_seconds
+
+    seen = tqdm_captured(log.read_text(errors="replace"))
+    ends = [s for s in steps if seen and s.step == seen[0]]
+    if not steps or not ends:
+        return None
+    return ends[-1].end_time - (steps[0].end_time - covered_seconds(steps[0]))
+
+
+def wandb_wall(entry: RealLog, steps: list[Any]) -> tuple[float, float] | None:
+    """(ours, wandb's) seconds from the first step whose end wandb recorded to the last
+    step's end, or None."""
+    ends = wandb_step_ends(entry)
+    if not ends or not steps:
+        return None
+    last = steps[-1]
+    first = next((s for s in steps if s.step in ends), None)
+    if first is None or last.step not in ends:
+        return None
+    return last.end_time - first.end_time, ends[last.step] - ends[first.step]
 
 
 def _ratio(metrics: dict[str, Any], top: str, mean: str) -> float | None:
