@@ -134,3 +134,24 @@ def test_an_oom_followed_by_a_flood_of_other_events_still_opens_and_posts(tmp_pa
     assert evicted == [501.0]
     close(mon)
     assert any(k.startswith("oom|") and k.endswith("|opened") for k in queued(tmp_path))
+
+
+def test_a_restart_refills_the_window_with_every_kind_of_sample(tmp_path):
+    """The rollout engines' rows come back after a restart too (the engine detectors judge
+    KV-cache pressure over minutes), not only GPU, host and NCCL rows."""
+    first = monitor(tmp_path)
+    first.add_steps(steps(1, 3, 1000.0))
+    first.add_gpu([{"ts": T0 + 25.0, "node": "n0", "gpu": 0, "util": 90.0, "sm_active": 70.0}])
+    first.add_rollout([{"ts": T0 + 1.0 + i, "node": "n0", "server": "127.0.0.1:8000",
+                        "engine": "vllm", "model": "m", "kv_cache_usage": 0.9, "running": 8,
+                        "waiting": 4, "preemptions_total": float(i)} for i in range(3)])
+    close(first)
+    second = monitor(tmp_path)
+    try:
+        assert second.window.rollout()["preemptions_total"].tolist() == [0.0, 1.0, 2.0]
+        assert len(second.window.frame("gpu")) == 1
+        with RunStore(tmp_path / "run.db") as store:
+            assert store.counts()["rollout_samples"] == 3
+            assert store.time_range()[0] == pytest.approx(T0 + 1.0)  # the first engine row
+    finally:
+        close(second)

@@ -27,7 +27,7 @@ from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import Row, Sink
 from monitor.logs.fingerprint import step_fingerprint
 from monitor.records import Event, StepRecord
-from monitor.telemetry_kinds import KIND
+from monitor.telemetry_kinds import KIND, kinds
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -336,9 +336,7 @@ class LiveMonitor(Recorder):
             first = store.steps()[: self.window.first_steps_max]
             steps = store.steps(start=since)
             events = store.events(start=since)
-            gpu = store.gpu_frame(start=since)
-            host = store.host_frame(start=since)
-            nccl = store.nccl_frame(start=since)
+            samples = {k.name: store.samples_frame(k.name, start=since) for k in kinds()}
         except Exception as exc:  # noqa: BLE001 - a store it cannot read back: start afresh
             log.warning("run store: could not read back the last run's state (%s); "
                         "starting with an empty window", exc)
@@ -350,12 +348,11 @@ class LiveMonitor(Recorder):
             self.window.add_steps(steps)
         if events:
             self.window.add_events(events)
-        for frame, add in ((gpu, self.window.add_gpu), (host, self.window.add_host),
-                           (nccl, self.window.add_nccl)):
+        for kind, frame in samples.items():  # every kind: GPU, host, NCCL, rollout engines
             if len(frame):  # the window keeps at most max_rows of each: read no more
-                add(frame.tail(self.window.max_rows).to_dict("records"))
+                self.window.add_rows(kind, frame.tail(self.window.max_rows).to_dict("records"))
         self.adopted_flags = self.tracker.adopt(open_flags, reason=CLOSED_AT_RESTART)
-        self._restored = bool(steps or events or len(gpu) or open_flags)
+        self._restored = bool(steps or events or len(samples["gpu"]) or open_flags)
         if self._restored:
             log.info("run store: resumed with %d steps, %d events and %d open flags from "
                      "the last run", len(steps), len(events), self.adopted_flags)

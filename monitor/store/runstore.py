@@ -464,20 +464,25 @@ class RunStore(KindRows):
         return {k: json.loads(v) for k, v in self._conn().execute("SELECT key, value FROM meta")}
 
     def time_range(self) -> tuple[float | None, float | None]:
-        """(oldest, newest) timestamp over samples, steps and events; (None, None) when empty."""
-        sql = """SELECT min(lo), max(hi) FROM (
-            SELECT min(ts) lo, max(ts) hi FROM gpu_samples
-            UNION ALL SELECT min(ts), max(ts) FROM host_samples
-            UNION ALL SELECT min(ts), max(ts) FROM nccl_samples
-            UNION ALL SELECT min(end_time), max(end_time) FROM steps
-            UNION ALL SELECT min(time), max(time) FROM events)"""
-        lo, hi = self._conn().execute(sql).fetchone()
+        """(oldest, newest) timestamp over samples of every kind, steps and events; (None,
+        None) when empty."""
+        conn = self._conn()
+        parts = [f"SELECT min(ts) lo, max(ts) hi FROM {t}" for t in self._sample_tables(conn)]
+        parts += ["SELECT min(end_time), max(end_time) FROM steps",
+                  "SELECT min(time), max(time) FROM events"]
+        lo, hi = conn.execute(f"SELECT min(lo), max(hi) FROM ({' UNION ALL '.join(parts)})"
+                              ).fetchone()
         return lo, hi
+
+    @staticmethod
+    def _sample_tables(conn: sqlite3.Connection) -> list[str]:
+        """The sample tables this store has (a ``create_on_use`` kind's once it saw a row)."""
+        return [k.table for k in kinds() if not k.create_on_use or _has_table(conn, k.table)]
 
     def counts(self) -> dict[str, int]:
         """Row count per table (for status lines and tests)."""
         conn = self._conn()
-        tables = ("gpu_samples", "host_samples", "nccl_samples", "steps", "events", "flags")
+        tables = (*self._sample_tables(conn), "steps", "events", "flags")
         return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
 
     # ------------------------------------------------------------------ size and retention
