@@ -54,6 +54,24 @@ def test_the_printed_config_is_read_whole_across_prefixed_wrapped_lines(tmp_path
     assert flat["trainer.logger"] == ["console"]
 
 
+def test_a_line_of_only_a_comma_goes_on_with_the_config(tmp_path):
+    """verl 0.9's V1 trainer under Ray: an entry's value ends one line and its comma is the
+    next line's only text; the entries after it (``trainer.v1``) are still read."""
+    config = {"data": {"train_batch_size": 8},
+              "trainer": {"nnodes": 1, "project_name": "demo",
+                          "save_freq": 5, "use_v1": True,
+                          "v1": {"separate_async": {"parameter_sync_step": 1},
+                                 "trainer_mode": "separate_async"}}}
+    lines = _printed(config)
+    at = next(i for i, line in enumerate(lines) if "'project_name': 'demo'," in line)
+    lines[at:at + 1] = [lines[at].replace("'demo',", "'demo'"), PREFIX + ","]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    got = read_job_config_file(path)
+    assert got == config
+    assert flatten(got or {})["trainer.v1.trainer_mode"] == "separate_async"
+
+
 def test_a_config_cut_short_keeps_what_was_printed():
     lines = _printed(CONFIG)
     cut = lines[:7] + [lines[7][:70] + "..."]  # a logger cut the print off mid-line

@@ -9,7 +9,8 @@ pprint, each line under Ray's ``(TaskRunner pid=N)`` prefix and perhaps ANSI col
 
 ``JobConfigReader`` collects those lines (``feed`` one line at a time) and reads the dict with
 ``ast.literal_eval``; a dict cut short (a ``...`` where a logger truncated it, the log ending
-inside it) is closed where its last whole entry ends, so what was printed is kept.
+inside it) is closed where its last whole entry ends, so what was printed is kept. A line
+holding only the comma after an entry (a Ray prefix and ``,``) goes on with the dict.
 ``read_job_config_file`` scans the head of a log file. ``flatten`` gives dotted keys
 (``actor_rollout_ref.actor.fsdp_config.param_offload``), the names advice uses.
 """
@@ -33,6 +34,10 @@ MAX_LINES = 20_000
 HEAD_BYTES = 64 * 2**20
 
 _OPEN = {"{": "}", "[": "]", "(": ")"}
+#: How a line that goes on with the dict may begin without pprint's indent: a key, a closing
+#: bracket, or the comma of an entry whose value ended the line before (verl 0.9's V1 trainer
+#: under Ray: a line of only ``,`` after ``'project_name': '...'``).
+_CONTINUES = ("'", "}", "]", ",")
 
 
 def _starts_config(text: str) -> bool:
@@ -117,7 +122,7 @@ class JobConfigReader:
             text = text.lstrip()
         elif self._actor is not None and wrapped.actor != self._actor:
             return False  # another actor's line between two of the config's: not the end
-        elif not text.startswith(" ") and not text.lstrip().startswith(("'", "}", "]")):
+        elif not text.startswith(" ") and not text.lstrip().startswith(_CONTINUES):
             self.finish()  # a line that is not a continuation: the print was cut short
             return False
         scan.add(text)
