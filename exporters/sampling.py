@@ -4,7 +4,11 @@ A collector that derives from :class:`SampledCollector` implements :meth:`sample
 source, store a fresh snapshot, push rows to the window and the store) and ``collect`` (build
 metric families from the latest snapshot). The thread calls ``sample`` every
 ``ctx.interval`` seconds on a fixed schedule; an exception is caught, counted in ``errors``,
-kept in ``last_error`` and logged once in words (again only when the message changes).
+kept in ``last_error`` and logged once in words (again only when the message changes). A part
+of the source that fails while the rest is published (the simulated host row) is reported
+from inside ``sample`` with :meth:`SampledCollector.sample_failed`: the round counts as failed
+the same way (``verlmon_collector_success 0`` while it lasts), and the first round that works
+again logs the recovery once.
 
 Counters derived from what others published (goodput, per-phase GPU activity) are the live
 monitor's views, not collectors: monitor/live/live_view.py (``PollingView``).
@@ -57,24 +61,35 @@ class SampledCollector(BaseCollector):
         self._thread: threading.Thread | None = None
         self._problem = ProblemLog(f"collector {self.name}", "sampling failed: {}",
                                    "sampling works again")
+        self._round_problem: str | None = None  # sample_failed's words in this round
 
     def sample(self) -> None:
         """Read the source once and publish a new snapshot (override)."""
 
+    def sample_failed(self, words: str) -> None:
+        """Called from :meth:`sample`: a part of the source failed in words, the rest is
+        published. The round then counts as failed, as if ``sample`` had raised."""
+        self._round_problem = words
+
     def sample_once(self) -> bool:
         """Run :meth:`sample` with error accounting; True when it worked."""
+        self._round_problem = None
         try:
             self.sample()
         except Exception as exc:  # noqa: BLE001 - any failure is reported, never fatal
-            message = f"{exc.__class__.__name__}: {exc}"
-            self.errors += 1
-            self.last_error = message
-            self._problem.failed(message)
-            return False
+            return self._failed(f"{exc.__class__.__name__}: {exc}")
+        if self._round_problem is not None:
+            return self._failed(self._round_problem)
         self._problem.recovered()
         self.last_error = None
         self.samples += 1
         return True
+
+    def _failed(self, message: str) -> bool:
+        self.errors += 1
+        self.last_error = message
+        self._problem.failed(message)
+        return False
 
     def start(self) -> None:
         """Take a first sample now, then keep sampling in a daemon thread."""

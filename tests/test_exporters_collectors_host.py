@@ -144,3 +144,42 @@ def test_simulated_gpus_bring_the_scenarios_host_signature():
     assert reg.get_sample_value("verlmon_host_cpu_max_core_ratio") == pytest.approx(expected)
     _, _, host_df, _ = window.frames()
     assert host_df["cpu_max_core_pct"].iloc[-1] == pytest.approx(expected * 100.0)
+
+
+def test_a_failing_simulated_host_sample_is_a_failed_round_logged_once(caplog):
+    """The sim backend's host row fails (a node the run does not have): the collector shows
+    it as a failure (unhealthy: success 0; counted; the words once in the log), keeps this
+    machine's readings, and says once that it works again when the row comes back."""
+    import logging
+
+    from exporters.exposition import Exposition
+    from exporters.gpu.sim import SimBackend
+    from monitor.sim.engine import SimRun
+
+    run = SimRun("healthy", steps=5, gpus_per_node=2, seed=1)
+    backend = SimBackend(run=run, clock=lambda: run.start_time)
+    ctx = ExporterContext(node="node0", interval=1.0, sink=Recorder(RollingWindow()),
+                          gpu_backend=backend)
+    col = HostCollector(ctx)
+    reg = CollectorRegistry()
+    reg.register(Exposition({"host": col}, node="node0", version="t"))
+    backend.node = "node7"  # the run has node0 only: host_sample raises KeyError
+    with caplog.at_level(logging.INFO, logger="verl_monitor.exporter"):
+        for _ in range(3):
+            assert not col.sample_once()
+            assert reg.get_sample_value("verlmon_collector_success", {"collector": "host"}) == 0
+        assert "unknown node 'node7'" in col.last_error
+        assert col.errors == 3
+        assert reg.get_sample_value("verlmon_collector_errors_total",
+                                    {"collector": "host"}) == 3
+        assert col.snapshot.mem_total == psutil.virtual_memory().total  # the rest is kept
+        backend.node = "node0"
+        assert col.sample_once()
+        assert col.sample_once()
+    assert reg.get_sample_value("verlmon_collector_success", {"collector": "host"}) == 1
+    assert col.last_error is None and col.snapshot.extra.get("simulated")
+    said = [r for r in caplog.records if "collector host" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.INFO], said
+    assert "simulated host sample failed" in said[0].getMessage()
+    assert "node7" in said[0].getMessage()
+    assert said[1].getMessage().endswith("sampling works again")

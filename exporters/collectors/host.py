@@ -200,8 +200,8 @@ class HostCollector(SampledCollector):
         try:
             row = host_sample()
         except Exception as exc:  # noqa: BLE001 - a sim problem must not stop host sampling
-            self.last_error = f"simulated host sample failed: {exc}"
-            return
+            self.sample_failed(f"simulated host sample failed: {exc.__class__.__name__}: {exc}")
+            return  # this machine's readings stay in the snapshot
 
         def ratio(key: str) -> float | None:
             value = row.get(key)
