@@ -60,11 +60,10 @@ def measure(cache: Path) -> list[str]:
         if entry.clock == "tqdm_captured":
             ours = captured_wall(log, steps)
         ref = reference_wall(entry, log, steps)
-        expected = entry.mode + (f", which the keys cannot tell: they read {entry.reads_as}"
-                                 if entry.reads_as else "")
+        source = {"config": " from the printed config"}.get(doc.get("trainer_mode_source"), "")
         lines = [head,
                  f"  read from: {_read_from(log)}",
-                 f"  trainer read {doc['trainer_mode']} (expected {expected}), version "
+                 f"  trainer read {doc['trainer_mode']}{source} (expected {entry.mode}), version "
                  f"{doc['version_guess']} (log: verl {entry.verl}); {len(steps)} steps",
                  f"  clock used: {wall.get('clock')}; the log's own clock: {entry.clock or 'none'}"]
         span = {"tqdm": "first step's start to last step's end",

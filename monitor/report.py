@@ -408,7 +408,8 @@ def render_text(doc: dict[str, Any]) -> str:
     )
     mode = doc.get("trainer_mode")
     if mode:
-        head.append(f"  trainer: {MODE_WORDS.get(mode, mode)}")
+        head.append(f"  trainer: {MODE_WORDS.get(mode, mode)}" + (
+            " (from the printed config)" if doc.get("trainer_mode_source") == "config" else ""))
     parts = [
         "\n".join(head),
         _section("Steps", _steps_section(summary)),

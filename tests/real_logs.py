@@ -67,9 +67,6 @@ class RealLog:
     healthy: bool
     what: str
     wandb: str | None = None
-    #: the mode the monitor reads from the text when the printed keys cannot tell the trainer
-    #: that wrote it (see SOURCES.md); None when it reads ``mode``
-    reads_as: str | None = None
     #: the run's own account of its wall time, where the text has one (a launcher's elapsed
     #: seconds, a README's table), for the record
     stated: str | None = None
@@ -256,10 +253,37 @@ def long_tail_is_true(flag: dict[str, Any], metrics: dict[int, dict[str, Any]]) 
     return "" if r >= 4.0 and g >= 2.0 else f"longest/mean response {r:.1f}x, generation {g:.1f}x"
 
 
+#: The trainer's own weight-sync timers, as each trainer that pauses generation for it names
+#: its timer.
+_SYNC_TIMERS = ("timing_s/update_weights", "timing_s/param_sync", "timing_s/sync_rollout_weights")
+
+
+def weight_sync_pause_is_true(flag: dict[str, Any], metrics: dict[int, dict[str, Any]]) -> str:
+    """weight_sync_pause is true of a step range when the trainer's own sync timer is at least
+    the flag's share of the step there: over the flagged steps, the median of the sync timer
+    over ``timing_s/step`` at least 0.3 for a critical flag, 0.15 for a warning (the
+    detector's bars, defaults.yaml). The whole timer is a pause: verl's
+    ``CheckpointEngineManager.update_weights`` aborts every rollout replica's requests before
+    it syncs and resumes them after (verl/checkpoint_engine/base.py, verl 0.9). On the V1
+    separate-async run: 0.43. Returns what is wrong, or ''."""
+    first, last = flag["scope"]["steps"]
+    shares = []
+    for n in range(first, last + 1):
+        m = metrics.get(n, {})
+        timer = next((k for k in _SYNC_TIMERS if k in m), None)
+        if timer is not None and (share := _ratio(m, timer, "timing_s/step")) is not None:
+            shares.append(share)
+    if not shares:
+        return "no weight-sync timer in the flagged steps"
+    share, bar = statistics.median(shares), 0.3 if flag["severity"] == "critical" else 0.15
+    return "" if share >= bar else f"the sync is {share:.0%} of the step (bar {bar:.0%})"
+
+
 #: Warnings that real healthy runs raise and that are true of them: kind -> the check, on the
 #: log's own numbers, that makes the flag true (it returns what is wrong, or '').
 TRUE_OBSERVATIONS: dict[str, Callable[[dict[str, Any], dict[int, dict[str, Any]]], str]] = {
     "rollout_long_tail": long_tail_is_true,
+    "weight_sync_pause": weight_sync_pause_is_true,
 }
 
 

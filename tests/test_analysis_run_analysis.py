@@ -3,6 +3,7 @@ what happened (issue 28 item 4, issue 31 items 4 and 6)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -133,6 +134,27 @@ def test_the_trainer_books_its_wait_for_the_weight_sync_printed_on_a_line_of_its
     # the syncs after steps 1-4 lie inside the next step's wall interval: the trainer's wait
     assert tot["lost"]["parameter_sync"] == pytest.approx(4 * 5.0)
     assert tot["unattributed"] < 0.5
+
+
+def test_the_printed_v1_config_makes_gen_the_wait_for_the_rollout_pool():
+    """Keys every trainer prints (gen, update_actor) and a printed config of verl 0.9's V1
+    separate-async trainer: the run has a trainer and a rollout pool, and the trainer's gen is
+    booked as its wait for samples, in the log's pools and in the GPU ledger alike."""
+    steps = [dataclasses.replace(s, metrics={**s.metrics, "timing_s/gen": 10.0,
+                                             "timing_s/update_actor": 1.0,
+                                             "timing_s/step": 11.0})
+             for s in _hf_steps([10.0] * 4)]
+    gpu = _gpu(steps[-1].end_time, lambda t, g: (90.0, 0.6))
+    plain = RunAnalysis(steps, gpu)
+    assert plain.mode == ("sync", "keys")
+    assert plain.ledger()["waiting_for_samples"].sum() == 0
+    v1 = {"trainer": {"use_v1": True, "v1": {"trainer_mode": "separate_async"}}}
+    ra = RunAnalysis(steps, gpu, job_config=v1)
+    assert ra.mode == ("separate_async", "config")
+    assert ra.ledger()["waiting_for_samples"].sum() == pytest.approx(40.0, abs=0.5)
+    pools = RunAnalysis(steps, job_config=v1).pools()
+    assert pools["mode"] == "separate_async"
+    assert [p["pool"] for p in pools["pools"]] == ["trainer", "rollout"]
 
 
 def test_two_exporters_reporting_the_same_steps_are_not_a_restart():

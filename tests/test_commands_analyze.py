@@ -69,6 +69,34 @@ def test_text_report(tmp_path: Path, capsys) -> None:
     assert "response_length max / mean): median 3.00x" in out
 
 
+def test_the_trainer_mode_comes_from_the_printed_config_where_the_keys_cannot_tell(
+        tmp_path: Path, capsys) -> None:
+    """verl 0.9's V1 trainer prints the same step keys in every mode; the config it prints at
+    the start names the trainer (``trainer.v1.trainer_mode``), and the report says so."""
+    import pprint
+
+    log = tmp_path / "train.log"
+    write_log(log)
+    code, out, _ = run_cli(capsys, str(log), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert (doc["trainer_mode"], doc["trainer_mode_source"]) == ("sync", "keys")
+    config = {"data": {"train_batch_size": 16},
+              "trainer": {"nnodes": 1, "use_v1": True,
+                          "v1": {"separate_async": {"parameter_sync_step": 1},
+                                 "trainer_mode": "separate_async"}}}
+    printed = "".join(f"(TaskRunnerV1 pid=7) {line}\n"
+                      for line in pprint.pformat(config, width=60).split("\n"))
+    log.write_text(printed + log.read_text())
+    code, out, _ = run_cli(capsys, str(log), "--json")
+    doc = json.loads(out)
+    assert (doc["trainer_mode"], doc["trainer_mode_source"]) == ("separate_async", "config")
+    assert [p["pool"] for p in doc["pools"]["pools"]] == ["trainer", "rollout"]
+    code, out, _ = run_cli(capsys, str(log))
+    assert code == 0
+    assert "trainer: V1 separate-async trainer (separate rollout pool) (from the printed config)" in out
+
+
 def test_json_is_strict_and_complete(tmp_path: Path, capsys) -> None:
     log = tmp_path / "train.log"
     ends = write_log(log)

@@ -114,6 +114,21 @@ def test_weight_sync_pause_from_the_sync_timer_and_the_synchronizer_line() -> No
     assert "[ParameterSynchronizer] pause" in flags[0].evidence
 
 
+def test_a_weight_sync_pauses_generation_where_the_printed_config_says_separate_pools() -> None:
+    """verl 0.9's V1 separate-async trainer prints the sync trainer's keys: its
+    ``update_weights`` (a third of the step here) pauses the rollout pool, which the keys alone
+    cannot tell from a colocated sync (the engines sleep through it: no flag)."""
+    steps, events = load("sync")
+    v1 = [dataclasses.replace(s, metrics={**s.metrics, "timing_s/update_weights":
+                                          0.35 * s.metrics["timing_s/step"]})
+          for s in steps]
+    assert [f for f in run_all(v1, None, None, events) if f.kind == "weight_sync_pause"] == []
+    flags = [f for f in run_all(v1, None, None, events, printed_mode="separate_async")
+             if f.kind == "weight_sync_pause"]
+    assert len(flags) == 1 and flags[0].severity == "critical"
+    assert "timing_s/update_weights" in flags[0].evidence
+
+
 @pytest.mark.parametrize("name", ["sync", "agent_loop", "one_step_off", "separate_async",
                                   "fully_async_trainer"])
 def test_healthy_first_steps_raise_none_of_these_flags(name: str) -> None:

@@ -11,6 +11,8 @@ from monitor.logs.canonical_records import LogParser, parse_file
 from monitor.logs.modes import (
     TRAINER_MODES,
     WAITING_GEN_MODES,
+    judge_mode,
+    printed_mode,
     run_mode,
     step_modes,
     trainer_mode,
@@ -107,3 +109,32 @@ def test_vocabulary_tells_the_mode_from_every_key_seen() -> None:
     assert vocab.trainer_mode() == "sync"
     vocab.keys.add("fully_async/total_wait_time")
     assert vocab.trainer_mode() == "fully_async_trainer"
+
+
+def _v1(mode: str, use_v1: bool = True) -> dict:
+    """A printed config of verl 0.9's V1 trainer (only the keys that name the trainer)."""
+    return {"trainer": {"use_v1": use_v1, "v1": {"trainer_mode": mode, "sync": {}}}}
+
+
+def test_the_printed_config_names_the_v1_trainer_it_runs() -> None:
+    assert printed_mode(_v1("separate_async")) == "separate_async"
+    # verl runs its legacy trainer without use_v1, whatever v1 says
+    assert printed_mode(_v1("separate_async", use_v1=False)) is None
+    # sync is what the keys say already; colocate_async is no mode here
+    assert printed_mode(_v1("sync")) is None and printed_mode(_v1("colocate_async")) is None
+    assert printed_mode({"trainer": {"nnodes": 1}}) is None and printed_mode(None) is None
+
+
+def test_the_printed_mode_decides_only_where_the_keys_cannot_tell() -> None:
+    """verl 0.9's V1 trainer prints the common timers in every mode: they read sync, and the
+    printed config says separate-async. Keys that name a trainer keep deciding, and a run with
+    no step line stays unknown."""
+    sync = parse_file(FIXTURES / "sync.jsonl").steps
+    assert judge_mode(sync) == ("sync", "keys")
+    assert judge_mode(sync, "separate_async") == ("separate_async", "config")
+    assert run_mode(sync, "separate_async") == "separate_async"
+    agent = parse_file(FIXTURES / "agent_loop.jsonl").steps
+    assert judge_mode(agent, "separate_async") == ("separate_async", "config")
+    fully = parse_file(FIXTURES / "fully_async_trainer.jsonl").steps
+    assert judge_mode(fully, "separate_async") == ("fully_async_trainer", "keys")
+    assert judge_mode([], "separate_async") == ("unknown", "keys")

@@ -43,10 +43,10 @@ def _these(keep: Callable[[RealLog], bool]) -> Any:
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 def test_each_real_log_reads_as_the_trainer_that_wrote_it(entry: RealLog, cache: Path) -> None:
-    """The trainer the keys say (``reads_as`` where the printed keys cannot tell the trainer
-    that wrote the log: see SOURCES.md); text that is not steps is unknown."""
+    """The trainer that wrote the log (the keys say it, else the printed config: see
+    SOURCES.md); text that is not steps is unknown."""
     doc = analyze_doc(_log(entry, cache))
-    assert doc["trainer_mode"] == (entry.reads_as or entry.mode)
+    assert doc["trainer_mode"] == entry.mode
     if entry.mode == "unknown":
         assert "trainer: unknown" in render_text(doc)
         assert "colocated" not in render_text(doc)
@@ -166,18 +166,27 @@ def test_the_v1_separate_async_run_is_timed_by_its_bar_drawn_ahead_of_its_step_l
     assert doc["summary"]["wall"]["dated"]
 
 
-def test_the_v1_trainers_keys_do_not_say_separate_async_but_its_printed_config_does(
+def test_the_v1_trainers_mode_comes_from_its_printed_config_where_its_keys_cannot_tell(
         cache: Path) -> None:
     """verl's V1 trainer prints the same keys in its sync, colocate_async and separate_async
     modes (``timing_s/update_weights``, ``training/off_policy/*``): the keys read as sync.
-    The resolved config it prints at start says ``trainer.v1.trainer_mode: separate_async``;
-    the monitor does not yet take the mode from it (SOURCES.md: ``job_config`` does not get
-    ``trainer.v1`` out of this print, and the mode is read from the step keys only)."""
+    The resolved config it prints at start says ``trainer.v1.trainer_mode: separate_async``
+    (a line of only ``,`` inside it): the run is separate-async, the report says so and where
+    that came from, and the trainer's ``gen`` is its wait for samples from the rollout pool."""
+    from monitor.logs.job_config import read_job_config_file
+    from monitor.logs.modes import judge_mode, printed_mode
+
     entry = next(e for e in ENTRIES if e.name == "npu_separate_async_v1_full125")
     log = _log(entry, cache)
-    text = log.read_text(errors="replace")
-    assert "'trainer_mode': 'separate_async'" in text and "(TaskRunnerV1 pid=" in text
-    assert analyze_doc(log)["trainer_mode"] == entry.reads_as == "sync"
+    assert judge_mode(parse_file(log).steps) == ("sync", "keys")
+    config = read_job_config_file(log)
+    assert config and printed_mode(config) == "separate_async"
+    doc = analyze_doc(log)
+    assert (doc["trainer_mode"], doc["trainer_mode_source"]) == ("separate_async", "config")
+    assert ("trainer: V1 separate-async trainer (separate rollout pool) "
+            "(from the printed config)") in render_text(doc)
+    assert [p["pool"] for p in doc["pools"]["pools"]] == ["trainer", "rollout"]
+    assert "waiting_for_samples" in doc["pools"]["pools"][0]["causes"]
 
 
 def test_a_log_placed_beside_the_repository_is_read_first(

@@ -314,14 +314,16 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     events, hang = _hang_evidence(args, events, _data_end(steps, gpu, host))
 
     from monitor.analysis.run_analysis import RunAnalysis, json_top
-
-    ra = RunAnalysis(steps, gpu if args.gpu else None, host=host, events=events, nccl=nccl,
-                     rollout=rollout, config=config, now=_data_end(steps, gpu, host))
-    flags = ra.flags()
-    from monitor.detect.flag_advice import tell_job_config  # issue 28 item 9: the printed config
     from monitor.logs.job_config import read_job_config_file
 
-    tell_job_config(flags, read_job_config_file(args.log))
+    job_config = read_job_config_file(args.log)  # the config verl printed at the start
+    ra = RunAnalysis(steps, gpu if args.gpu else None, host=host, events=events, nccl=nccl,
+                     rollout=rollout, config=config, now=_data_end(steps, gpu, host),
+                     job_config=job_config)
+    flags = ra.flags()
+    from monitor.detect.flag_advice import tell_job_config  # issue 28 item 9: the printed config
+
+    tell_job_config(flags, job_config)
     attribution = ra.phase_summary().to_dict("records") if args.gpu else None
     if getattr(args, "wandb", None):
         log_to_wandb(args.wandb, steps, flags, ra.attribution() if args.gpu else None,
@@ -336,6 +338,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "format": parsed.format,
             "version_guess": parsed.version_guess,
             "trainer_mode": pools["mode"],
+            "trainer_mode_source": ra.mode.source,
             "parse": {
                 "lines": stats.lines,
                 "records": stats.records,

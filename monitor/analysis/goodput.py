@@ -65,9 +65,10 @@ PHASE_CAUSE: dict[str, str] = {
 SPLIT_POOL_PHASE_CAUSE: dict[str, str] = {"gen": "waiting_for_samples", "reshard": "parameter_sync"}
 
 
-def phase_causes(steps: list[StepRecord]) -> dict[str, str]:
-    """The phases whose whole time goes to one cause, for the trainer mode of ``steps``."""
-    if waits_in_gen(run_mode(steps)):
+def phase_causes(steps: list[StepRecord], mode: str | None = None) -> dict[str, str]:
+    """The phases whose whole time goes to one cause, for the trainer mode of ``steps`` (or
+    ``mode``, where the caller judged it)."""
+    if waits_in_gen(mode or run_mode(steps)):
         return {**PHASE_CAUSE, **SPLIT_POOL_PHASE_CAUSE}
     return dict(PHASE_CAUSE)
 #: Events that end a run: the time from the last step line to one of them is lost work.
@@ -432,6 +433,7 @@ def ledger(
     sample_s: float | None = None,
     tail_steps: Mapping[int, bool] | None = None,
     flagged_tail: Iterable[int] = (),
+    mode: str | None = None,
 ) -> pd.DataFrame:
     """Per step and GPU: wall seconds and their split into :data:`CAUSES` (columns
     :data:`LEDGER_COLUMNS`; one row per step line and GPU sampled in the run).
@@ -445,6 +447,7 @@ def ledger(
     responses have a long tail: where False, generation's thin samples are not a tail. The
     steps of ``flagged_tail`` (a ``rollout_long_tail`` flag covers them) book generation's
     whole loss as the tail. In warm-up steps every loss of the compute phases is ``warmup``.
+    ``mode``: the run's trainer mode where the caller judged it (default: the steps' keys).
     """
     cfg = settings(config) if config is not None else default_settings()
     events = list(events or [])
@@ -479,7 +482,7 @@ def ledger(
         mask = (iv["gap_cause"] == cause).to_numpy()
         acc[cause][mask] += (gap - dw)[mask, None]
     # phases whose whole time has one cause (the trainer's wait for samples in split pools)
-    fixed_causes = phase_causes(steps)
+    fixed_causes = phase_causes(steps, mode)
     if len(tl):
         fixed = tl[tl["phase"].map(fixed_causes).notna()]
         for (row, phase), grp in fixed.groupby(["row", "phase"]):

@@ -192,13 +192,15 @@ def document(
     gpu_ledger: Mapping[str, Any] | None = None,
     trainer_gpus: int | None = None,
     rollout_gpus: int | None = None,
+    mode: str | None = None,
 ) -> dict[str, Any]:
-    """The ``pools`` object of ``analyze --json``: the trainer mode, one ledger per pool
+    """The ``pools`` object of ``analyze --json``: the trainer mode (``mode`` when the caller
+    judged it, e.g. with the printed config: ``judge_mode``), one ledger per pool
     (``pools``: trainer and rollout, or one ``colocated`` pool) and ``overall`` when the GPU
     count of every pool is known. ``gpu_ledger``: the GPU ledger's document for the trainer's
     node (its GPU count is the trainer pool's unless ``trainer_gpus`` says otherwise)."""
     fill_data_wait(steps)  # the batch fetch before each step timer, where the clocks tell it
-    mode = run_mode(steps)
+    mode = mode or run_mode(steps)
     split = mode in SPLIT_POOL_MODES
     pools: list[dict[str, Any]] = []
     if gpu_ledger and gpu_ledger.get("gpu_seconds_total"):

@@ -13,6 +13,7 @@ alike. Each answer is computed once per object and kept. Nothing here draws: the
     ra.attribution()      # per step, phase and GPU activity (monitor/analysis/attribution.py)
     ra.phase_summary()    # per phase and GPU, over the steps
     ra.pools(gpu_ledger)  # the ledger per GPU pool (monitor/analysis/pools.py)
+    ra.mode               # the trainer mode and its source (the keys, or the printed config)
     ra.flag_costs()       # each flag's cost in GPU-seconds, largest first
     ra.top_problem()      # the flag to act on first: most severe, then costliest in GPU time
 """
@@ -27,6 +28,7 @@ import pandas as pd
 
 from monitor.analysis import goodput as G
 from monitor.config import Config, Section
+from monitor.logs.modes import JudgedMode, judge_mode, printed_mode
 from monitor.records import Event, Flag, StepRecord
 
 #: The ledger causes each flag kind names (the cost of a flag is their seconds in its scope).
@@ -194,6 +196,8 @@ class RunAnalysis:
     ``nccl``, ``rollout``: the frames. ``config``: the whole ``Config`` (default: the packaged
     defaults). ``flags``: flags already known (the live tracker's, the store's), used instead of
     running the detectors. ``now``/``reference_steps``: as for ``monitor.detect.run_all``.
+    ``job_config``: the job's config as verl printed it (``monitor.logs.job_config``), None
+    when the log has none: its trainer mode decides where the step keys cannot tell one.
     """
 
     def __init__(self, steps: list[StepRecord], gpu: pd.DataFrame | None = None, *,
@@ -201,7 +205,8 @@ class RunAnalysis:
                  nccl: pd.DataFrame | None = None, rollout: pd.DataFrame | None = None,
                  config: Config | None = None, flags: list[Flag] | None = None,
                  now: float | None = None,
-                 reference_steps: list[StepRecord] | None = None) -> None:
+                 reference_steps: list[StepRecord] | None = None,
+                 job_config: Mapping[str, Any] | None = None) -> None:
         self.steps = list(steps)
         self.gpu = gpu
         self.host = host
@@ -212,11 +217,18 @@ class RunAnalysis:
         self.now = now
         self.reference_steps = reference_steps
         self._flags = None if flags is None else list(flags)
+        self.job_config = job_config
 
     @property
     def has_gpu(self) -> bool:
         """Whether there are GPU samples to judge."""
         return self.gpu is not None and len(self.gpu) > 0
+
+    @functools.cached_property
+    def mode(self) -> JudgedMode:
+        """The run's trainer mode and where it came from: the step keys, or the printed
+        config where the keys are the same for every trainer (``judge_mode``)."""
+        return judge_mode(self.steps, printed_mode(self.job_config))
 
     @functools.cached_property
     def goodput_config(self) -> Section:
@@ -233,7 +245,8 @@ class RunAnalysis:
             host = self.host if self.host is not None else empty_host_frame()
             self._flags = run_all(self.steps, gpu, host, self.events, config=self.config,
                                   now=self.now, reference_steps=self.reference_steps,
-                                  nccl=self.nccl, rollout=self.rollout)
+                                  nccl=self.nccl, rollout=self.rollout,
+                                  printed_mode=printed_mode(self.job_config))
         return self._flags
 
     def tail_flagged_steps(self) -> set[int]:
@@ -248,10 +261,10 @@ class RunAnalysis:
 
     def ledger_kwargs(self) -> dict[str, Any]:
         """What every ledger of this run is given besides the frames: the settings, the tail
-        evidence and the flagged tail steps."""
+        evidence, the flagged tail steps and the trainer mode."""
         return {"config": self.goodput_config,
                 "tail_steps": G.tail_evidence(self.steps, self.goodput_config),
-                "flagged_tail": self.tail_flagged_steps()}
+                "flagged_tail": self.tail_flagged_steps(), "mode": self.mode.mode}
 
     @functools.lru_cache(maxsize=4)  # noqa: B019 - one object per analysis, a few run ends
     def ledger(self, run_end: float | None = None) -> pd.DataFrame:
@@ -293,7 +306,8 @@ class RunAnalysis:
         from monitor.analysis.pools import document
 
         return document(self.steps, rollout=self.rollout, gpu_ledger=gpu_ledger,
-                        trainer_gpus=trainer_gpus, rollout_gpus=rollout_gpus)
+                        trainer_gpus=trainer_gpus, rollout_gpus=rollout_gpus,
+                        mode=self.mode.mode)
 
     def flag_costs(self, run_end: float | None = None) -> list[dict[str, Any]]:
         """Each flag's cost in GPU-seconds of the causes it names, largest first."""

@@ -96,12 +96,14 @@ def make_context(
     reference_steps: list[StepRecord] | None = None,
     nccl: pd.DataFrame | None = None,
     rollout: pd.DataFrame | None = None,
+    printed_mode: str | None = None,
 ) -> Context | None:
     """The shared detector context, or None when there is nothing to look at.
 
     ``reference_steps``: the run's first steps when ``steps`` is only a recent window of it;
     ``nccl``: NCCL Inspector records (the store's ``nccl.csv``), when the plugin ran;
-    ``rollout``: rollout-engine samples (``monitor.frames.ROLLOUT_COLUMNS``), when scraped."""
+    ``rollout``: rollout-engine samples (``monitor.frames.ROLLOUT_COLUMNS``), when scraped;
+    ``printed_mode``: the trainer mode the job's printed config names (``printed_mode``)."""
     gpu = empty_gpu_frame() if gpu is None else _with_columns(gpu, GPU_COLUMNS)
     host = empty_host_frame() if host is None else _with_columns(host, HOST_COLUMNS)
     steps = fill_data_wait(list(steps or []))  # the batch fetch before each step's timer
@@ -117,7 +119,8 @@ def make_context(
     nccl = empty_nccl_frame() if nccl is None else _with_columns(nccl, NCCL_COLUMNS)
     rollout = rollout_frame([]) if rollout is None else rollout
     return Context(steps, gpu, host, events, config or load_config(), float(now),
-                   reference_steps=list(reference_steps or []), nccl=nccl, rollout=rollout)
+                   reference_steps=list(reference_steps or []), nccl=nccl, rollout=rollout,
+                   printed_mode=printed_mode)
 
 
 def _with_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -157,6 +160,7 @@ def run_all(
     nccl: pd.DataFrame | None = None,
     rollout: pd.DataFrame | None = None,
     on_error: Callable[[str, Exception], None] | None = None,
+    printed_mode: str | None = None,
 ) -> list[Flag]:
     """Run every detector and return their flags, sorted by start time.
 
@@ -165,8 +169,11 @@ def run_all(
     caller whose ``steps`` are a rolling window (a throughput drop older than the window is
     still measured against the run's start, not against itself). ``on_error(kind, exc)``,
     when given, is told of each detector that fails (instead of logging it here).
+    ``printed_mode``: the trainer mode the job's printed config names
+    (``monitor.logs.modes.printed_mode``), for the detectors that judge by the mode.
     """
-    ctx = make_context(steps, gpu, host, events, config, now, reference_steps, nccl, rollout)
+    ctx = make_context(steps, gpu, host, events, config, now, reference_steps, nccl, rollout,
+                       printed_mode)
     if ctx is None:
         return []
     flags: list[Flag] = []

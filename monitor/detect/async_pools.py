@@ -102,10 +102,11 @@ def step_table(ctx: Context) -> pd.DataFrame:
 
 
 def ctx_mode(ctx: Context) -> str:
-    """The trainer mode of the context's steps (cached)."""
+    """The trainer mode of the context's steps, the printed config deciding where the keys
+    cannot (``judge_mode``; cached)."""
     mode = ctx.cache.get("async_pools.mode")
     if mode is None:
-        mode = run_mode(ctx.steps)
+        mode = run_mode(ctx.steps, ctx.printed_mode)
         ctx.cache["async_pools.mode"] = mode
     return mode
 

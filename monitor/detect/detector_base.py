@@ -39,6 +39,9 @@ class Context:
     #: Rollout-engine samples (``monitor.frames.ROLLOUT_COLUMNS``: vLLM / SGLang servers);
     #: empty without ``--rollout-server`` / discovery.
     rollout: pd.DataFrame = field(default_factory=empty_rollout_frame)
+    #: The trainer mode the job's printed config names (``monitor.logs.modes.printed_mode``),
+    #: None without one: it decides the mode where the step keys cannot (``judge_mode``).
+    printed_mode: str | None = None
 
     def cfg(self, section: str) -> Section:
         """One detector's settings."""

@@ -7,10 +7,11 @@ import pandas as pd
 
 from monitor.analysis import signature as S
 from monitor.detect import window as W
+from monitor.detect.async_pools import ctx_mode
 from monitor.detect.detector_base import Context, make_flag, step_episodes, steps_text
 from monitor.detect.nccl_time import nccl_step_share
 from monitor.logs.keys import generation_seconds, reshard_is_derived, timers
-from monitor.logs.modes import run_mode, waits_in_gen
+from monitor.logs.modes import waits_in_gen
 from monitor.records import Flag
 
 #: Phases judged by their own detectors, left out of the share-jump rule.
@@ -44,7 +45,7 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
     if len(sf) < 2:
         return []
     gen = W.phase(sf, "gen")
-    if waits_in_gen(run_mode(ctx.steps)):
+    if waits_in_gen(ctx_mode(ctx)):
         # one-step-off, separate-async, fully-async trainer: "gen" is the wait for samples,
         # not generation; pool_imbalance judges it
         gen = gen * np.nan

@@ -26,6 +26,7 @@ from monitor.live.live_view import ViewContext
 from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import Row, Sink
 from monitor.logs.fingerprint import step_fingerprint
+from monitor.logs.modes import printed_mode
 from monitor.records import Event, StepRecord
 from monitor.telemetry_kinds import KIND, kinds
 
@@ -454,12 +455,15 @@ class LiveMonitor(Recorder):
 
     def _judge(self, steps, gpu_df, host_df, events, now: float) -> list[Flag]:
         """Every detector over the window's frames at ``now`` (``run_all``), the advice told
-        what the job's printed config has (``tell_job_config``), as ``analyze`` tells it."""
+        what the job's printed config has (``tell_job_config``), as ``analyze`` tells it; its
+        trainer mode decides where the step keys cannot (``printed_mode``)."""
+        job_config = self.job_config.config()
         flags = self._run_all(steps, gpu_df, host_df, events, config=self.detect_config,
                               now=now, reference_steps=self.window.first_steps(),
                               nccl=self.window.nccl(), rollout=self.window.rollout(),
-                              on_error=self._detector_failed)
-        tell_job_config(flags, self.job_config.config())
+                              on_error=self._detector_failed,
+                              printed_mode=printed_mode(job_config))
+        tell_job_config(flags, job_config)
         return flags
 
     def run_finished(self, steps: Sequence[StepRecord],

@@ -18,12 +18,19 @@ verl's trainers print different timers and key families (docs/verl_modes.md):
 In ``one_step_off``, ``separate_async`` and ``fully_async_trainer`` the rollout runs on its own
 GPU pool and ``timing_s/gen`` is the time the trainer *waits for samples*
 (:data:`WAITING_GEN_MODES`).
+
+Where the keys are the same for every mode the job's printed config decides
+(:func:`judge_mode`): verl 0.9's V1 trainer (``trainer.use_v1: True``) prints the same step keys
+in its ``sync``, ``colocate_async`` and ``separate_async`` modes (before the ``switch_*`` timers
+were added), and runs the trainer ``trainer.v1.trainer_mode`` names
+(verl/trainer/main_ppo.py: ``get_trainer_cls(config.trainer.v1.trainer_mode)``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 from monitor.records import StepRecord
 
@@ -86,11 +93,57 @@ def step_modes(steps: Iterable[StepRecord]) -> list[str]:
     return [trainer_mode(s.metrics) for s in steps]
 
 
-def run_mode(steps: Iterable[StepRecord]) -> str:
-    """The mode of a run: the fully-async trainer when any line says so (its rollouter lines
-    say less), else the most common mode of its step lines with a step time, else of all;
-    ``"unknown"`` without step lines."""
-    steps = list(steps)
+#: verl's V1 trainer modes (``trainer.v1.trainer_mode``) that are a mode here. Its ``sync`` is
+#: what the keys say already (sync, or agent_loop); ``colocate_async`` (the rollout lent the
+#: trainer's GPUs between steps) has no mode of its own here, and the keys' answer stays.
+_V1_TRAINER_MODES = {"separate_async": "separate_async"}
+#: Modes the keys give for any trainer that prints only the common timers: where the printed
+#: config names a trainer, it decides.
+_UNTELLING_MODES = frozenset({"sync", "agent_loop"})
+
+
+def printed_mode(config: Mapping[str, Any] | None) -> str | None:
+    """The trainer mode the job's printed config (``monitor.logs.job_config``) names, or None
+    when it names none of :data:`TRAINER_MODES`: ``trainer.v1.trainer_mode`` where
+    ``trainer.use_v1`` is true (verl 0.9's V1 trainer; without ``use_v1`` verl runs its
+    legacy trainer whatever ``v1`` says)."""
+    trainer = (config or {}).get("trainer")
+    if not isinstance(trainer, Mapping) or trainer.get("use_v1") is not True:
+        return None
+    v1 = trainer.get("v1")
+    name = v1.get("trainer_mode") if isinstance(v1, Mapping) else None
+    return _V1_TRAINER_MODES.get(name) if isinstance(name, str) else None
+
+
+class JudgedMode(NamedTuple):
+    """A run's trainer mode and where it came from."""
+
+    mode: str
+    #: ``"keys"`` (the step lines' metric keys) or ``"config"`` (the printed config)
+    source: str
+
+
+def judge_mode(steps: Iterable[StepRecord], printed: str | None = None) -> JudgedMode:
+    """The run's mode and where it came from. Keys that tell a trainer
+    (fully-async, one-step-off, separate-async timers) decide; where they are only the timers
+    every trainer prints (``sync``, ``agent_loop``), ``printed`` (:func:`printed_mode` of the
+    job's config) decides. Without step lines the run is ``unknown`` whatever the config says:
+    no step ran."""
+    mode = _keys_mode(list(steps))
+    if printed in TRAINER_MODES and printed != mode and mode in _UNTELLING_MODES:
+        return JudgedMode(printed, "config")
+    return JudgedMode(mode, "keys")
+
+
+def run_mode(steps: Iterable[StepRecord], printed: str | None = None) -> str:
+    """The mode of a run (:func:`judge_mode`; ``printed``: the printed config's mode)."""
+    return judge_mode(steps, printed).mode
+
+
+def _keys_mode(steps: list[StepRecord]) -> str:
+    """The mode of a run's keys: the fully-async trainer when any line says so (its
+    rollouter lines say less), else the most common mode of its step lines with a step time,
+    else of all; ``"unknown"`` without step lines."""
     timed = [s for s in steps if s.total is not None] or steps
     if not timed:
         return "unknown"
