@@ -19,7 +19,14 @@ gradient-sized buffer, like an update step; rank 0 prints verl's console line
   steps (GPUs idle), reported as ``timing_s/save_checkpoint``.
 
 ``--backend gloo`` all-reduces CPU tensors (two ranks can then share one GPU, which NCCL
-refuses); the GPU work stays on the GPU.
+refuses); the GPU work stays on the GPU. Without a GPU (the bench's ``--dry-run``) the work runs
+on the CPU (smaller float32 matmuls; ``kernel`` then computes forever instead of spinning).
+
+Each rank prints one line with Ray's prefix, ``(WorkerDict pid=P) rank R of W ...``, as Ray
+forwards a verl worker's output to the driver's log; ``--title ray::WorkerDict.update_actor``
+also gives the rank the process title Ray gives it (``setproctitle``, which Ray itself uses).
+The monitor finds a job's processes by those two (a Ray prefix in the log whose PID has a Ray
+title) or by the GPU they hold: a rank on the CPU holds none.
 """
 
 from __future__ import annotations
@@ -41,7 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault-step", type=int, default=5)
     p.add_argument("--long-s", type=float, default=100.0)
     p.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
+    p.add_argument("--title", default="",
+                   help="the process title to take, e.g. ray::WorkerDict.update_actor (needs "
+                   "the setproctitle package)")
     args = p.parse_args(argv)
+    if args.title:
+        import setproctitle
+
+        setproctitle.setproctitle(args.title)
 
     import torch
     import torch.distributed as dist
@@ -49,16 +63,21 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     ngpu = torch.cuda.device_count()
-    dev = torch.device("cuda", rank % max(ngpu, 1))
-    torch.cuda.set_device(dev)
+    dev = torch.device("cuda", rank % ngpu) if ngpu else torch.device("cpu")
+    if ngpu:
+        torch.cuda.set_device(dev)
     if args.backend == "nccl":
         dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
         buf = torch.ones(16 * 1024 * 1024, device=dev)
     else:
         dist.init_process_group("gloo", rank=rank, world_size=world)
         buf = torch.ones(4 * 1024 * 1024)
-    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    if ngpu:
+        a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    else:
+        a = torch.randn(256, 256)
     pid = os.getpid()
+    print(f"(WorkerDict pid={pid}) rank {rank} of {world} on {dev}, {args.backend}", flush=True)
 
     def busy(seconds: float) -> None:
         nonlocal a
@@ -66,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         while time.monotonic() < t_end:
             for _ in range(8):
                 a = (a @ a).clamp_(-1, 1)
-            torch.cuda.synchronize()
+            if ngpu:
+                torch.cuda.synchronize()
 
     for step in range(1, args.steps + 1):
         t0 = time.monotonic()
@@ -97,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             os.kill(pid, signal.SIGKILL)
         if faulty and args.fault == "kernel":
             print(f"rank {rank} (pid {pid}) spins in a kernel", file=sys.stderr, flush=True)
-            torch.cuda._sleep(int(1e13))
+            if ngpu:
+                torch.cuda._sleep(int(1e13))
+            else:
+                busy(float("inf"))
         dist.all_reduce(buf)
         if args.backend == "nccl":
             torch.cuda.synchronize()

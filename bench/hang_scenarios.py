@@ -9,7 +9,15 @@ environment (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``,
 named. Healthy scenarios (a long validation, a long checkpoint) must raise no hang.
 
     python3 bench/hang_scenarios.py --out "$OUT"                # on the GPU machine
-    python3 bench/hang_scenarios.py --scenarios stop --dry-run  # here: sim GPUs, gloo on CPU
+    python3 bench/hang_scenarios.py --scenarios stop --dry-run --job-python VENV/bin/python
+                                                                # here: sim GPUs, gloo on CPU
+
+The job's Python needs torch (the dry-run's: a CPU build, and ``setproctitle``); the script
+checks that before it starts and stops with the reason otherwise. In the dry-run the ranks hold
+no GPU, so the exporter finds them as it finds a verl job's workers: the Ray prefix they print
+into the log and the Ray title they take (``ray::WorkerDict.update_actor``); on GPUs it finds
+them as the GPUs' holders. A rank that exits with an error before the case ends fails the case
+(``job_rc``, ``job_error``; not in ``kill``, where the peers of the killed rank may fail too).
 
 Writes ``hang_scenarios_<date>_<gpu>.txt``/``.json`` and ``hang_recordings.tar.gz`` (each run's
 log, store export, events, flags, dumps) to ``--out``.
@@ -47,6 +55,9 @@ class Case:
     fault_rank: int | None  # the rank to name; None: a healthy run that must stay quiet
     backend: str = "nccl"
 
+
+#: The process title the dry-run's ranks take (Ray's title of a verl worker in update_actor).
+DRY_RUN_TITLE = "ray::WorkerDict.update_actor"
 
 CASES = {c.name: c for c in (
     Case("kernel", "kernel", 1, 0),
@@ -104,11 +115,12 @@ def run_case(case: Case, args: argparse.Namespace, port: int) -> dict:
                "--fault-rank", str(case.fault_rank or 0), "--fault-step", str(args.fault_step),
                "--steps", str(args.steps), "--step-s", str(args.step_s), "--long-s",
                str(args.long_s), "--backend", backend]
+    if args.dry_run:  # no GPU to hold: found by their Ray prefix and title, as verl's workers
+        job_cmd += ["--title", DRY_RUN_TITLE]
     ranks = []
     with open(log, "a") as out, open(run / "job_stderr.log", "w") as err:
         for r in range(case.world):
-            ranks.append(subprocess.Popen(job_cmd, env=dict(job_env, RANK=str(r)),
-                                          stdout=out if r == 0 else subprocess.DEVNULL,
+            ranks.append(subprocess.Popen(job_cmd, env=dict(job_env, RANK=str(r)), stdout=out,
                                           stderr=err))
     t_start = time.time()
     last_size, last_line_at = 0, None
@@ -128,12 +140,14 @@ def run_case(case: Case, args: argparse.Namespace, port: int) -> dict:
         seen = sorted(set(seen) | set(re.findall(
             r'^verlmon_flag_active\{[^}]*kind="(\w+)"[^}]*severity="(?:warning|critical)"'
             r'[^}]*\} 1', text, re.M)))
-        jobs_done = all(p.poll() is not None for p in ranks)
+        rcs = [p.poll() for p in ranks]
+        jobs_done = all(rc is not None for rc in rcs)
         if jobs_done and (case.fault_rank is None or flag_at):
             break
         if case.fault_rank is not None and flag_at and named_at and time.time() > named_at + 5:
             break
         time.sleep(1.0)
+    job_rc = [p.poll() for p in ranks]  # None: still running (killed now)
     for p in ranks:
         if p.poll() is None:
             p.kill()
@@ -155,9 +169,39 @@ def run_case(case: Case, args: argparse.Namespace, port: int) -> dict:
         rec["ok"] = bool(flag_at) and any(c.get("rank") == str(case.fault_rank)
                                           or c.get("pid") == str(ranks[case.fault_rank].pid)
                                           for c in named)
+    # a rank that failed by itself (no torch, no device): what the monitor saw says nothing.
+    # With ``kill`` the killed rank's peers may fail too (gloo: the connection closed)
+    failed = case.fault != "kill" and any(rc not in (None, 0) for rc in job_rc)
+    if failed:
+        rec["ok"] = False
+        rec["job_error"] = _last_line(run / "job_stderr.log")
+    rec["job_rc"] = job_rc
     rec["rank_pids"] = [p.pid for p in ranks]
     (run / "record.json").write_text(json.dumps(rec, indent=1))
     return rec
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def check_job_python(python: str, dry_run: bool) -> str | None:
+    """Why the job's Python cannot run ``bench/hang_job.py`` here (None when it can)."""
+    mods = "torch, setproctitle" if dry_run else "torch"
+    try:
+        r = subprocess.run([python, "-c", f"import {mods}"], capture_output=True, text=True,
+                           timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python}: {exc}"
+    if r.returncode:
+        err = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        return (f"{python} cannot import {mods} ({err}): give --job-python a Python that has "
+                "them (here: a venv with pip install torch==2.13.0 setproctitle)")
+    return None
 
 
 def _gpu_count() -> int:
@@ -186,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--job-python", default=sys.executable)
     p.add_argument("--dry-run", action="store_true", help="sim GPU backend, gloo (no GPU)")
     args = p.parse_args(argv)
+    why = check_job_python(args.job_python, args.dry_run)
+    if why:
+        print(f"hang_scenarios: {why}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records = []
@@ -200,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
              f"hang={r['hang_flag']} detect_s={r['detect_s']} named_s={r['named_s']} "
              f"named={[c['rank'] + '/' + c['pid'] for c in r['named']]} "
              f"expect={r['expect_rank']} pids={r['rank_pids']} flags={r['flags_seen']}"
+             + (f" job_error={r['job_error']!r}" if r.get("job_error") else "")
              for r in records]
     (out / f"{stem}.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
