@@ -1,5 +1,10 @@
 """What wraps a log line's text: tqdm redraws, ANSI colours, a leading timestamp, Ray's
-``(Actor pid=N, ip=A)`` prefix and its ``[repeated Nx across cluster]`` suffix."""
+``(Actor pid=N, ip=A)`` prefix and its ``[repeated Nx across cluster]`` suffix.
+
+A second prefix of the same shape right after Ray's is the process inside the actor that
+printed the line (vLLM's multiprocess workers under verl's ``vLLMHttpServer`` actor:
+``(vLLMHttpServer pid=114205) (Worker pid=115537) INFO:2026-07-30 10:34:14,418:...``): it is
+taken off too, so the line's own text (and its date) comes first; the actor stays Ray's."""
 
 from __future__ import annotations
 
@@ -44,6 +49,12 @@ def unwrap(line: str) -> LineText:
             text = text[match.end() :]
             if ts is None:
                 ts, text = split_timestamp(text)
+            if text.startswith("("):  # the process inside the actor that printed the line
+                inner = _RAY_PREFIX_RE.match(text)
+                if inner is not None:
+                    text = text[inner.end() :]
+                    if ts is None:
+                        ts, text = split_timestamp(text)
     repeated = 1
     if text.endswith("cluster]"):
         match = _REPEATED_RE.search(text)
