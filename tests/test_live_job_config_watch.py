@@ -59,3 +59,53 @@ def test_the_live_advice_names_the_value_this_real_job_has(tmp_path):
     assert flag.kind == "low_utilization"
     assert flag.advice[0].startswith("ppo_micro_batch_size_per_gpu is 1 in this job "
                                      "(actor_rollout_ref.actor)"), flag.advice[0]
+
+
+def _v1_run(tmp_path, trainer_mode: str | None):
+    """A run whose step lines have only the keys verl 0.9's V1 trainer prints in every mode,
+    its weight sync 35% of each step, after its printed config (V1 ``trainer_mode``, or none)."""
+    import pprint
+    from datetime import datetime, timezone
+
+    lines = []
+    if trainer_mode:
+        config = {"data": {"train_batch_size": 16},
+                  "trainer": {"use_v1": True, "v1": {"trainer_mode": trainer_mode}}}
+        lines += [f"(TaskRunnerV1 pid=7) {x}\n" for x in pprint.pformat(config, width=50).split("\n")]
+    t0 = datetime(2026, 3, 1, 8, 0, 0, tzinfo=timezone.utc).timestamp()
+    for n in range(1, 9):
+        stamp = datetime.fromtimestamp(t0 + 60.0 * n, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"[{stamp}] (TaskRunnerV1 pid=7) step:{n} - timing_s/gen:28.0 - "
+                     "timing_s/update_actor:10.0 - timing_s/update_weights:21.0 - "
+                     "timing_s/step:60.0\n")
+    log = tmp_path / "train.log"
+    log.write_text("".join(lines))
+    return log
+
+
+def _live_flags(log) -> list:
+    from live_replay import _OnItsClock
+
+    from monitor.logs.canonical_records import parse_file
+
+    steps = parse_file(str(log)).steps
+    mon = _OnItsClock(ExporterOptions(log=(str(log),), window=1e9), "h200", 1.0)
+    mon.open()
+    try:
+        mon.window.add_steps(steps)
+        mon.clock = steps[-1].end_time + 2.0
+        opened, _ = mon.detect_once()
+    finally:
+        mon.stop()
+    return opened
+
+
+def test_the_live_detectors_take_the_trainer_mode_from_the_printed_config(tmp_path):
+    """As ``analyze`` does: with the printed config saying separate_async, the weight sync
+    pauses the rollout pool's generation (weight_sync_pause); without it the keys read sync,
+    the engines sleep through the sync, and nothing is flagged."""
+    assert [f.kind for f in _live_flags(_v1_run(tmp_path, None))
+            if f.kind == "weight_sync_pause"] == []
+    paused = [f for f in _live_flags(_v1_run(tmp_path, "separate_async"))
+              if f.kind == "weight_sync_pause"]
+    assert len(paused) == 1 and "timing_s/update_weights" in paused[0].evidence

@@ -5,7 +5,8 @@ verl prints its whole resolved config when the run starts (``monitor.logs.job_co
 :class:`JobConfigWatch`: it looks in the followed logs' heads until a config is there (at most
 once every ``retry_s``), then keeps it. The flags' advice then names the knobs with the values
 this job has ("ppo_micro_batch_size_per_gpu is 1 in this job") and never asks for a value the
-job already set. A log that has none keeps the advice as it is.
+job already set, and the trainer mode it names (``monitor.logs.modes.printed_mode``) decides
+where the step keys cannot. A log that has none keeps the advice as it is.
 """
 
 from __future__ import annotations
