@@ -33,6 +33,8 @@ class Case:
     timeout_s: float = 300.0          # hard limit of the case
     expect: tuple[str, ...] = ()      # flag kinds that are the right diagnosis (empty: healthy)
     hooks: bool = False               # put hooks/ (sitecustomize.py) on PYTHONPATH
+    batch: int = BATCH                # prompts a step (and the PPO mini-batch)
+    attn: str = "sdpa"                # actor's and ref's attention (verl's override_config)
 
 
 CASES = [
@@ -78,12 +80,24 @@ CASES = [
     Case("healthy_ckpt", "a checkpoint every 3 steps (trainer.save_freq=3)",
          knobs=("trainer.save_freq=3",), steps=6, estimate_s=115),
     Case("opt_offload", "optimizer offload (actor.fsdp_config.optimizer_offload=True) on a "
-         "0.4B model: Adam state moves to the host and back every update", model="big",
+         "0.4B model, sdpa attention: every gradient was NaN, so verl skipped every optimizer "
+         "step and there was no Adam state to move (opt_offload_xl moves it)", model="big",
          knobs=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",),
          steps=6, estimate_s=200, expect=("phase_imbalance",)),
     Case("healthy_big", "no fault, the 0.4B model of opt_offload with its batch and steps (the "
          "baseline its update_actor is measured against)", model="big", steps=6,
          estimate_s=190),
+    Case("opt_offload_xl", "optimizer offload (actor.fsdp_config.optimizer_offload=True) on a "
+         "1.5B model with 16 prompts a step, eager attention (sdpa's fully masked rows of the "
+         "left-padded prompts give NaN gradients on this GPU: verl then skips every "
+         "optimizer step, there is no Adam state and nothing to offload): 12 GB of Adam state "
+         "to the host and back every update",
+         model="xl", batch=16, attn="eager",
+         knobs=("actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",),
+         steps=6, estimate_s=220, expect=("phase_imbalance",)),
+    Case("healthy_xl", "no fault, the 1.5B model of opt_offload_xl with its batch, steps and "
+         "eager attention (its baseline)", model="xl", batch=16, attn="eager", steps=6,
+         estimate_s=210),
     Case("ppo_critic", "PPO with a critic (algorithm.adv_estimator=gae; the critic is the same "
          "55M model with a value head). verl 4c3310db hard-codes flash_attention_2 for the "
          "critic (fsdp_workers.py CriticWorker._build_critic_model_optimizer and "
@@ -98,18 +112,24 @@ CASES = [
 BY_NAME = {c.name: c for c in CASES}
 
 
+def models(names: str) -> str:
+    """The model sizes the cases named (``a+b,c``; empty: all) need, for setup_job.py."""
+    cases = [BY_NAME[n] for n in names.replace("+", ",").split(",") if n] or CASES
+    return ",".join(sorted({c.model for c in cases}))
+
+
 def overrides(case: Case, work: Path, data: Path) -> list[str]:
     """The Hydra overrides of ``python3 -m verl.trainer.main_ppo`` for this case."""
     common = [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet",
-        f"data.train_batch_size={BATCH}", "data.max_prompt_length=64",
+        f"data.train_batch_size={case.batch}", "data.max_prompt_length=64",
         "data.max_response_length=128", "data.filter_overlong_prompts=False",
         "data.truncation=left", "data.dataloader_num_workers=2",
         f"actor_rollout_ref.model.path={data}/model_{case.model}",
-        "+actor_rollout_ref.model.override_config._attn_implementation=sdpa",
+        f"+actor_rollout_ref.model.override_config._attn_implementation={case.attn}",
         "actor_rollout_ref.actor.optim.lr=1e-6",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={case.batch}",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
         "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.001",
         "actor_rollout_ref.actor.use_torch_compile=False",
@@ -147,7 +167,7 @@ def _merge(common: list[str], knobs: list[str]) -> list[str]:
 def environment(case: Case, work: Path) -> dict[str, str]:
     """Variables for the verl command (Ray workers started by a local ray.init inherit them)."""
     env = {
-        "VERL_REAL_SAMPLES_PER_STEP": str(BATCH * N),
+        "VERL_REAL_SAMPLES_PER_STEP": str(case.batch * N),
         "VERL_REAL_MARKERS": str(work / "markers"),
         "VERL_REAL_FAULT_STEP": str(case.fault_step or 1),
         "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1",

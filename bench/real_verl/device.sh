@@ -30,9 +30,8 @@ EOF
 which py-spy && py-spy --version
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "install: $(( $(date +%s) - t0 )) s"
-MODELS=small
-# the 0.4B model only for the cases that use it (opt_offload, healthy_big)
-[ -z "$CASES" ] || [[ "$CASES" == *opt_offload* || "$CASES" == *_big* ]] && MODELS=small,big
+# only the model sizes the cases use (cases.py: Case.model)
+MODELS=$(cd bench/real_verl && python3 -c "import cases, sys; print(cases.models(sys.argv[1]))" "$CASES")
 python3 bench/real_verl/setup_job.py --out /tmp/verl_real --models "$MODELS" > /tmp/verl_real/runs/setup.log 2>&1 \
   || { tail -30 /tmp/verl_real/runs/setup.log; exit 1; }
 tail -3 /tmp/verl_real/runs/setup.log

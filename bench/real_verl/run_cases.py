@@ -221,7 +221,8 @@ def finish_case(case: Case, root: Path, timing: dict, tool: Path) -> None:
             commit.read_text().strip() if commit.exists() else "4c3310db",
             "verl_version": "0.5.0.dev", "monitor_commit": _monitor_commit(), "rollout": "hf", "gpus": 1, "gpu": "NVIDIA H200",
             "model": case.model, "steps": case.steps, "fault_step": case.fault_step,
-            "knobs": list(case.knobs), "reward": case.reward, "env": case.env,
+            "knobs": [k.format(data=root.parent) for k in case.knobs], "batch": case.batch,
+            "attn": case.attn, "reward": case.reward, "env": case.env,
             "expect": list(case.expect), "injected": markers, **timing}
     (work / "meta.json").write_text(json.dumps(meta, indent=1))
 

@@ -3,7 +3,8 @@
 - a byte-level BPE tokenizer trained with ``tokenizers`` on generated arithmetic text, with a
   ChatML chat template, saved so that ``AutoTokenizer`` loads it;
 - random-init ``Qwen2ForCausalLM`` models (untied embeddings: verl's meta-device init hung on
-  tied ones), saved in bf16: ``small`` (~55M parameters) and ``big`` (~0.4B, for offload);
+  tied ones), saved in bf16: ``small`` (~55M parameters), ``big`` (~0.4B) and ``xl`` (~1.5B),
+  the last two for optimizer offload;
 - parquet train/val files in verl's RL schema: ``data_source``, ``prompt`` (a chat list),
   ``ability``, ``reward_model{style, ground_truth}``, ``extra_info{split, index}``.
 
@@ -28,7 +29,12 @@ SIZES = {
                   num_attention_heads=10, num_key_value_heads=2),
     "big": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
                 num_attention_heads=16, num_key_value_heads=4),
+    "xl": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+               num_attention_heads=16, num_key_value_heads=4),
 }
+#: sizes initialised on the GPU (a 1.5B init on the CPU takes long); the others stay on the CPU
+#: so their weights are those of earlier sessions
+ON_GPU = {"xl"}
 VOCAB = 8192
 
 
@@ -79,7 +85,9 @@ def make_model(out: Path, size: str, tok_dir: Path) -> Path:
                       pad_token_id=tok.pad_token_id, bos_token_id=tok.eos_token_id,
                       rms_norm_eps=1e-6, rope_theta=10000.0, **SIZES[size])
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    device = "cuda" if size in ON_GPU and torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
     path = out / f"model_{size}"
     model.save_pretrained(str(path))
     for f in tok_dir.iterdir():
