@@ -8,6 +8,7 @@ import pprint
 
 from monitor.detect.cause_advice import cause_advice
 from monitor.detect.flag_advice import (
+    ADVICE,
     EXCEPTION_ADVICE,
     REAL_KEYS,
     advice_with_job_config,
@@ -105,6 +106,23 @@ def test_advice_never_sets_a_knob_to_the_value_the_job_already_has():
     assert advice_with_job_config([offload, update], both_off)[0].startswith("The actor update")
     # without a config nothing changes
     assert advice_with_job_config([offload], None) == [offload]
+
+
+def test_a_sentence_that_also_names_a_knob_to_turn_is_kept_with_its_value():
+    """A real V1 separate-async run (verl 0.9) already synced over NCCL with
+    parameter_sync_step 1: its weight_sync_pause advice had no line left at all. What is set
+    is left out; what can still be turned stays, with the job's value."""
+    flat = {"actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
+            "trainer.v1.separate_async.parameter_sync_step": 1}
+    both = ("Sync over NCCL (actor_rollout_ref.rollout.checkpoint_engine.backend=nccl) and less "
+            "often (trainer.v1.separate_async.parameter_sync_step).")
+    told = with_job_config(both, flat)
+    assert told is not None
+    assert "trainer.v1.separate_async.parameter_sync_step (1 in this job)" in told
+    assert "backend is already 'nccl'" in told
+    advice = advice_with_job_config(ADVICE["weight_sync_pause"], flat)
+    assert len(advice) == 1 and advice[0].startswith("Sync less often")
+    assert "parameter_sync_step (1 in this job)" in advice[0]
 
 
 def test_exception_advice_names_real_keys_only():

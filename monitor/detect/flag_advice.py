@@ -268,10 +268,10 @@ ADVICE: dict[str, list[str]] = {
         "trainer.n_gpus_per_node) so samples are consumed sooner, or fewer to the rollout.",
     ],
     "weight_sync_pause": [
-        "Generation is paused while weights are synced: use the NCCL checkpoint engine "
-        "(actor_rollout_ref.rollout.checkpoint_engine.backend=nccl) between separate pools, "
-        "and sync less often (async_training.trigger_parameter_sync_step, "
-        "trainer.v1.separate_async.parameter_sync_step).",
+        "Generation is paused while weights are synced: between separate pools, sync over "
+        "the NCCL checkpoint engine (actor_rollout_ref.rollout.checkpoint_engine.backend=nccl).",
+        "Sync less often, so fewer steps pause: async_training.trigger_parameter_sync_step "
+        "(fully-async), trainer.v1.separate_async.parameter_sync_step (V1 separate-async).",
     ],
     "agent_loop_overhead": [
         "Tool calls or reward scoring, not generation, take the agent loop's time: run more "
@@ -652,6 +652,8 @@ def with_job_config(sentence: str, config: Mapping[str, Any]) -> str | None:
                     already += 1
                     bare_already.append((f"{key} (already {value} in this job)", key))
                     return bare_already[-1][0]
+        else:
+            asks += 1  # a knob to turn, named with its value: the sentence still asks that
         return f"{key} ({_shown(value)} in this job)"
 
     sentence = _KEY_RE.sub(name, sentence)
