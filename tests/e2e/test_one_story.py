@@ -19,12 +19,15 @@ Prometheus's staleness). Then node-a's run ends (the simulator writes the exit m
 its log): the Overview from the store shows no open warning or critical flag (banner, open-flags
 count, no top problem), and its headline bar ("Where the GPU time goes") gives each phase the
 share of the step that ``verl-monitor analyze --json`` gives it on the run's exported store.
-Screenshots go to ``docs/screenshots/one_story_*.png``.
+Screenshots and the Slack text go to ``test-artifacts/one_story/``; with
+``VERLMON_REFRESH_DOCS=1`` they replace ``docs/screenshots/one_story_*`` (how the README's
+pictures are made), so an ordinary test run leaves the tracked docs alone.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -60,7 +63,8 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-SHOTS = REPO / "docs" / "screenshots"
+SHOTS = (REPO / "docs" / "screenshots" if os.environ.get("VERLMON_REFRESH_DOCS") == "1"
+         else REPO / "test-artifacts" / "one_story")
 CLI = str(Path(sys.executable).parent / "verl-monitor")
 JOB = "story"
 #: node -> scenario: a straggler for 5 steps (~38 s each: its run ends after ~3 minutes at speed 1),
