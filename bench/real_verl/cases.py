@@ -99,15 +99,19 @@ CASES = [
          "eager attention (its baseline)", model="xl", batch=16, attn="eager", steps=6,
          estimate_s=210),
     Case("ppo_critic", "PPO with a critic (algorithm.adv_estimator=gae; the critic is the same "
-         "55M model with a value head). verl 4c3310db hard-codes flash_attention_2 for the "
-         "critic (fsdp_workers.py CriticWorker._build_critic_model_optimizer and "
-         "utils/model.py load_valuehead_model) and never applies critic.model.override_config "
-         "to it; the harness's hook (hooks/sitecustomize.py, VERL_REAL_CRITIC_ATTN=sdpa) loads "
-         "it with sdpa instead: a switch of this harness, not a verl knob",
-         hooks=True, steps=6, estimate_s=170,
-         env={"VERL_REAL_CRITIC_ATTN": "sdpa"},
+         "55M model with a value head), eager attention for actor, ref and critic (sdpa gave NaN "
+         "gradients). verl 4c3310db hard-codes flash_attention_2 for the critic (fsdp_workers.py "
+         "CriticWorker._build_critic_model_optimizer and utils/model.py load_valuehead_model) "
+         "and never applies critic.model.override_config to it; the harness's hook "
+         "(hooks/sitecustomize.py, VERL_REAL_CRITIC_ATTN=eager) loads it with eager instead: a "
+         "switch of this harness, not a verl knob",
+         hooks=True, steps=6, estimate_s=170, attn="eager",
+         env={"VERL_REAL_CRITIC_ATTN": "eager"},
          knobs=("algorithm.adv_estimator=gae", "critic.model.path={data}/model_small",
                 "critic.ppo_micro_batch_size_per_gpu=32", "critic.optim.lr=1e-5")),
+    Case("healthy_eager", "no fault, the plain job with eager attention (its gradients are "
+         "finite; with sdpa every step's were NaN and verl skipped the update)", attn="eager",
+         steps=6, estimate_s=150),
 ]
 BY_NAME = {c.name: c for c in CASES}
 
