@@ -10,7 +10,11 @@ gradient-sized buffer, like an update step; rank 0 prints verl's console line
 
 - ``stop``: the rank sleeps in Python before the all-reduce (a data loader or a branch only
   some ranks take): the others wait in the collective;
-- ``kill``: the rank sends itself SIGKILL before the all-reduce;
+- ``kill``: the rank sends itself SIGKILL before the all-reduce. Under NCCL the others then
+  wait in the all-reduce (until NCCL's timeout); over gloo they would fail at once (gloo sees
+  the peer's connection close), so with ``--backend gloo`` the rank first forks a child that
+  holds its sockets open for ``--hold-s`` seconds and does nothing else: the others wait in the
+  all-reduce for the dead rank as under NCCL;
 - ``kernel``: the rank spins in a GPU kernel (``torch.cuda._sleep``) with the all-reduce queued
   behind it;
 - ``validation``: every rank generates (busy GPU) for ``--long-s`` seconds between two steps,
@@ -38,6 +42,18 @@ import sys
 import time
 
 
+def hold_sockets(seconds: float, titled: bool) -> None:
+    """Fork a child that keeps this process's sockets open for ``seconds`` and exits: a peer
+    blocked on them waits (as an NCCL peer of a dead rank does) instead of failing."""
+    if os.fork() == 0:
+        if titled:
+            import setproctitle
+
+            setproctitle.setproctitle("hang_job socket holder")
+        time.sleep(seconds)
+        os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=12)
@@ -48,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault-step", type=int, default=5)
     p.add_argument("--long-s", type=float, default=100.0)
     p.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
+    p.add_argument("--hold-s", type=float, default=300.0,
+                   help="kill over gloo: how long the dead rank's sockets stay open")
     p.add_argument("--title", default="",
                    help="the process title to take, e.g. ray::WorkerDict.update_actor (needs "
                    "the setproctitle package)")
@@ -114,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(3600)
         if faulty and args.fault == "kill":
             print(f"rank {rank} (pid {pid}) kills itself", file=sys.stderr, flush=True)
+            if args.backend == "gloo":
+                hold_sockets(args.hold_s, bool(args.title))
             os.kill(pid, signal.SIGKILL)
         if faulty and args.fault == "kernel":
             print(f"rank {rank} (pid {pid}) spins in a kernel", file=sys.stderr, flush=True)

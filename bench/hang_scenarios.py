@@ -18,6 +18,9 @@ no GPU, so the exporter finds them as it finds a verl job's workers: the Ray pre
 into the log and the Ray title they take (``ray::WorkerDict.update_actor``); on GPUs it finds
 them as the GPUs' holders. A rank that exits with an error before the case ends fails the case
 (``job_rc``, ``job_error``; not in ``kill``, where the peers of the killed rank may fail too).
+``kill`` is ok when the dead rank is named (by rank or PID) and none of the ranks left waiting
+for it is; ``survivors_waited`` says whether those still ran when it was named (over gloo the
+dead rank's forked child keeps its sockets open so that they wait, as NCCL's do).
 
 Writes ``hang_scenarios_<date>_<gpu>.txt``/``.json`` and ``hang_recordings.tar.gz`` (each run's
 log, store export, events, flags, dumps) to ``--out``.
@@ -31,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -121,10 +125,11 @@ def run_case(case: Case, args: argparse.Namespace, port: int) -> dict:
     with open(log, "a") as out, open(run / "job_stderr.log", "w") as err:
         for r in range(case.world):
             ranks.append(subprocess.Popen(job_cmd, env=dict(job_env, RANK=str(r)), stdout=out,
-                                          stderr=err))
+                                          stderr=err, start_new_session=True))
     t_start = time.time()
     last_size, last_line_at = 0, None
     flag_at, named, named_at, seen = None, [], None, []
+    waited: bool | None = None  # kill: the other ranks still ran when the rank was named
     deadline = t_start + args.case_timeout
     while time.time() < deadline:
         size = log.stat().st_size
@@ -137,6 +142,7 @@ def run_case(case: Case, args: argparse.Namespace, port: int) -> dict:
         who = _culprits(text)
         if who and named_at is None:
             named, named_at = who, time.time()
+            waited = all(p.poll() is None for i, p in enumerate(ranks) if i != case.fault_rank)
         seen = sorted(set(seen) | set(re.findall(
             r'^verlmon_flag_active\{[^}]*kind="(\w+)"[^}]*severity="(?:warning|critical)"'
             r'[^}]*\} 1', text, re.M)))
@@ -148,9 +154,11 @@ def run_case(case: Case, args: argparse.Namespace, port: int) -> dict:
             break
         time.sleep(1.0)
     job_rc = [p.poll() for p in ranks]  # None: still running (killed now)
-    for p in ranks:
-        if p.poll() is None:
-            p.kill()
+    for p in ranks:  # each rank leads its own group: with it, what it forked (kill's holder)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         p.wait()
     stop_exporter(exporter)
     exp_log.close()
@@ -166,9 +174,10 @@ def run_case(case: Case, args: argparse.Namespace, port: int) -> dict:
     if case.fault_rank is None:
         rec["ok"] = flag_at is None
     else:
-        rec["ok"] = bool(flag_at) and any(c.get("rank") == str(case.fault_rank)
-                                          or c.get("pid") == str(ranks[case.fault_rank].pid)
-                                          for c in named)
+        rec["ok"] = bool(flag_at) and named_rank_ok(named, case.fault_rank,
+                                                    [p.pid for p in ranks], case.fault == "kill")
+    if case.fault == "kill":
+        rec["survivors_waited"] = waited
     # a rank that failed by itself (no torch, no device): what the monitor saw says nothing.
     # With ``kill`` the killed rank's peers may fail too (gloo: the connection closed)
     failed = case.fault != "kill" and any(rc not in (None, 0) for rc in job_rc)
@@ -179,6 +188,21 @@ def run_case(case: Case, args: argparse.Namespace, port: int) -> dict:
     rec["rank_pids"] = [p.pid for p in ranks]
     (run / "record.json").write_text(json.dumps(rec, indent=1))
     return rec
+
+
+def named_rank_ok(named: list[dict[str, str]], fault_rank: int, pids: list[int],
+                  only: bool = False) -> bool:
+    """Whether the culprits ``named`` (labels of ``verlmon_hang_culprit_info``) include the
+    faulty rank, by its rank or its PID; with ``only`` (``kill``: the dead rank must be named,
+    not the ranks left waiting for it), whether they name no other rank."""
+    def rank_of(c: dict[str, str]) -> int | None:
+        if c.get("rank", "").isdigit() and int(c["rank"]) < len(pids):
+            return int(c["rank"])
+        pid = c.get("pid", "")
+        return pids.index(int(pid)) if pid.isdigit() and int(pid) in pids else None
+
+    got = {rank_of(c) for c in named}
+    return fault_rank in got and (not only or got <= {fault_rank, None})
 
 
 def _last_line(path: Path) -> str:
@@ -248,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
              f"hang={r['hang_flag']} detect_s={r['detect_s']} named_s={r['named_s']} "
              f"named={[c['rank'] + '/' + c['pid'] for c in r['named']]} "
              f"expect={r['expect_rank']} pids={r['rank_pids']} flags={r['flags_seen']}"
+             + (f" survivors_waited={r['survivors_waited']}" if "survivors_waited" in r else "")
              + (f" job_error={r['job_error']!r}" if r.get("job_error") else "")
              for r in records]
     (out / f"{stem}.txt").write_text("\n".join(lines) + "\n")

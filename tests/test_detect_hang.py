@@ -208,3 +208,40 @@ def test_stalled_in_a_very_long_checkpoint_says_where_and_names_the_target_stora
     assert "trainer.default_local_dir" in flags[0].advice[0]
     assert not [f for f in run_all(ctx.steps, ctx.gpu, None, ctx.events, now=end + 400.0)
                 if f.kind == "hang"]
+
+
+# ---------------------------------------------------------------------------- a rank gone
+def test_a_rank_that_left_its_gpu_in_the_silence_is_named_as_gone_with_its_logs_advice():
+    ctx, end = _run(90.0, _one_waits)  # GPU 0 spins in the collective, GPU 1 idles
+    ctx.events.append(Event("gpu_process_exited", end + 3.0, message="process 4321 left GPU 1",
+                            data={"node": "n0", "gpu": 1, "pid": 4321, "name": "python"}))
+    ctx.events.append(Event("gpu_process_exited", end - 30.0, message="process 99 left GPU 0",
+                            data={"node": "n0", "gpu": 0, "pid": 99, "name": ""}))
+    f = detect_hang(ctx)[0]
+    assert ("Who: the process python (PID 4321, GPU 1, node n0) is gone: it left its GPU 3 s "
+            "after the last step (killed or crashed); the others wait in a collective for it."
+            ) in f.evidence
+    assert "PID 99" not in f.evidence  # it left before the last step: not this silence's
+    assert "ray logs worker --pid 4321 --suffix err" in f.advice[0] and "dmesg" in f.advice[0]
+    assert "actor_rollout_ref.nccl_timeout" in f.advice[1]
+
+
+def test_a_py_spy_round_with_a_rank_gone_is_the_hang_at_the_stack_limit():
+    from monitor.hang.stacks import StackRound
+    from monitor.hang.where import classify, gone_where
+
+    ctx, end = _run(50.0, _one_waits)  # past the stack limit (45 s), not the 60 s one
+    waiting = classify('Process 9: ray::WorkerDict.update_actor\nThread 9 (idle): "MainThread"\n'
+                       "    all_reduce (torch/distributed/distributed_c10d.py:1)\n"
+                       "    main (hang_job.py:144)\n", node="n0")
+    dead = gone_where(4321, "worker", "n0", exited_after=3.2)
+    rnd = StackRound([waiting], gone=[dead])
+    ctx.events.append(rnd.to_event(end + 46.0, "n0"))
+    f = detect_hang(ctx)[0]
+    assert f.start == end + 45.0 and f.scope == {"node": "n0"}
+    assert ("Where (py-spy): the worker (PID 4321, node n0) is gone: it exited 3 s after the "
+            "last step (killed or crashed); the others wait in a collective for it.") in f.evidence
+    assert "ray logs worker --pid 4321" in f.advice[0]
+    alone = StackRound([waiting])  # the survivor alone: no hang at the stack limit
+    ctx.events[-1] = alone.to_event(end + 46.0, "n0")
+    assert detect_hang(ctx) == []

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import time
 
-from hang_standins import as_rank, real_dump, start_standin, stop, write_dump
+import pytest
+from hang_standins import (
+    as_rank,
+    real_dump,
+    start_job,
+    start_standin,
+    start_worker,
+    stop,
+    write_dump,
+    write_job_tree,
+)
 from prometheus_client.core import CollectorRegistry
 
 from exporters.options import ExporterOptions
@@ -175,3 +185,36 @@ def test_the_hang_settings_are_the_monitors_own_copy_of_config(tmp_path):
     assert alone.cfg.get_float("min_seconds") == 300.0
     default = FlightRecorderCollector(ViewContext(node="n0", interval=1.0, window=window))
     assert default.cfg.get_float("min_seconds") == 45.0
+
+
+def test_a_worker_killed_in_the_silence_is_published_as_the_culprit(tmp_path):
+    from monitor.hang.pyspy import find_pyspy
+
+    if find_pyspy() is None:
+        pytest.skip("py-spy not installed")
+    root = write_job_tree(tmp_path / "job")
+    log = tmp_path / "train.log"
+    log.write_text("")
+    procs = [start_job(root, "worker", log, steps=1, step_s=0.1),
+             start_worker(root, log, busy=False, title="ray::WorkerDict")]
+    c, sink = _collector(tmp_path, silent_s=60.0, hang_pyspy=True, log=(str(log),))
+    try:
+        deadline = time.monotonic() + 20
+        while f"(WorkerDict pid={procs[1].pid}" not in log.read_text():
+            assert time.monotonic() < deadline, "the worker stand-in never logged"
+            time.sleep(0.05)
+        c.watch_processes()  # in the silence, both alive
+        procs[1].kill()
+        procs[1].wait()
+        c.poll_once()  # past the stack limit: one py-spy round, the worker gone
+    finally:
+        stop(procs)
+    ev = sink.events[-1]
+    if any("ptrace" in v for v in ev.data["problems"].values()):
+        pytest.skip(str(ev.data["problems"]))
+    assert ev.data["where"]["place"] == "gone" and ev.data["where"]["stuck"]
+    assert ev.message.startswith(f"the worker (PID {procs[1].pid}, node n0) is gone: it exited")
+    got = _scrape(c).get_sample_value("verlmon_hang_culprit_info", {
+        "rank": "", "pid": str(procs[1].pid), "gpu": "", "collective": "", "seq": "",
+        "frame": ""})
+    assert got == 1.0

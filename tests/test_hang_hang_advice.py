@@ -8,7 +8,7 @@ from monitor.detect.flag_advice import REAL_KEYS, named_keys
 from monitor.hang.hang_advice import HANG_KEYS, where_advice
 
 PLACES = ("reward", "http", "dataloader", "replay_buffer", "worker_call", "method",
-          "checkpoint", "collective", "unknown")
+          "checkpoint", "collective", "gone", "unknown")
 
 
 @pytest.mark.parametrize("version", ["0.4.1-0.5.x", "0.8+", None])
@@ -31,3 +31,7 @@ def test_each_place_gets_its_own_first_lever():
     assert "trainer.default_local_dir" in where_advice("checkpoint")[0]
     assert "GET /health" in where_advice("http")[0]
     assert where_advice("collective")[0].startswith("Look at the rank named")
+    gone = " ".join(where_advice("gone"))
+    assert "ray logs worker --pid PID --suffix err" in gone and "dmesg" in gone
+    assert "actor_rollout_ref.nccl_timeout" in gone
+    assert "ray logs worker --pid 4321 --suffix err" in where_advice("gone", pid=4321)[0]

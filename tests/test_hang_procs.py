@@ -156,3 +156,21 @@ def test_another_jobs_gpu_holders_are_left_out_once_the_log_names_this_jobs_own(
         stop(mine + others)
     assert found == {mine[0].pid, mine[1].pid}, found
     assert set(other_pids) <= alone  # with nothing to go by, every GPU holder counts
+
+
+def test_only_the_jobs_lasting_processes_are_watched_and_each_gone_one_keeps_its_gpu_and_rank():
+    from monitor.hang.procs import GoneWatch, JobProcess
+
+    running = {1, 2, 3}
+    watch = GoneWatch(is_alive=lambda pid: pid in running)
+    watch.see([JobProcess(1, "driver", "log"), JobProcess(2, "data loader worker", "child"),
+               JobProcess(3, "worker", "gpu")], 10.0, gpus={3: 1}, ranks={3: 1})
+    assert watch.check(11.0) == []
+    running -= {2, 3}  # a loader's worker ends by itself; the rank on GPU 1 is killed
+    gone = watch.check(12.0)
+    assert [(g.proc.pid, g.gpu, g.rank, g.last_alive, g.gone_at) for g in gone] == [
+        (3, 1, 1, 11.0, 12.0)]
+    assert watch.check(13.0) == [] and watch.gone_since(11.0) == gone
+    running.add(3)  # the PID seen again (reused): alive, no longer gone
+    watch.see([JobProcess(3, "worker", "gpu")], 14.0)
+    assert watch.gone_since(0.0) == []

@@ -133,3 +133,45 @@ def test_saved_dumps_of_the_monitors_own_exporter_are_not_read_as_the_jobs_proce
     places = [w for _, wheres in read_stacks_dir(folder) for w in wheres]
     assert places and not {w.pid for w in places} & monitor_pids
     assert any(w.place == "reward" for w in places)
+
+
+def test_a_worker_killed_in_the_silence_is_gone_and_named_while_the_driver_waits(tmp_path):
+    from monitor.hang.procs import GoneWatch, JobProcess
+    from monitor.hang.stacks import gone_wheres
+
+    root = write_job_tree(tmp_path / "job")
+    log = tmp_path / "train.log"
+    log.write_text("")
+    procs = [start_job(root, "worker", log, steps=2, step_s=0.1),
+             start_worker(root, log, busy=False, title="ray::WorkerDict")]
+    watch = GoneWatch()
+    try:
+        _wait_steps(log, procs[0].pid, 2)
+        last = time.time()
+        ours = {q.pid for q in procs}
+        watch.see([p for p in find_job_processes([str(log)]) if p.pid in ours], last + 1.0)
+        assert watch.check(last + 1.2) == []  # both alive
+        procs[1].kill()
+        procs[1].wait()  # reaped, as Ray's raylet reaps its workers
+        gone = watch.check(last + 2.0)
+        assert [g.proc.pid for g in gone] == [procs[1].pid] and gone[0].proc.role == "worker"
+        assert watch.gone_since(last) == gone and watch.gone_since(last + 1.3) == []
+        found = [p for p in find_job_processes([str(log)]) if p.pid in ours]
+        assert [p.pid for p in found] == [procs[0].pid]  # the dead one is not found again
+        dead = JobProcess(procs[1].pid, "worker", "log")  # listed, then gone before its dump
+        got = stack_round(found, node="n0", gone=gone_wheres(gone, last, "n0"))
+        late = stack_round([*found, dead], node="n0", since=last)
+    finally:
+        stop(procs)
+    if any("ptrace" in v for v in got.problems.values()):
+        pytest.skip(str(got.problems))
+    v = got.verdict
+    assert v.stuck and v.place == "gone" and [w.pid for w in v.who] == [procs[1].pid]
+    assert v.summary().startswith(f"the worker (PID {procs[1].pid}, node n0) is gone: it "
+                                  "exited 1 s after the last step (killed or crashed)")
+    assert "the driver" in v.summary() and "waits on a worker-group call" in v.summary()
+    ev = got.to_event(time.time(), "n0")
+    assert ev.data["where"]["place"] == "gone" and ev.data["culprits"][0]["pid"] == \
+        procs[1].pid
+    assert late.verdict.place == "gone" and late.gone[0].pid == procs[1].pid
+    assert f"py-spy PID {procs[1].pid}" not in late.problems  # gone, not a failed dump

@@ -251,3 +251,50 @@ def test_real_verl_healthy_runs_are_never_stuck_and_their_phases_are_read(case):
     rounds, _ = _rounds(case)
     assert not [(ts, v.place) for ts, v in rounds if v.stuck]
     assert {"gen"} <= {v.phase for _, v in rounds}
+
+
+# ---------------------------------------------------------------------------- a rank gone
+_WAITING = ('Process 9: ray::WorkerDict.actor_rollout_update_actor\nThread 9 (idle): "MainThread"\n'
+            "    all_reduce (torch/distributed/distributed_c10d.py:1)\n"
+            "    clip_grad_norm_ (verl/workers/actor/dp_actor.py:2)\n")
+
+
+def test_a_rank_killed_while_the_other_waits_in_the_collective_is_named_as_gone():
+    from monitor.hang.where import gone_where
+
+    dead = gone_where(4321, "worker", "n0", exited_after=6.4, gpu=1, rank=1)
+    alone = judge([classify(_WAITING, node="n0")])
+    assert not alone.stuck  # the survivor alone in its collective says nothing
+    v = judge([classify(_WAITING, node="n0")], [dead])
+    assert v.stuck and v.place == "gone" and v.collective and [w.pid for w in v.who] == [4321]
+    text = v.summary()
+    assert text.startswith("rank 1 (PID 4321, GPU 1, node n0) is gone: it exited 6 s after "
+                           "the last step (killed or crashed); the others wait in a collective "
+                           "for it.")
+    assert "the worker (PID 9, node n0) waits in a collective" in text
+    assert "NCCL is not the cause" not in text
+    assert v.to_dict()["who"][0] | {"place": "gone", "rank": 1, "gpu": 1} == \
+        v.to_dict()["who"][0]
+
+
+def test_a_gone_process_with_nothing_left_is_only_suspect_and_a_stuck_driver_stays_first():
+    from monitor.hang.where import gone_where
+
+    dead = gone_where(77, "worker")
+    v = judge([], [dead])
+    assert not v.stuck and v.suspect and v.place == "gone"
+    assert "the worker (PID 77) is gone: it exited after the last step (killed or crashed); " \
+        "no other process of the job is left on this node" in v.summary()
+    reward = classify((FIX / "driver_reward.txt").read_text(), node="n0")
+    v = judge([reward], [dead])
+    assert v.stuck and v.place == "reward" and dead in v.others
+    ckpt = classify((FIX / "driver_ckpt.txt").read_text(), node="n0")
+    v = judge([ckpt], [dead])  # a process gone while the driver writes its checkpoint
+    assert not v.stuck and v.long_phase and v.place == "checkpoint"
+    kernel = classify('Process 9: ray::WorkerDict.update_actor\nThread 9 (idle): "MainThread"\n'
+                      "    synchronize (torch/cuda/__init__.py:1)\n    main (hang_job.py:145)\n")
+    assert kernel.place == "kernel" and not judge([kernel]).stuck
+    v = judge([kernel], [dead])  # NCCL: the survivor blocks in synchronize behind the collective
+    assert v.stuck and v.place == "gone"
+    assert "; the others wait on their GPUs (under NCCL: in the collective) for it." in \
+        v.summary() and "NCCL is not the cause" not in v.summary()

@@ -24,6 +24,15 @@ method that never returns; ranks outside a collective the others wait in) is the
 whatever the GPUs do, with the advice for that place. A round that finds a long but healthy
 phase (validation, a checkpoint, a generation) keeps the flag quiet; ``stalled`` says it later.
 A silence that starts at the run's end (``monitor.hang.finish``) is no silence.
+
+A rank gone: a process of the job that was alive after the last step and is gone (killed or
+crashed) is named as the likely cause, "the worker (PID N, GPU g) is gone: it exited N s after
+the last step (killed or crashed); the others wait in a collective for it", with the advice to
+read its own log (``ray logs worker --pid N --suffix err``, ``dmesg`` for the OOM killer) and
+that ``actor_rollout_ref.nccl_timeout`` will end the others. Two sources: the py-spy round
+(the collector watches the job's processes, ``monitor.hang.procs.GoneWatch``, and a round's
+verdict is ``gone``), and the GPU collector's ``gpu_process_exited`` events in the silence,
+which name the process in the GPU-evidence flag's "Who".
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import pandas as pd
 from monitor.detect.detector_base import Context, make_flag
 from monitor.hang.finish import SLACK_S, finish_time
 from monitor.hang.hang_advice import where_advice
+from monitor.hang.where import GONE
 from monitor.records import Event, Flag
 
 #: Phases that run between steps and may legitimately keep the log silent.
@@ -161,7 +171,7 @@ def _stack_flag(ctx: Context, a: float, b: float, resumed: bool, recent: float,
         evidence += f" Flight Recorder: {fr[-1].message}."
     scope = {"node": node} if node and len({e.data.get('node') for e in stuck}) == 1 else {}
     advice = where_advice(str(verdict.get("place") or ""), str(who[0].get("detail") or ""),
-                          ctx.verl_version)
+                          ctx.verl_version, who[0].get("pid"))
     return make_flag("hang", "critical", a + slim, b if resumed else None, scope, evidence,
                      advice or None)
 
@@ -227,10 +237,45 @@ def _evidence_flag(ctx: Context, a: float, b: float, resumed: bool, recent: floa
                        else "the Flight Recorder shows collectives pending")
     if not reasons or (states and len(busy) == len(states)):
         return None  # no evidence, or every GPU computes: a long phase, not a hang
+    left = gpu_exits(ctx.events, a, b)
     who = _who(newest, busy, idle, waiting)
+    if left:  # a process that held a GPU left in the silence: the likely cause
+        who = " Who: " + gone_from_gpus(left, a, bool(waiting) or bool(
+            newest is not None and newest.data.get("waiting"))) + (
+            f" {newest.message}" if newest is not None and newest.message else "")
     evidence = (f"No progress for {b - a:.0f} s{_after(ctx, a)} (recent step {recent:.0f} s, "
                 f"limit {lim:.0f} s): " + "; ".join(reasons) + "." + who)
-    return make_flag("hang", "critical", a + lim, b if resumed else None, {}, evidence)
+    advice = where_advice(GONE, "", ctx.verl_version, (left[0].data or {}).get("pid")) \
+        if left else None
+    return make_flag("hang", "critical", a + lim, b if resumed else None, {}, evidence, advice)
+
+
+def gpu_exits(events: list[Event], t0: float, t1: float) -> list[Event]:
+    """The ``gpu_process_exited`` events in (t0, t1]: processes that left a GPU in a silence,
+    one per PID (the first GPU it left)."""
+    out: dict[object, Event] = {}
+    for e in sorted((e for e in events if e.kind == "gpu_process_exited" and e.time is not None
+                     and t0 < float(e.time) <= t1 + 1e-6), key=lambda e: float(e.time)):
+        key = ((e.data or {}).get("node"), (e.data or {}).get("pid"))
+        out.setdefault(key, e)
+    return list(out.values())
+
+
+def gone_from_gpus(left: list[Event], t0: float, others_wait: bool) -> str:
+    """One sentence naming the processes that left their GPU after ``t0`` (the last step) as
+    gone, and what the others do."""
+    parts = []
+    for e in left[:4]:
+        d = e.data or {}
+        ids = ", ".join(x for x in (f"PID {d.get('pid')}", f"GPU {d.get('gpu')}"
+                                    if d.get("gpu") is not None else "",
+                                    f"node {d.get('node')}" if d.get("node") else "") if x)
+        name = f" {d['name']}" if d.get("name") else ""
+        parts.append(f"the process{name} ({ids}) is gone: it left its GPU "
+                     f"{float(e.time) - t0:.0f} s after the last step (killed or crashed)")
+    it = "it" if len(left) == 1 else "them"
+    tail = f"; the others wait in a collective for {it}" if others_wait else ""
+    return "; ".join(parts) + tail + "."
 
 
 def _who(newest: Event | None, busy: list, idle: list, waiting: list) -> str:

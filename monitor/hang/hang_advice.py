@@ -52,6 +52,15 @@ _CALL = ("The driver waits on a worker-group call that no worker is running: a w
 _METHOD = ("A worker's method does not return (its frame is named): the driver and the other "
            "workers wait for it; actor_rollout_ref.nccl_timeout (600 s by default) ends the job "
            "only when the others wait in a collective.")
+_GONE = ("A process of the job is gone (killed or crashed): its own log says why. Under "
+         "Ray: ray logs worker --pid PID --suffix err (on its node; or its worker-*.err under "
+         "/tmp/ray/session_latest/logs); then the kernel's log: dmesg -T | grep -i -e "
+         "'out of memory' -e 'killed process' (the OOM killer names the PID it killed: host "
+         "memory, not the GPU's, is the usual cause).")
+_GONE_WAIT = ("The ranks left wait in the collective for it and will not go on: verl's "
+              "actor_rollout_ref.nccl_timeout (600 s by default) ends them; restart from the "
+              "last checkpoint (trainer.save_freq sets how much is lost) once the cause is "
+              "fixed.")
 _CKPT = ("The checkpoint is being written to trainer.default_local_dir: a slow or full file "
          "system there holds save_checkpoint; point it at local disk, or save less often "
          "(trainer.save_freq).")
@@ -67,12 +76,16 @@ def reward_timeouts(version: str | None) -> list[str]:
     return [_TIMEOUT_NEW, _TIMEOUT_OLD]
 
 
-def where_advice(place: str, detail: str = "", version: str | None = None) -> list[str]:
-    """Advice sentences for a process stuck at ``place`` (``monitor.hang.where`` places)."""
+def where_advice(place: str, detail: str = "", version: str | None = None,
+                 pid: object = None) -> list[str]:
+    """Advice sentences for a process stuck at ``place`` (``monitor.hang.where`` places);
+    ``pid``: the process named (a gone one's PID goes into the ``ray logs`` command)."""
     if place == "reward":
         http = "HTTP" in detail
         return ([_HTTP] if http else [_FRAME]) + reward_timeouts(version)
     table = {"http": [_ROLLOUT_HTTP], "dataloader": [_DATA], "replay_buffer": [_REPLAY],
-             "worker_call": [_CALL], "method": [_METHOD], "checkpoint": [_CKPT]}
-    return table.get(place, []) + list(ADVICE.get("hang", []))[:1] + (
+             "worker_call": [_CALL], "method": [_METHOD], "checkpoint": [_CKPT],
+             "gone": [_GONE, _GONE_WAIT]}
+    out = table.get(place, []) + list(ADVICE.get("hang", []))[:1] + (
         [] if place in table else list(ADVICE.get("hang", []))[1:])
+    return [a.replace("--pid PID", f"--pid {pid}") for a in out] if pid else out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,3 +251,79 @@ def _from_titles(found: dict[int, JobProcess], mine: set[int]) -> None:
         cmd = " ".join(proc.info.get("cmdline") or [])
         if cmd.startswith("ray::") and role_of(cmd)[0] in set(ROLES.values()):
             _add(found, mine, proc.info["pid"], "title", "", cmd)
+
+
+# ---------------------------------------------------------------------------- processes gone
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, killed and not yet reaped, is gone)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, OSError):
+        return False
+
+
+@dataclass(frozen=True)
+class GoneProcess:
+    """A process of the job seen alive that is gone: when it was last seen alive, and the
+    GPU and rank it had then (None when unknown)."""
+
+    proc: JobProcess
+    last_alive: float
+    gone_at: float
+    gpu: int | None = None
+    rank: int | None = None
+
+
+#: Sources of processes that live as long as the job: a data loader's or reward pool's
+#: children come and go by themselves (``persistent_workers=False``), their end is no news.
+LASTING_SOURCES = frozenset(("log", "title", "tree", "gpu"))
+
+
+@dataclass
+class GoneWatch:
+    """The job's lasting processes, looked at every poll: the ones that went away.
+
+    :meth:`see` takes each fresh list of the job's processes (with their GPU and rank where
+    known), :meth:`check` the liveness of those seen; both are given the time, so the class
+    is pure but for the ``is_alive`` function it is built with."""
+
+    is_alive: Callable[[int], bool] = alive
+    seen: dict[int, tuple[JobProcess, float, int | None, int | None]] = field(
+        default_factory=dict)
+    gone: dict[int, GoneProcess] = field(default_factory=dict)
+    keep_s: float = 3600.0
+
+    def see(self, procs: list[JobProcess], now: float, gpus: dict[int, int] | None = None,
+            ranks: dict[int, int] | None = None) -> None:
+        """Remember the lasting ones of ``procs`` as alive at ``now``."""
+        gpus, ranks = gpus or {}, ranks or {}
+        for p in procs:
+            if p.source not in LASTING_SOURCES:
+                continue
+            old = self.seen.get(p.pid)
+            gpu = gpus.get(p.pid, old[2] if old else None)
+            rank = ranks.get(p.pid, old[3] if old else None)
+            self.seen[p.pid] = (p, now, gpu, rank)
+            self.gone.pop(p.pid, None)  # back (a reused PID): alive again
+
+    def check(self, now: float) -> list[GoneProcess]:
+        """The processes seen that are no longer alive at ``now`` (newly gone ones)."""
+        new = []
+        for pid, (p, last, gpu, rank) in list(self.seen.items()):
+            if self.is_alive(pid):
+                self.seen[pid] = (p, now, gpu, rank)
+                continue
+            del self.seen[pid]
+            g = GoneProcess(p, last, now, gpu, rank)
+            self.gone[pid] = g
+            new.append(g)
+        for pid in [k for k, g in self.gone.items() if now - g.gone_at > self.keep_s]:
+            del self.gone[pid]
+        return new
+
+    def gone_since(self, t: float) -> list[GoneProcess]:
+        """The processes gone after ``t`` (alive at ``t`` or later), by when they went."""
+        return sorted((g for g in self.gone.values() if g.last_alive >= t),
+                      key=lambda g: (g.last_alive, g.proc.pid))

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitor.hang.procs import JobProcess, is_monitor
+from monitor.hang.procs import GoneProcess, JobProcess, alive, is_monitor
 from monitor.hang.pyspy import dump_text
-from monitor.hang.where import Verdict, Where, classify, judge
+from monitor.hang.where import Verdict, Where, classify, gone_where, judge
 from monitor.records import Event
 
 _NAME = re.compile(r"^(?P<ts>\d+(?:\.\d+)?)_(?P<role>[A-Za-z_]+)_(?P<pid>\d+)\.txt$")
@@ -30,16 +30,17 @@ class StackRound:
 
     wheres: list[Where] = field(default_factory=list)
     verdict: Verdict | None = None
+    gone: list[Where] = field(default_factory=list)  # the job's processes gone in the silence
     problems: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
     def to_event(self, when: float, node: str) -> Event:
         """The ``hang_dump`` event (method ``py-spy``; data ``where``: the verdict)."""
-        v = self.verdict or judge(self.wheres)
+        v = self.verdict or judge(self.wheres, self.gone)
         collective = {str(w.pid): f"{w.frame}" for w in self.wheres
                       if w.place == "collective" and w.frame is not None}
-        culprits = [{"rank": -1, "reason": w.describe(), "pid": w.pid, "node": w.node or node,
-                     "gpu": None, "frame": str(w.frame) if w.frame else "", "pg": "",
+        culprits = [{"rank": -1 if w.rank is None else w.rank, "reason": w.describe(),
+                     "pid": w.pid, "node": w.node or node, "gpu": w.gpu, "frame": str(w.frame) if w.frame else "", "pg": "",
                      "collective": "", "seq": None} for w in (v.who if v.stuck else [])]
         return Event("hang_dump", when, message=v.summary(), data={
             "method": "py-spy", "seconds": round(self.seconds, 3), "node": node,
@@ -47,21 +48,37 @@ class StackRound:
             "problems": dict(self.problems)})
 
 
+def gone_wheres(gone: Iterable[GoneProcess], since: float | None, node: str = ""
+                ) -> list[Where]:
+    """The gone processes as ``Where``s (place ``gone``), timed from ``since`` (the last
+    step's end) to when each was last seen alive."""
+    return [gone_where(g.proc.pid, g.proc.role, node,
+                       None if since is None else g.last_alive - since, g.gpu, g.rank)
+            for g in gone]
+
+
 def stack_round(procs: Iterable[JobProcess], node: str = "", exe: str | None = None,
-                timeout_s: float = 10.0, save_dir: str | Path | None = None) -> StackRound:
-    """py-spy each process, classify it, judge the node; dumps saved to ``save_dir``."""
+                timeout_s: float = 10.0, save_dir: str | Path | None = None,
+                gone: Iterable[Where] = (), since: float | None = None) -> StackRound:
+    """py-spy each process, classify it, judge the node (with ``gone``, the job's processes
+    that went away in the silence); dumps saved to ``save_dir``. A process that exits before
+    its dump is gone too, timed from ``since`` (the last step's end) when given."""
     t0 = time.monotonic()
-    out = StackRound()
+    out = StackRound(gone=list(gone))
     now = time.time()
     for p in procs:
         text, why = dump_text(p.pid, timeout_s, exe)
+        if why and not alive(p.pid):  # found a moment ago, gone before its dump
+            out.gone.append(gone_where(p.pid, p.role, node,
+                                       None if since is None else now - since))
+            continue
         if why:
             out.problems[f"py-spy PID {p.pid}"] = why
             continue
         out.wheres.append(classify(text, role=p.role, node=node, pid=p.pid))
         if save_dir:
             _save(Path(save_dir), now, p, text, out.problems)
-    out.verdict = judge(out.wheres)
+    out.verdict = judge(out.wheres, out.gone)
     out.seconds = time.monotonic() - t0
     return out
 

@@ -16,7 +16,9 @@ doing: scoring rewards, waiting on a worker-group call, on an HTTP answer, in th
 a replay buffer, checkpoint I/O, validation; for workers: idle in Ray's task loop, in a
 collective, in a kernel, running a method), the phase it maps to, and the deepest frame in the
 user's or verl's own code (library and standard-library frames skipped, verl's kept).
-:func:`judge` compares the processes of one node and says whether the job is stuck and where.
+:func:`judge` compares the processes of one node and says whether the job is stuck and where;
+given the job's processes that are gone (:func:`gone_where`: killed or crashed after the last
+step), it names them while the others wait in a collective.
 No I/O here: the exporter runs py-spy (``monitor.hang.pyspy``) and passes the text.
 """
 
@@ -52,9 +54,12 @@ REWARD, WORKER_CALL, HTTP, REPLAY, DATALOADER, CHECKPOINT, VALIDATION = (
 GENERATION, COLLECTIVE, KERNEL, RAY_IDLE, METHOD, UNKNOWN = (
     "generation", "collective", "kernel", "ray_idle", "method", "unknown")
 LOADER_IDLE = "loader_idle"  # a data loader worker waiting for its next index
+#: A process of the job that was alive in the silence and is gone (killed or crashed).
+GONE = "gone"
 #: The role of a data loader's worker process (forked from the driver: the same Ray title).
 LOADER_WORKER = "data loader worker"
-STUCK: frozenset[str] = frozenset((REWARD, HTTP, REPLAY, DATALOADER, WORKER_CALL, METHOD))
+STUCK: frozenset[str] = frozenset((REWARD, HTTP, REPLAY, DATALOADER, WORKER_CALL, METHOD,
+                                   GONE))
 #: Places of a long but healthy phase: quiet until ``stalled``'s longer limit.
 LONG_PHASES: frozenset[str] = frozenset((CHECKPOINT, VALIDATION, GENERATION, KERNEL))
 
@@ -132,6 +137,8 @@ class Where:
     detail: str = ""  # e.g. the worker-group method, "an HTTP answer (requests)"
     node: str = ""
     thread: str = ""
+    gpu: int | None = None  # the GPU it held, when known (a gone process: from the last look)
+    rank: int | None = None  # its rank, when known (the Flight Recorder FIFO it read)
 
     @property
     def stuck(self) -> bool:
@@ -139,15 +146,26 @@ class Where:
         return self.place in STUCK
 
     def describe(self) -> str:
-        """One clause: who (role, PID, node), what it does, and its frame."""
+        """One clause: who (role or rank, PID, GPU, node), what it does, and its frame."""
         return describe_where(self.role, self.pid, self.node, self.place, self.phase,
-                              "" if self.frame is None else str(self.frame), self.detail)
+                              "" if self.frame is None else str(self.frame), self.detail,
+                              gpu=self.gpu, rank=self.rank)
 
     def to_dict(self) -> dict:
         """Plain data for an event."""
         return {"pid": self.pid, "role": self.role, "place": self.place, "phase": self.phase,
                 "frame": str(self.frame) if self.frame else "", "detail": self.detail,
-                "node": self.node, "stuck": self.stuck}
+                "node": self.node, "stuck": self.stuck, "gpu": self.gpu, "rank": self.rank}
+
+
+def gone_where(pid: int, role: str = "", node: str = "", exited_after: float | None = None,
+               gpu: int | None = None, rank: int | None = None) -> Where:
+    """A process of the job that is gone, as a ``Where`` (place ``gone``): ``exited_after`` is
+    how many seconds after the last step it was last seen alive, when known."""
+    when = (f"it exited {max(exited_after, 0.0):.0f} s after the last step"
+            if exited_after is not None else "it exited after the last step")
+    return Where(pid, role, GONE, detail=f": {when} (killed or crashed)", node=node, gpu=gpu,
+                 rank=rank)
 
 
 PLACE_WORDS: dict[str, str] = {
@@ -157,7 +175,7 @@ PLACE_WORDS: dict[str, str] = {
     VALIDATION: "is validating", GENERATION: "is generating", COLLECTIVE: "waits in a collective",
     KERNEL: "computes or waits on its GPU (in a kernel)", RAY_IDLE: "is idle in Ray's task loop",
     METHOD: "runs a worker method that does not return", UNKNOWN: "is somewhere unrecognised",
-    LOADER_IDLE: "waits for its next index"}
+    LOADER_IDLE: "waits for its next index", GONE: "is gone"}
 
 
 def parse(text: str) -> Dump:
@@ -394,6 +412,8 @@ class Verdict:
         if not self.who:
             return "no process of the job could be read"
         head = "; ".join(w.describe() for w in self.who[:3])
+        if self.place == GONE:
+            head += _gone_tail(self.who, self.others, self.collective)
         quiet = (RAY_IDLE, LOADER_IDLE)
         rest = [w for w in self.others if w.place not in quiet and w.role != "launcher"][:3]
         idle = [w for w in self.others if w.place == RAY_IDLE]
@@ -404,7 +424,7 @@ class Verdict:
             head += f". {len(idle)} worker(s) idle in Ray's task loop"
         if waiting:
             head += f". {len(waiting)} data loader worker(s) wait for their next index"
-        if not self.collective:
+        if not self.collective and self.place != GONE:
             head += ". No rank waits in a collective: NCCL is not the cause"
         return head + "."
 
@@ -418,17 +438,19 @@ class Verdict:
 
 
 def describe_where(role: str, pid: object, node: str, place: str, phase: str = "",
-                   frame: str = "", detail: str = "") -> str:
-    """One clause from a process's place: who (role, PID, node), what it does, and its frame
-    (``name (file:line)``). :meth:`Where.describe`, and the dashboard's reading of
-    ``verlmon_hang_where_info``, whose labels carry the same fields."""
-    who = f"the {role}" if role else "a process"
-    ids = ", ".join(x for x in (f"PID {pid}" if pid else "", f"node {node}" if node else "")
-                    if x)
+                   frame: str = "", detail: str = "", gpu: int | None = None,
+                   rank: int | None = None) -> str:
+    """One clause from a process's place: who (rank or role, PID, GPU, node), what it does,
+    and its frame (``name (file:line)``). :meth:`Where.describe`, and the dashboard's reading
+    of ``verlmon_hang_where_info``, whose labels carry the same fields."""
+    who = f"rank {rank}" if rank is not None else f"the {role}" if role else "a process"
+    ids = ", ".join(x for x in (f"PID {pid}" if pid else "",
+                                f"GPU {gpu}" if gpu is not None else "",
+                                f"node {node}" if node else "") if x)
     text = f"{who} ({ids})" if ids else who
     text += f" {PLACE_WORDS.get(place, place)}"
     if detail:
-        text += f" {detail}"
+        text += detail if detail.startswith(":") else f" {detail}"
     if phase:
         text += f" [phase {phase}]"
     if frame:
@@ -436,12 +458,47 @@ def describe_where(role: str, pid: object, node: str, place: str, phase: str = "
     return text
 
 
+def _gone_tail(who: list[Where], others: list[Where], collective: bool) -> str:
+    """What the job's other processes do while the ``who`` are gone."""
+    it = "it" if len(who) == 1 else "them"
+    if collective:
+        return f"; the others wait in a collective for {it}"
+    if any(w.place == KERNEL for w in others):  # NCCL: synchronize behind the collective
+        return f"; the others wait on their GPUs (under NCCL: in the collective) for {it}"
+    if not any(w.place != GONE for w in others):
+        return "; no other process of the job is left on this node"
+    return ""
+
+
 _DRIVERS = ("driver", "trainer", "rollouter")
+#: Long phases that go on without the job's other processes (a gone one does not hold them).
+_OWN_PHASES = frozenset((CHECKPOINT, VALIDATION, GENERATION))
 
 
-def judge(wheres: Iterable[Where]) -> Verdict:
-    """Compare one node's processes: the driver's place first, then the workers'."""
+def judge(wheres: Iterable[Where], gone: Iterable[Where] = ()) -> Verdict:
+    """Compare one node's processes: the driver's place first, then the workers'.
+
+    ``gone``: processes of the job seen alive in the silence that are gone now (killed or
+    crashed; ``gone_where``). They are the likely cause while the others wait in a collective
+    or are not stuck elsewhere: a rank that died leaves its peers waiting for it (under NCCL,
+    often in a kernel: ``synchronize`` behind the collective). A driver stuck elsewhere (a
+    reward, a loader) or in a healthy long phase of its own (a checkpoint, a validation, a
+    generation) keeps its verdict. With no process of the job left, the verdict is only
+    ``suspect`` (the job may have ended)."""
     ws = [w for w in wheres if w.place != UNKNOWN or w.frame is not None]
+    dead = list(gone)
+    if dead:
+        base = _judge(ws)
+        if (base.stuck or base.place in _OWN_PHASES) and not base.collective:
+            base.others = base.others + dead
+            return base
+        return Verdict(bool(ws), GONE, base.phase, dead, ws, base.collective,
+                       suspect=not ws)
+    return _judge(ws)
+
+
+def _judge(ws: list[Where]) -> Verdict:
+    """``judge`` for the live processes only."""
     if not ws:
         return Verdict(False, UNKNOWN)
     coll = [w for w in ws if w.place == COLLECTIVE]

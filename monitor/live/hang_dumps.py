@@ -7,7 +7,10 @@ Once no step has arrived for ``hang.stack_multiple`` recent step times (at least
 ``hang.min_seconds``) it finds the job's local processes without configuration (the Ray prefixes
 of the followed log, Ray process titles, the children of ``verl-monitor run``, the GPU holders:
 monitor/hang/procs.py), dumps each with py-spy (every thread), says where each is
-(monitor/hang/where.py) and publishes a ``hang_dump`` event with the verdict (again every
+(monitor/hang/where.py), adds the job's processes that went away since the last step (the
+collector looks for them every ``WATCH_S`` seconds and checks every poll that each still runs:
+``GoneWatch``; a rank killed or crashed is named as ``gone``) and publishes a ``hang_dump``
+event with the verdict (again every
 ``hang.restack_s`` while no round found a process stuck); the ``hang`` detector makes it the
 flag. Once the silence passes the ``hang`` detector's limit, or a ``hang``/``stalled`` flag is
 open, it asks the local ranks for their Flight Recorder dumps, once per silence
@@ -45,10 +48,10 @@ from monitor.detect.hang import (
 )
 from monitor.hang.dump import RankDump
 from monitor.hang.localize import Localization, RankInfo, localize_dumps
-from monitor.hang.procs import find_job_processes, scan
+from monitor.hang.procs import GoneWatch, ProcessMap, find_job_processes, scan
 from monitor.hang.pyspy import find_pyspy
 from monitor.hang.request import find_pipes, request_dumps
-from monitor.hang.stacks import StackRound, stack_round
+from monitor.hang.stacks import StackRound, gone_wheres, stack_round
 from monitor.live.live_view import FlagGroup, PollingView, ViewContext
 
 #: Label values are cut to this many characters (a frame's path can be long).
@@ -57,6 +60,9 @@ MAX_LABEL = 200
 WAIT_CHECK_S = 5.0
 #: py-spy rounds at most per silence (one every ``hang.restack_s`` while none says stuck).
 MAX_STACK_ROUNDS = 20
+#: Seconds between two looks for the job's processes (their PIDs, GPUs and ranks), so that one
+#: killed or crashed in a silence is known as gone (its liveness is checked every poll).
+WATCH_S = 10.0
 
 
 def add_flags(group: FlagGroup) -> None:
@@ -116,6 +122,8 @@ class FlightRecorderCollector(PollingView):
         self._stacked_at = 0.0
         self._stuck = False
         self._stacks: StackRound | None = None
+        self._watch = GoneWatch()
+        self._watch_at = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -177,6 +185,7 @@ class FlightRecorderCollector(PollingView):
         """Ask the ranks once per silence; nothing to do while steps keep coming."""
         if not self.enabled:
             return
+        self.watch_processes()
         last_step, silent = self.silence()
         if self._stacked is not None and last_step is not None and \
                 abs(self._stacked - last_step) > 1e-6:  # progress again: its stacks go
@@ -198,6 +207,21 @@ class FlightRecorderCollector(PollingView):
             return
         self._handled = mark
         self.run_round()
+
+    def watch_processes(self) -> None:
+        """Every ``WATCH_S`` seconds, the job's lasting processes with their GPU and rank (the
+        Flight Recorder FIFO each reads); every poll, which of them went away."""
+        now = time.time()
+        if now - self._watch_at >= WATCH_S:
+            self._watch_at = now
+            pipes = find_pipes(self.fr_dir, self.pipe_prefix) if self.fr_dir else {}
+            pmap = scan(list(pipes.values()))
+            procs = find_job_processes(tuple(self.ctx.options.log or ()), os.getppid(),
+                                       set(pmap.gpu_pids))
+            self._watch.see(procs, now, {p.pid: g for p in procs
+                                         if (g := pmap.gpu_of(p.pid)) is not None},
+                            _ranks(pipes, pmap))
+        self._watch.check(now)
 
     def _stack_due(self, last: float) -> bool:
         """True when a py-spy round is due in the silence after ``last`` (the last step's end):
@@ -221,9 +245,14 @@ class FlightRecorderCollector(PollingView):
             self._stacked, self._stack_rounds, self._stuck = last, 0, False
         procs = find_job_processes(tuple(self.ctx.options.log or ()), os.getppid(),
                                    set(scan([]).gpu_pids))
+        self._watch.see(procs, time.time())
+        since = self._stacked if self._stacked is not None else self._wait_episode
+        gone = gone_wheres(self._watch.gone_since(since), since, self.ctx.node) \
+            if since is not None else []
         got = stack_round(procs, self.ctx.node, self.pyspy_exe,
-                          self.cfg.get_float("pyspy_timeout_s", 10.0), self.stacks_dir)
-        if not procs:
+                          self.cfg.get_float("pyspy_timeout_s", 10.0), self.stacks_dir,
+                          gone, since)
+        if not procs and not got.gone:
             got.problems["py-spy"] = ("no process of the job found on this node (no Ray "
                                       "prefix, Ray title, child of verl-monitor run or GPU "
                                       "holder)")
@@ -322,7 +351,9 @@ class FlightRecorderCollector(PollingView):
                             _cut(c.frame or "")], 1.0)
         verdict = stacks.verdict if stacks is not None else None
         for w in (verdict.who if verdict is not None and verdict.stuck else []):
-            who.add_metric(["", str(w.pid or ""), "", "", "", _cut(w.frame or "")], 1.0)
+            who.add_metric(["" if w.rank is None else str(w.rank), str(w.pid or ""),
+                            "" if w.gpu is None else str(w.gpu), "", "",
+                            _cut(w.frame or "")], 1.0)
         where = GaugeMetricFamily("verlmon_hang_where_info",
                                   "Where each local process of the job was in the last py-spy "
                                   "round of a silence (value 1: the process named as stuck)",
@@ -340,3 +371,13 @@ class FlightRecorderCollector(PollingView):
                                  "Seconds the last dump round took (request to answer)")
         secs.add_metric([], took)
         return [seq, pend, who, where, rounds_f, secs]
+
+
+def _ranks(pipes: dict[int, object], pmap: ProcessMap) -> dict[int, int]:
+    """PID -> rank, from which process reads each rank's debug-info FIFO."""
+    out = {}
+    for rank, pipe in pipes.items():
+        pid = pmap.fifo_pids.get(os.path.realpath(str(pipe)))
+        if pid is not None:
+            out[pid] = rank
+    return out
