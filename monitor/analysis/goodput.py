@@ -471,16 +471,7 @@ def ledger(
     kidx = {k: i for i, k in enumerate(keys)}
     acc = {c: np.zeros((nrow, nkey)) for c in CAUSES}
     wall = (iv["end"] - iv["start"]).to_numpy(float)
-    # the gap before the step's first phase: the batch fetch, a restart, or unexplained
-    phase_s = tl.groupby("row")["end"].sum() - tl.groupby("row")["start"].sum() if len(tl) else (
-        pd.Series(dtype=float))
-    in_phases = phase_s.reindex(range(nrow)).fillna(0.0).to_numpy(float)
-    gap = np.clip(wall - in_phases, 0.0, None)
-    dw = np.minimum(iv["data_wait"].to_numpy(float), gap)
-    acc["data_loading"] += dw[:, None]
-    for cause in ("restarts", "unattributed"):
-        mask = (iv["gap_cause"] == cause).to_numpy()
-        acc[cause][mask] += (gap - dw)[mask, None]
+    _book_gaps(acc, iv, tl, wall)
     # phases whose whole time has one cause (the trainer's wait for samples in split pools)
     fixed_causes = phase_causes(steps, mode)
     if len(tl):
@@ -505,6 +496,21 @@ def ledger(
         **{c: acc[c][r_at, k_at] for c in CAUSES},
     })
     return out[LEDGER_COLUMNS]
+
+
+def _book_gaps(acc: dict[str, np.ndarray], iv: pd.DataFrame, tl: pd.DataFrame,
+               wall: np.ndarray) -> None:
+    """The gap before each step's first phase, on every GPU: the batch fetch (``data_wait``,
+    as far as the gap goes), then a restart or unexplained (the interval's ``gap_cause``)."""
+    phase_s = tl.groupby("row")["end"].sum() - tl.groupby("row")["start"].sum() if len(tl) else (
+        pd.Series(dtype=float))
+    in_phases = phase_s.reindex(range(len(iv))).fillna(0.0).to_numpy(float)
+    gap = np.clip(wall - in_phases, 0.0, None)
+    dw = np.minimum(iv["data_wait"].to_numpy(float), gap)
+    acc["data_loading"] += dw[:, None]
+    for cause in ("restarts", "unattributed"):
+        mask = (iv["gap_cause"] == cause).to_numpy()
+        acc[cause][mask] += (gap - dw)[mask, None]
 
 
 def _whole_step_causes(acc: dict[str, np.ndarray], iv: pd.DataFrame) -> None:
