@@ -353,6 +353,31 @@ def run_config() -> Config:
     return _run_config(key(), path, () if path else store_stamp())
 
 
+@st.cache_data(ttl=30, show_spinner=False, max_entries=8)
+def _run_job_config(key: str, stamp: tuple) -> dict | None:
+    cfg = source_config()
+    if not cfg.store or cfg.prometheus or not os.path.exists(cfg.store):
+        return None
+    from monitor.api import RunStore
+
+    try:
+        with RunStore(cfg.store, create=False) as rs:
+            saved = rs.meta().get("job_config")
+    except Exception:  # noqa: BLE001 - an unreadable meta: no printed config
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def run_job_config() -> dict | None:
+    """The job's config as verl printed it, as the exporter found it in the log it followed
+    and saved in its store (meta ``job_config``): its trainer mode decides where the step keys
+    cannot (verl 0.9's V1 separate-async trainer prints the sync trainer's keys), as in
+    ``analyze`` and on ``/metrics``. None from a store without it, and from Prometheus: there
+    is no log there and the exporters keep no printed config, so the pages judge the mode
+    from the step keys alone."""
+    return _run_job_config(key(), store_stamp())
+
+
 def _attribution_samples(key: str, steps: list[StepRecord], start: float, end: float,
                          node: str | None, fleet: bool) -> pd.DataFrame:
     """GPU samples (or the mean across GPUs when ``fleet``) over the steps, at the sampling
@@ -390,7 +415,8 @@ def load_attribution(key: str, start: float, end: float, last_step_end: float,
     if not recent:
         return pd.DataFrame()
     samples = _attribution_samples(key, recent, start, end, node, fleet)
-    return RunAnalysis(recent, samples, config=run_config()).phase_summary()
+    return RunAnalysis(recent, samples, config=run_config(),
+                       job_config=run_job_config()).phase_summary()
 
 
 def _analysis_steps(key: str, start: float, end: float,
@@ -455,8 +481,9 @@ def withheld_text(summary: pd.DataFrame) -> str:
 def load_goodput(key: str, start: float, end: float, last_step_end: float,
                  n_steps: int = ATTRIB_STEPS, _steps_end: float | None = None) -> pd.DataFrame:
     """The goodput ledger (``monitor.analysis.goodput.ledger``) of the last ``n_steps`` steps,
-    per step and GPU (the mean across GPUs from Prometheus, cheap on any cluster). Recomputed
-    only when a new step has arrived."""
+    per step and GPU (the mean across GPUs from Prometheus, cheap on any cluster), under
+    :func:`run_config` and the job's printed config (:func:`run_job_config`; none from
+    Prometheus). Recomputed only when a new step has arrived."""
     from monitor.api import RunAnalysis
 
     recent = _analysis_steps(key, start, end, _steps_end)
@@ -468,7 +495,8 @@ def load_goodput(key: str, start: float, end: float, last_step_end: float,
     if samples is None or len(samples) == 0:
         return pd.DataFrame()
     flags = load_flags(key, False, recent[0].end_time, end)
-    led = RunAnalysis(recent, samples, config=run_config(), flags=flags).ledger()
+    led = RunAnalysis(recent, samples, config=run_config(), flags=flags,
+                      job_config=run_job_config()).ledger()
     return led[led["step"] != recent[0].step] if len(led) else led
 
 

@@ -90,3 +90,25 @@ def test_a_step_past_the_last_sample_waits_for_its_samples():
 
 def test_the_collector_registers_itself():
     assert "goodput" in load_all()
+
+
+def test_the_printed_config_books_gen_as_waiting_for_samples():
+    """The job's printed config reaches the counter through its ViewContext (the live
+    monitor's JobConfigWatch): on verl 0.9's V1 separate-async trainer, whose keys read as the
+    sync trainer's, ``gen`` is the trainer waiting for samples, as ``analyze`` books it."""
+    v1 = {"trainer": {"use_v1": True, "v1": {"trainer_mode": "separate_async"}}}
+    steps, rows, _, _, _, end = _setup()
+    waited = {}
+    for told in (None, v1):
+        window = RollingWindow(clock=lambda: end + 1.0)
+        collector = GoodputCollector(ViewContext(node="gpu-node", interval=1.0, window=window,
+                                                 job_config=lambda told=told: told))
+        reg = CollectorRegistry()
+        reg.register(collector)
+        window.add_gpu(rows)
+        window.add_steps(steps)
+        assert collector.poll(now=end) == len(steps)
+        waited[told is not None] = sum(_value(reg, "waiting_for_samples", g) for g in (0, 1))
+    gen = sum(s.phases["gen"] for s in steps)
+    assert waited[False] == 0.0
+    assert waited[True] == pytest.approx(2 * gen, rel=0.1)

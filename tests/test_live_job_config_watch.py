@@ -109,3 +109,50 @@ def test_the_live_detectors_take_the_trainer_mode_from_the_printed_config(tmp_pa
     paused = [f for f in _live_flags(_v1_run(tmp_path, "separate_async"))
               if f.kind == "weight_sync_pause"]
     assert len(paused) == 1 and "timing_s/update_weights" in paused[0].evidence
+
+
+def test_the_exporter_keeps_the_printed_config_in_its_store_and_gives_it_to_its_views(tmp_path):
+    """Once found, the printed config is in the store's meta (the dashboard reads the trainer
+    mode there) and in the views' context (the goodput counter's ledger), as it was printed."""
+    from live_replay import _OnItsClock
+
+    from monitor.logs.canonical_records import parse_file
+    from monitor.store.runstore import RunStore
+
+    log = _v1_run(tmp_path, "separate_async")
+    store = tmp_path / "run.db"
+    mon = _OnItsClock(ExporterOptions(log=(str(log),), window=1e9, store=str(store)), "h200", 1.0)
+    mon.open()
+    try:
+        views = mon.view_context()
+        steps = parse_file(str(log)).steps
+        mon.add_steps(steps)
+        mon.clock = steps[-1].end_time + 2.0
+        mon.detect_once()
+        assert views.job_config()["trainer"]["v1"] == {"trainer_mode": "separate_async"}
+    finally:
+        mon.stop()
+    with RunStore(store, create=False) as rs:
+        saved = rs.meta()["job_config"]
+    assert saved == {"data": {"train_batch_size": 16},
+                     "trainer": {"use_v1": True, "v1": {"trainer_mode": "separate_async"}}}
+
+
+def test_a_value_cut_short_is_not_stored():
+    """verl's print cuts long values to ``...``: they are not known, so the store keeps none
+    of them (JSON has no ``...``), and tuples and sets become lists."""
+    from monitor.live.job_config_watch import storable
+
+    printed = {"a": {"kept": (1, 2), "cut": ..., "cut_list": [1, ...], "names": {"x"}},
+               "trainer": {"use_v1": True}}
+    assert storable(printed) == {"a": {"kept": [1, 2], "names": ["x"]},
+                                 "trainer": {"use_v1": True}}
+
+
+def test_the_found_config_is_handed_on_once(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(CONFIG_LINES))
+    got = []
+    watch = JobConfigWatch([str(log)], retry_s=0, on_found=got.append)
+    assert watch.config() is not None and watch.config() is not None
+    assert got == [watch.config()]

@@ -15,7 +15,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -62,27 +64,29 @@ def _write_steps(path: Path, n: int, every: float, stop) -> None:
                      "response_length/max:96.0 - response_length/mean:70.0\n")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """The exporter's run: its config, /metrics at the end, its store and its wandb folder."""
+def follow(tmp: Path, config: str, head: str, wandb_run: str,
+           write: Callable[[Path, threading.Event], None],
+           steps: int = STEPS + 2) -> dict[str, float]:
+    """Run a real exporter (simulated GPUs, ``--config tmp/config.yaml`` holding ``config``,
+    its store ``tmp/run.db``, wandb run ``wandb_run`` offline under ``tmp``) following
+    ``tmp/train.log`` (``head``, then what ``write(log, stop)`` writes on a thread) until
+    ``/metrics`` has counted ``steps`` steps; then stop both. Returns
+    ``verlmon_gpu_seconds_total`` by cause as it stood then."""
     import os
-    import threading
 
-    tmp = tmp_path_factory.mktemp("cfgpath")
-    cfg = tmp / "strict.yaml"
-    cfg.write_text(OVERRIDE)
+    (tmp / "config.yaml").write_text(config)
     log = tmp / "train.log"
-    log.write_text("")
+    log.write_text(head)
+    stop = threading.Event()
+    writer = threading.Thread(target=write, args=(log, stop), daemon=True)
+    args = ["--config", str(tmp / "config.yaml"), "--log", str(log),
+            "--wandb", f"verlmon-test/{wandb_run}"]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp)}
     proc = subprocess.Popen(
         [_cli(), "exporter", "--listen-address", "127.0.0.1:0", "--gpu-backend", "sim",
-         "--scenario", "healthy", "--sim-gpus", "2", "--log", str(log), "--interval", "0.25",
-         "--store", str(tmp / "run.db"), "--config", str(cfg),
-         "--wandb", "verlmon-test/cfgpath01", "--no-collector.host"],
+         "--scenario", "healthy", "--sim-gpus", "2", "--interval", "0.25",
+         "--store", str(tmp / "run.db"), "--no-collector.host", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    stop = threading.Event()
-    writer = threading.Thread(target=_write_steps, args=(log, STEPS + 6, 2.0, stop),
-                              daemon=True)
     try:
         line = proc.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/metrics", line)
@@ -92,18 +96,54 @@ def run(tmp_path_factory):
         while True:  # the counter holds whole steps: wait for enough of them
             text = httpx.get(url.group(0), timeout=10).text
             secs = _gpu_seconds(text)
-            steps = re.search(r"^verlmon_training_step (\S+)", text, re.M)
-            if secs and steps and float(steps.group(1)) >= STEPS + 2:
-                break
+            counted = re.search(r"^verlmon_training_step (\S+)", text, re.M)
+            if secs and counted and float(counted.group(1)) >= steps:
+                return secs
             assert time.monotonic() < deadline, "the exporter counted too few steps"
             time.sleep(0.5)
     finally:
         stop.set()
+        if writer.is_alive():
+            writer.join(timeout=10)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=90) == 0, proc.stderr.read()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """The exporter's run: its config, /metrics at the end, its store and its wandb folder."""
+    tmp = tmp_path_factory.mktemp("cfgpath")
+    secs = follow(tmp, OVERRIDE, "", "cfgpath01",
+                  lambda log, stop: _write_steps(log, STEPS + 6, 2.0, stop))
+    cfg = tmp / "config.yaml"
     with RunStore(tmp / "run.db", create=False) as rs:
         steps, gpu = rs.steps(), rs.gpu_frame()
     return {"tmp": tmp, "config": cfg, "metrics": secs, "steps": steps, "gpu": gpu}
+
+
+def dashboard_goodput(monkeypatch, **env) -> int:
+    """The Overview's "Goodput (last steps)" (%) of the dashboard app run with ``env`` (its
+    ``VERLMON_*`` variables), over the whole run."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from dashboards.html_blocks import stat_values
+
+    app = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
+    for name in ("VERLMON_STORE", "VERLMON_PROMETHEUS", "VERLMON_JOB", "VERLMON_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(app, default_timeout=60)
+    at.query_params["window"] = "all"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    values: dict = {}
+    for block in at.html:
+        values.update(stat_values(block.value))
+    return int(values["Goodput (last steps)"].rstrip("%"))
 
 
 def _expected(run, config, steps=None) -> float:
@@ -138,28 +178,8 @@ def test_analyze_follows_its_config(run, tmp_path, capsys):
 
 
 def test_the_dashboard_reads_the_config_the_exporter_saved_in_its_store(run, monkeypatch):
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
-    from dashboards.html_blocks import stat_values
-
-    app = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
-
     def goodput(**env) -> int:
-        for name in ("VERLMON_STORE", "VERLMON_PROMETHEUS", "VERLMON_JOB", "VERLMON_CONFIG"):
-            monkeypatch.delenv(name, raising=False)
-        for name, value in env.items():
-            monkeypatch.setenv(name, str(value))
-        st.cache_data.clear()
-        st.cache_resource.clear()
-        at = AppTest.from_file(app, default_timeout=60)
-        at.query_params["window"] = "all"
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
-        values: dict = {}
-        for block in at.html:
-            values.update(stat_values(block.value))
-        return int(values["Goodput (last steps)"].rstrip("%"))
+        return dashboard_goodput(monkeypatch, **env)
 
     recent = run["steps"][-21:]  # the Overview's last 20 steps and the one before them
     strict = _expected(run, load_config(str(run["config"])), recent)

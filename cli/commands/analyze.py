@@ -234,14 +234,15 @@ def attribute_rows(steps: list, gpu: pd.DataFrame) -> pd.DataFrame:
 
 
 def log_to_wandb(target: str, steps: list, flags: list, attribution: Any,
-                 gpu: Any = None, config: Any = None) -> None:
+                 gpu: Any = None, config: Any = None,
+                 job_config: dict[str, Any] | None = None) -> None:
     """Send the analysis to wandb (with per-step goodput shares when ``gpu`` samples are
-    given, under ``config``: the report's own); any failure is one line on stderr, never
-    fatal."""
+    given, under ``config`` and the job's printed ``job_config``: the report's own); any
+    failure is one line on stderr, never fatal."""
     try:
         from monitor.integrations.wandb_sink import WandbSink
 
-        with WandbSink.from_target(target, config=config) as sink:
+        with WandbSink.from_target(target, config=config, job_config=job_config) as sink:
             sink.log_analysis(steps, flags, attribution, gpu)
     except Exception as exc:  # noqa: BLE001 - the report must still print
         warn("analyze", f"--wandb {target}: not logged ({exc})")
@@ -327,7 +328,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     attribution = ra.phase_summary().to_dict("records") if args.gpu else None
     if getattr(args, "wandb", None):
         log_to_wandb(args.wandb, steps, flags, ra.attribution() if args.gpu else None,
-                     gpu if args.gpu else None, config=config)
+                     gpu if args.gpu else None, config=config, job_config=job_config)
     stats = parsed.stats
     gp_doc = ra.goodput(getattr(args, "gpu_hour_cost", None))
     pools = ra.pools(gp_doc, trainer_gpus=getattr(args, "trainer_gpus", None),

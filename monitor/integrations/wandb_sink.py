@@ -36,6 +36,11 @@ How the lead wires ``--wandb PROJECT[/RUN_ID]`` (exporter and ``analyze``)::
     with WandbSink.from_target(args.wandb) as sink:
         sink.log_analysis(steps, flags, attribute(steps, gpu) if gpu is not None else None)
 
+The per-step goodput shares come from the ledger under the sink's ``config`` and ``job_config``
+(the job's printed config: ``analyze`` gives the one it read, the exporter its
+``JobConfigWatch.config``, asked at each call until found), so a V1 separate-async run whose keys
+read as sync books ``gen`` as waiting for samples here as in ``analyze``.
+
 The lower-level calls are ``log_step(step_record, attribution_rows)`` (rows of
 ``attribute(...)``; only those of that step are used) and ``log_flags(opened, closed)``.
 
@@ -51,7 +56,7 @@ import math
 import netrc
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
@@ -190,13 +195,19 @@ def goodput_shares(led: pd.DataFrame) -> dict[int, dict[str, float]]:
     return out
 
 
+#: The job's printed config as a sink is given it: the config, a function that gives it once
+#: known (the live monitor's ``JobConfigWatch.config``), or None (none).
+JobConfigArg = Mapping[str, Any] | Callable[[], Mapping[str, Any] | None] | None
+
+
 def _analysis(steps: list[StepRecord], gpu_samples: Any, config: Any,
-              flags: list[Flag]) -> Any:
+              flags: list[Flag], job_config: Mapping[str, Any] | None = None) -> Any:
     """The run's :class:`~monitor.analysis.run_analysis.RunAnalysis` under the sink's config
-    (the exporter's ``--config``, or ``analyze``'s), with the flags already known."""
+    (the exporter's ``--config``, or ``analyze``'s) and the job's printed config, with the
+    flags already known."""
     from monitor.analysis.run_analysis import RunAnalysis
 
-    return RunAnalysis(steps, gpu_samples, config=config, flags=flags)
+    return RunAnalysis(steps, gpu_samples, config=config, flags=flags, job_config=job_config)
 
 
 def _ledger_shares(ra: Any) -> dict[int, dict[str, float]]:
@@ -246,7 +257,9 @@ class WandbSink:
     ``project`` defaults to "verl-monitor"; ``run_id`` resumes that run (``resume="allow"``),
     otherwise a new run is created in the project. ``mode`` overrides ``WANDB_MODE``
     (online/offline/shared/disabled); ``wandb_dir`` is where wandb keeps its files (default
-    ``WANDB_DIR`` or the working directory). After construction, ``mode`` holds the mode actually used
+    ``WANDB_DIR`` or the working directory). ``config`` is the whole ``Config`` the ledger runs
+    under, ``job_config`` the job's printed config or a function giving it once known (see
+    :data:`JobConfigArg`). After construction, ``mode`` holds the mode actually used
     (None when disabled), ``enabled`` whether it logs, ``errors`` how many wandb calls failed.
     """
 
@@ -261,10 +274,12 @@ class WandbSink:
         finish_timeout: float = 30.0,
         wandb_dir: str | os.PathLike[str] | None = None,
         config: Any = None,
+        job_config: JobConfigArg = None,
     ) -> None:
         #: the whole ``Config`` the ledger runs under (the exporter's ``--config``, or
         #: ``analyze``'s); None: the packaged defaults
         self.config = config
+        self._job_config = job_config
         self.project = project or DEFAULT_PROJECT
         self.run_id = run_id
         self.entity = entity
@@ -295,6 +310,12 @@ class WandbSink:
         """A sink for ``--wandb PROJECT[/RUN_ID]`` (see :func:`parse_wandb_target`)."""
         entity, project, run_id = parse_wandb_target(target)
         return cls(project, run_id, mode=mode, entity=entity, **kwargs)
+
+    @property
+    def job_config(self) -> Mapping[str, Any] | None:
+        """The job's printed config the ledger is told (None while none is known)."""
+        given = self._job_config
+        return given() if callable(given) else given
 
     # ------------------------------------------------------------------------- lifecycle
 
@@ -559,7 +580,8 @@ class WandbSink:
             # book generation's loss as the tail, as analyze and the dashboard do)
             opened, closed = list(opened), list(closed)
             seen = {_flag_id(f): f for f in [*self._flags, *opened, *closed]}
-            ra = _analysis(steps, gpu_samples, self.config, list(seen.values()))
+            ra = _analysis(steps, gpu_samples, self.config, list(seen.values()),
+                           self.job_config)
             shares = _ledger_shares(ra)
             for rec in sorted(new, key=lambda r: (r.end_time or 0.0, r.step)):
                 self.log_step(rec, rows, shares.get(int(rec.step)))
@@ -587,7 +609,7 @@ class WandbSink:
             by_step.setdefault(float(r["step"]), []).append(r)
         steps = list(steps)
         flags = list(flags)
-        ra = _analysis(steps, gpu_samples, self.config, flags)
+        ra = _analysis(steps, gpu_samples, self.config, flags, self.job_config)
         shares = _ledger_shares(ra)
         for rec in sorted(steps, key=lambda r: r.step):
             self.log_step(rec, by_step.get(float(rec.step), []), shares.get(int(rec.step)))

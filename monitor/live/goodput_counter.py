@@ -4,7 +4,10 @@ After each new step line (read from ``ctx.window``, the monitor's window, which 
 collector's steps reach through the sink) the collector runs the goodput ledger
 (monitor/analysis/goodput.py, docs/goodput.md) on that step and the steps just before it, with
 this node's GPU samples from the window, and adds the new step's seconds to
-``verlmon_gpu_seconds_total{cause, node, gpu}``. Every cause of every GPU seen is exported from
+``verlmon_gpu_seconds_total{cause, node, gpu}``. The ledger runs under the monitor's config and
+the job's printed config (``ViewContext.job_config``): on verl 0.9's V1 separate-async trainer,
+whose step keys read as sync, its ``gen`` is then the trainer waiting for samples, as
+``analyze`` books it. Every cause of every GPU seen is exported from
 0, so ``increase()`` counts the first seconds too, and
 ``sum(rate(...{cause="productive"})) / sum(rate(...))`` is the job's goodput.
 
@@ -16,8 +19,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -69,12 +72,14 @@ class GoodputTotals:
 
 def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
                     now: float, config: Config | None = None,
-                    flags: list | None = None) -> int:
+                    flags: list | None = None,
+                    job_config: Mapping[str, Any] | None = None) -> int:
     """Run the ledger on the steps not counted yet and add their seconds; returns how many.
 
     ``config`` is the whole ``Config`` the monitor loaded (``--config``; None: the packaged
     defaults), ``flags`` the open flags (a ``rollout_long_tail`` flag books its steps' gen
-    loss as the tail, as ``analyze`` does). Pure apart from ``totals``: the exporter's thread
+    loss as the tail, as ``analyze`` does), ``job_config`` the job's printed config (its
+    trainer mode decides where the step keys cannot, as in ``analyze``). Pure apart from ``totals``: the exporter's thread
     calls it with the window's frames.
     """
     timed = sorted((s for s in steps if s.end_time is not None and s.total is not None),
@@ -96,7 +101,7 @@ def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
     lo = float(window[0].end_time) - float(window[0].total) - 1.0
     gpu = gpu[gpu["ts"] >= lo]
     led = RunAnalysis(window, gpu, events=events, config=config,
-                      flags=list(flags or [])).ledger()
+                      flags=list(flags or []), job_config=job_config).ledger()
     want = {(s.step, float(s.end_time)) for s in ready}
     for row in led.itertuples(index=False):
         if (int(row.step), float(row.end)) not in want:
@@ -168,7 +173,7 @@ class GoodputCollector(PollingView):
         flags = list(tracker.active()) if tracker is not None else []
         n = count_new_steps(self.totals, steps, gpu, events,
                             now=time.time() if now is None else now, config=self.config,
-                            flags=flags)
+                            flags=flags, job_config=self.ctx.job_config())
         waiting = [s for s in steps if s.end_time is not None and s.total is not None
                    and (s.step, float(s.end_time)) not in self.totals.done]
         self._pending = bool(waiting)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from monitor.detect.flag_advice import tell_job_config
 from monitor.live.health_registry import HealthRegistry
-from monitor.live.job_config_watch import JobConfigWatch
+from monitor.live.job_config_watch import META_KEY, JobConfigWatch, storable
 from monitor.live.live_view import ViewContext
 from monitor.live.rolling_window import RollingWindow
 from monitor.live.sink import Row, Sink
@@ -232,14 +232,26 @@ class LiveMonitor(Recorder):
         if self.store is not None and self.detect_config is not None:
             # the dashboard on this store reads the ledger under the same --config
             self.store.set_meta("config", dict(self.detect_config))
+        if self.store is not None:
+            # ... and under the job's printed config, once the followed logs show it
+            self.job_config.on_found = self._save_job_config
         self._restore()
         self._register_alert_paths()
 
+    def _save_job_config(self, config: dict) -> None:
+        """Keep the job's printed config in the store's meta (``job_config``): the dashboard on
+        this store judges the trainer mode from it, as the exporter and ``analyze`` do."""
+        store = self.store
+        if store is not None:
+            store.set_meta(META_KEY, storable(config))
+
     def view_context(self) -> ViewContext:
-        """What the derived views read (after ``open()``): window, tracker, notifier, config."""
+        """What the derived views read (after ``open()``): window, tracker, notifier, config,
+        and the job's printed config as the monitor finds it (``self.job_config``)."""
         return ViewContext(node=self.node, interval=self.interval, window=self.window,
                            tracker=self.tracker, notifier=self.notifier,
-                           config=self.detect_config, options=self.options, sink=self)
+                           config=self.detect_config, options=self.options, sink=self,
+                           job_config=self.job_config.config)
 
     def _register_alert_paths(self) -> None:
         """Slack, wandb and the store writer report on /metrics (monitor/live/alert_paths.py)."""
@@ -378,7 +390,8 @@ class LiveMonitor(Recorder):
         try:
             from monitor.integrations.wandb_sink import WandbSink
 
-            sink = WandbSink.from_target(target, config=self.detect_config)
+            sink = WandbSink.from_target(target, config=self.detect_config,
+                                         job_config=self.job_config.config)
         except Exception as exc:  # noqa: BLE001 - wandb never takes the exporter down
             log.warning("--wandb %s: disabled (%s)", target, exc)
             return

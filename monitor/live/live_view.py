@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -48,6 +48,13 @@ class FlagGroup(Protocol):
 
 #: What a collector or a view passes as ``flags=``: adds its own flags to the group given.
 AddFlags = Callable[[FlagGroup], None]
+#: The job's printed config, as the live monitor has found it so far (None: not yet, or none).
+JobConfigSource = Callable[[], Mapping[str, Any] | None]
+
+
+def no_job_config() -> Mapping[str, Any] | None:
+    """The :data:`JobConfigSource` of a view outside the live monitor: no printed config."""
+    return None
 
 
 @dataclass
@@ -55,7 +62,10 @@ class ViewContext:
     """What a view reads: its node and interval, the monitor's parts, the monitor's options.
 
     The live monitor gives its own (``LiveMonitor.view_context()``); ``sink`` is where a view
-    that publishes (hang dumps' ``hang_dump`` events) sends them."""
+    that publishes (hang dumps' ``hang_dump`` events) sends them; ``job_config`` gives the
+    job's printed config once the monitor found it (its ``JobConfigWatch.config``), so a view
+    that builds a ``RunAnalysis`` (goodput) judges the trainer mode as the detectors and
+    ``analyze`` do."""
 
     node: str
     interval: float
@@ -65,6 +75,7 @@ class ViewContext:
     config: Config | None = None
     options: LiveOptions = field(default_factory=LiveOptions)
     sink: Any = field(default_factory=NullSink)
+    job_config: JobConfigSource = no_job_config
 
 
 class LiveView:
