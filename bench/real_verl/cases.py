@@ -75,6 +75,12 @@ CASES = [
                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
                 "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1"),
          steps=5, estimate_s=125, expect=("low_utilization",)),
+    Case("tiny_micro_eager", "micro-batches of one, as tiny_micro, with eager attention (finite "
+         "gradients): recorded to show the live flag its last step completes reach the store",
+         knobs=("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1"),
+         attn="eager", steps=5, estimate_s=125, expect=("low_utilization",)),
     Case("healthy_val", "validation every 2 steps (trainer.test_freq=2)",
          knobs=("trainer.test_freq=2",), steps=6, estimate_s=115),
     Case("healthy_ckpt", "a checkpoint every 3 steps (trainer.save_freq=3)",
