@@ -59,6 +59,7 @@ FLAG_KINDS: tuple[str, ...] = (
     "stale_samples",  # samples trained too old, or evicted / dropped as stale or failed
     "weight_sync_pause",  # a weight sync that pauses generation for long
     "agent_loop_overhead",  # tool calls or compute_score dominate the agent loop
+    "skipped_updates",  # grad_norm NaN/inf: verl skipped the optimizer step (weights unchanged)
 )
 
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
@@ -74,6 +75,9 @@ EVENT_KINDS: tuple[str, ...] = (
     "reshard",  # [HybridEngine] switch or [ParameterSynchronizer] sync: data has seconds
     "truncated",  # the followed file was truncated or replaced
     "memory",  # DEBUG memory lines
+    # verl skipped an optimizer step ("WARN: rank 0 grad_norm is not finite: nan"): value,
+    # rank, role, worker, pid (monitor.logs.events.grad_not_finite_event)
+    "grad_not_finite",
     # failures (monitor.logs.failure_lines.FAILURE_KINDS); data has their numbers and "fatal"
     "nccl_timeout",  # NCCL watchdog: collective, seq, rank, timeout_s, ran_s
     "nccl_error",  # ncclUnhandledCudaError, ncclRemoteError, ...: code, detail, rank

@@ -55,7 +55,7 @@ def test_the_live_advice_names_the_value_this_real_job_has(tmp_path):
         opened = [f for s in run.parsed.steps for f in run.until(s.end_time + 2.0)[0]]
     finally:
         run.close()
-    (flag,) = opened
+    (flag,) = [f for f in opened if f.kind != "skipped_updates"]  # its NaN gradients (sdpa)
     assert flag.kind == "low_utilization"
     assert flag.advice[0].startswith("ppo_micro_batch_size_per_gpu is 1 in this job "
                                      "(actor_rollout_ref.actor)"), flag.advice[0]

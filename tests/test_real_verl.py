@@ -7,7 +7,9 @@ its capture-time sidecar, the store exported (``train.jsonl``, ``gpu.csv``, ``ho
 ``events.json``), py-spy dumps of the TaskRunner, WorkerDict and DataLoader-worker processes
 every 10 s (``stacks/``), and ``meta.json``: what was injected, at which step and when. They are
 judged the way a user would, through ``verl-monitor analyze LOG --gpu --host --events --stacks
---json``: a healthy run raises no warning; each fault is named (hangs within 90 s of the last
+--json``: a healthy run raises no warning but the one its NaN gradients earn (with sdpa
+attention every step's gradients were NaN and verl skipped every optimizer step: one critical
+``skipped_updates`` flag; with eager attention nothing at all); each fault is named (hangs within 90 s of the last
 progress, the others within 3 steps of the fault) with the right first line of advice. The
 second session's recordings (``*_live``, ``healthy_val``, ``tiny_micro``: five runs side by side)
 also carry the flags the live exporter raised while the run went on (``flags_live.json``) and
@@ -42,6 +44,13 @@ OFFLOAD = {"opt_offload": "healthy_big", "opt_offload_xl": "healthy_xl"}  # faul
 #: The second device session (monitor 0b9f693, five runs side by side on the one GPU): the hang
 #: cases again, with the flags the live exporter itself raised (``flags_live.json``).
 LIVE_HANGS = ["hang_reward_live", "hang_http_live", "hang_data_live"]
+#: Runs with eager attention (meta ``attn``): finite gradients, verl stepped the optimizer.
+#: The others (sdpa, the harness's default) had NaN gradients on every step; param_offload died
+#: in generation before any update.
+EAGER = ["healthy_xl", "opt_offload_xl", "ppo_critic", "healthy_eager"]
+NO_UPDATE = ["param_offload"]
+NAN_GRADS = [r for r in RUNS if r not in EAGER and r not in NO_UPDATE]
+SKIPPED = "skipped_updates"
 TQDM = re.compile(r"Training Progress:\s+\d+%\|[^|]*\|\s*(\d+)/\d+ \[(\d+):(\d+)<")
 
 
@@ -61,8 +70,18 @@ def _meta(run: str) -> dict:
     return json.loads((FIXTURES / run / "meta.json").read_text())
 
 
-def _alarms(run: str) -> list[dict]:
+def _all_alarms(run: str) -> list[dict]:
     return [f for f in _analyze(run)["flags"] if f["severity"] in ALARM]
+
+
+def _alarms(run: str) -> list[dict]:
+    """The warnings and criticals but the skipped_updates flag of the sdpa runs' NaN gradients
+    (judged on its own in ``test_nan_gradients_...``)."""
+    return [f for f in _all_alarms(run) if f["kind"] != SKIPPED]
+
+
+def _expected_skips(run: str) -> list[str]:
+    return [SKIPPED] if run in NAN_GRADS else []
 
 
 def _live_flags(run: str) -> list[dict]:
@@ -97,10 +116,12 @@ def test_the_recordings_are_here():
 
 
 @pytest.mark.parametrize("run", HEALTHY)
-def test_a_healthy_real_run_raises_no_warning(run):
+def test_a_healthy_real_run_raises_only_the_skipped_updates_flag(run):
     """Plain, with a validation every 2 steps and a checkpoint every 3, and with a validation
-    every 2 steps beside four other jobs on the GPU: all quiet, offline and live."""
-    assert _alarms(run) == [], [(f["kind"], f["evidence"][:160]) for f in _alarms(run)]
+    every 2 steps beside four other jobs on the GPU: all quiet, offline and live, but for the
+    skipped updates of their NaN gradients (sdpa)."""
+    kinds = [f["kind"] for f in _all_alarms(run)]
+    assert kinds == [SKIPPED], [(f["kind"], f["evidence"][:160]) for f in _all_alarms(run)]
     assert _analyze(run)["summary"]["steps"]["count"] == _meta(run)["steps"]
     assert [f for f in _live_flags(run) if f["severity"] in ALARM] == []
 
@@ -276,8 +297,11 @@ def _tqdm_elapsed(run: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("run", HEALTHY_NEW)
-def test_the_0_4b_and_1_5b_models_and_ppo_with_a_critic_raise_no_warning(run):
-    assert _alarms(run) == [], [(f["kind"], f["evidence"][:160]) for f in _alarms(run)]
+def test_the_0_4b_and_1_5b_models_and_ppo_with_a_critic_raise_no_other_warning(run):
+    """Nothing on the eager runs; only the skipped-updates flag on the sdpa ones."""
+    kinds = [f["kind"] for f in _all_alarms(run)]
+    assert kinds == _expected_skips(run), [(f["kind"], f["evidence"][:160])
+                                           for f in _all_alarms(run)]
     assert _analyze(run)["summary"]["steps"]["count"] == _meta(run)["steps"]
     assert [f for f in _live_flags(run) if f["severity"] in ALARM] == []
 
@@ -312,7 +336,7 @@ def _update_actor(run: str) -> list[float]:
 
 
 @pytest.mark.parametrize("run", sorted(OFFLOAD))
-def test_optimizer_offload_whose_copies_overlap_the_next_phases_raises_no_warning(run):
+def test_optimizer_offload_whose_copies_overlap_the_next_phases_raises_no_other_warning(run):
     """Past the first step update_actor is within 1.5x of the same job without offload, and
     the monitor rightly names nothing. On the 1.5B model verl 4c3310db moves 12 GB of Adam
     state each way with non_blocking copies (to pinned host memory), which overlap the phases
@@ -322,7 +346,9 @@ def test_optimizer_offload_whose_copies_overlap_the_next_phases_raises_no_warnin
     assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True" in _meta(run)["knobs"]
     later = sorted(_update_actor(run)[1:])[2] / sorted(_update_actor(base)[1:])[2]  # medians
     assert later < 1.5, later
-    assert _alarms(run) == [], [(f["kind"], f["evidence"][:200]) for f in _alarms(run)]
+    kinds = [f["kind"] for f in _all_alarms(run)]
+    assert kinds == _expected_skips(run), [(f["kind"], f["evidence"][:200])
+                                           for f in _all_alarms(run)]
 
 
 def test_the_first_offload_of_12_gb_of_adam_state_is_booked_as_warm_up():
@@ -335,3 +361,61 @@ def test_the_first_offload_of_12_gb_of_adam_state_is_booked_as_warm_up():
     extra_warmup = fault["goodput"]["lost"]["warmup"] - base["goodput"]["lost"]["warmup"]
     assert abs(extra_warmup - extra_first) <= 0.1 * extra_first, (extra_warmup, extra_first)
 
+
+
+def test_the_nan_runs_are_the_logs_own():
+    """Which runs had NaN gradients, from verl's own text: every step line of the sdpa runs
+    that reached an update prints actor/grad_norm:np.float64(nan) and the worker printed
+    verl's warning; the eager runs print finite norms and no warning."""
+    assert set(EAGER) <= set(RUNS) and NAN_GRADS
+    for run in NAN_GRADS + EAGER:
+        text = (FIXTURES / run / "train.log").read_text(errors="replace")
+        norms = re.findall(r"actor/grad_norm:np\.float64\(([^)]*)\)", text)
+        assert norms, run
+        nan = run in NAN_GRADS
+        assert all((n == "nan") == nan for n in norms), (run, norms)
+        assert ("grad_norm is not finite" in text) == nan, run
+        assert _meta(run).get("attn", "sdpa") == ("sdpa" if nan else "eager"), run
+
+
+@pytest.mark.parametrize("run", EAGER)
+def test_an_eager_run_with_finite_gradients_raises_no_warning_at_all(run):
+    assert _all_alarms(run) == [], [(f["kind"], f["evidence"][:160]) for f in _all_alarms(run)]
+    assert not [f for f in _analyze(run)["flags"] if f["kind"] == SKIPPED]
+
+
+def _warn_pid(run: str) -> str:
+    """The pid of the worker that printed verl's rank-0 warning."""
+    text = (FIXTURES / run / "train.log").read_text(errors="replace")
+    return re.search(r"\(WorkerDict pid=(\d+)\)\S* WARN: rank 0 grad_norm is not finite",
+                     text).group(1)
+
+
+@pytest.mark.parametrize("run", NAN_GRADS)
+def test_nan_gradients_on_every_step_are_one_critical_skipped_updates_flag_within_3_steps(run):
+    """verl skipped each optimizer step (dp_actor's _optimizer_step: the norm is not finite):
+    one critical flag from the first steps, saying how many steps, that the weights did not
+    change, which worker printed verl's warning, with the attention kernel as first advice."""
+    report = _analyze(run)
+    flags = [f for f in report["flags"] if f["kind"] == SKIPPED]
+    assert len(flags) == 1, flags
+    f = flags[0]
+    assert f["severity"] == "critical"
+    assert _step_of(report, f["start"]) <= 3
+    n = len(report["steps"])
+    assert f["evidence"].startswith(f"actor grad_norm was NaN in {n} of {n} steps (steps 1-{n})")
+    assert "verl skipped each optimizer step, so the weights did not change" in f["evidence"]
+    assert f'WorkerDict pid={_warn_pid(run)} printed "WARN: rank 0 grad_norm is not finite: ' \
+           f'nan"' in f["evidence"], f["evidence"]
+    assert "it began with the run's first step" in f["evidence"]
+    assert "+actor_rollout_ref.model.override_config._attn_implementation=eager" in \
+        f["advice"][0], f["advice"][0]
+    assert "sdpa" in f["advice"][0] and "left-padded prompts" in f["advice"][0]
+    assert any("actor_rollout_ref.actor.optim.lr" in a for a in f["advice"])
+
+
+def test_the_critics_nan_gradients_are_named_with_the_critics_attention_switch():
+    f = next(f for f in _analyze("ppo_critic_sdpa")["flags"] if f["kind"] == SKIPPED)
+    assert "and critic grad_norm was NaN in 6 of 6 steps (steps 1-6)" in f["evidence"]
+    assert "critic.model.override_config.attn_implementation=eager" in f["advice"][1]
+    assert "update time went to updates that were thrown away" in f["evidence"]

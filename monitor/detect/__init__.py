@@ -41,6 +41,7 @@ from monitor.detect.io import detect_io_starvation
 from monitor.detect.memory import detect_memory_creep
 from monitor.detect.phases import detect_comm_heavy, detect_phase_imbalance, detect_reshard_spike
 from monitor.detect.rollout_detectors import detect_rollout_long_tail, detect_rollout_wait
+from monitor.detect.skipped_updates import detect_skipped_updates
 from monitor.detect.step_detectors import detect_step_time_spikes, detect_throughput_regression
 from monitor.detect.window import latest_time
 from monitor.frames import (
@@ -83,6 +84,7 @@ DETECTORS: dict[str, Callable[[Context], list[Flag]]] = {
     "stale_samples": detect_stale_samples,
     "weight_sync_pause": detect_weight_sync_pause,
     "agent_loop_overhead": detect_agent_loop_overhead,
+    "skipped_updates": detect_skipped_updates,
 }
 
 

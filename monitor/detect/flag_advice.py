@@ -78,6 +78,19 @@ REAL_KEYS: tuple[str, ...] = (
     "reward.custom_reward_function.path",
     # the rollout's engine (hf in 0.5.x and before, vllm, sglang; rollout.yaml ``name``)
     "actor_rollout_ref.rollout.name",
+    # skipped_updates (checked in verl 4c3310db and main: _generated_ppo_trainer.yaml and
+    # fsdp_workers.py). override_config is a free dict handed to the HF model config
+    # (update_model_config, so ``+...override_config._attn_implementation=eager`` works in both);
+    # main also reads override_config.attn_implementation for the actor and the critic (0.5's
+    # critic loads flash_attention_2 whatever it says). grad_clip is what _optimizer_step clips
+    # with in dp_actor/dp_critic (both versions).
+    "actor_rollout_ref.model.override_config._attn_implementation",
+    "actor_rollout_ref.model.override_config.attn_implementation",
+    "critic.model.override_config.attn_implementation",
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.actor.grad_clip",
+    "critic.optim.lr",
+    "critic.grad_clip",
 )
 
 INVENTED_KEYS: tuple[str, ...] = (
@@ -93,6 +106,21 @@ INVENTED_KEYS: tuple[str, ...] = (
     "trainer.gradient_accumulation_steps",
     "fsdp.sync_module_states",
     "verl.trainer.main_fastrl",
+)
+
+#: skipped_updates: the attention kernel (real verl on the H200: sdpa gave NaN gradients on
+#: every step with left-padded prompts, eager gave finite ones).
+_ATTENTION_ADVICE = (
+    "NaN from the first step is mostly the attention kernel, not the model: sdpa with "
+    "left-padded prompts can give NaN for the rows that are all padding; load the model with "
+    "eager attention (+actor_rollout_ref.model.override_config._attn_implementation=eager; verl "
+    "main also reads actor_rollout_ref.model.override_config.attn_implementation) or with "
+    "flash_attention_2 (verl's default) where it is installed."
+)
+_CRITIC_ATTENTION_ADVICE = (
+    "The critic's gradients too: on verl main set "
+    "critic.model.override_config.attn_implementation=eager (verl 0.5 loads the critic with "
+    "flash_attention_2 whatever its config says)."
 )
 
 ADVICE: dict[str, list[str]] = {
@@ -247,6 +275,16 @@ ADVICE: dict[str, list[str]] = {
         "worker's own log (Ray keeps them under /tmp/ray/session_latest/logs).",
         "Resume from the last checkpoint once the cause is fixed; trainer.save_freq sets how "
         "much work a crash loses.",
+    ],
+    "skipped_updates": [
+        _ATTENTION_ADVICE,
+        "Gradients that turn NaN or inf after finite steps point to instability: lower the "
+        "learning rate (actor_rollout_ref.actor.optim.lr, critic.optim.lr for the critic) and "
+        "keep the gradient clipping tight (actor_rollout_ref.actor.grad_clip, critic.grad_clip; "
+        "1.0 by default); resume from a checkpoint saved before the first bad step.",
+        "Check the data of the bad steps: empty responses, prompts that are all padding, or "
+        "rewards and advantages that are NaN (critic/score, critic/advantages in the same step "
+        "lines) make the loss NaN.",
     ],
     # --- today's trainers (issue 21): pools, staleness, weight sync, agent loop ---------------
     "pool_imbalance": [
@@ -531,6 +569,17 @@ def advice_for(
         if sentence not in out and not contradicted(sentence, phase, signature, measured):
             out.append(sentence)
     return out
+
+
+def skipped_updates_advice(roles: Collection[str], from_start: bool) -> list[str]:
+    """Advice for skipped optimizer steps: the attention kernel first when the gradients were
+    NaN from the run's first step (the critic's switch too when its gradients were), else the
+    learning rate and clipping first; then the data."""
+    attention, instability, data = ADVICE["skipped_updates"]
+    head = [attention, _CRITIC_ATTENTION_ADVICE] if "critic" in roles else [attention]
+    if from_start:
+        return [*head, instability, data]
+    return [instability, *head, data]
 
 
 def oom_advice(phase: str | None, data: dict | None = None) -> list[str]:

@@ -1,6 +1,7 @@
 """Single-line events of a console log: tqdm progress, weight syncs (``sync_weights success``),
-memory reports, resumes and checkpoint loads, and failures (OOM, NCCL, Ray, CUDA) with their
-repeats dropped."""
+memory reports, resumes and checkpoint loads, verl's skipped optimizer steps (``WARN: rank 0
+grad_norm is not finite: nan``), and failures (OOM, NCCL, Ray, CUDA) with their repeats
+dropped."""
 
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ _MEMORY_RE = re.compile(
     r"(?:,\s*device memory used/total \(GB\):\s*(?P<u>[-\d.eE+naif]+)/(?P<t>[-\d.eE+naif]+))?"
 )
 _MEMORY_HEAD_RE = re.compile(r"(?:.*[\s:\]])?(\S+) (Before|After) (.+)$")
+#: verl's print when it skips an optimizer step (dp_actor/dp_critic/engine ``_optimizer_step``:
+#: the actor's names its rank, the critic's and the engines' do not).
+GRAD_NOT_FINITE = "grad_norm is not finite"
+_GRAD_NOT_FINITE_RE = re.compile(
+    r"WARN: (?:rank (\d+) )?grad_norm is not finite: (?:tensor\()?([-+\w.]+)")
+_WORKER_RE = re.compile(r"\(([A-Za-z_][\w.:-]*) pid=(\d+)")
+#: Distinct skipped-update lines kept between two step records (one a rank and worker).
+_MAX_GRAD_LINES_PER_STEP = 16
 #: Failure lines remembered for de-duplication until the next step record.
 _MAX_FAILURE_SIGNATURES = 512
 
@@ -118,18 +127,59 @@ def checkpoint_load_event(text: str, when: float | None, step: int | None) -> Ev
     return Event("checkpoint_load", when, step, text, {"path": path})
 
 
+def grad_not_finite_event(text: str, line: str, when: float | None,
+                          step: int | None) -> Event | None:
+    """A ``grad_not_finite`` event from verl's ``WARN: [rank R ]grad_norm is not finite: V``
+    (verl then skips that optimizer step). ``data``: ``value`` (``nan``, ``inf``), ``rank``
+    (the actor's line names it; None otherwise), ``role`` (``actor`` when a rank is named,
+    else None: the critic's and the engines' lines look alike), ``worker`` and ``pid`` from
+    Ray's ``(WorkerDict pid=N)`` prefix of ``line``. ``step`` is the last step recorded before
+    it: the skipped update belongs to the step after that."""
+    match = _GRAD_NOT_FINITE_RE.search(text)
+    if match is None:
+        return None
+    rank = None if match.group(1) is None else int(match.group(1))
+    data: dict[str, Any] = {"value": match.group(2).rstrip(",)"), "rank": rank,
+                            "role": "actor" if rank is not None else None}
+    worker = _WORKER_RE.search(line)
+    if worker is not None:
+        data["worker"], data["pid"] = worker.group(1), int(worker.group(2))
+    return Event("grad_not_finite", when, step, text.strip()[:SAMPLE_CHARS], data)
+
+
 class FailureLines:
     """OOM and failure events; the same failure printed again (by another rank, or again
-    before the next step) is used but not repeated."""
+    before the next step) is used but not repeated. The same holds for skipped optimizer
+    steps: one event a worker and rank between two step records (each mini-batch prints
+    again)."""
 
     def __init__(self) -> None:
         self._last_oom: str | None = None
         self._seen: set[tuple[Any, ...]] = set()
+        self._grad_seen: set[tuple[Any, ...]] = set()
 
     def reset(self) -> None:
         """A step completed: later failures are new ones."""
         self._last_oom = None
         self._seen.clear()
+        self._grad_seen.clear()
+
+    def grad_not_finite(self, text: str, line: str, when: float | None, out: list[Item],
+                        step: int | None, ip: str | None) -> bool:
+        """A ``grad_not_finite`` event (``grad_not_finite_event``) for a new worker and rank
+        since the last step record; True when the line is such a warning (new or not)."""
+        event = grad_not_finite_event(text, line, when, step)
+        if event is None:
+            return False
+        data = event.data
+        key = (data.get("worker"), data.get("pid"), data["rank"], ip)
+        if key in self._grad_seen or len(self._grad_seen) >= _MAX_GRAD_LINES_PER_STEP:
+            return True
+        self._grad_seen.add(key)
+        if ip:
+            data["ip"] = ip
+        out.append(event)
+        return True
 
     def oom(self, text: str, when: float | None, out: list[Item], step: int | None,
             ip: str | None, frames: list[str] | None = None) -> None:

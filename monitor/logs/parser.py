@@ -20,6 +20,7 @@ from monitor.logs.console import (
     validation_only,
 )
 from monitor.logs.events import (
+    GRAD_NOT_FINITE,
     SET_STEP_RE,
     FailureLines,
     checkpoint_load_event,
@@ -186,6 +187,9 @@ class LogParser:
             if match is not None:
                 self._breakdown(match, ts, when, line, out)
                 return True
+        if GRAD_NOT_FINITE in stripped and self._failures.grad_not_finite(
+                stripped, line, when, out, step, self._line_ip):
+            return True
         used = False
         if is_oom(stripped):
             self._failures.oom(stripped, when, out, step, self._line_ip)
