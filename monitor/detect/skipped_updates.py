@@ -20,7 +20,6 @@ the learning rate and clipping.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 from monitor.detect.detector_base import Context, make_flag, step_episodes
@@ -131,12 +130,13 @@ def _reads(values: list[str]) -> str:
 
 
 def _worker_text(events: list[Event]) -> str:
-    """"; WorkerDict pid=1523 printed "WARN: rank 0 grad_norm is not finite: nan" 6 times"
-    for the workers that printed verl's warning (the lines naming a rank first; "" without
-    warnings)."""
+    """"; WorkerDict pid=1523 printed "WARN: rank 0 grad_norm is not finite: nan"" for the
+    workers that printed verl's warning (the lines naming a rank first; "" without warnings).
+    No count: Ray forwards a worker's lines in batches, and the parser keeps one a worker and
+    rank between two step lines."""
     if not events:
         return ""
-    said: dict[str, Counter[str]] = {}
+    said: dict[str, list[str]] = {}
     for e in events:
         data = e.data or {}
         who = data.get("worker") or "a worker"
@@ -144,12 +144,13 @@ def _worker_text(events: list[Event]) -> str:
             who += f" pid={data['pid']}"
         if data.get("ip"):
             who += f" at {data['ip']}"
-        said.setdefault(who, Counter())[e.message] += 1
+        lines = said.setdefault(who, [])
+        if e.message not in lines:
+            lines.append(e.message)
     parts = []
     for who, lines in list(said.items())[:2]:
-        ordered = sorted(lines.items(), key=lambda kv: ("rank" not in kv[0], -kv[1]))
-        told = " and ".join(f'"{msg}" {n} time{"s" if n != 1 else ""}' for msg, n in ordered[:2])
-        parts.append(f"{who} printed {told}")
+        ordered = sorted(lines, key=lambda msg: "rank" not in msg)[:2]
+        parts.append(f"{who} printed " + " and ".join(f'"{msg}"' for msg in ordered))
     more = len(said) - 2
     text = "; " + "; ".join(parts)
     return text + (f" ({more} more worker{'s' if more > 1 else ''} too)" if more > 0 else "")
