@@ -49,7 +49,9 @@ LIVE_HANGS = ["hang_reward_live", "hang_http_live", "hang_data_live"]
 #: in generation before any update.
 EAGER = ["healthy_xl", "opt_offload_xl", "ppo_critic", "healthy_eager"]
 NO_UPDATE = ["param_offload"]
-NAN_GRADS = [r for r in RUNS if r not in EAGER and r not in NO_UPDATE]
+#: eager attention with a fault of its own (its gradients are finite too)
+EAGER_FAULTS = ["tiny_micro_eager"]
+NAN_GRADS = [r for r in RUNS if r not in EAGER + EAGER_FAULTS + NO_UPDATE]
 SKIPPED = "skipped_updates"
 TQDM = re.compile(r"Training Progress:\s+\d+%\|[^|]*\|\s*(\d+)/\d+ \[(\d+):(\d+)<")
 
@@ -106,7 +108,7 @@ def _last_progress_before(report: dict, t: float) -> float:
 def test_the_recordings_are_here():
     assert set(HEALTHY) <= set(RUNS)
     faults = {"hang_reward", "hang_http", "hang_data", "cpu_reward", "mem_grow", "param_offload",
-              "tiny_micro", *LIVE_HANGS, *OFFLOAD, *HEALTHY_NEW}
+              "tiny_micro", *LIVE_HANGS, *OFFLOAD, *HEALTHY_NEW, *EAGER_FAULTS}
     assert faults <= set(RUNS), sorted(faults - set(RUNS))
     for run in RUNS:
         meta = _meta(run)
@@ -250,6 +252,27 @@ def test_micro_batches_of_one_are_named_low_utilization_with_the_knobs_as_first_
     assert "raise them" in f["advice"][0] and "use_dynamic_bsz" in f["advice"][0]
 
 
+def test_micro_batches_of_one_live_the_flag_the_last_step_completes_reaches_the_store():
+    """Recorded on the H200 after the live monitor learned to judge a finished run once more:
+    micro-batches of one (eager attention, 5 steps) need 4 whole steps after the warm-up, so
+    only the last step completes low utilization, and the run ends right after it. The live
+    exporter's store has the flag (steps 2-5, critical, closed as run finished) with the
+    job's printed values in its first advice, as offline analyze has it. The sdpa recording
+    before it (``tiny_micro``) had no live flag at all."""
+    live = [f for f in _live_flags("tiny_micro_eager") if f["severity"] in ALARM]
+    assert [(f["kind"], f["severity"], f["scope"]) for f in live] == [
+        ("low_utilization", "critical", {"steps": [2, 5]})], live
+    assert "(run finished: " in live[0]["evidence"] and live[0]["end"] is not None
+    assert live[0]["advice"][0].startswith("ppo_micro_batch_size_per_gpu is 1 in this job "
+                                           "(actor_rollout_ref.actor)"), live[0]["advice"][0]
+    offline = _all_alarms("tiny_micro_eager")
+    assert [(f["kind"], f["severity"], f["scope"]) for f in offline] == [
+        (f["kind"], f["severity"], f["scope"]) for f in live]
+    assert offline[0]["advice"][0] == live[0]["advice"][0]
+    assert [f for f in _live_flags("tiny_micro") if f["severity"] in ALARM
+            and f["kind"] == "low_utilization"] == []
+
+
 def test_runs_side_by_side_say_so():
     for run in [*LIVE_HANGS, "healthy_val", "tiny_micro"]:
         meta = _meta(run)
@@ -306,7 +329,7 @@ def test_the_0_4b_and_1_5b_models_and_ppo_with_a_critic_raise_no_other_warning(r
     assert [f for f in _live_flags(run) if f["severity"] in ALARM] == []
 
 
-@pytest.mark.parametrize("run", [*HEALTHY_NEW, *OFFLOAD])
+@pytest.mark.parametrize("run", [*HEALTHY_NEW, *OFFLOAD, *EAGER_FAULTS])
 def test_the_wall_time_is_tqdms_within_a_second(run):
     """tqdm prints whole seconds (rounded down, and its clock starts before step 1's timer)."""
     done, elapsed = _tqdm_elapsed(run)
