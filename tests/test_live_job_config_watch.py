@@ -38,6 +38,21 @@ def test_the_config_is_found_once_verl_prints_it_and_then_kept(tmp_path):
     assert watch.config() == got
 
 
+def test_a_log_whose_steps_began_with_no_config_is_not_read_again(tmp_path):
+    """verl prints its config before step 1: once a step line came first, the watch stops
+    reading that log's head (it used to read up to 64 MiB of it every 10 s for ever)."""
+    log = tmp_path / "train.log"
+    log.write_text("(TaskRunner pid=7) step:1 - timing_s/step:2.0\n")
+    t = [0.0]
+    watch = JobConfigWatch([str(log)], retry_s=10.0, clock=lambda: t[0])
+    assert watch.config() is None
+    with log.open("a") as fh:  # a config printed after the steps is not this job's start
+        fh.writelines(CONFIG_LINES)
+    t[0] = 100.0
+    assert watch.config() is None
+    assert JobConfigWatch([str(log)]).config() is None  # the same rule as a fresh read
+
+
 def test_a_log_without_a_config_leaves_none(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("step:1 - timing_s/step:2.0\n")

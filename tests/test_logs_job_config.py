@@ -108,6 +108,21 @@ def test_advice_never_sets_a_knob_to_the_value_the_job_already_has():
     assert advice_with_job_config([offload], None) == [offload]
 
 
+def test_the_scan_ends_at_the_first_step_when_no_config_came_before_it(tmp_path):
+    from monitor.logs.job_config import scan_job_config_file
+
+    path = tmp_path / "train.log"
+    path.write_text(PREFIX + "starting\n")
+    assert scan_job_config_file(path) == (None, False)  # the config may still be printed
+    with path.open("a") as fh:
+        fh.write(PREFIX + "step:1 - timing_s/step:2.0 - actor/lr:1e-06\n")
+    assert scan_job_config_file(path) == (None, True)  # a step first: none will follow
+    jsonl = tmp_path / "train.jsonl"
+    jsonl.write_text('{"step": 1, "data": {"timing_s/step": 2.0}}\n')
+    assert scan_job_config_file(jsonl) == (None, True)
+    assert scan_job_config_file(tmp_path / "missing.log") == (None, False)
+
+
 def test_a_sentence_that_also_names_a_knob_to_turn_is_kept_with_its_value():
     """A real V1 separate-async run (verl 0.9) already synced over NCCL with
     parameter_sync_step 1: its weight_sync_pause advice had no line left at all. What is set

@@ -3,8 +3,9 @@
 verl prints its whole resolved config when the run starts (``monitor.logs.job_config``);
 ``analyze`` reads it from the log's head, and so does the live monitor, through
 :class:`JobConfigWatch`: it looks in the followed logs' heads until a config is there (at most
-once every ``retry_s``), then keeps it. The flags' advice then names the knobs with the values
-this job has ("ppo_micro_batch_size_per_gpu is 1 in this job") and never asks for a value the
+once every ``retry_s``), then keeps it; a log whose first step came with no config before
+it is not read again (verl prints the config before step 1). The flags' advice then names the
+knobs with the values this job has ("ppo_micro_batch_size_per_gpu is 1 in this job") and never asks for a value the
 job already set, and the trainer mode it names (``monitor.logs.modes.printed_mode``) decides
 where the step keys cannot: for the detectors, the goodput counter (``ViewContext.job_config``)
 and the wandb sink alike. Once found it is handed to ``on_found`` (the live monitor saves it in
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from monitor.logs.job_config import read_job_config_file
+from monitor.logs.job_config import scan_job_config_file
 
 #: The run store's meta key that holds the printed config (``RunStore.meta()``).
 META_KEY = "job_config"
@@ -63,6 +64,7 @@ class JobConfigWatch:
         self._clock = clock
         self._found: dict[str, Any] | None = None
         self._tried_at: float | None = None
+        self._settled: set[str] = set()  # logs whose head holds no config, for good
         self._lock = threading.Lock()
         self.on_found = on_found
         self._told = False
@@ -85,7 +87,11 @@ class JobConfigWatch:
             return
         self._tried_at = now
         for path in self.logs:
-            got = read_job_config_file(path)
+            if path in self._settled:
+                continue  # a step came before any config there: it is not read again
+            got, final = scan_job_config_file(path)
             if got:
                 self._found, self.source = got, path
                 return
+            if final:
+                self._settled.add(path)

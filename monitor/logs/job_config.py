@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -28,6 +29,9 @@ from monitor.logs.prefix import unwrap
 _SECTIONS = ("'actor_rollout_ref'", "'algorithm'", "'critic'", "'custom_reward_function'",
              "'data'", "'global_profiler'", "'ray_init'", "'ray_kwargs'", "'reward'",
              "'reward_model'", "'trainer'")
+#: A step record (verl's console ``step:N - ...`` line, its file logger's ``{"step": N, ...}``):
+#: the config is printed before the first one (``TaskRunner.run``, before ``trainer.fit``).
+_STEP_RE = re.compile(r'(?:^|\s)step:\d+ - |^\{"step": ?\d')
 #: Lines one config may span (verl 0.5's config prints in about 400 lines).
 MAX_LINES = 20_000
 #: Bytes of a log file read to find the config (it is printed before the first step).
@@ -101,6 +105,8 @@ class JobConfigReader:
         self._lines = 0
         self.config: dict[str, Any] | None = None
         self.truncated = False
+        #: a step record came before any config: none will follow (verl prints it first)
+        self.after_steps = False
 
     @property
     def done(self) -> bool:
@@ -116,6 +122,7 @@ class JobConfigReader:
         scan = self._scan
         if scan is None:
             if not _starts_config(text):
+                self.after_steps = self.after_steps or bool(_STEP_RE.search(text))
                 return False
             scan = self._scan = _Scan()
             self._actor = wrapped.actor
@@ -158,22 +165,32 @@ def _repair(text: str, scan: _Scan) -> dict[str, Any] | None:
     return None
 
 
-def read_job_config(lines: Iterable[str]) -> dict[str, Any] | None:
-    """The first config verl printed in ``lines`` (None when there is none)."""
+def _read(lines: Iterable[str]) -> JobConfigReader:
+    """The reader after ``lines``, stopped at the config's end or at the first step record
+    before any config (verl prints its config before the first step)."""
     reader = JobConfigReader()
     for line in lines:
         reader.feed(line)
-        if reader.done:
+        if reader.done or reader.after_steps:
             break
-    return reader.finish()
+    reader.finish()
+    return reader
 
 
-def read_job_config_file(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES
-                         ) -> dict[str, Any] | None:
-    """The config printed in the first ``head_bytes`` of a log file (None when there is none,
-    or the file cannot be read)."""
+def read_job_config(lines: Iterable[str]) -> dict[str, Any] | None:
+    """The first config verl printed in ``lines`` (None when there is none)."""
+    return _read(lines).config
+
+
+def scan_job_config_file(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES
+                         ) -> tuple[dict[str, Any] | None, bool]:
+    """(the config printed in the first ``head_bytes`` of a log file or None, whether that is
+    final: found, or a step record or ``head_bytes`` came first, so a later look at the same
+    file finds none either). A file that cannot be read is (None, False)."""
+    read = 0
+
     def lines() -> Iterable[str]:
-        read = 0
+        nonlocal read
         with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 read += len(line)
@@ -182,9 +199,17 @@ def read_job_config_file(path: str | os.PathLike[str], head_bytes: int = HEAD_BY
                 yield line
 
     try:
-        return read_job_config(lines())
+        reader = _read(lines())
     except OSError:
-        return None
+        return None, False
+    return reader.config, reader.done or reader.after_steps or read > head_bytes
+
+
+def read_job_config_file(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES
+                         ) -> dict[str, Any] | None:
+    """The config printed in the first ``head_bytes`` of a log file (None when there is none,
+    or the file cannot be read)."""
+    return scan_job_config_file(path, head_bytes)[0]
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
