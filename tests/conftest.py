@@ -24,6 +24,8 @@ import pytest
 os.environ["TZ"] = "UTC"
 time.tzset()
 
+pytest_plugins = ["timing_report"]
+
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
 
 
