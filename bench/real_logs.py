@@ -86,7 +86,7 @@ def judge_logs(cache: Path, only: set[str]) -> tuple[list[str], dict[str, dict[s
 
 def totals(verdicts: dict[str, dict[str, Verdict]]) -> list[str]:
     """Per property: how many texts held, failed, could not be judged; each violation."""
-    out = ["TOTALS (texts judged: %d)" % len(verdicts)]
+    out = [f"TOTALS (texts judged: {len(verdicts)})"]
     violations = 0
     for prop in PROPERTIES:
         counts = {"ok": 0, "violation": 0, "n/a": 0}
