@@ -558,7 +558,10 @@ def judge(doc: dict[str, Any], raw: str) -> dict[str, Verdict]:
 def advice_matches(advice: str, expected: dict[str, Any]) -> bool:
     """Whether ``advice`` has each of ``expected['advice_has']`` (a word, or a list of
     alternatives of which one is enough; case-insensitive) and none of
-    ``expected.get('advice_not')``."""
+    ``expected.get('advice_not')``; with ``no_advice`` (the quoted lines are not a failure),
+    whether there is no advice at all."""
+    if expected.get("no_advice"):
+        return not advice  # not a failure: no advice at all is the right answer
     low = advice.lower()
     for want in expected.get("advice_has") or []:
         options = want if isinstance(want, list) else [want]

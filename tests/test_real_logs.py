@@ -49,13 +49,13 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("dstack_ppo_qwen7b_resumed", "dated_range"):
         "678 time(s) outside the dated range, e.g. step 435 end 13441.7 h after it",
     ("npu_separate_async_v1_bucket_assert", "dated_range"):
-        "6 time(s) outside the dated range, e.g. event memory 3044.2 h after it",
+        "6 time(s) outside the dated range, e.g. event memory 3044.3 h after it",
     ("npu_separate_async_v1_engine_init", "dated_range"):
-        "14 time(s) outside the dated range, e.g. event memory 3044.5 h after it",
+        "14 time(s) outside the dated range, e.g. event memory 3044.6 h after it",
     ("maze_ppo_crash_before_step1", "dated_range"):
-        "8 time(s) outside the dated range, e.g. event memory 15179.5 h after it",
+        "8 time(s) outside the dated range, e.g. event memory 15179.6 h after it",
     ("tpu_ppo_no_step", "dated_range"):
-        "2 time(s) outside the dated range, e.g. event progress 12062.7 h after it",
+        "2 time(s) outside the dated range, e.g. event progress 12062.8 h after it",
     ("npu_v1_smoke_dataloader_killed", "wall_time"):
         "steps ran and the text has the bar, dated lines, but the document gives no wall time",
     ("npu_v1_smoke_dataloader_killed", "trainer_mode"):
@@ -63,13 +63,13 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("npu_v1_smoke_dataloader_killed", "manifest_mode"):
         "read sync, the run is separate_async",
     ("logic_rl_flash_attn_undefined_symbol", "dated_range"):
-        "6 time(s) outside the dated range, e.g. event traceback 15494.2 h after it",
+        "6 time(s) outside the dated range, e.g. event traceback 15494.3 h after it",
     ("logic_rl_rfpp_startup_only", "dated_range"):
-        "1 time(s) outside the dated range, e.g. event memory 15382.0 h after it",
+        "1 time(s) outside the dated range, e.g. event memory 15382.1 h after it",
     ("walar_grpo_bar_only", "dated_range"):
         "34 time(s) outside the dated range, e.g. event progress 12748.3 h after it",
     ("alignxplore_resumed_at_end_pdb", "dated_range"):
-        "5 time(s) outside the dated range, e.g. event memory 12474.8 h after it",
+        "5 time(s) outside the dated range, e.g. event memory 12474.9 h after it",
     ("hebiao_spin_sglang_init_crash", "dated_range"):
         "8 time(s) outside the dated range, e.g. event memory 14221.9 h after it",
 }
@@ -88,6 +88,32 @@ KNOWN_MISMATCHES: dict[str, str] = {
         "expected missing_module; first advice: (none)",
     "ttrl43_ppo_mini_batch_size_zero_after_normalization":
         "expected verl_assertion; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
+    "verl224_rollout_workers_host_memory_96gb":
+        "expected host_oom; first advice: (none)",
+    "verl331_main_generation_key_actor_not_in_struct":
+        "expected config_error; first advice: (none)",
+    "rllm197_key_ray_init_not_in_struct":
+        "expected config_error; first advice: (none)",
+    "verl4672_key_enable_activation_offloading_not_in_hfmodelconfig":
+        "expected config_error; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
+    "l1_21_launch_reward_fn_async_not_in_struct":
+        "expected config_error; first advice: (none)",
+    "verl3636_nccl_dist_backend_error_megatron_init":
+        "expected nccl_error; first advice: The task raised DistBackendError in WorkerDict.actor_rollout_init_model; its worker did no",
+    "verl2965_sglang_multiturn_gloo_peer_closed":
+        "expected peer_rank_died; first advice: (none)",
+    "verl4202_cannot_import_process_weights_after_loading":
+        "expected import_version_mismatch; first advice: (none)",
+    "verl649_vllm063_rope_scaling_factor_assert":
+        "expected vllm_version; first advice: (none)",
+    "verl1084_vllm_ops_built_for_another_torch":
+        "expected torch_abi_mismatch; first advice: (none)",
+    "verl3450_reward_not_implemented_empty_data_source":
+        "expected reward_not_implemented; first advice: (none)",
+    "verl5558_reward_not_implemented_in_validate":
+        "expected reward_not_implemented; first advice: The task raised NotImplementedError in TaskRunner.run; its worker did not die of memory or",
+    "verl1165_megatron_key_reward_model_not_in_struct":
+        "expected config_error; first advice: (none)",
 }
 
 
