@@ -51,7 +51,7 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("npu_separate_async_v1_bucket_assert", "dated_range"):
         "6 time(s) outside the dated range, e.g. event memory 3044.4 h after it",
     ("npu_separate_async_v1_engine_init", "dated_range"):
-        "14 time(s) outside the dated range, e.g. event memory 3044.6 h after it",
+        "14 time(s) outside the dated range, e.g. event memory 3044.7 h after it",
     ("maze_ppo_crash_before_step1", "dated_range"):
         "8 time(s) outside the dated range, e.g. event memory 15179.7 h after it",
     ("tpu_ppo_no_step", "dated_range"):
@@ -67,7 +67,7 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("logic_rl_rfpp_startup_only", "dated_range"):
         "1 time(s) outside the dated range, e.g. event memory 15382.2 h after it",
     ("walar_grpo_bar_only", "dated_range"):
-        "34 time(s) outside the dated range, e.g. event progress 12748.4 h after it",
+        "34 time(s) outside the dated range, e.g. event progress 12748.5 h after it",
     ("alignxplore_resumed_at_end_pdb", "dated_range"):
         "5 time(s) outside the dated range, e.g. event memory 12475.0 h after it",
     ("hebiao_spin_sglang_init_crash", "dated_range"):
@@ -140,6 +140,12 @@ KNOWN_MISMATCHES: dict[str, str] = {
         "expected data_missing; first advice: The task raised FileNotFoundError in TaskRunner.run; its worker did not die of memory or a",
     "verl2723_datasets_feature_type_list_not_found":
         "expected library_version_mismatch; first advice: (none)",
+    "verl4215_transformer_engine_undefined_symbol":
+        "expected torch_abi_mismatch; first advice: (none)",
+    "verl5113_cannot_import_maxloraranks_from_vllm":
+        "expected import_version_mismatch; first advice: (none)",
+    "verl647_sglang_backend_oom_in_update_actor":
+        "expected cuda_oom; first advice: (none)",
 }
 
 
