@@ -146,6 +146,12 @@ KNOWN_MISMATCHES: dict[str, str] = {
         "expected import_version_mismatch; first advice: (none)",
     "verl647_sglang_backend_oom_in_update_actor":
         "expected cuda_oom; first advice: (none)",
+    "verl7378_qwen35_chat_template_no_user_query":
+        "expected chat_template; first advice: (none)",
+    "verl1080_could_not_override_grad_offload":
+        "expected config_error; first advice: (none)",
+    "verl771_sequence_length_larger_than_max_length_old_verl":
+        "expected prompt_too_long; first advice: (none)",
 }
 
 
