@@ -430,12 +430,22 @@ def trainer_mode(doc: dict[str, Any], text: Text) -> Verdict:
     return violation(f"read {mode}, the printed config says {printed}")
 
 
+def _when(epoch: float) -> str:
+    """A local date and time, as the text prints it."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
 def dated_range(doc: dict[str, Any], text: Text) -> Verdict:
     """No time outside the text's dated range, widened by the step timers printed before its
     first and after its last dated line (and one longest step, plus a minute)."""
     dated = dated_lines(text)
     if not dated:
         return not_judged("no dated line")
+    if doc.get("clock") == "relative":
+        first, last = min(t for _, t in dated), max(t for _, t in dated)
+        return violation(
+            f"the document's times are relative (clock: relative) although the text has "
+            f"{len(dated)} dated line(s), {_when(first)} to {_when(last)}")
     lines = step_lines(text)
     first_i = min(i for i, _ in dated)
     last_i = max(i for i, _ in dated)
@@ -446,6 +456,11 @@ def dated_range(doc: dict[str, Any], text: Text) -> Verdict:
     outside = [(where, t) for where, t in document_times(doc) if not lo <= t <= hi]
     if outside:
         where, t = max(outside, key=lambda item: max(item[1] - hi, lo - item[1]))
+        if t < 1e9:  # seconds from a start, not a date
+            return violation(f"{len(outside)} time(s) outside the dated range, e.g. {where} "
+                             f"at {t:.0f} s (a relative time) although the text's dated lines "
+                             f"run {_when(min(x for _, x in dated))} to "
+                             f"{_when(max(x for _, x in dated))}")
         off = t - hi if t > hi else lo - t
         return violation(f"{len(outside)} time(s) outside the dated range, e.g. {where} "
                          f"{off / 3600:.1f} h {'after' if t > hi else 'before'} it")
