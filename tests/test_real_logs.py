@@ -64,6 +64,82 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
         "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-02-25 19:42:16 to 202",
     ("hebiao_spin_sglang_init_crash", "dated_range"):
         "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-04-19 20:05:50 to 202",
+    # the 2026-12-03 second batch (tests/fixtures/real_logs/SOURCES.md); "captured_bar" and
+    # "false_flag" key the captured-bar and healthy-run tests the same way
+    ("opd_agent_loop_8g5bqf9b", "false_flag"):
+        "rollout_long_tail on steps 1-11 where the longest response is 3.8x the mean (the truth check wants 4x and generation 2x)",
+    ("opd_agent_loop_ve6z38ba", "wall_time"):
+        "one step, timed by the captured bar (1/27995 [06:53]), yet the document gives no wall time",
+    ("opd_agent_loop_ve6z38ba", "captured_bar"):
+        "one step: the captured bar times it (1/27995 [06:53]) but the report gives no wall and does not say the times are estimated",
+    ("opd_agent_loop_5qinw90x", "false_flag"):
+        "rollout_long_tail twice where the longest/mean response is 2.8x-3.1x (under the 4x the truth check asks)",
+    ("opd_agent_loop_73ttl6gp", "false_flag"):
+        "rollout_long_tail on steps 9-12 where the longest/mean response is 3.8x (under 4x)",
+    ("foo1szz_agent_loop_actor_unavailable", "not_tracked"):
+        "verl's -1 for timing_s/agent_loop/num_preempted/* and slowest/num_preempted (not tracked) counted as unreadable",
+    ("agentgym_prefix_grpo_smoke44", "false_flag"):
+        "throughput_regression on steps 28-30 (gen 3.9 s to 12.3 s a step): not a kind the truth check knows",
+    ("agentgym_textcraft_host_oom", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-12-14 21:49:46 to 2025-12-14 21:55:57",
+    ("agentgym_textcraft_host_oom_at_start", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-12-14 21:59:55 to 2025-12-14 22:00:15",
+    ("agentgym_webshop_sampling_config_error", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-12-13 23:48:11 to 2025-12-13 23:48:32",
+    ("agentgym_webshop_env_connection_broken", "wall_time"):
+        "1913 s: the bar's close as the crash unwound (2/12 [31:53], count unchanged) taken as step 2's end; the bar reached 2/12 at 22:35 and the dated lines say 764-766 s",
+    ("tpu_xla_hbm_oom_compile", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-07-18 22:40:27 to 2025-07-18 22:44:22",
+    ("selfplay_prompt_longer_than_max_length", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-08-16 03:10:48 to 2025-08-16 03:11:01",
+    ("selfplay_cuda_oom_in_generate", "dated_range"):
+        "oom start at 0 s (relative) though dated lines run 2025-08-16 22:29:47 to 2025-08-16 22:30:01",
+    ("search_r1_grpo_cuda_oom_generate", "dated_range"):
+        "oom start at 0 s (relative) though dated lines run 2025-10-06 03:29:36 to 2025-10-06 03:29:36",
+    ("search_r1_ppo_cuda_oom_update_actor", "dated_range"):
+        "oom start at 0 s (relative) though dated lines run 2025-09-22 17:53:45 to 2025-09-22 17:53:45",
+    ("backdoor_register_center_timeout", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-05-29 17:07:40 to 2025-05-29 17:12:38",
+    ("backdoor_no_module_flash_attn", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-05-12 13:49:46 to 2025-05-12 13:49:46",
+    ("backdoor_wandb_api_key_missing", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-05-12 15:21:28 to 2025-05-12 15:31:40",
+    ("adv_grpo_94_steps_one_gpu", "dated_range"):
+        "the document's times are relative (clock: relative) although the text has 1 dated line(s), 2025-04-03 02:56:13 to 2025-04-03 02:56:13",
+    ("adv_grpo_94_steps_one_gpu", "false_flag"):
+        "throughput_regression on steps 38-94 (26% below steps 3-12): not a kind the truth check knows",
+    ("adv_grpo_94_steps_wandb_capture", "false_flag"):
+        "throughput_regression on steps 38-94 (the same run): not a kind the truth check knows",
+    ("adv_gae_train_parquet_missing", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-04-02 02:12:37 to 2025-04-02 02:12:37",
+    ("video_o3_qwen25vl_12_steps", "wall_time"):
+        "2478 s (about the step timers' 2422 s) against the bar's 2786 s (0 to 12, -11.1%): 308 s of the bar no timer covers are left out",
+    ("video_o3_qwen25vl_12_steps", "false_flag"):
+        "rollout_long_tail from response lengths alone (9.6x) on a fork with no agent-loop timers: the truth check cannot judge it",
+    ("video_o3_qwen3vl_18_steps", "wall_time"):
+        "5768 s against the bar's 6131 s (0 to 18, -5.9%; the step timers sum to 4016 s)",
+    ("video_o3_qwen3vl_18_steps", "premises"):
+        "stalled (31 min after step 17) on a run whose bar reached 18/18 and which saved its final checkpoint",
+    ("video_o3_qwen3vl_18_steps", "false_flag"):
+        "rollout_long_tail from response lengths alone (12.7x), and stalled after step 17 on a run that finished 18/18",
+    ("video_reward_unreachable_assert", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2026-04-27 20:07:29 to 2026-04-27 20:56:26",
+    ("video_reward_dataloader_stack_error", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2026-04-27 20:07:29 to 2026-04-27 20:21:25",
+    ("video_grpo_19_steps", "dated_range"):
+        "the document's times are relative (clock: relative) although the text has 1 dated line(s), 2026-04-10 19:59:49 to 2026-04-10 19:59:49",
+    ("cofa_flash_attn_glibc", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-11-25 14:11:09 to 2025-11-25 14:14:01",
+    ("cofa_raylet_state_dumps", "dated_range"):
+        "fatal_error start at 0 s (relative) though dated lines run 2025-11-28 14:13:00 to 2025-11-28 14:18:15",
+    ("a2q_jsonl_rollout_only_unnorm_112", "false_flag"):
+        "rollout_long_tail on steps 101-212 where the longest/mean response is 3.1x (under 4x)",
+    ("clip_sweep_jsonl_low01_high03_143", "false_flag"):
+        "throughput_regression on steps 114-127 and rollout_long_tail at 2.9x (under 4x)",
+    ("lr_jsonl_sigfrac_300", "false_flag"):
+        "7 rollout_long_tail flags at 2.9x-3.2x (under 4x) and 2 throughput_regression flags",
+    ("lr_cd_jsonl_linear_300", "false_flag"):
+        "8 rollout_long_tail flags at 2.7x-3.0x (under 4x) and 6 throughput_regression flags (21-22% below steps 3-12)",
 }
 #: Failures whose first advice does not yet match the thread's fix
 #: (bench/results/real_failures_2026-12-03_devbox.txt), likewise strict xfails.
@@ -175,11 +251,12 @@ def _these(keep: Callable[[RealLog], bool]) -> Any:
     return pytest.mark.parametrize("entry", chosen, ids=[e.name for e in chosen])
 
 
-def _judged(prop: str) -> list[Any]:
+def _judged(prop: str, keep: Callable[[RealLog], bool] = lambda e: True) -> list[Any]:
+    """The entries ``keep`` chooses, each a strict xfail where KNOWN_VIOLATIONS lists it."""
     return [pytest.param(e, id=e.name, marks=pytest.mark.xfail(
         strict=True, reason=KNOWN_VIOLATIONS[(e.name, prop)]))
             if (e.name, prop) in KNOWN_VIOLATIONS else pytest.param(e, id=e.name)
-            for e in ENTRIES]
+            for e in ENTRIES if keep(e)]
 
 
 def _check(prop: str, entry: RealLog, cache: Path) -> None:
@@ -269,7 +346,7 @@ def test_the_judge_reads_the_texts_clocks_and_config_by_itself() -> None:
     assert advice_problems("set `trainer.nnodes=1`", text)
 
 
-@_these(lambda e: e.clock == "tqdm_captured")
+@pytest.mark.parametrize("entry", _judged("captured_bar", lambda e: e.clock == "tqdm_captured"))
 def test_a_captured_bar_times_the_steps_up_to_its_count(entry: RealLog, cache: Path) -> None:
     """wandb's ``output.log`` keeps the bar's line as it stood when the line scrolled out of
     wandb's terminal window ('19/55990 [1:20:01<...]' above step 1's line): step 19 ended
@@ -318,8 +395,7 @@ def test_the_whole_run_against_wandbs_runtime_misses_only_the_validations_after_
     assert fixed == pytest.approx(theirs, rel=0.005)
 
 
-@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.healthy],
-                         ids=[e.name for e in ENTRIES if e.healthy])
+@pytest.mark.parametrize("entry", _judged("false_flag", lambda e: e.healthy))
 def test_healthy_real_runs_raise_no_false_flag(entry: RealLog, cache: Path) -> None:
     """Every warning or critical flag on a healthy run is a true observation, checked on the
     log's own numbers (``tests.real_logs.TRUE_OBSERVATIONS``); no other kind (stalled,
