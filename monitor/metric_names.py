@@ -28,7 +28,8 @@ LOG_DROPPED = "verlmon_log_dropped_lines_total"  # counter {log}: lines over the
 LOG_UNRECOVERED = "verlmon_log_unrecovered_total"  # counter {log}: saved positions whose file
 #   was rotated away or truncated while the exporter was down, with no copy found
 LOG_ANOMALIES = "verlmon_log_anomalies_total"  # counter {log, reason}: what would have lost or
-#   replaced a record, handled: step_time_clash, rewritten, not_regular, bad_timestamp
+#   replaced a record, handled: step_time_clash, rewritten, not_regular, bad_timestamp,
+#   side_file (a file beside the log, its .arrivals or .exit, not used)
 DETECTOR_ERRORS = "verlmon_detector_errors_total"  # counter {detector}: detector exceptions
 HTTP_CONNECTIONS = "verlmon_http_connections"  # gauge: open now
 HTTP_CONNECTIONS_CLOSED = "verlmon_http_connections_closed_total"  # counter {reason}

@@ -69,7 +69,10 @@ def when(ts: Any) -> str:
     v = _num(ts)
     if v is None:
         return "-"
-    return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # past what a date can say: the number
+        return f"{v:g} (unix seconds)"
 
 
 #: Beside a time of a log whose step times are rebuilt (no clock in it: ending at the file's
@@ -406,6 +409,7 @@ def render_text(doc: dict[str, Any]) -> str:
             else ""
         )
     )
+    head += [f"  beside the log: {said}" for said in parse.get("side_files") or []]
     mode = doc.get("trainer_mode")
     if mode:
         head.append(f"  trainer: {MODE_WORDS.get(mode, mode)}" + (

@@ -346,6 +346,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
                 "events": stats.events,
                 "parse_errors": stats.parse_errors,
                 "error_samples": list(stats.error_samples),
+                "side_files": list(parsed.side_files),
             },
             "steps": [{key: getattr(s, key) for key in _STEP_KEYS} for s in steps],
             "events": [e.to_dict() for e in events],

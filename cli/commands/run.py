@@ -241,7 +241,7 @@ class LogEcho:
         if cut >= 0:
             if self._arrivals is not None:
                 try:
-                    self._arrivals.record(self._line_start, now)
+                    self._arrivals.record(self._line_start, now, self._offset + cut + 1)
                 except (OSError, ValueError):
                     self._arrivals = None  # the sidecar's disk failed: the log goes on
             self._line_start = self._offset + cut + 1

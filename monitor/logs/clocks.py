@@ -32,13 +32,10 @@ that cut a long line) takes the time a bar measured for it, when one did (``step
 
 from __future__ import annotations
 
-import bisect
-import os
 import re
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from monitor.logs.timestamps import naive_epoch
 from monitor.records import StepRecord
@@ -562,30 +559,3 @@ def _lone_step(steps: list[StepRecord], n: int) -> bool:
     """Whether ``steps[n]`` is the only record of its step number among its neighbours."""
     step = steps[n].step
     return all(not (0 <= k < len(steps)) or steps[k].step != step for k in (n - 1, n + 1))
-
-
-def arrival_times(log_path: str | os.PathLike[str]) -> list[float] | None:
-    """The capture time of each physical line of ``log_path`` (by index, lines split at
-    ``\\n``) from its ``.arrivals`` sidecar: the time recorded for the chunk holding the line's
-    start; None when the log has no sidecar or the sidecar has no record."""
-    from monitor.logs.arrivals import read_arrivals
-
-    pairs = read_arrivals(log_path)
-    if not pairs:
-        return None
-    try:
-        data = Path(log_path).read_bytes()
-    except OSError:
-        return None
-    offsets = [off for off, _ in pairs]
-    times = [ts for _, ts in pairs]
-    out: list[float] = []
-    start = 0
-    while start < len(data):
-        k = bisect.bisect_right(offsets, start) - 1
-        out.append(times[k] if k >= 0 else times[0])
-        nl = data.find(b"\n", start)
-        if nl < 0:
-            break
-        start = nl + 1
-    return out

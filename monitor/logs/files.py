@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.logs.clocks import arrival_times, assign_times, rebuild_times
-from monitor.logs.follow import iter_lines
+from monitor.logs.arrivals import CaptureTimes, capture_times
+from monitor.logs.clocks import assign_times, rebuild_times
+from monitor.logs.follow import iter_lines, iter_lines_at
 from monitor.logs.merge import merge_steps
 from monitor.logs.parser import LogParser
 from monitor.logs.stats import Item, LogReadError, ParsedLog, ParseStats
@@ -39,14 +40,18 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     ordered: list[Item] = []
     fmt = "empty"
     first_line_seen = False
-    captured = arrival_times(p)
-    for item in _iter_with_format(p, parser, captured):
-        if isinstance(item, str):
-            if not first_line_seen:
-                fmt = _detect_format(item)
-                first_line_seen = True
-            continue
-        ordered.append(item)
+    captured = capture_times(p)
+    try:
+        for item in _iter_with_format(p, parser, captured):
+            if isinstance(item, str):
+                if not first_line_seen:
+                    fmt = _detect_format(item)
+                    first_line_seen = True
+                continue
+            ordered.append(item)
+    finally:
+        if captured is not None:
+            captured.close()
     raw = [item for item in ordered if isinstance(item, StepRecord)]
     end = log_end if log_end is not None else mtime
     _distrust_dates(raw, end, parser.stats)
@@ -61,7 +66,8 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     ordered = [parts.get(id(item), item) if isinstance(item, StepRecord) else item
                for item in ordered]
     events = _time_events(ordered, end)
-    return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt)
+    return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt,
+                     side_files=captured.problems if captured is not None else [])
 
 
 def _distrust_dates(steps: list[StepRecord], end: float, stats: ParseStats) -> None:
@@ -117,22 +123,21 @@ class _ReaderCounts:
 
 
 def _iter_with_format(path: Path, parser: LogParser,
-                      captured: list[float] | None = None) -> Iterator[Item | str]:
+                      captured: CaptureTimes | None = None) -> Iterator[Item | str]:
     """Like ``iter_items`` but first yields the first non-blank line (a str) for detection.
-    ``captured``: each physical line's capture time (``clocks.arrival_times``), or None."""
+    ``captured``: the capture times of the log's lines (``arrivals.capture_times``), or None."""
     seen = False
-    n = 0
     try:
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory", str(path))
         counts = _ReaderCounts()
-        for line in iter_lines(path, stats=counts):
+        lines = (iter_lines_at(path, stats=counts) if captured is not None
+                 else ((-1, line) for line in iter_lines(path, stats=counts)))
+        for offset, line in lines:
             if not seen and line.strip():
                 seen = True
                 yield line
-            when = captured[n] if captured is not None and n < len(captured) else None
-            n += 1
-            yield from parser.feed(line, when)
+            yield from parser.feed(line, captured.at(offset) if captured is not None else None)
     except OSError as exc:
         raise _open_error(path, exc) from exc
     parser.stats.oversize_lines += counts.oversize_lines

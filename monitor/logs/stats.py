@@ -55,13 +55,15 @@ class ParseStats:
 @dataclass
 class ParsedLog:
     """A whole parsed log file. ``format`` is ``"console"`` or ``"jsonl"`` (``"empty"`` when
-    the file holds no text)."""
+    the file holds no text). ``side_files``: what could not be used of the files beside the
+    log (its ``.arrivals`` sidecar), one line each."""
 
     steps: list[StepRecord]
     events: list[Event]
     version_guess: str
     stats: ParseStats
     format: str
+    side_files: list[str] = field(default_factory=list)
 
 
 def step_in_range(step: int) -> bool:
