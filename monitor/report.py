@@ -440,6 +440,7 @@ def render_text(doc: dict[str, Any]) -> str:
         stacks = hang.get("stacks")
         if stacks:  # analyze --stacks: the newest saved py-spy round, judged again
             lines += [f"  py-spy rounds: {stacks['rounds']}; the newest: {stacks['summary']}"]
+            lines += [f"  not read: {said}" for said in stacks.get("problems") or []]
         lines += [f"  cannot read: {k}: {v}" for k, v in sorted(hang.get("problems", {}).items())]
         parts.append(_section("Who holds the others", "\n".join(lines)))
     pools = _pools_section(doc.get("pools"))

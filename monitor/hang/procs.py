@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.logs import safe_read
+
 _NVIDIA = re.compile(r"^/dev/nvidia(\d+)$")
 
 
@@ -98,12 +100,11 @@ def log_pids(text: str) -> dict[int, tuple[str, str]]:
 
 
 def read_tail(path: str | Path, size: int = LOG_TAIL_BYTES) -> str:
-    """The last ``size`` bytes of a file as text ('' when unreadable)."""
+    """The last ``size`` bytes of a file as text ('' when unreadable): a regular file only,
+    opened without blocking (``monitor.logs.safe_read``: a FIFO or a link to a device gives
+    '', as the log's follower says and counts)."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - size))
-            return fh.read().decode("utf-8", errors="replace")
+        return safe_read.read_tail(path, size).decode("utf-8", errors="replace")
     except OSError:
         return ""
 

@@ -19,8 +19,11 @@ from pathlib import Path
 from monitor.hang.procs import GoneProcess, JobProcess, alive, is_monitor
 from monitor.hang.pyspy import dump_text
 from monitor.hang.where import Verdict, Where, classify, gone_where, judge
+from monitor.logs.safe_read import Unreadable, read_capped, walk_files
 from monitor.records import Event
 
+#: The largest py-spy dump read: a real one is 1-10 KB (every thread of a process).
+MAX_STACK_BYTES = 4 * 2**20
 _NAME = re.compile(r"^(?P<ts>\d+(?:\.\d+)?)_(?P<role>[A-Za-z_]+)_(?P<pid>\d+)\.txt$")
 
 
@@ -100,18 +103,26 @@ def _is_monitor_dump(text: str) -> bool:
     return bool(m and is_monitor(m.group("cmdline")))
 
 
-def read_stacks_dir(folder: str | Path, node: str = "") -> list[tuple[float, list[Where]]]:
+def read_stacks_dir(folder: str | Path, node: str = "",
+                    problems: list[str] | None = None) -> list[tuple[float, list[Where]]]:
     """The rounds saved in ``folder`` (files ``<unix_ts>_<role>_<pid>.txt``), oldest first:
     (time, each process's place). Dumps a second apart belong to one round; other files are
-    skipped."""
+    skipped. The folder is walked without recursion and without following links, and each dump
+    read like the log (``monitor.logs.safe_read``): a FIFO, a device, a link out of the folder
+    or a file over ``MAX_STACK_BYTES`` is not read, and said in ``problems``."""
     rounds: list[tuple[float, list[Where]]] = []
     entries = []
-    for path in sorted(Path(folder).rglob("*.txt")):
+    for path in walk_files(folder, lambda name: _NAME.match(name) is not None):
         m = _NAME.match(path.name)
         if m:
             entries.append((float(m.group("ts")), m.group("role"), int(m.group("pid")), path))
     for ts, role, pid, path in sorted(entries):
-        text = path.read_text(errors="replace")
+        try:
+            text = read_capped(path, MAX_STACK_BYTES, folder).decode("utf-8", "replace")
+        except Unreadable as exc:
+            if problems is not None:
+                problems.append(str(exc))
+            continue
         if _is_monitor_dump(text):
             continue  # the monitor's own exporter, saved by an older exporter: not the job's
         where = classify(text, role=role, node=node, pid=pid)
@@ -127,10 +138,12 @@ def stacks_report(folder: str | Path, node: str = "") -> tuple[dict, list[Event]
     rounds, newest time, the newest round's verdict in words and as data; the rounds'
     ``hang_dump`` events for the detectors; ``node``: where the dumps were taken, when known).
     Raises ValueError when the folder has no dump."""
-    rounds = read_stacks_dir(folder, node)
+    problems: list[str] = []
+    rounds = read_stacks_dir(folder, node, problems)
     if not rounds:
-        raise ValueError(f"{folder}: no py-spy dump named <unix_ts>_<role>_<pid>.txt in it")
+        raise ValueError(f"{folder}: no py-spy dump named <unix_ts>_<role>_<pid>.txt in it"
+                         + (f" that can be read ({problems[0]})" if problems else ""))
     events = [StackRound(wheres, judge(wheres)).to_event(ts, node) for ts, wheres in rounds]
     newest = events[-1]
     return {"rounds": len(rounds), "time": newest.time, "summary": newest.message,
-            "where": newest.data["where"]}, events
+            "where": newest.data["where"], "problems": problems}, events

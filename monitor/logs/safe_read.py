@@ -10,7 +10,7 @@ link to a file elsewhere, a file of gigabytes. Every such read goes through this
   is followed only when its target lies inside ``folder`` (``None``: links are followed, as the
   log itself is);
 - :func:`read_capped` reads at most a given number of bytes, :func:`read_tail` the last ones;
-- :func:`walk_files` walks a folder without recursion and without following links;
+- :func:`walk_files` walks a folder without recursion and never into a linked folder;
 - :class:`Unreadable` says why a file was not read, in one line; :func:`note` says it once per
   file and reason (the exporter's log) and counts it per log (``count_for``).
 """
@@ -121,14 +121,15 @@ def read_tail(path: str | os.PathLike[str], size: int,
 
 
 def walk_files(root: str | os.PathLike[str], wanted: Callable[[str], bool],
-               max_entries: int = 100_000) -> Iterator[Path]:
-    """The regular files under ``root`` whose name ``wanted`` accepts, walked without recursion
-    (a folder nested thousands deep is no RecursionError) and without following a link (to a
-    file or a folder); at most ``max_entries`` directory entries are looked at."""
-    stack = [os.fspath(root)]
+               max_depth: int = 32, max_entries: int = 100_000) -> Iterator[Path]:
+    """The entries under ``root`` that are not folders and whose name ``wanted`` accepts
+    (links and FIFOs included: reading them with :func:`open_beside` says what they are),
+    walked without recursion (a folder nested thousands deep is no RecursionError), never
+    into a linked folder, at most ``max_depth`` folders down and ``max_entries`` entries."""
+    stack = [(os.fspath(root), 0)]
     seen = 0
     while stack:
-        folder = stack.pop()
+        folder, depth = stack.pop()
         try:
             with os.scandir(folder) as it:
                 entries = sorted(it, key=lambda e: e.name)
@@ -140,12 +141,14 @@ def walk_files(root: str | os.PathLike[str], wanted: Callable[[str], bool],
             if seen > max_entries:
                 return
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    subfolders.append(entry.path)
-                elif entry.is_file(follow_symlinks=False) and wanted(entry.name):
-                    yield Path(entry.path)
+                is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 continue
+            if is_dir:
+                if depth < max_depth:
+                    subfolders.append((entry.path, depth + 1))
+            elif wanted(entry.name):
+                yield Path(entry.path)
         stack.extend(reversed(subfolders))
 
 
