@@ -14,6 +14,7 @@ from typing import Any
 
 from monitor.logs.clocks import CLOCK_WORDS
 from monitor.numbers import finite_float as _num
+from monitor.printable import printable
 
 _GIB = float(2**30)
 
@@ -451,4 +452,5 @@ def render_text(doc: dict[str, Any]) -> str:
     parts.append(_section(f"Flags ({len(flags)})", (top + "\n" if top else "")
                           + _flags_section(flags, ESTIMATED if times_estimated(summary)
                                            else "")))
-    return "\n\n".join(parts) + "\n"
+    # every text from outside (log lines, py-spy frames, file names) shown inert (issue 41)
+    return printable("\n\n".join(parts) + "\n")

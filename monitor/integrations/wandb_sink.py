@@ -65,6 +65,7 @@ import pandas as pd
 
 from monitor.analysis.attribution import attribute, phase_summary
 from monitor.numbers import finite_float as _num
+from monitor.printable import printable
 from monitor.records import Flag, StepRecord
 
 log = logging.getLogger("verl_monitor.wandb")
@@ -248,7 +249,7 @@ def _alert_text(flag: Flag) -> str:
     if flag.scope_label:
         lines.append(f"Scope: {flag.scope_label}")
     lines += [f"- {a}" for a in flag.advice]
-    return "\n".join(lines)
+    return printable("\n".join(lines))  # log text inert in wandb's pages and e-mails
 
 
 class WandbSink:
@@ -527,9 +528,9 @@ class WandbSink:
             still_open = set(self._open.values())
             for at, flag in enumerate(self._flags):
                 state = "open" if at in still_open else "closed"
-                rows.append([flag.kind, flag.severity, flag.scope_label, float(flag.start),
-                             None if flag.end is None else float(flag.end), state,
-                             flag.evidence, "\n".join(flag.advice)])
+                rows.append([flag.kind, flag.severity, printable(flag.scope_label),
+                             float(flag.start), None if flag.end is None else float(flag.end),
+                             state, printable(flag.evidence), printable("\n".join(flag.advice))])
             return self._wandb.Table(columns=FLAG_COLUMNS, data=rows)
         except Exception as exc:
             self.errors += 1
