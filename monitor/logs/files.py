@@ -64,10 +64,40 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     steps = merge_steps(raw, parser.version_guess, parts)
     rebuild_times(steps, end, parser.clock)
     ordered = [parts.get(id(item), item) if isinstance(item, StepRecord) else item
-               for item in ordered]
+               for item in _drop_out_of_turn_resumes(ordered, parts)]
     events = _time_events(ordered, end)
     return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt,
                      side_files=captured.problems if captured is not None else [])
+
+
+def _drop_out_of_turn_resumes(ordered: list[Item], parts: dict[int, StepRecord]
+                              ) -> list[Item]:
+    """``ordered`` without the ``resume`` events the parser made for a record printed out of
+    turn: a step number lower than the line before's (the fully-async rollouter's line after
+    the next step's trainer line) whose record joined its step's record printed before it
+    (``merge_steps``) never went back (round 5: 4,999 resumes for 5,000 steps)."""
+    out: list[Item] = []
+    seen: set[int] = set()  # the merged records of the records so far
+    waiting: Event | None = None  # a step_backwards resume, until its record is known
+    for item in ordered:
+        if isinstance(item, StepRecord):
+            merged = id(parts.get(id(item), item))
+            if waiting is not None and merged not in seen:
+                out.append(waiting)
+            waiting = None
+            seen.add(merged)
+            out.append(item)
+            continue
+        if waiting is not None:
+            out.append(waiting)
+            waiting = None
+        if item.kind == "resume" and (item.data or {}).get("reason") == "step_backwards":
+            waiting = item
+        else:
+            out.append(item)
+    if waiting is not None:
+        out.append(waiting)
+    return out
 
 
 def _distrust_dates(steps: list[StepRecord], end: float, stats: ParseStats) -> None:
