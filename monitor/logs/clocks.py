@@ -37,7 +37,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from monitor.logs.timestamps import naive_epoch
+from monitor.logs.timestamps import NaiveOrder, naive_epoch
 from monitor.records import StepRecord
 
 #: Words for each ``StepRecord.time_source`` in reports.
@@ -108,6 +108,8 @@ class LineClock:
     #: the median time such a measured step took beyond its neighbours' (a validation outside
     #: the step timer whose line lost its timers), for the ones no drawing measured; None
     extra_s: float | None = None
+    #: the naive dates read in the text, kept in order through a DST fall-back
+    naive: NaiveOrder = field(default_factory=NaiveOrder)
 
     def _add(self, reading: Reading) -> None:
         if not self.enabled:
@@ -161,7 +163,7 @@ class LineClock:
         if match is not None:
             unix = _unix(*match.groups())
             if unix is not None:
-                self._add(Reading(after, "abs", unix))
+                self._add(Reading(after, "abs", self.naive.read(unix)))
             return text
         match = _HMS_RE.match(head)
         if match is not None and int(match.group(1)) < 24:
@@ -230,6 +232,7 @@ def _resolve_dates(readings: list[Reading], log_end: float) -> dict[int, float]:
     year = statistics.median_low(years) if years else time.gmtime(log_end).tm_year
     out: dict[int, float] = {}
     last_abs: float | None = None
+    order = NaiveOrder()  # a time of day in a DST fall-back's repeated hour: kept in order
     for n, r in enumerate(readings):
         if r.kind == "abs":
             value = r.value
@@ -241,7 +244,9 @@ def _resolve_dates(readings: list[Reading], log_end: float) -> dict[int, float]:
             continue
         if value is None:
             continue
-        last_abs = value
+        if r.kind != "abs":
+            value = order.read(value)
+        order.last = last_abs = value
         out[n] = value
     return out
 

@@ -34,6 +34,7 @@ from monitor.logs.jsonl import JsonlMerger, JsonStep, read_json_step
 from monitor.logs.keys import other_seconds, phases_and_total
 from monitor.logs.prefix import unwrap
 from monitor.logs.stats import Item, ParseStats
+from monitor.logs.timestamps import NaiveOrder
 from monitor.logs.values import absurd_durations
 from monitor.logs.vocabulary import Vocabulary
 from monitor.numbers import finite_float
@@ -64,6 +65,8 @@ class LogParser:
         self._switch = HybridSwitch()
         self._failures = FailureLines()
         self._line_ip: str | None = None
+        #: naive stamps kept in order through a DST fall-back (``timestamps.NaiveOrder``)
+        self._naive = NaiveOrder()
         #: the times the text carries (tqdm, dated lines), each after the record before it
         self.clock = LineClock(enabled=read_clocks)
         self._last_record: StepRecord | None = None
@@ -119,7 +122,9 @@ class LogParser:
         if "\ufffd" in raw:
             # the reader replaced invalid UTF-8 (free to test on ASCII/latin-1 text)
             self.stats.bad_utf8_lines += 1
-        line, ts, text, actor, self._line_ip, repeated = unwrap(raw)
+        line, ts, text, actor, self._line_ip, repeated, naive = unwrap(raw)
+        if naive and ts is not None:
+            ts = self._naive.read(ts)  # in order through a DST fall-back's repeated hour
         if actor:
             self._vocabulary.prefixes.add(actor)
         when = ts if ts is not None else arrival
