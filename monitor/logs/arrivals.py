@@ -182,7 +182,6 @@ class CaptureTimes:
         self._cur: Record | None = None
         self._next: Record | None = None
         self._ended_at: int | None = None
-        self.used = 0  # lines given a time
 
     def __enter__(self) -> CaptureTimes:
         return self
@@ -214,8 +213,6 @@ class CaptureTimes:
             if self._next is None and self._ended_at is None and cur.ts is not None:
                 self._ended_at = end
             return None
-        if cur.ts is not None:
-            self.used += 1
         return cur.ts
 
     def records(self) -> Iterator[Record]:
@@ -292,12 +289,19 @@ class CaptureTimes:
     @property
     def problems(self) -> list[str]:
         """What was not used, in words (one line each): unreadable, records skipped by
-        reason (with the first one), where the capture times end before the log does."""
+        reason (with the first one)."""
         out = list(self._said)
         for why, n in self._counts.items():
             out.append(f"{self.path}: {n} record{'s' if n != 1 else ''} not used: {why} "
                        f"(first: {self._samples[why]!r})")
-        if self._ended_at is not None and self._size is not None:
-            out.append(f"{self.path}: capture times end at byte {self._ended_at:,} of the "
-                       f"log's {self._size:,}; later lines are timed by the log's other clocks")
         return out
+
+    @property
+    def ended(self) -> str | None:
+        """Where the capture times end before the lines asked for do, in words (a whole log
+        read: ``run`` was killed, or exited while the job went on), else None. Not a problem
+        while the log is followed live (``run`` captures the newest lines a moment later)."""
+        if self._ended_at is None or self._size is None:
+            return None
+        return (f"{self.path}: capture times end at byte {self._ended_at:,} of the log's "
+                f"{self._size:,}; later lines are timed by the log's other clocks")

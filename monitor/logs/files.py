@@ -66,8 +66,9 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     ordered = [parts.get(id(item), item) if isinstance(item, StepRecord) else item
                for item in _drop_out_of_turn_resumes(ordered, parts)]
     events = _time_events(ordered, end)
+    side_files = [] if captured is None else [*captured.problems, *filter(None, [captured.ended])]
     return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt,
-                     side_files=captured.problems if captured is not None else [])
+                     side_files=side_files)
 
 
 def _drop_out_of_turn_resumes(ordered: list[Item], parts: dict[int, StepRecord]
