@@ -383,7 +383,8 @@ def _align(args: argparse.Namespace, parsed: Any, gpu: pd.DataFrame, host: pd.Da
 
     if not len(gpu) and not len(host):
         return {}, gpu, host
-    if parsed.clock != "relative":
+    bounded = any(s.time_source == "tqdm_after" for s in parsed.steps)
+    if parsed.clock != "relative" and not bounded:
         return {"aligned": True, "by": "the log's own clock"}, gpu, host
     beside = align.store_steps_beside(args.gpu or args.host)
     offset = None
@@ -392,9 +393,11 @@ def _align(args: argparse.Namespace, parsed: Any, gpu: pd.DataFrame, host: pd.Da
 
         offset = align.offset_by_steps(parsed.steps, parse_file(beside).steps)
     if offset is None:
-        why = ("the log has no clock (no timestamp, dated line or .arrivals file) and shares no "
-               "step with the samples (the train.jsonl that `verl-monitor export` writes "
-               "beside gpu.csv places it), so no GPU number is computed")
+        clock = ("places its steps only at or after the dated line before its progress bar"
+                 if bounded else "has no clock (no timestamp, dated line or .arrivals file)")
+        why = (f"the log {clock} and shares no step with the samples (the train.jsonl that "
+               "`verl-monitor export` writes beside gpu.csv places it; or keep the log's "
+               ".arrivals file beside it), so no GPU number is computed")
         return {"aligned": False, "why": why}, gpu.iloc[0:0], host.iloc[0:0]
     align.shift(parsed.steps, parsed.events, offset)
     return {"aligned": True, "by": f"the steps of {beside}", "offset_s": round(offset, 3)}, \
