@@ -131,6 +131,7 @@ HANG_CULPRIT_INFO = "verlmon_hang_culprit_info"  # gauge {rank, pid, gpu, collec
 HANG_WHERE_INFO = "verlmon_hang_where_info"  # gauge {role, pid, place, phase, frame, detail}: 1 = stuck
 HANG_DUMP_ROUNDS = "verlmon_hang_dump_rounds_total"  # counter {method, result}
 HANG_DUMP_SECONDS = "verlmon_hang_dump_seconds"  # gauge: the last round's duration
+HANG_ACTIONS = "verlmon_hang_actions_total"  # counter {action, result}: what --on-hang did
 
 # --- flags (detectors run live in the exporter)
 FLAG_ACTIVE = "verlmon_flag_active"  # gauge {kind, severity, node, gpu, phase}: 1 while open
