@@ -13,7 +13,9 @@ def _step(n: int, end: float, save: float = 0.0, source: str = "sidecar") -> Ste
     phases = {"gen": 5.0, "update_actor": 5.0 - save}
     if save:
         phases["save_checkpoint"] = save
-    return StepRecord(step=n, end_time=end, total=10.0, phases=phases, time_source=source)
+    # its values differ from run to run (a redone step logs other losses): the store keeps both
+    return StepRecord(step=n, end_time=end, total=10.0, phases=phases, time_source=source,
+                      metrics={"actor/pg_loss": end / 1e4})
 
 
 def _mark(kind: str, t: float, status: int | None = None) -> Event:

@@ -455,3 +455,29 @@ def job_ledger(steps: list[StepRecord], events: list[Event], flags: Iterable[Fla
         "failure_costs": failure_costs(atts, steps),
         "measured": ok, "premises": premises,
     }
+
+
+#: Columns of the attempts table (wandb, the dashboard).
+ATTEMPT_COLUMNS: list[str] = ["attempt", "start", "end", "ended_by", "detail", "resumed_from",
+                              "first_step", "last_step", "redone_steps", "saves", "wall",
+                              *BUCKETS]
+
+
+def attempt_rows(ledger: dict[str, Any]) -> list[list[Any]]:
+    """The ledger's attempts as rows of :data:`ATTEMPT_COLUMNS`."""
+    return [[a.get(c, a["seconds"].get(c)) if c not in BUCKETS else a["seconds"][c]
+             for c in ATTEMPT_COLUMNS] for a in ledger.get("attempts") or []]
+
+
+def ledger_numbers(ledger: dict[str, Any]) -> dict[str, float]:
+    """The job's numbers, flat (wandb keys under ``job/``): ETTR (when known), wall time,
+    attempts, failures, steps redone, saves, and the seconds of each bucket."""
+    out: dict[str, float] = {"wall_s": float(ledger["wall"]),
+                             "attempts": float(len(ledger["attempts"])),
+                             "failures": float(ledger["failures"]),
+                             "steps_redone": float(ledger["steps_redone"]),
+                             "checkpoint_saves": float(ledger["saves"])}
+    if ledger.get("ettr") is not None:
+        out["ettr"] = float(ledger["ettr"])
+    out.update({f"seconds/{k}": float(v) for k, v in ledger["seconds"].items()})
+    return out
