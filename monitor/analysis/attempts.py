@@ -238,7 +238,8 @@ def _ending(att: Attempt, events: list[Event], flags: list[Flag], running: bool
     acted = [e for e in _timed(events, (HANG_ACTION,)) if att.start < float(e.time) <= hi
              and (e.data or {}).get("acted") and (e.data or {}).get("action") == "terminate"]
     hangs = [f for f in flags if f.kind == "hang" and after - SLACK_S <= float(f.start) <= hi]
-    crashes = [e for e in _timed(events, CRASH_KINDS) if after < float(e.time) <= hi]
+    crashes = sorted((e for e in _timed(events, CRASH_KINDS) if after < float(e.time) <= hi),
+                     key=lambda e: e.kind == "traceback")  # the named failure first
     tail = f" ({status_words})" if status_words else ""
     if acted:
         seen = float(hangs[0].start) if hangs else float(acted[0].time)
@@ -374,6 +375,9 @@ def attempts(steps: list[StepRecord], events: list[Event], flags: Iterable[Flag]
     timed = sorted((s for s in steps if s.end_time is not None and s.total is not None),
                    key=lambda s: float(s.end_time))
     spans = split_attempts(timed, events)
+    if spans and spans[-1].end is None and not running:  # a log read after the fact
+        times = [t for t in _item_times(timed, events) if t >= spans[-1].start]
+        spans[-1].end = max(times, default=spans[-1].start)
     out: list[Attempt] = []
     top: int | None = None
     for i, sp in enumerate(spans):

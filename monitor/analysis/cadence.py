@@ -151,7 +151,10 @@ def advice_text(c: Mapping[str, Any]) -> str:
     why = (f"sqrt(2 x save {_duration(c['save_cost_s'])} x MTBF {_duration(c['mtbf_s'])}) = "
            f"{_duration(c['interval_s'])}, {best} step(s) of {_duration(c['step_s'])}")
     loss = c["expected_loss"]
-    if not freq or freq <= 0:
+    if freq is None:
+        return (f"Save every {best} step(s): trainer.save_freq={best} ({why}); the log holds "
+                "no printed config, so the job's own trainer.save_freq is not known.")
+    if freq <= 0:
         return (f"The job saves no checkpoint (trainer.save_freq={freq}): a failure restarts "
                 f"it from the start. Save every {best} step(s): trainer.save_freq={best} "
                 f"({why}).")

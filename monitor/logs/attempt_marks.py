@@ -106,12 +106,24 @@ def file_marks(path: str | os.PathLike[str], steps: list[StepRecord], events: li
                   {**data, "status": None})]
 
 
-def first_capture(path: str | os.PathLike[str]) -> float | None:
-    """When ``verl-monitor run`` captured the log's first line (its ``.arrivals``), or None."""
+def first_line_time(path: str | os.PathLike[str], max_lines: int = 2000) -> float | None:
+    """When the log's first line was written: its first capture time (``.arrivals``, written
+    by ``verl-monitor run``), else the first timestamp on one of its first lines; None."""
     from monitor.logs.arrivals import read_arrivals
+    from monitor.logs.timestamps import split_timestamp
 
     got = read_arrivals(path)
-    return got[0][1] if got else None
+    if got:
+        return got[0][1]
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh):
+                when, _ = split_timestamp(line)
+                if when is not None or n >= max_lines:
+                    return when
+    except OSError:
+        return None
+    return None
 
 
 def _int(value: object) -> int | None:
