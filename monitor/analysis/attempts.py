@@ -238,7 +238,13 @@ def _ending(att: Attempt, events: list[Event], flags: list[Flag], running: bool
     acted = [e for e in _timed(events, (HANG_ACTION,)) if att.start < float(e.time) <= hi
              and (e.data or {}).get("acted") and (e.data or {}).get("action") == "terminate"]
     hangs = [f for f in flags if f.kind == "hang" and after - SLACK_S <= float(f.start) <= hi]
-    crashes = sorted((e for e in _timed(events, CRASH_KINDS) if after < float(e.time) <= hi),
+    # a failure after the last step (read with it, in the same poll, it may carry its time)
+    last = att.last_step
+    crashes = sorted((e for e in _timed(events, CRASH_KINDS)
+                      if (after < float(e.time) or (after - SLACK_S < float(e.time)
+                                                    and last is not None and e.step is not None
+                                                    and e.step >= last))
+                      and float(e.time) <= hi),
                      key=lambda e: e.kind == "traceback")  # the named failure first
     tail = f" ({status_words})" if status_words else ""
     if acted:

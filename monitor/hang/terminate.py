@@ -5,10 +5,10 @@ every one of these holds, and otherwise says which one failed:
 
 1. a critical ``hang`` flag is open;
 2. it has held for ``after_s`` (default 10 min) since it opened;
-3. py-spy stack rounds cover the whole hold (the first within ``restack_s`` of the flag's
-   start, none more than twice ``restack_s`` apart, the newest at most that old) and every one
-   finds the job stuck at the same place: the same verdict (``monitor.hang.where``), the same
-   processes at the same frames;
+3. py-spy stack rounds cover the whole hold (from the flag's start to now, no two of them,
+   nor the flag's start and the first, nor the newest and now, more than twice ``restack_s``
+   apart) and every one finds the job stuck at the same place: the same verdict
+   (``monitor.hang.where``), the same processes at the same frames;
 4. the place is not a phase the job's own history shows can last that long: the longest wall
    time between two step lines around steps that ran that phase (validation, a checkpoint
    save, a long generation, the data wait before a step) is shorter than the silence now;
@@ -102,13 +102,15 @@ def longest_interval(steps: Iterable[StepRecord], phase: str) -> tuple[float, in
 
 
 def _rounds_cover(rounds: list[Event], flag: Flag, now: float, pol: HangPolicy) -> str | None:
-    """None when the rounds cover the hold, else why not."""
+    """None when the rounds cover the hold (from the flag's start to now, no two points more
+    than twice ``restack_s`` apart), else why not."""
     if len(rounds) < 2:
         return f"{len(rounds)} stack round(s) since the flag opened: at least 2 are needed"
     times = [float(e.time) for e in rounds]
     gap = 2.0 * pol.restack_s
-    if times[0] > float(flag.start) + pol.restack_s:
-        return f"no stack round within {pol.restack_s:.0f} s of the flag's start"
+    if times[0] - float(flag.start) > gap:
+        return (f"the first stack round came {times[0] - float(flag.start):.0f} s after the "
+                f"flag's start (over {gap:.0f} s): the hold is not covered")
     if now - times[-1] > gap:
         return f"the newest stack round is {now - times[-1]:.0f} s old (over {gap:.0f} s)"
     worst = max(b - a for a, b in zip(times, times[1:], strict=False))
@@ -153,9 +155,10 @@ def decide(flag: Flag | None, events: Iterable[Event], steps: Iterable[StepRecor
                         f"({silence:.0f} s)", where, held, len(rounds), "phase")
     if tree is not None:
         return Decision(False, tree, where, held, len(rounds), "tree")
+    past = (f"the longest {phase or 'step'} the job's history shows took {longest:.0f} s"
+            if n else f"the job's history holds no {phase or 'step'} to compare with")
     why = (f"the hang held {held:.0f} s (required {policy.after_s:.0f} s), {len(rounds)} stack "
-           f"rounds found the same place ({where}); the longest {phase or 'step'} the job's "
-           f"history shows took {longest:.0f} s, the silence is {silence:.0f} s")
+           f"rounds found the same place ({where}); {past}, the silence is {silence:.0f} s")
     return Decision(True, why, where, held, len(rounds))
 
 
