@@ -29,17 +29,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from monitor import metric_names as m
-from monitor.analysis.attempts import BUCKETS, FAILURES, HANG_ACTION, RESUME_KINDS, job_ledger
-from monitor.analysis.goodput import CRASH_KINDS
+from monitor.analysis.attempts import BUCKETS, FAILURES, job_ledger
 from monitor.live.live_view import PollingView, ViewContext
-from monitor.logs.attempt_marks import END, START, marks_path, read_marks
+from monitor.logs.attempt_marks import marks_path, read_marks
 from monitor.records import Event, Flag, StepRecord
+from monitor.store.job_history import LEDGER_EVENTS, job_history
 
 #: Seconds between two bookings when no mark arrived.
 REFRESH_S = 10.0
-#: The event kinds the ledger reads from the store.
-LEDGER_EVENTS: tuple[str, ...] = (START, END, HANG_ACTION, "validation", *RESUME_KINDS,
-                                  *CRASH_KINDS)
 
 
 def _event_key(e: Event) -> tuple:
@@ -132,15 +129,7 @@ class AttemptsView(PollingView):
             from monitor.store import RunStore
 
             self._store = RunStore(path, create=False)
-        st = self._store
-        events: list[Event] = []
-        for kind in LEDGER_EVENTS:
-            events += st.events(kind=kind)
-        steps = st.steps()
-        newest = max((float(s.end_time) for s in steps if s.end_time is not None), default=None)
-        if newest is not None:  # the last progress lines: a finish without a recorded exit
-            events += st.events(start=newest - 60.0, kind="progress")
-        return steps, events, st.flags()
+        return job_history(self._store)
 
     def _to_wandb(self, doc: dict[str, Any], now: float) -> None:
         """Log to wandb when an attempt starts or ends, and at most every minute otherwise."""
