@@ -80,7 +80,7 @@ def test_a_phase_the_jobs_history_shows_lasting_as_long_is_never_ended():
     last = float(steps[-1].end_time)
     rounds = [_round(last + 10.0 + 10 * i) for i in range(7)]
     d = decide(_flag(last + 10.0), rounds, steps, last + 75.0, HangPolicy(60.0, 10.0))
-    assert not d.act and d.guard == "phase" and "lasting 80 s" in d.why, d.why
+    assert not d.act and d.guard == "phase" and "80 s between two step lines" in d.why, d.why
     assert longest_interval(steps, "reward") == (80.0, 4)
     assert longest_interval(steps, "testing") == (0.0, 0)
 

@@ -113,7 +113,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "flag, Slack), dump (also saves the stacks, Flight Recorder dumps and the "
                    "log's last lines into the store) or terminate (also ends this command's "
                    "process tree once the hang has held --on-hang-after, default 10 min, so "
-                   "the scheduler's retry resumes it from its last checkpoint; docs/hangs.md)")
+                   "the scheduler's retry resumes it from its last checkpoint; docs/attempts.md)")
     p.add_argument("--linger", type=float, default=2.0, metavar="SECONDS",
                    help="keep the exporter this long after the command exits, so it reads the "
                    "last lines and Prometheus scrapes the final state (default 2)")

@@ -150,13 +150,14 @@ def decide(flag: Flag | None, events: Iterable[Event], steps: Iterable[StepRecor
     silence = now - last
     longest, n = longest_interval(steps, phase)
     if n and longest >= silence:
-        return Decision(False, f"the job's own history shows its phase {phase or 'between steps'} "
-                        f"lasting {longest:.0f} s between two steps, as long as this silence "
-                        f"({silence:.0f} s)", where, held, len(rounds), "phase")
+        return Decision(False, f"the job's own history shows {phase or 'a step'} lasting: "
+                        f"{longest:.0f} s between two step lines around it, as long as this "
+                        f"silence ({silence:.0f} s)", where, held, len(rounds), "phase")
     if tree is not None:
         return Decision(False, tree, where, held, len(rounds), "tree")
-    past = (f"the longest {phase or 'step'} the job's history shows took {longest:.0f} s"
-            if n else f"the job's history holds no {phase or 'step'} to compare with")
+    past = (f"the longest time between two step lines around a {phase or 'step'} in the "
+            f"job's history is {longest:.0f} s" if n else
+            f"the job's history holds no {phase or 'step'} to compare with")
     why = (f"the hang held {held:.0f} s (required {policy.after_s:.0f} s), {len(rounds)} stack "
            f"rounds found the same place ({where}); {past}, the silence is {silence:.0f} s")
     return Decision(True, why, where, held, len(rounds))

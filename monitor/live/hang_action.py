@@ -57,7 +57,7 @@ def add_flags(group: FlagGroup) -> None:
         help="on a critical hang: alert (default: the flag only), dump (also saves stacks, "
         "Flight Recorder dumps and the log's last lines into the store) or terminate (also "
         "ends the job's process tree under verl-monitor run once every guard holds; "
-        "docs/hangs.md)")
+        "docs/attempts.md)")
     add("--on-hang-after", type=float, default=None, metavar="SECONDS",
         help=f"terminate: the hang must have held this long (default {DEFAULT_AFTER_S:g})")
     add("--on-hang-grace", type=float, default=None, metavar="SECONDS",
