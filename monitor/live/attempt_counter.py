@@ -35,8 +35,10 @@ from monitor.logs.attempt_marks import marks_path, read_marks
 from monitor.records import Event, Flag, StepRecord
 from monitor.store.job_history import LEDGER_EVENTS, job_history
 
-#: Seconds between two bookings when no mark arrived.
+#: Seconds between two bookings when no mark arrived (and only when the window changed).
 REFRESH_S = 10.0
+#: Seconds of overlap when the store is read again from the newest time read.
+OVERLAP_S = 60.0
 
 
 def _event_key(e: Event) -> tuple:
@@ -73,6 +75,10 @@ class AttemptsView(PollingView):
         self._at = 0.0
         self._logged: tuple | None = None
         self._store = None
+        self._seen: float | None = None  # the newest step or event read from the store
+        self._kept_steps: dict[tuple, StepRecord] = {}
+        self._kept_events: dict[tuple, Event] = {}
+        self._version = -1
 
     def poll_once(self) -> None:
         """Publish new marks; book the job when due."""
@@ -81,9 +87,12 @@ class AttemptsView(PollingView):
     def poll(self, now: float) -> dict[str, Any] | None:
         """One round; the ledger when it was booked this round, else None."""
         fresh = self.publish_marks()
-        if not fresh and now - self._at < REFRESH_S:
+        window = self.ctx.window
+        version = window.version if window is not None else 0
+        if not fresh and (now - self._at < REFRESH_S or
+                          (version == self._version and self.doc is not None)):
             return None
-        self._at = now
+        self._at, self._version = now, version
         steps, events, flags = self._inputs()
         doc = job_ledger(steps, events, flags, running=True)
         with self._lock:
@@ -121,7 +130,9 @@ class AttemptsView(PollingView):
         return merge_inputs(self._stored(), live)
 
     def _stored(self) -> tuple[list, list, list]:
-        """Everything the run store holds for the ledger (nothing without ``--store``)."""
+        """Everything the run store holds for the ledger (nothing without ``--store``): read
+        whole once, then only what came since the newest step or event read (a minute of
+        overlap: the writer flushes in batches)."""
         path = getattr(self.ctx.options, "store", None)
         if not path:
             return [], [], []
@@ -129,7 +140,16 @@ class AttemptsView(PollingView):
             from monitor.store import RunStore
 
             self._store = RunStore(path, create=False)
-        return job_history(self._store)
+        since = None if self._seen is None else self._seen - OVERLAP_S
+        steps, events, flags = job_history(self._store, since)
+        self._kept_steps.update((_step_key(x), x) for x in steps)
+        self._kept_events.update((_event_key(e), e) for e in events if e.kind != "progress")
+        times = [float(x.end_time) for x in steps if x.end_time is not None] + \
+            [float(e.time) for e in events if e.time is not None]
+        if times:
+            self._seen = max([*times, self._seen or 0.0])
+        progress = [e for e in events if e.kind == "progress"]
+        return list(self._kept_steps.values()), [*self._kept_events.values(), *progress], flags
 
     def _to_wandb(self, doc: dict[str, Any], now: float) -> None:
         """Log to wandb when an attempt starts or ends, and at most every minute otherwise."""
