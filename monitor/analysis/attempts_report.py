@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from monitor.analysis.attempts import BUCKETS
+from monitor.analysis.cadence import duration
 
 _SHORT = {"productive": "productive", "redone": "redone", "overhead": "start-up",
           "checkpoint": "saves", "validation": "validation", "between_steps": "between steps",
@@ -15,21 +16,12 @@ _SHORT = {"productive": "productive", "redone": "redone", "overhead": "start-up"
           "after_last_step": "after the last step", "between_attempts": "between attempts"}
 
 
-def _dur(seconds: float) -> str:
-    s = max(0.0, float(seconds))
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.2f} h"
-
-
 def _when(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(t)))
 
 
 def _split(seconds: Mapping[str, float], keys) -> str:
-    parts = [f"{_SHORT[k]} {_dur(seconds[k])}" for k in keys if seconds.get(k, 0.0) >= 0.5]
+    parts = [f"{_SHORT[k]} {duration(seconds[k])}" for k in keys if seconds.get(k, 0.0) >= 0.5]
     return ", ".join(parts) or "nothing booked"
 
 
@@ -49,7 +41,7 @@ def attempt_lines(ledger: Mapping[str, Any]) -> list[str]:
         resumed = f", resumed from step {a['resumed_from']}" if a["resumed_from"] is not None \
             else ""
         redone = f" ({a['redone_steps']} redone)" if a["redone_steps"] else ""
-        out.append(f"  #{a['attempt']} {_when(a['start'])} UTC, {_dur(a['wall'])}: {steps}"
+        out.append(f"  #{a['attempt']} {_when(a['start'])} UTC, {duration(a['wall'])}: {steps}"
                    f"{redone}{resumed}; {a['ended_by']}"
                    + (f": {a['detail']}" if a["detail"] else ""))
         out.append(f"      {_split(a['seconds'], BUCKETS)}")
@@ -60,7 +52,7 @@ def job_lines(ledger: Mapping[str, Any]) -> list[str]:
     """The job's sums, ETTR and each failure's cost."""
     secs = ledger["seconds"]
     ettr = ledger.get("ettr")
-    out = [f"  job: {_dur(ledger['wall'])} over {len(ledger['attempts'])} attempt(s), "
+    out = [f"  job: {duration(ledger['wall'])} over {len(ledger['attempts'])} attempt(s), "
            f"{ledger['failures']} failure(s), {ledger['steps_redone']} step(s) redone, "
            f"{ledger['saves']} checkpoint save(s); ETTR "
            + (f"{ettr * 100:.1f}%" if ettr is not None else "unknown")
@@ -69,7 +61,7 @@ def job_lines(ledger: Mapping[str, Any]) -> list[str]:
     out += [f"  ({p})" for p in ledger.get("premises") or []]
     for c in ledger.get("failure_costs") or []:
         back = "" if c["back"] else " so far (no later attempt got back there)"
-        out.append(f"  failure #{c['attempt']} ({c['ended_by']}) cost {_dur(c['seconds'])}"
+        out.append(f"  failure #{c['attempt']} ({c['ended_by']}) cost {duration(c['seconds'])}"
                    f"{back}: from its last step to step {c['step']} done again")
     return out
 

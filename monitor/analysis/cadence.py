@@ -28,13 +28,16 @@ from monitor.records import StepRecord
 OFF_BY = 2.0
 
 
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, float(seconds))
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
+def duration(seconds: float) -> str:
+    """Seconds in words: tenths under 10 s, whole seconds under 2 min, then minutes, hours."""
+    s = max(0.0, float(seconds))
+    if s < 10:
+        return f"{s:.1f} s"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.2f} h"
 
 
 def save_freq(job_config: Mapping[str, Any] | None) -> int | None:
@@ -109,7 +112,7 @@ def cadence(ledger: Mapping[str, Any], steps: list[StepRecord],
     if mtbf_s is not None and mtbf_s > 0:
         mtbf, mtbf_how = float(mtbf_s), "given"
     elif failures:
-        mtbf, mtbf_how = up / failures, f"{failures} failure(s) over {_duration(up)} of attempts"
+        mtbf, mtbf_how = up / failures, f"{failures} failure(s) over {duration(up)} of attempts"
     else:
         mtbf, mtbf_how = None, ""
     step_s = step_seconds(steps, atts, freq)
@@ -148,8 +151,8 @@ def _r(value: float | None) -> float | None:
 def advice_text(c: Mapping[str, Any]) -> str:
     """The cadence in words: the interval that loses least, beside the job's."""
     best, freq = int(c["interval_steps"]), c.get("save_freq")
-    why = (f"sqrt(2 x save {_duration(c['save_cost_s'])} x MTBF {_duration(c['mtbf_s'])}) = "
-           f"{_duration(c['interval_s'])}, {best} step(s) of {_duration(c['step_s'])}")
+    why = (f"sqrt(2 x save {duration(c['save_cost_s'])} x MTBF {duration(c['mtbf_s'])}) = "
+           f"{duration(c['interval_s'])}, {best} step(s) of {duration(c['step_s'])}")
     loss = c["expected_loss"]
     if freq is None:
         return (f"Save every {best} step(s): trainer.save_freq={best} ({why}); the log holds "
