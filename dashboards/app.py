@@ -33,7 +33,7 @@ PAGES = [
     st.Page("views/rollout.py", title="Rollout", icon=":material/dynamic_feed:", url_path="rollout"),
     st.Page("views/flags.py", title="Flags", icon=":material/flag:", url_path="flags"),
     st.Page("views/nodes.py", title="Nodes", icon=":material/dns:", url_path="nodes"),
-    st.Page("views/job.py", title="Job", icon=":material/restart_alt:", url_path="job"),
+    st.Page("views/job_attempts.py", title="Job", icon=":material/restart_alt:", url_path="job"),
 ]
 
 nav = st.navigation(PAGES)

@@ -328,13 +328,10 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
 
     set_log_timezone(getattr(args, "log_timezone", None))
     parsed = parse_file(args.log, log_end=args.log_end)
-    steps, events = parsed.steps, parsed.events
     telemetry, gpu, host = _align(args, parsed, gpu, host)
     use_gpu = use_gpu_frame(args, telemetry)
     more = list(getattr(args, "more_logs", None) or [])
-    from monitor.analysis.attempt_logs import join_logs  # each log's attempts, in time order
-
-    steps, events = join_logs([(args.log, parsed), *((p, parse_file(p)) for p in more)])
+    steps, events = _join(args.log, parsed, more)
     if getattr(args, "events", None):
         events = merge_events(events, read_events(args.events))
 
@@ -344,8 +341,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     from monitor.logs.job_config import describe_file, read_job_config_file
 
     job_config = read_job_config_file(args.log)  # the config verl printed at the start
-    for other in more:
-        job_config = job_config or read_job_config_file(other)
+    job_config = job_config or next(filter(None, map(read_job_config_file, more)), None)
     ra = RunAnalysis(steps, gpu if use_gpu else None, host=host,
                      events=events, nccl=nccl,
                      rollout=rollout, config=config, now=_data_end(steps, gpu, host),
@@ -355,12 +351,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
 
     tell_job_config(flags, job_config)
     attribution = ra.phase_summary().to_dict("records") if use_gpu else None
-    from monitor.analysis.attempts import job_ledger
-    from monitor.analysis.cadence import cadence
-
-    ledger = job_ledger(steps, events, flags)
-    mtbf = getattr(args, "mtbf_hours", None)
-    cad = cadence(ledger, steps, job_config, mtbf_s=None if mtbf is None else mtbf * 3600.0)
+    ledger, cad = _attempts(args, steps, events, flags, job_config)
     if getattr(args, "wandb", None):
         log_to_wandb(args.wandb, steps, flags, ra.attribution() if use_gpu else None,
                      gpu if use_gpu else None, config=config, job_config=job_config,
@@ -434,6 +425,27 @@ def _align(args: argparse.Namespace, parsed: Any, gpu: pd.DataFrame, host: pd.Da
     align.shift(parsed.steps, parsed.events, offset)
     return {"aligned": True, "by": f"the steps of {beside}", "offset_s": round(offset, 3)}, \
         gpu, host
+
+
+def _join(log: str, parsed: Any, more: list[str]) -> tuple[list, list[Event]]:
+    """The steps and events of the log and of the job's later logs, with each log's attempt
+    marks (``<log>.attempts``, else the log as one attempt), in time order."""
+    from monitor.analysis.attempt_logs import join_logs
+    from monitor.logs.canonical_records import parse_file
+
+    return join_logs([(log, parsed), *((p, parse_file(p)) for p in more)])
+
+
+def _attempts(args: argparse.Namespace, steps: list, events: list[Event], flags: list,
+              job_config: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ledger across the job's attempts and the checkpoint cadence (``--mtbf-hours``)."""
+    from monitor.analysis.attempts import job_ledger
+    from monitor.analysis.cadence import cadence
+
+    ledger = job_ledger(steps, events, flags)
+    mtbf = getattr(args, "mtbf_hours", None)
+    return ledger, cadence(ledger, steps, job_config,
+                           mtbf_s=None if mtbf is None else mtbf * 3600.0)
 
 
 def table_file_problem(path: str, flag: str) -> str | None:

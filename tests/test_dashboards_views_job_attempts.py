@@ -1,4 +1,4 @@
-"""The Job page (dashboards/views/job.py), run by Streamlit's AppTest on a run store that
+"""The Job page (dashboards/views/job_attempts.py), run by Streamlit's AppTest on a run store that
 holds the hand-computed job of test_analysis_attempts: three attempts, a crash, a terminate."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _page(monkeypatch, store: Path, **query) -> AppTest:
     for k, v in query.items():
         at.query_params[k] = v
     at.run()
-    at.switch_page("views/job.py")
+    at.switch_page("views/job_attempts.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
