@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 from test_analysis_attempts import _job
+from test_dashboards_app import _clean  # noqa: F401 - no source from the environment, no cache
 
 from dashboards.escape import shown_text
 from monitor.store import RunStore
@@ -16,16 +16,6 @@ from monitor.store import RunStore
 pytestmark = pytest.mark.slow  # Streamlit's AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
-
-
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    for name in ("VERLMON_STORE", "VERLMON_PROMETHEUS", "VERLMON_JOB"):
-        monkeypatch.delenv(name, raising=False)
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
 
 
 def _page(monkeypatch, store: Path, **query) -> AppTest:
