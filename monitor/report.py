@@ -481,6 +481,11 @@ def _render(doc: dict[str, Any]) -> str:
     pools = _pools_section(doc.get("pools"))
     if pools is not None:
         parts.append(_section("GPU time per pool", pools))
+    from monitor.analysis.attempts_report import section as attempts_section
+
+    attempts = attempts_section(doc)
+    if attempts is not None:
+        parts.append(_section("Attempts of the job", attempts))
     flags = doc.get("flags") or []
     top = top_problem_text(doc.get("top_problem"))
     parts.append(_section(f"Flags ({len(flags)})", (top + "\n" if top else "")
