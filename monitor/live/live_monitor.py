@@ -251,7 +251,7 @@ class LiveMonitor(Recorder):
         return ViewContext(node=self.node, interval=self.interval, window=self.window,
                            tracker=self.tracker, notifier=self.notifier,
                            config=self.detect_config, options=self.options, sink=self,
-                           job_config=self.job_config.config)
+                           job_config=self.job_config.config, wandb=lambda: self.wandb_sink)
 
     def _register_alert_paths(self) -> None:
         """Slack, wandb and the store writer report on /metrics (monitor/live/alert_paths.py)."""
@@ -475,7 +475,8 @@ class LiveMonitor(Recorder):
                               now=now, reference_steps=self.window.first_steps(),
                               nccl=self.window.nccl(), rollout=self.window.rollout(),
                               on_error=self._detector_failed,
-                              printed_mode=printed_mode(job_config))
+                              printed_mode=printed_mode(job_config),
+                              job_config=job_config, actors=self.job_config.actors)
         tell_job_config(flags, job_config)
         return flags
 

@@ -24,9 +24,11 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
 
     Step end times come from line timestamps (``time_source="line"``), the capture times of a
     ``<log>.arrivals`` sidecar (``"sidecar"``), or the clocks in the text (``"tqdm"``,
-    ``"worker"``: ``monitor.logs.clocks``); the others are rebuilt from the step times ending at
-    the next measured one or at ``log_end`` (default: the file's modification time),
-    ``time_source="rebuilt"``. Records of one step printed on several lines are one record
+    ``"worker"``: ``monitor.logs.clocks``); the others are rebuilt from the step times from the
+    measured ones, or ending at ``log_end`` where the user gives it, ``time_source="rebuilt"``.
+    Clocks come only from the log: never from the file's modification time. A log with no
+    clock at all has relative times (the first step starts at 0; ``ParsedLog.clock`` is
+    ``"relative"``). Records of one step printed on several lines are one record
     (``monitor.logs.merge``). Events without a time take the end time of the step before
     them; in a log with neither timestamps nor steps, they take ``log_end`` (their data then
     says ``time_from: "log_end"``). Raises ``LogReadError`` for a missing or unreadable file.
@@ -53,8 +55,9 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
         if captured is not None:
             captured.close()
     raw = [item for item in ordered if isinstance(item, StepRecord)]
-    end = log_end if log_end is not None else mtime
-    _distrust_dates(raw, end, parser.stats)
+    end = log_end
+    # a date after the file's last write cannot be true (the file is only a bound, not a clock)
+    _distrust_dates(raw, log_end if log_end is not None else mtime, parser.stats)
     if captured is not None:
         for rec in raw:
             if rec.time_source == "arrival":
@@ -65,10 +68,26 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     rebuild_times(steps, end, parser.clock)
     ordered = [parts.get(id(item), item) if isinstance(item, StepRecord) else item
                for item in _drop_out_of_turn_resumes(ordered, parts)]
-    events = _time_events(ordered, end)
+    clock = clock_kind(steps, log_end)
+    events = _time_events(ordered, end, dated=clock != "relative")
+    if clock == "none" and any(e.time is not None for e in events):
+        clock = "absolute"  # no step, but dated lines date its events
     side_files = [] if captured is None else [*captured.problems, *filter(None, [captured.ended])]
-    return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt,
-                     side_files=side_files)
+    return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt, parser.actors,
+                     clock, side_files)
+
+
+def clock_kind(steps: list[StepRecord], log_end: float | None) -> str:
+    """``"absolute"`` when a step end is dated (a stamp, a capture time, a dated line, a bar
+    placed by one) or the user gave the log's end; ``"relative"`` when steps have times but
+    none is dated (relative to the first step's start); ``"none"`` without steps."""
+    from monitor.logs.clocks import DATED
+
+    if not steps:
+        return "none"
+    if log_end is not None or any(s.time_source in DATED for s in steps):
+        return "absolute"
+    return "relative"
 
 
 def _drop_out_of_turn_resumes(ordered: list[Item], parts: dict[int, StepRecord]
@@ -175,9 +194,12 @@ def _iter_with_format(path: Path, parser: LogParser,
     yield from parser.flush()
 
 
-def _time_events(ordered: list[Item], log_end: float | None = None) -> list[Event]:
-    """Events in log order; those without a time get the previous step's end time, or
-    ``log_end`` where no step has a time (a traceback pasted on its own)."""
+def _time_events(ordered: list[Item], log_end: float | None = None,
+                 dated: bool = True) -> list[Event]:
+    """Events in log order; those without a time get the previous step's end time, or the time
+    of the last dated line before them where that is later (``dated``: the steps' times are
+    dates too) or no step came before (a traceback in a log of dated lines, no step), or
+    ``log_end`` where the user gave it; else they keep no time."""
     events: list[Event] = []
     last_end: float | None = None
     first_step = next((item for item in ordered if isinstance(item, StepRecord)), None)
@@ -187,9 +209,16 @@ def _time_events(ordered: list[Item], log_end: float | None = None) -> list[Even
         if isinstance(item, StepRecord):
             last_end = item.end_time
             continue
+        before = item.data.pop("dated_before", None)
         if item.time is None and last_end is not None:
             item.time = last_end
+            if dated and before is not None and before > last_end:
+                item.time = before
             item.data.setdefault("time_rebuilt", True)
+        elif item.time is None and before is not None and (dated or first_step is None):
+            item.time = before
+            item.data.setdefault("time_rebuilt", True)
+            item.data.setdefault("time_from", "dated_line")
         elif item.time is None and log_end is not None:
             item.time = log_end
             item.data.setdefault("time_rebuilt", True)
