@@ -356,7 +356,7 @@ def test_log_text_reaches_the_terminal_inert(tmp_path: Path, capsys) -> None:
     code, out, _ = run_cli(capsys, str(log))
     assert code == 0
     assert acting(out) == []
-    assert out.count("\\x1b]52;c;cm0gLXJmIH4vKgo=\\x07") == 2  # shown, not acted on
+    assert out.count("\\x1b]52;c;cm0gLXJmIH4vKgo=\\x07") >= 2  # shown, not acted on
     assert "\\u202e gnp.exe" in out
 
 

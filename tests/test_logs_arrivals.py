@@ -163,22 +163,47 @@ def test_offsets_that_go_back_are_not_used(tmp_path: Path) -> None:
 
 def test_a_sidecar_that_ends_early_times_only_the_lines_it_covers(tmp_path: Path) -> None:
     """Round 5 N16: ``run`` killed at 8 s of 25 one-second steps; the job went on writing.
-    The lines past the sidecar's last record are not given its time (a 4.98 s run with step
-    timers at 501.9%): they are rebuilt from their step times, ending at the log's end."""
+    The lines past the sidecar's last chunk are not given its time (a 4.98 s run with step
+    timers at 501.9%): they are rebuilt from their step times."""
     log, offsets = write_log(tmp_path, 25)
     end = time.time()
     os.utime(log, (end, end))
-    sidecar_path(log).write_text("".join(f"{o} {end - 25 + k:.6f}\n"
+    sidecar_path(log).write_text("".join(f"{o} {end - 25 + k:.6f} {offsets[k + 1]}\n"
                                          for k, o in enumerate(offsets[:4])))
     doc = analyze_doc(log)
-    assert sources(doc)[:3] == ["sidecar"] * 3
+    assert sources(doc)[:4] == ["sidecar"] * 4
     assert set(sources(doc)[4:]) == {"rebuilt"}
     ends = [s["end_time"] for s in doc["steps"]]
-    assert ends[-1] == pytest.approx(end)
-    assert ends == sorted(ends)
-    assert ends[-1] - ends[4] == pytest.approx(20.0)  # rebuilt: one second a step
-    assert ends[-1] - ends[0] == pytest.approx(25.0, abs=0.5)  # not 4.98 s
+    # each later step one second (its timer) after the one before: 24 s from the first
+    # step's end to the last's, not the 4.98 s run every later line at one time gave
+    assert [b - a for a, b in zip(ends, ends[1:], strict=False)] == pytest.approx([1.0] * 24,
+                                                                                abs=1e-3)
     assert "capture times end" in said(doc)
+
+
+def test_an_older_sidecars_last_record_times_only_what_the_step_timers_allow(tmp_path: Path
+                                                                             ) -> None:
+    """The same with a sidecar of an older ``run`` (no chunk ends): its last record's chunk
+    has no known end, so the step lines after its first are given its time only while their
+    timers allow it (lines captured together were printed within a second of each other)."""
+    log = tmp_path / "job.log"
+    lines = [step_text(n, 2.0) for n in range(1, 11)]
+    log.write_text("".join(lines))
+    offsets = [sum(len(x.encode()) for x in lines[:k]) for k in range(10)]
+    end = time.time()
+    sidecar_path(log).write_text("".join(f"{o} {end - 100 + 2 * k:.6f}\n"
+                                         for k, o in enumerate(offsets[:4])))
+    doc = analyze_doc(log)
+    assert sources(doc) == ["sidecar"] * 4 + ["rebuilt"] * 6
+    ends = [s["end_time"] for s in doc["steps"]]
+    assert [b - a for a, b in zip(ends, ends[1:], strict=False)] == pytest.approx([2.0] * 9,
+                                                                                abs=1e-3)
+    assert "older verl-monitor run" in said(doc)
+    # a finished run's last chunk (its last step, the final validation, the bar) keeps it
+    sidecar_path(log).write_text("".join(f"{o} {end - 100 + 2 * k:.6f}\n"
+                                         for k, o in enumerate(offsets)))
+    doc = analyze_doc(log)
+    assert sources(doc) == ["sidecar"] * 10 and not said(doc)
 
 
 def test_the_writer_records_where_each_chunk_ends(tmp_path: Path) -> None:

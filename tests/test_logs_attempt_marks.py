@@ -65,7 +65,7 @@ def test_an_attempts_file_that_is_a_fifo_or_a_device_is_not_waited_on(tmp_path):
     for make in (lambda p: os.mkfifo(p), lambda p: os.symlink("/dev/zero", p)):
         make(marks_path(log))
         out: list = []
-        t = threading.Thread(target=lambda: out.append(read_marks(log)), daemon=True)
+        t = threading.Thread(target=lambda got=out: got.append(read_marks(log)), daemon=True)
         t.start()
         t.join(10)
         assert not t.is_alive() and out == [[]]

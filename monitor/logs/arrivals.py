@@ -5,9 +5,9 @@ The log itself stays exactly what the job printed (other tools keep reading it);
 per chunk of lines captured together: the byte offset in the log where that line (the chunk's
 first line) starts, the unix time it was captured, and the offset where the chunk ends (older
 sidecars have no ``<end>``: a chunk then ends where the next record starts, and the last one
-after its first line). A line starting at offset ``o`` was captured at the time of the record
-whose chunk holds ``o``; a line past the last chunk (``run`` was killed while the job went on)
-has no capture time. An offline ``analyze`` of the log (or an exporter started after the job)
+where its step lines' timers say it must). A line starting at offset ``o`` was captured at the
+time of the record whose chunk holds ``o``; a line past the last chunk (``run`` was killed
+while the job went on) has no capture time. An offline ``analyze`` of the log (or an exporter started after the job)
 can then give each line the time it was really printed.
 """
 
@@ -161,7 +161,9 @@ class CaptureTimes:
     finite, before 2000, after the log's last write, or going back),
     bytes past what a sidecar of this log can hold. A sidecar that ends before the log (``run``
     was killed, or exited while a grandchild still wrote) times the lines it covers only: the
-    later ones get no time (None) and are timed by the log's other clocks.
+    later ones get no time (None) and are timed by the log's other clocks. An older sidecar's
+    last record says no chunk end: it times every later line (``open_ts``), and the reader
+    keeps only what the step timers allow (``files.parse_file``).
     """
 
     def __init__(self, fh: BinaryIO | None, path: str, *, log_size: int | None = None,
@@ -182,6 +184,9 @@ class CaptureTimes:
         self._cur: Record | None = None
         self._next: Record | None = None
         self._ended_at: int | None = None
+        #: the time of an older sidecar's last record (no chunk end) when it timed lines past
+        #: its first: how far that chunk went is not known (see ``files.parse_file``)
+        self.open_ts: float | None = None
 
     def __enter__(self) -> CaptureTimes:
         return self
@@ -207,8 +212,11 @@ class CaptureTimes:
         cur = self._cur
         if cur is None:
             return None
-        end = cur.end if cur.end is not None else (
-            self._next.offset if self._next is not None else cur.offset + 1)
+        if cur.end is None and self._next is None:  # an older sidecar's last record
+            if offset > cur.offset:
+                self.open_ts = cur.ts
+            return cur.ts
+        end = cur.end if cur.end is not None else self._next.offset  # type: ignore[union-attr]
         if offset >= end:
             if self._next is None and self._ended_at is None and cur.ts is not None:
                 self._ended_at = end
