@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import threading
 from pathlib import Path
 
 from hang_standins import FIXTURES, as_rank, real_dump, start_standin, stop, write_dump
+from threads import in_thread
 
 from monitor.hang.dump import DumpError, parse_dump, read_dump_dir
 from monitor.hang.localize import localize_dumps
@@ -27,16 +27,6 @@ def deep_pickle(depth: int = 200_000) -> bytes:
     marker = b"X\x04\x00\x00\x00DEEP"
     assert raw.count(marker) == 1
     return raw.replace(marker, b"]" * depth + b"a" * (depth - 1))
-
-
-def in_thread(fn, within: float = 10.0):
-    """``fn()``'s result, or AssertionError when it is still running after ``within`` s."""
-    out: list = []
-    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
-    t.start()
-    t.join(within)
-    assert not t.is_alive(), "blocked"
-    return out[0]
 
 
 def test_a_fifo_named_like_a_dump_is_refused_not_waited_on(tmp_path: Path) -> None:

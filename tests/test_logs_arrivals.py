@@ -55,7 +55,6 @@ def test_a_sidecar_of_other_bytes_is_started_again(tmp_path: Path) -> None:
 # --- issue 41 item 2: the sidecar read like the log; item 6: one that ends early ------------
 
 import os  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
 
@@ -64,6 +63,7 @@ import pytest  # noqa: E402
 from monitor.logs.canonical_records import parse_file  # noqa: E402
 from monitor.report import render_text  # noqa: E402
 from tests.real_logs import analyze_doc  # noqa: E402
+from tests.threads import in_thread  # noqa: E402
 
 
 def step_text(n: int, step_s: float = 1.0) -> str:
@@ -81,16 +81,6 @@ def write_log(folder: Path, steps: int, name: str = "job.log") -> tuple[Path, li
         offsets.append(pos)
         pos += len(line.encode())
     return log, offsets
-
-
-def in_thread(fn, within: float = 10.0):
-    """``fn()``'s result, or AssertionError when it still runs after ``within`` s (a hang)."""
-    out: list = []
-    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
-    t.start()
-    t.join(within)
-    assert not t.is_alive(), "blocked"
-    return out[0]
 
 
 def sources(doc: dict) -> list[str]:

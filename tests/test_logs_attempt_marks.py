@@ -59,14 +59,11 @@ def test_an_attempts_file_that_is_a_fifo_or_a_device_is_not_waited_on(tmp_path):
     """Issue 41 item 2: ``<log>.attempts`` is read like the log: a FIFO there would block the
     reader for good, a link to /dev/zero would be read without end."""
     import os
-    import threading
+
+    from tests.threads import in_thread
 
     log = tmp_path / "train.log"
     for make in (lambda p: os.mkfifo(p), lambda p: os.symlink("/dev/zero", p)):
         make(marks_path(log))
-        out: list = []
-        t = threading.Thread(target=lambda got=out: got.append(read_marks(log)), daemon=True)
-        t.start()
-        t.join(10)
-        assert not t.is_alive() and out == [[]]
+        assert in_thread(lambda: read_marks(log)) == []
         os.unlink(marks_path(log))

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from live_replay import Replay
+from threads import in_thread
 
 from exporters.options import ExporterOptions
 from monitor.hang.finish import clear_exit, exit_after_steps, finish_time, mark_exit, read_exit
@@ -152,17 +153,6 @@ def test_a_flag_the_last_step_completes_is_recorded_when_the_run_ends(late_s):
     assert low.end < last.end_time + 2.0  # closed when the run ended, however late read
 
 
-def _returns_within(fn, seconds: float = 10.0):
-    import threading
-
-    out: list = []
-    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), "blocked"
-    return out[0]
-
-
 def test_an_exit_marker_that_is_a_fifo_a_device_or_huge_is_not_read(tmp_path):
     """Round 5 N9: a FIFO at ``<log>.exit`` blocked the detector loop for good (no flag ever
     opened). Now it is not read, and said once."""
@@ -170,10 +160,10 @@ def test_an_exit_marker_that_is_a_fifo_a_device_or_huge_is_not_read(tmp_path):
 
     log = tmp_path / "train.log"
     os.mkfifo(str(log) + ".exit")
-    assert _returns_within(lambda: read_exit(log)) is None
+    assert in_thread(lambda: read_exit(log)) is None
     os.unlink(str(log) + ".exit")
     os.symlink("/dev/zero", str(log) + ".exit")
-    assert _returns_within(lambda: read_exit(log)) is None
+    assert in_thread(lambda: read_exit(log)) is None
     os.unlink(str(log) + ".exit")
     with open(str(log) + ".exit", "w") as fh:
         fh.write('{"time": 1000.0, "status": 0, "pad": "' + "x" * 100_000 + '"}')
