@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
 from hang_standins import (
     as_rank,
+    job_argv,
     real_dump,
-    start_job,
     start_standin,
-    start_worker,
+    start_tree,
     stop,
+    stop_tree,
+    worker_argv,
     write_dump,
     write_job_tree,
 )
@@ -106,8 +110,11 @@ def test_py_spy_without_a_process_of_the_job_says_so(tmp_path):
     c.poll_once()
     ev = sink.events[0]
     assert ev.data["method"] == "py-spy" and "stuck" in ev.data["where"]
-    if not ev.data["where"]["who"]:  # nothing of a job on this host: said in words
-        assert "no process of the job found" in ev.data["problems"]["py-spy"]
+    assert ev.data["where"]["who"] == []  # nothing proven the job's: said in words
+    assert ev.data["problems"]["py-spy"].startswith("no process of the job is proven on this "
+                                                   "node, so no stacks are taken")
+    assert ev.message.startswith("no stacks: no process of the job is proven")
+    assert _scrape(c).get_sample_value("verlmon_hang_job_processes") == 0
 
 
 def test_py_spy_is_on_by_default_where_installed_and_off_with_the_option(tmp_path):
@@ -195,26 +202,26 @@ def test_a_worker_killed_in_the_silence_is_published_as_the_culprit(tmp_path):
     root = write_job_tree(tmp_path / "job")
     log = tmp_path / "train.log"
     log.write_text("")
-    procs = [start_job(root, "worker", log, steps=1, step_s=0.1),
-             start_worker(root, log, busy=False, title="ray::WorkerDict")]
+    raylet, (driver, worker) = start_tree(
+        [job_argv(root, "worker", log, steps=1, step_s=0.1),
+         worker_argv(root, log, "idle")], argv0=str(tmp_path / "ray/core/src/ray/raylet/raylet"))
     c, sink = _collector(tmp_path, silent_s=60.0, hang_pyspy=True, log=(str(log),))
     try:
         deadline = time.monotonic() + 20
-        while f"(WorkerDict pid={procs[1].pid}" not in log.read_text():
+        while f"(WorkerDict pid={worker}" not in log.read_text():
             assert time.monotonic() < deadline, "the worker stand-in never logged"
             time.sleep(0.05)
         c.watch_processes()  # in the silence, both alive
-        procs[1].kill()
-        procs[1].wait()
+        os.kill(worker, signal.SIGKILL)
         c.poll_once()  # past the stack limit: one py-spy round, the worker gone
     finally:
-        stop(procs)
+        stop_tree(raylet, [driver, worker])
     ev = sink.events[-1]
     if any("ptrace" in v for v in ev.data["problems"].values()):
         pytest.skip(str(ev.data["problems"]))
     assert ev.data["where"]["place"] == "gone" and ev.data["where"]["stuck"]
-    assert ev.message.startswith(f"the worker (PID {procs[1].pid}, node n0) is gone: it exited")
+    assert ev.message.startswith(f"the worker (PID {worker}, node n0) is gone: it exited")
     got = _scrape(c).get_sample_value("verlmon_hang_culprit_info", {
-        "rank": "", "pid": str(procs[1].pid), "gpu": "", "collective": "", "seq": "",
+        "rank": "", "pid": str(worker), "gpu": "", "collective": "", "seq": "",
         "frame": ""})
     assert got == 1.0

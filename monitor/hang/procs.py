@@ -365,12 +365,13 @@ def job_process_tree(logs: Iterable[str] = (), run_pid: int | None = None,
     found from a PID the followed log prints (``(TaskRunner pid=N)`` on this host) that runs as
     the log's owner under a raylet of that same user, or, with none of those, the raylet this
     exporter itself runs under (started inside the job's Ray cluster, ``deploy/ray``). A PID in
-    the log, a process title or a GPU holder alone proves nothing; the monitor (``me``, its
-    children, the run, the actor that started it) is never one.
+    the log, a process title or a GPU holder alone proves nothing; the monitor (``me``, the
+    run, the actor that started it) is never one.
     Drivers first, at most ``limit``; with none, ``why`` says what was missing."""
     table = ProcTable(proc)
     me = os.getpid() if me is None else me
-    pf = _Proof(table, {me, *table.descendants(me)} | ({run_pid} if run_pid else set()))
+    # the monitor: this process and the run (the py-spy processes it starts are no Python)
+    pf = _Proof(table, {me} | ({run_pid} if run_pid else set()))
     if run_pid:
         _from_root(pf, run_pid, "the job `verl-monitor run` started", skip_root=True)
     if job_pid:
