@@ -225,3 +225,36 @@ def test_a_worker_killed_in_the_silence_is_published_as_the_culprit(tmp_path):
         "rank": "", "pid": str(worker), "gpu": "", "collective": "", "seq": "",
         "frame": ""})
     assert got == 1.0
+
+
+def test_without_py_spy_the_log_metrics_and_the_flags_say_so_with_the_fix(tmp_path, monkeypatch,
+                                                                         caplog):
+    """Issue 38: the core install without py-spy got a `stalled` warning with no PID, no frame
+    and no word why. Now: once in the log, a /metrics series, and the flags' evidence."""
+    import logging
+
+    import monitor.live.hang_dumps as hd
+    from monitor.detect import run_all
+    from monitor.detect.flag_advice import advice_for
+
+    monkeypatch.setattr(hd, "find_pyspy", lambda: None)
+    c, sink = _collector(tmp_path, silent_s=400.0, hang_pyspy=None)
+    with caplog.at_level(logging.WARNING):
+        c.poll_once()
+        c.poll_once()  # the same silence: said once
+    said = [r.getMessage() for r in caplog.records if "py-spy is not installed" in r.getMessage()]
+    assert len(said) == 1 and "pip install py-spy" in said[0]
+    reg = _scrape(c)
+    assert reg.get_sample_value("verlmon_hang_pyspy_ready") == 0
+    problem = [s for m in reg.collect() if m.name == "verlmon_hang_pyspy_problem_info"
+               for s in m.samples]
+    assert len(problem) == 1 and "pip install py-spy" in problem[0].labels["problem"]
+    assert [e.message for e in sink.events] == [
+        "no stacks: py-spy is not installed, so a stuck job's process and line cannot be named: "
+        "pip install py-spy"]
+    steps = c.ctx.window.recent_steps(8)
+    flags = run_all(steps, None, None, sink.events, now=time.time())
+    stalled = [f for f in flags if f.kind == "stalled"]
+    assert stalled and "Where (py-spy): no stacks: py-spy is not installed" in \
+        stalled[0].evidence and "pip install py-spy" in stalled[0].evidence
+    assert stalled[0].advice == advice_for("stalled")  # no place read: no place's advice

@@ -43,12 +43,13 @@ class StackRound:
         culprits = [{"rank": -1 if w.rank is None else w.rank, "reason": w.describe(),
                      "pid": w.pid, "node": w.node or node, "gpu": w.gpu, "frame": str(w.frame) if w.frame else "", "pg": "",
                      "collective": "", "seq": None} for w in (v.who if v.stuck else [])]
-        message = v.summary()
+        message, where = v.summary(), v.to_dict()
         if not self.wheres and not self.gone and self.problems:  # why there is no stack
             message = "no stacks: " + "; ".join(dict.fromkeys(self.problems.values()))[:600]
+            where["place"] = ""  # no place read: no advice of a place
         return Event("hang_dump", when, message=message, data={
             "method": "py-spy", "seconds": round(self.seconds, 3), "node": node,
-            "waiting": collective, "culprits": culprits, "where": v.to_dict(),
+            "waiting": collective, "culprits": culprits, "where": where,
             "problems": dict(self.problems)})
 
 
