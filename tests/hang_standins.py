@@ -224,7 +224,12 @@ URL = None
 def normalize_final_answer(answer):
     while True:
         answer = re.sub(r"(\\\\s)+", " ", answer + " x")[-200:]
+def _stuck_in_verifier(answer):
+    import time
+    time.sleep(3600)
 def compute_score(data_source, solution_str, ground_truth, extra_info):
+    if solution_str == "sleep":
+        return _stuck_in_verifier(solution_str)
     if URL:
         return requests.post(URL, json={"s": solution_str}).json()["score"]
     if solution_str == "hang":
@@ -261,11 +266,13 @@ class LocalGroup:
             from verl.single_controller.ray.base import RayWorkerGroup
             return RayWorkerGroup().generate_sequences(batch)
         time.sleep(step_s)
-        return "hang" if case == "reward" and self.calls > steps else "fine"
+        if self.calls > steps and case in ("reward", "reward_sleep"):
+            return "hang" if case == "reward" else "sleep"
+        return "fine"
 def log(step):
     with open(log_path, "a") as fh:
         fh.write(f"(TaskRunner pid={os.getpid()}) step:{step} - timing_s/step:{step_s:.3f}"
-                 f" - timing_s/gen:{step_s:.3f}\\n")
+                 f" - timing_s/gen:{step_s:.3f} - timing_s/reward:0.010\\n")
     if case == "http" and step == steps:
         user_reward.URL = sys.argv[5]
     if case == "none" and step == steps:

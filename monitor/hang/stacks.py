@@ -1,7 +1,7 @@
 """One round of py-spy stacks of the job's local processes, judged, as a ``hang_dump`` event.
 
 The exporter's ``flight_recorder`` collector calls :func:`stack_round` when the log falls
-silent: the job's processes (``monitor.hang.procs.find_job_processes``) are dumped with py-spy
+silent: the job's processes (``monitor.hang.procs.job_process_tree``) are dumped with py-spy
 (every thread), each dump is classified (``monitor.hang.where``) and the node's verdict goes
 into the event the ``hang`` detector reads. With a folder, each dump is also written as
 ``<unix_ts>_<role>_<pid>.txt`` (safely: ``monitor.hang.stack_files``) so that ``verl-monitor
