@@ -25,6 +25,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.safe_write import UnsafeFolder, open_private_dir, write_new
+
+__all__ = ["MAX_BYTES", "RETENTION_S", "StackFolder", "UnsafeFolder", "dump_name",
+           "open_private_dir"]
+
 #: Seconds of dumps kept before the newest (the run store's default ``retention_s``).
 RETENTION_S = 6 * 3600.0
 #: Bytes of dumps kept at most (the oldest go first).
@@ -32,11 +37,6 @@ MAX_BYTES = 256 * 1024 * 1024
 #: Seconds between two trims.
 TRIM_EVERY_S = 300.0
 _NAME = re.compile(r"^(?P<ts>\d+(?:\.\d+)?)_(?P<role>[A-Za-z_]+)_(?P<pid>\d+)\.txt$")
-_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-
-
-class UnsafeFolder(OSError):
-    """The folder is not one this process may write into safely; the text says why."""
 
 
 def dump_name(when: float, role: str, pid: int) -> str:
@@ -44,54 +44,6 @@ def dump_name(when: float, role: str, pid: int) -> str:
     ``analyze --stacks`` reads it."""
     safe = re.sub(r"[^A-Za-z_]", "_", role or "process") or "process"
     return f"{when:.3f}_{safe}_{int(pid)}.txt"
-
-
-def open_private_dir(path: str | Path, uid: int | None = None) -> int:
-    """A descriptor of ``path`` as a folder only ``uid`` (this process's) may write: created
-    with mode 0700 when missing; refused (:class:`UnsafeFolder`) when it is a link, not a
-    folder, or someone else's; tightened to 0700 when it is ours with a looser mode."""
-    p = os.fspath(path)
-    uid = os.geteuid() if uid is None else uid
-    try:
-        os.mkdir(p, 0o700)
-    except FileExistsError:
-        pass
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(p, flags)
-    except OSError as exc:
-        if os.path.islink(p):
-            raise UnsafeFolder(f"{p} is a symbolic link: not written through") from None
-        raise UnsafeFolder(f"{p}: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISDIR(st.st_mode):
-            raise UnsafeFolder(f"{p} is not a folder")
-        if st.st_uid != uid:
-            raise UnsafeFolder(f"{p} belongs to uid {st.st_uid}, not to this exporter's "
-                               f"(uid {uid}): not written into")
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            os.fchmod(fd, 0o700)
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def write_new(dir_fd: int, name: str, text: str) -> None:
-    """Create ``name`` in the folder ``dir_fd`` (mode 0600) and write ``text``; an existing
-    name, a link among them, is an error (``FileExistsError``, ``OSError``): never followed,
-    never overwritten."""
-    if "/" in name or name in ("", ".", ".."):
-        raise OSError(f"{name!r} is not a plain file name")
-    fd = os.open(name, _FLAGS, 0o600, dir_fd=dir_fd)
-    try:
-        data = text.encode("utf-8", "replace")
-        while data:
-            n = os.write(fd, data)
-            data = data[n:]
-    finally:
-        os.close(fd)
 
 
 @dataclass
