@@ -25,6 +25,15 @@ whatever the GPUs do, with the advice for that place. A round that finds a long 
 phase (validation, a checkpoint, a generation) keeps the flag quiet; ``stalled`` says it later.
 A silence that starts at the run's end (``monitor.hang.finish``) is no silence.
 
+Held past its normal time (issue 39), the first to speak: the exporter reads the driver every
+``hang.sample_s`` seconds through the whole run and publishes a ``hang_dump`` event with
+``data["hold"]`` once a place has been held past its limit (``monitor.hang.dwell``: twice its
+phase's longest step timer or its longest earlier hold, plus a margin); offline, the same holds
+come from replaying the saved rounds (:func:`hold_events`). A stuck verdict is the flag at once,
+in any phase, whatever the silence so far; a long place (generation, validation, checkpoint,
+kernel) only against its own history and while no GPU of its node computes. The evidence says
+"in compute_score for 40 s; reward takes at most 0.8 s a step in this run (limit 15 s)".
+
 A rank gone: a process of the job that was alive after the last step and is gone (killed or
 crashed) is named as the likely cause, "the worker (PID N, GPU g) is gone: it exited N s after
 the last step (killed or crashed); the others wait in a collective for it", with the advice to

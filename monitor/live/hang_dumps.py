@@ -2,11 +2,16 @@
 job's processes (on by default where py-spy is installed; ``--no-hang-pyspy`` turns them off)
 and Flight Recorder dumps (``--fr-dir``).
 
+Every ``WATCH_S`` seconds it finds the job's local processes, each proven the job's
+(``monitor.hang.procs.job_process_tree``: under ``verl-monitor run``'s job, ``--hang-job-pid``
+or the job's own raylet, as the job's user; hints alone prove nothing, and without a proof no
+stack is taken and the log, the event and ``verlmon_hang_job_processes`` say why). Every
+``hang.sample_s`` seconds through the whole run it reads the driver (``monitor.hang.sampler``:
+py-spy without pausing it) and publishes a place held past its normal time as an over-event.
 Every poll (1 s) the collector checks the silence cheaply (the newest steps in the window).
 Once no step has arrived for ``hang.stack_multiple`` recent step times (at least
-``hang.min_seconds``) it finds the job's local processes without configuration (the Ray prefixes
-of the followed log, Ray process titles, the children of ``verl-monitor run``, the GPU holders:
-monitor/hang/procs.py), dumps each with py-spy (every thread), says where each is
+``hang.min_seconds``) it dumps each of the job's processes with py-spy (every thread, all at
+once within ``pyspy_timeout_s``; none outlives the exporter), says where each is
 (monitor/hang/where.py), adds the job's processes that went away since the last step (the
 collector looks for them every ``WATCH_S`` seconds and checks every poll that each still runs:
 ``GoneWatch``; a rank killed or crashed is named as ``gone``) and publishes a ``hang_dump``
@@ -23,8 +28,12 @@ Exported, per rank and process group of the last round:
 ``verlmon_fr_pending_info{rank, pg, collective, state, seq}``, ``verlmon_hang_culprit_info{rank,
 pid, gpu, collective, seq, frame}``, ``verlmon_hang_where_info{role, pid, place, phase, frame, detail}``
 (1 for the process named as stuck); and ``verlmon_hang_dump_rounds_total{method, result}``,
-``verlmon_hang_dump_seconds`` (how long the last round took). Every step that cannot run (no
-FIFO, no permission, no py-spy) is in ``last_error`` in words and in the event's ``problems``.
+``verlmon_hang_dump_seconds`` (how long the last round took); ``verlmon_hang_held_seconds``,
+``verlmon_hang_held_normal_seconds``, ``verlmon_hang_held_limit_seconds`` (the driver's current
+place), ``verlmon_hang_pyspy_ready`` and ``verlmon_hang_pyspy_problem_info{problem}`` (py-spy
+missing or without ptrace rights, with the fix), ``verlmon_hang_job_processes``. Every step that
+cannot run (no FIFO, no permission, no py-spy) is in ``last_error`` in words and in the event's
+``problems``; py-spy's own problems are also said once in the exporter's log.
 """
 
 from __future__ import annotations
