@@ -9,6 +9,7 @@ helper, reusable elsewhere.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Any
 
@@ -64,11 +65,21 @@ def num(value: Any, fmt: str = ".1f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
+#: Set while a report of a log with relative times is written (``render_text``): times are
+#: then offsets from the run's start, never dates.
+_RELATIVE: ContextVar[bool] = ContextVar("relative_times", default=False)
+
+
 def when(ts: Any) -> str:
-    """Unix seconds as 'YYYY-MM-DD HH:MM:SS UTC'."""
+    """Unix seconds as 'YYYY-MM-DD HH:MM:SS UTC'; in a report of a log without a clock
+    (relative times), the offset from the run's start as '+H:MM:SS (run time)'."""
     v = _num(ts)
     if v is None:
         return "-"
+    if _RELATIVE.get():
+        sign = "-" if v < 0 else "+"
+        whole = int(round(abs(v)))
+        return f"{sign}{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d} (run time)"
     return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
@@ -81,6 +92,8 @@ def times_estimated(summary: dict[str, Any]) -> bool:
     """True when the run's dates were not measured (``wall.dated``): rebuilt from the step
     times, or tqdm's spacing placed to end at the log's end."""
     wall = summary.get("wall") or {}
+    if _RELATIVE.get():
+        return False  # run time says it already
     return bool(wall) and wall.get("clock") is not None and not wall.get(
         "dated", wall.get("measured", True))
 
@@ -394,7 +407,16 @@ def top_problem_text(top: dict[str, Any] | None) -> str:
 
 
 def render_text(doc: dict[str, Any]) -> str:
-    """The whole report as text (see the module docstring for ``doc``)."""
+    """The whole report as text (see the module docstring for ``doc``). A log without a
+    clock (``doc["clock"] == "relative"``) has its times written as run time, not dates."""
+    token = _RELATIVE.set(doc.get("clock") == "relative")
+    try:
+        return _render(doc)
+    finally:
+        _RELATIVE.reset(token)
+
+
+def _render(doc: dict[str, Any]) -> str:
     summary = doc["summary"]
     head = [f"verl-monitor analyze: {doc.get('log', '')}"]
     parse = doc.get("parse") or {}
@@ -406,6 +428,18 @@ def render_text(doc: dict[str, Any]) -> str:
             else ""
         )
     )
+    if doc.get("clock") == "relative":
+        head.append("  times: relative to the run's start (+H:MM:SS): no line of the log dates "
+                    "its steps (no timestamp, dated line or .arrivals file)")
+    telemetry = doc.get("telemetry") or {}
+    if telemetry.get("aligned") is False:
+        head.append(f"  GPU/host samples not used: {telemetry.get('why', '')}")
+    printed = doc.get("job_config") or {}
+    if printed.get("found"):
+        sections = ", ".join(printed.get("sections") or [])
+        head.append("  printed config: " + (f"read whole ({sections})" if printed.get("whole")
+                    else f"read in part: it has {sections or 'no whole section'}; the rest "
+                    "was cut short, so what is not there is not known"))
     mode = doc.get("trainer_mode")
     if mode:
         head.append(f"  trainer: {MODE_WORDS.get(mode, mode)}" + (
@@ -446,4 +480,23 @@ def render_text(doc: dict[str, Any]) -> str:
     parts.append(_section(f"Flags ({len(flags)})", (top + "\n" if top else "")
                           + _flags_section(flags, ESTIMATED if times_estimated(summary)
                                            else "")))
+    premises = premises_section(doc.get("premises") or [])
+    if premises:
+        parts.append(_section("Not judged (a premise fails or cannot be judged)", premises))
     return "\n\n".join(parts) + "\n"
+
+
+def premises_section(judged: list[dict[str, Any]]) -> str:
+    """The readings the detectors did not make, grouped by why: premises that fail ("does
+    not apply") and premises that could not be judged ("unknown"), one line per reason."""
+    groups: dict[tuple[bool | None, str, str], list[str]] = {}
+    for j in judged:
+        key = (j.get("holds"), str(j.get("needs", "")), str(j.get("why", "")))
+        reading = str(j.get("reading", ""))
+        if not reading.startswith("advice:"):
+            groups.setdefault(key, []).append(reading)
+    lines = []
+    for (holds, needs, why), readings in groups.items():
+        verdict = "does not apply" if holds is False else "unknown"
+        lines.append(f"  {', '.join(readings)}: {verdict}: needs {needs}; {why}.")
+    return "\n".join(lines)

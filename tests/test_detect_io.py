@@ -9,8 +9,10 @@ from monitor.frames import empty_gpu_frame, empty_host_frame
 from monitor.records import TRAINING_PHASES
 
 
-def _ctx(steps, gpu, host):
-    return make_context(steps, gpu, host, [], load_config())
+def _ctx(steps, gpu, host, job_config=None, actors=("TaskRunner",)):
+    """The builders' steps as verl's synchronous trainer prints them (its driver TaskRunner)."""
+    return make_context(steps, gpu, host, [], load_config(), job_config=job_config,
+                        actors=actors)
 
 
 def _troughs(from_step):
@@ -93,6 +95,41 @@ def test_a_data_stall_before_the_step_timer_is_flagged_with_host_evidence():
     assert "5.0 s per step passed before the step timer started" in f.evidence
     assert "busiest CPU core averaged 100%" in f.evidence
     assert any("data.dataloader_num_workers" in a for a in f.advice)
+
+
+def _data_wait_flags(ctx):
+    return [f for f in detect_io_starvation(ctx) if f.scope.get("phase") == "data_wait"]
+
+
+def test_a_gap_before_the_timer_is_no_data_stall_where_the_trainer_fetches_no_batch_there():
+    """The same 5 s gaps: verl's V1 trainer fetches its batch inside the step timer, the
+    fully-async trainer takes samples from its queue inside timing_s/gen; neither waited on a
+    data loader between steps, so neither gets the data-wait reading (issue 37)."""
+    steps = _stalled_steps()
+    gpu = make_gpu(steps, n_gpus=2)
+    host = make_host(gpu, edit=_pegged(0))
+    assert len(_data_wait_flags(_ctx(steps, gpu, host))) == 1  # the legacy trainer: flagged
+    v1 = _ctx(steps, gpu, host, job_config={"trainer": {"use_v1": True}}, actors=())
+    assert _data_wait_flags(v1) == []
+    assert any(j.premise == "fetches_batches_before_timer" and j.holds is False
+               and "V1" in j.why for j in v1.judged)
+    assert _data_wait_flags(_ctx(steps, gpu, host, actors=("TaskRunnerV1",))) == []
+    for r in steps:
+        r.metrics = {"fully_async/trainer/idle_ratio": 0.1, "timing_s/step": r.total}
+    fa = _ctx(steps, gpu, host, actors=())
+    assert _data_wait_flags(fa) == []
+    assert any("message queue" in j.why for j in fa.judged)
+
+
+def test_a_gap_before_the_timer_is_not_read_where_nothing_says_which_trainer_ran():
+    """No printed config, no driver name, keys of no known version: unknown, so nothing is
+    raised, and the premise is kept with why (the report's "not judged" list)."""
+    steps = _stalled_steps()
+    gpu = make_gpu(steps, n_gpus=2)
+    ctx = _ctx(steps, gpu, make_host(gpu, edit=_pegged(0)), actors=())
+    assert _data_wait_flags(ctx) == []
+    (j,) = [j for j in ctx.judged if j.premise == "fetches_batches_before_timer"]
+    assert j.holds is None and "trainer.use_v1" in j.why
 
 
 def test_steps_back_to_back_or_without_measured_times_raise_no_data_wait():

@@ -51,7 +51,7 @@ def test_tqdm_elapsed_time_dates_each_step(tmp_path: Path) -> None:
     assert wall["clock"] == "tqdm_end" and wall["measured"] and not wall["dated"]
     assert wall["data_wait_s"] == pytest.approx(4 * (20.0 - 1.0))  # tqdm's 1 s resolution
     text = render_text(analyze_doc(log, log_end=10_000.0))
-    assert "clock: tqdm's elapsed time (placed to end at the log's end)" in text
+    assert "clock: tqdm's elapsed time (no dated line places the bar in time)" in text
     assert "UTC (estimated)" in text  # the dates, not the spacing
     assert "no timestamps" not in text
 

@@ -9,6 +9,7 @@ clocks. A log that is not here is skipped, saying so.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,22 +19,155 @@ import pytest
 import tests.real_logs as rl
 from monitor.logs.canonical_records import parse_file
 from monitor.report import render_text
+from tests.real_log_properties import (
+    PROPERTIES,
+    Text,
+    advice_matches,
+    advice_problems,
+    dated_lines,
+    failure_quote,
+    first_advice,
+    not_tracked_keys,
+    printed_mode,
+    printed_value,
+    stated_totals,
+    step_lines,
+    tqdm_drawings,
+)
 from tests.real_logs import RealLog, analyze_doc, entries, false_flags, load
+
+FAILURES = Path(__file__).resolve().parent / "fixtures" / "real_failures"
 
 ENTRIES = entries()
 IDS = [e.name for e in ENTRIES]
+CASES = json.loads((FAILURES / "manifest.json").read_text())
+
+#: Violations the judge finds today (bench/results/real_logs_2026-12-03_devbox.txt): each is
+#: a strict xfail, so the test fails when a new one appears and when one of these is fixed
+#: (then its line here goes). The lead's worklist for issue 37.
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
+    ("dstack_ppo_qwen7b_resumed", "dated_range"):
+        "the document's times are relative (clock: relative) although the text has 5 dated line(s), 2025-05-22 07:03:31 to 2025-05-22 07:03:56",
+    ("npu_separate_async_v1_bucket_assert", "dated_range"):
+        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2026-07-29 13:32:38 to 202",
+    ("npu_separate_async_v1_engine_init", "dated_range"):
+        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2026-07-29 13:21:13 to 202",
+    ("maze_ppo_crash_before_step1", "dated_range"):
+        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-03-10 22:25:38 to 202",
+    ("npu_v1_smoke_dataloader_killed", "wall_time"):
+        "steps ran and the text has the bar, dated lines, but the document gives no wall time",
+    ("npu_v1_smoke_dataloader_killed", "trainer_mode"):
+        "read sync, the printed config says separate_async",
+    ("npu_v1_smoke_dataloader_killed", "manifest_mode"):
+        "read sync, the run is separate_async",
+    ("logic_rl_flash_attn_undefined_symbol", "dated_range"):
+        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-02-25 19:42:16 to 202",
+    ("hebiao_spin_sglang_init_crash", "dated_range"):
+        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-04-19 20:05:50 to 202",
+}
+#: Failures whose first advice does not yet match the thread's fix
+#: (bench/results/real_failures_2026-12-03_devbox.txt), likewise strict xfails.
+KNOWN_MISMATCHES: dict[str, str] = {
+    "verl2828_one_step_off_oom_log_prob":
+        "expected cuda_oom; first advice: Lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu or actor_rollout_ref.actor.ppo_",
+    "verl302_vllm_wake_up_cumem_oom":
+        "expected cuda_oom; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
+    "verl154_version_file_missing_after_pip_install":
+        "expected missing_file_in_install; first advice: (none)",
+    "verl4235_no_module_single_controller_ray_megatron":
+        "expected missing_module; first advice: The task raised ModuleNotFoundError in TaskRunner.run; its worker did not die of memory or",
+    "verl6931_npu_no_module_megatron_bridge":
+        "expected missing_module; first advice: (none)",
+    "ttrl43_ppo_mini_batch_size_zero_after_normalization":
+        "expected verl_assertion; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
+    "verl224_rollout_workers_host_memory_96gb":
+        "expected host_oom; first advice: (none)",
+    "verl331_main_generation_key_actor_not_in_struct":
+        "expected config_error; first advice: (none)",
+    "rllm197_key_ray_init_not_in_struct":
+        "expected config_error; first advice: (none)",
+    "verl4672_key_enable_activation_offloading_not_in_hfmodelconfig":
+        "expected config_error; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
+    "l1_21_launch_reward_fn_async_not_in_struct":
+        "expected config_error; first advice: (none)",
+    "verl3636_nccl_dist_backend_error_megatron_init":
+        "expected nccl_error; first advice: The task raised DistBackendError in WorkerDict.actor_rollout_init_model; its worker did no",
+    "verl2965_sglang_multiturn_gloo_peer_closed":
+        "expected peer_rank_died; first advice: (none)",
+    "verl4202_cannot_import_process_weights_after_loading":
+        "expected import_version_mismatch; first advice: (none)",
+    "verl649_vllm063_rope_scaling_factor_assert":
+        "expected vllm_version; first advice: (none)",
+    "verl1084_vllm_ops_built_for_another_torch":
+        "expected torch_abi_mismatch; first advice: (none)",
+    "verl3450_reward_not_implemented_empty_data_source":
+        "expected reward_not_implemented; first advice: (none)",
+    "verl5558_reward_not_implemented_in_validate":
+        "expected reward_not_implemented; first advice: The task raised NotImplementedError in TaskRunner.run; its worker did not die of memory or",
+    "verl1165_megatron_key_reward_model_not_in_struct":
+        "expected config_error; first advice: (none)",
+    "verl4081_checkpoint_missing_fsdp_config_json":
+        "expected incomplete_checkpoint; first advice: (none)",
+    "verl3947_npu_multinode_hccl_init_error_4":
+        "expected hccl_init; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
+    "verl5074_npu_a2_hccl_init_error_5":
+        "expected hccl_init; first advice: (none)",
+    "verl1004_only_support_equal_chunk_dataproto":
+        "expected batch_divisibility; first advice: (none)",
+    "verl539_total_available_gpus_0_less_than_desired":
+        "expected ray_resources; first advice: (none)",
+    "verl1015_prompt_longer_than_max_model_length":
+        "expected prompt_too_long; first advice: (none)",
+    "verl544_sequence_length_larger_than_max_length":
+        "expected prompt_too_long; first advice: (none)",
+    "verl2069_multiturn_overlong_prompt_tensor_size_mismatch":
+        "expected prompt_too_long; first advice: (none)",
+    "verl673_vllm_input_prompt_exceeds_limit":
+        "expected prompt_too_long; first advice: (none)",
+    "verl2252_merger_old_checkpoint_without_fsdp_config":
+        "expected old_checkpoint_format; first advice: (none)",
+    "verl2492_multinode_tcpstore_connect_timeout":
+        "expected network_unreachable; first advice: (none)",
+    "verl_pr1763_npu_quickstart_parquet_not_found":
+        "expected data_missing; first advice: The task raised FileNotFoundError in TaskRunner.run; its worker did not die of memory or a",
+    "verl2723_datasets_feature_type_list_not_found":
+        "expected library_version_mismatch; first advice: (none)",
+    "verl4215_transformer_engine_undefined_symbol":
+        "expected torch_abi_mismatch; first advice: (none)",
+    "verl5113_cannot_import_maxloraranks_from_vllm":
+        "expected import_version_mismatch; first advice: (none)",
+    "verl647_sglang_backend_oom_in_update_actor":
+        "expected cuda_oom; first advice: (none)",
+    "verl7378_qwen35_chat_template_no_user_query":
+        "expected chat_template; first advice: (none)",
+    "verl1080_could_not_override_grad_offload":
+        "expected config_error; first advice: (none)",
+    "verl771_sequence_length_larger_than_max_length_old_verl":
+        "expected prompt_too_long; first advice: (none)",
+}
+
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("real_logs")
 
 
+_DOCS: dict[str, dict[str, Any]] = {}
+
+
 def _log(entry: RealLog, cache: Path) -> Path:
     log = load(entry, cache)
     if log is None:
-        pytest.skip(f"{entry.name}: not here (no committed copy and no snapshot of "
+        pytest.skip(f"{entry.name}: not here (no placed copy and no snapshot of "
                     f"{entry.repo} at {entry.commit[:10]})")
     return log
+
+
+def _doc(entry: RealLog, cache: Path) -> dict[str, Any]:
+    """``analyze --json``'s document for the log, analyzed once per session."""
+    if entry.name not in _DOCS:
+        _DOCS[entry.name] = analyze_doc(_log(entry, cache))
+    return _DOCS[entry.name]
 
 
 def _these(keep: Callable[[RealLog], bool]) -> Any:
@@ -41,31 +175,98 @@ def _these(keep: Callable[[RealLog], bool]) -> Any:
     return pytest.mark.parametrize("entry", chosen, ids=[e.name for e in chosen])
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def _judged(prop: str) -> list[Any]:
+    return [pytest.param(e, id=e.name, marks=pytest.mark.xfail(
+        strict=True, reason=KNOWN_VIOLATIONS[(e.name, prop)]))
+            if (e.name, prop) in KNOWN_VIOLATIONS else pytest.param(e, id=e.name)
+            for e in ENTRIES]
+
+
+def _check(prop: str, entry: RealLog, cache: Path) -> None:
+    log = _log(entry, cache)
+    verdict = PROPERTIES[prop](_doc(entry, cache), Text.read(log.read_text(errors="replace")))
+    assert verdict.status != "violation", verdict.detail
+
+
+@pytest.mark.parametrize("entry", [
+    pytest.param(e, id=e.name, marks=pytest.mark.xfail(
+        strict=True, reason=KNOWN_VIOLATIONS[(e.name, "manifest_mode")]))
+    if (e.name, "manifest_mode") in KNOWN_VIOLATIONS else pytest.param(e, id=e.name)
+    for e in ENTRIES])
 def test_each_real_log_reads_as_the_trainer_that_wrote_it(entry: RealLog, cache: Path) -> None:
     """The trainer that wrote the log (the keys say it, else the printed config: see
     SOURCES.md); text that is not steps is unknown."""
-    doc = analyze_doc(_log(entry, cache))
+    doc = _doc(entry, cache)
     assert doc["trainer_mode"] == entry.mode
     if entry.mode == "unknown":
         assert "trainer: unknown" in render_text(doc)
         assert "colocated" not in render_text(doc)
 
 
-@_these(lambda e: e.clock == "tqdm")
-def test_wall_time_is_within_2_percent_of_the_logs_own_clock(entry: RealLog,
-                                                             cache: Path) -> None:
-    log = _log(entry, cache)
-    doc = analyze_doc(log)
-    wall = doc["summary"]["wall"]
-    reference = rl.reference_wall(entry, log, parse_file(log).steps)
-    assert reference
-    assert wall["clock"] in ("tqdm", "tqdm_end")  # dated by the log's lines, or not
-    assert wall["span_s"] == pytest.approx(reference, rel=0.02)
-    assert sum(p["share"] for p in doc["summary"]["phases"]) == pytest.approx(1.0)
-    pool = doc["pools"]["pools"][0]
-    assert pool["seconds_per_gpu"] == pytest.approx(wall["span_s"], rel=0.01)
-    assert "no timestamps" not in render_text(doc)
+@pytest.mark.parametrize("entry", _judged("wall_time"))
+def test_wall_time_is_within_2_percent_of_every_clock_of_the_text(entry: RealLog,
+                                                                  cache: Path) -> None:
+    """The wall time against the bar's drawings, the dated lines around the first and last
+    step line, and (as an upper bound) the run's own total time."""
+    _check("wall_time", entry, cache)
+
+
+@pytest.mark.parametrize("entry", _judged("trainer_mode"))
+def test_the_mode_is_the_one_the_printed_config_names(entry: RealLog, cache: Path) -> None:
+    _check("trainer_mode", entry, cache)
+
+
+@pytest.mark.parametrize("entry", _judged("dated_range"))
+def test_no_time_falls_outside_the_texts_dated_range(entry: RealLog, cache: Path) -> None:
+    _check("dated_range", entry, cache)
+
+
+@pytest.mark.parametrize("entry", _judged("premises"))
+def test_no_flag_whose_premise_fails_and_no_advice_for_a_value_already_set(
+        entry: RealLog, cache: Path) -> None:
+    _check("premises", entry, cache)
+
+
+@pytest.mark.parametrize("entry", _judged("not_tracked"))
+def test_verls_minus_one_is_not_counted_as_unreadable(entry: RealLog, cache: Path) -> None:
+    _check("not_tracked", entry, cache)
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c["name"], marks=pytest.mark.xfail(strict=True,
+                                                          reason=KNOWN_MISMATCHES[c["name"]]))
+    if c["name"] in KNOWN_MISMATCHES else pytest.param(c, id=c["name"]) for c in CASES])
+def test_the_first_advice_on_a_real_failure_follows_from_its_quoted_cause(
+        case: dict[str, Any], tmp_path: Path) -> None:
+    """The quoted lines of a failure posted in verl's tracker: the first advice names what
+    the thread's fix names (``tests/fixtures/real_failures/manifest.json``)."""
+    quote = tmp_path / "quote.log"
+    quote.write_text(failure_quote((FAILURES / f"{case['name']}.txt").read_text()))
+    advice = first_advice(analyze_doc(quote))
+    assert advice_matches(advice, case["expected"]), advice
+
+
+def test_the_judge_reads_the_texts_clocks_and_config_by_itself() -> None:
+    """The judge's own readings on a small text: a bar, dated lines of two prefixes, a
+    total-time line, a printed V1 config, a -1 value."""
+    text = Text.read(
+        "(TaskRunner pid=7) {'trainer': {'n_gpus_per_node': 1, 'nnodes': 1, 'use_v1': True,\n"
+        "(TaskRunner pid=7)  'v1': {'trainer_mode': 'separate_async'}}}\n"
+        "Training Progress:   0%|          | 0/2 [00:00<?, ?it/s]\n"
+        "2026-07-29 10:00:00,001 INFO start\n"
+        "(TaskRunner pid=7) step:1 - timing_s/step:30.0 - perf/max_memory_allocated_gb:-1\n"
+        "Training Progress:  50%|#   | 1/2 [00:30<00:30, 30.0s/it]\n"
+        "(WorkerDict pid=9) [Rank 0 | Local Rank 0] 2026-07-29 10:01:00 INFO x\n"
+        "total time: 75.50 seconds\n")
+    assert printed_mode(text) == "separate_async"
+    assert printed_value(text, "trainer.n_gpus_per_node") == "1"
+    assert [(n, e) for _, n, e in tqdm_drawings(text)] == [(0, 0.0), (1, 30.0)]
+    assert [t for _, t in dated_lines(text)][1] - dated_lines(text)[0][1] == pytest.approx(60, abs=1)
+    assert stated_totals(text) == [("total time", 75.5)]
+    assert not_tracked_keys(step_lines(text)) == {"perf/max_memory_allocated_gb"}
+    assert advice_problems("lower tensor_model_parallel_size (1 in this job)", text)
+    assert not advice_problems("lower tensor_model_parallel_size (2 in this job)", text)
+    assert advice_problems("set `trainer.nnodes=1`", text)
 
 
 @_these(lambda e: e.clock == "tqdm_captured")
@@ -81,7 +282,7 @@ def test_a_captured_bar_times_the_steps_up_to_its_count(entry: RealLog, cache: P
     assert reference
     assert rl.captured_wall(log, steps) == pytest.approx(reference, rel=0.02)
     assert "tqdm_end" in {s.time_source for s in steps}
-    assert "estimated (rebuilt from the step times" in render_text(analyze_doc(log))
+    assert "estimated (rebuilt from the step times" in render_text(_doc(entry, cache))
 
 
 @_these(lambda e: bool(e.wandb))
@@ -124,13 +325,13 @@ def test_healthy_real_runs_raise_no_false_flag(entry: RealLog, cache: Path) -> N
     log's own numbers (``tests.real_logs.TRUE_OBSERVATIONS``); no other kind (stalled,
     reshard_spike, phase_imbalance ...) is raised."""
     log = _log(entry, cache)
-    assert false_flags(analyze_doc(log), log) == []
+    assert false_flags(_doc(entry, cache), log) == []
 
 
 def test_the_resumed_sync_run_raises_nothing(cache: Path) -> None:
     """The whole dstack run (PPO with a critic, 2 x 8 GPUs, resumed at step 100): no flag."""
     entry = next(e for e in ENTRIES if e.name == "dstack_ppo_qwen7b_resumed")
-    doc = analyze_doc(_log(entry, cache))
+    doc = _doc(entry, cache)
     assert [f["kind"] for f in doc["flags"] if f["severity"] != "info"] == []
     assert doc["summary"]["steps"]["count"] == 335
 
@@ -149,7 +350,7 @@ def test_a_crash_before_the_first_step_is_unknown_and_quotes_its_error(
     """The first failure is quoted with where it was raised (the root cause, where the
     traceback that names it is in the log)."""
     entry = next(e for e in ENTRIES if e.name == name)
-    doc = analyze_doc(_log(entry, cache))
+    doc = _doc(entry, cache)
     assert doc["trainer_mode"] == "unknown"
     fatal = [f for f in doc["flags"] if f["kind"] == "fatal_error"]
     assert fatal and error in fatal[0]["evidence"] and where in fatal[0]["evidence"]
@@ -165,7 +366,7 @@ def test_the_v1_separate_async_run_is_timed_by_its_bar_drawn_ahead_of_its_step_l
     log = _log(entry, cache)
     steps = parse_file(log).steps
     assert len(steps) == 125 and {s.time_source for s in steps} == {"tqdm"}
-    doc = analyze_doc(log)
+    doc = _doc(entry, cache)
     assert doc["summary"]["wall"]["span_s"] == pytest.approx(5 * 3600 + 12 * 60 + 2, abs=5)
     assert doc["summary"]["wall"]["dated"]
 
@@ -185,7 +386,7 @@ def test_the_v1_trainers_mode_comes_from_its_printed_config_where_its_keys_canno
     assert judge_mode(parse_file(log).steps) == ("sync", "keys")
     config = read_job_config_file(log)
     assert config and printed_mode(config) == "separate_async"
-    doc = analyze_doc(log)
+    doc = _doc(entry, cache)
     assert (doc["trainer_mode"], doc["trainer_mode_source"]) == ("separate_async", "config")
     assert ("trainer: V1 separate-async trainer (separate rollout pool) "
             "(from the printed config)") in render_text(doc)

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -309,26 +310,29 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     set_log_timezone(getattr(args, "log_timezone", None))
     parsed = parse_file(args.log, log_end=args.log_end)
     steps, events = parsed.steps, parsed.events
+    telemetry, gpu, host = _align(args, parsed, gpu, host)
+    use_gpu = use_gpu_frame(args, telemetry)
     if getattr(args, "events", None):
         events = merge_events(events, read_events(args.events))
 
     events, hang = _hang_evidence(args, events, _data_end(steps, gpu, host))
 
     from monitor.analysis.run_analysis import RunAnalysis, json_top
-    from monitor.logs.job_config import read_job_config_file
+    from monitor.logs.job_config import describe_file, read_job_config_file
 
     job_config = read_job_config_file(args.log)  # the config verl printed at the start
-    ra = RunAnalysis(steps, gpu if args.gpu else None, host=host, events=events, nccl=nccl,
+    ra = RunAnalysis(steps, gpu if use_gpu else None, host=host,
+                     events=events, nccl=nccl,
                      rollout=rollout, config=config, now=_data_end(steps, gpu, host),
-                     job_config=job_config)
+                     job_config=job_config, actors=parsed.actors)
     flags = ra.flags()
     from monitor.detect.flag_advice import tell_job_config  # issue 28 item 9: the printed config
 
     tell_job_config(flags, job_config)
-    attribution = ra.phase_summary().to_dict("records") if args.gpu else None
+    attribution = ra.phase_summary().to_dict("records") if use_gpu else None
     if getattr(args, "wandb", None):
-        log_to_wandb(args.wandb, steps, flags, ra.attribution() if args.gpu else None,
-                     gpu if args.gpu else None, config=config, job_config=job_config)
+        log_to_wandb(args.wandb, steps, flags, ra.attribution() if use_gpu else None,
+                     gpu if use_gpu else None, config=config, job_config=job_config)
     stats = parsed.stats
     gp_doc = ra.goodput(getattr(args, "gpu_hour_cost", None))
     pools = ra.pools(gp_doc, trainer_gpus=getattr(args, "trainer_gpus", None),
@@ -338,6 +342,9 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "log": str(args.log),
             "format": parsed.format,
             "version_guess": parsed.version_guess,
+            "clock": parsed.clock,
+            "job_config": describe_file(args.log),
+            "telemetry": telemetry,
             "trainer_mode": pools["mode"],
             "trainer_mode_source": ra.mode.source,
             "parse": {
@@ -354,11 +361,44 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "goodput": gp_doc,
             "pools": pools,
             "flags": [f.to_dict() for f in flags],
+            "premises": ra.premises(),
             "flag_costs": [json_top(c) for c in ra.flag_costs()],
             "top_problem": json_top(ra.top_problem()),
             "hang": hang,
         }
     )
+
+
+def use_gpu_frame(args: argparse.Namespace, telemetry: dict[str, Any]) -> bool:
+    """Whether the GPU samples take part: given, and in the log's time."""
+    return bool(args.gpu) and telemetry.get("aligned") is not False
+
+
+def _align(args: argparse.Namespace, parsed: Any, gpu: pd.DataFrame, host: pd.DataFrame
+           ) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+    """The samples in the log's time: a log that dates its steps needs nothing; one without a
+    clock is placed by the steps the store recorded beside the samples (``train.jsonl`` from
+    ``verl-monitor export``), else the samples are left out, saying why."""
+    from monitor.logs import align
+
+    if not len(gpu) and not len(host):
+        return {}, gpu, host
+    if parsed.clock != "relative":
+        return {"aligned": True, "by": "the log's own clock"}, gpu, host
+    beside = align.store_steps_beside(args.gpu or args.host)
+    offset = None
+    if beside is not None and beside.resolve() != Path(args.log).resolve():
+        from monitor.logs.canonical_records import parse_file
+
+        offset = align.offset_by_steps(parsed.steps, parse_file(beside).steps)
+    if offset is None:
+        why = ("the log has no clock (no timestamp, dated line or .arrivals file) and shares no "
+               "step with the samples (the train.jsonl that `verl-monitor export` writes "
+               "beside gpu.csv places it), so no GPU number is computed")
+        return {"aligned": False, "why": why}, gpu.iloc[0:0], host.iloc[0:0]
+    align.shift(parsed.steps, parsed.events, offset)
+    return {"aligned": True, "by": f"the steps of {beside}", "offset_s": round(offset, 3)}, \
+        gpu, host
 
 
 def table_file_problem(path: str, flag: str) -> str | None:

@@ -97,6 +97,13 @@ def _raised(cause: Event, tb: Event | None) -> tuple[str, dict]:
     return text, data
 
 
+#: What each reading needs of the job (``monitor.detect.premises``): nothing beyond
+#: the failure lines the log printed.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "fatal_error": (),
+}
+
+
 def detect_fatal_error(ctx: Context) -> list[Flag]:
     """One critical flag per burst of fatal failure events; closed when a later step completes
     (the run went on, e.g. after an automatic restart), else open."""

@@ -246,6 +246,13 @@ def recent_step_time(steps: list) -> float | None:
     return float(np.median(tot)) if tot else None
 
 
+#: What each reading needs of the job (``monitor.detect.premises``): nothing beyond
+#: a silence and the evidence of who waits (its own rules).
+PREMISES: dict[str, tuple[str, ...]] = {
+    "hang": (),
+}
+
+
 def detect_hang(ctx: Context) -> list[Flag]:
     """A critical ``hang`` flag for each silence where a process is stuck (py-spy), or that the
     GPUs or collectives show as waiting."""

@@ -19,6 +19,17 @@ from monitor.detect.flag_advice import oom_advice
 from monitor.detect.persistence import episodes
 from monitor.records import TRAINING_PHASES, Event, Flag
 
+#: What each reading needs of the job (``monitor.detect.premises``): a silence between two
+#: steps is measured only where a clock dates the step ends; a silence still going at the end
+#: of the evidence is a stall only while the run has not finished.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "memory_pressure": (),
+    "oom": (),
+    "gpu_fault": (),
+    "stalled": (),
+    "stalled.silence": ("measured_clock",),
+    "stalled.trailing": ("run_not_finished",),
+}
 GIB = 1024**3
 
 #: NVML clock-event bits that mean the GPU is being slowed by heat or power (not the SW power cap).
@@ -358,6 +369,9 @@ def detect_stalled(ctx: Context) -> list[Flag]:
             if rebuilt or b - a - own <= lim:
                 continue  # the gap is (or is covered by) the closing step's own timer
             resumed = b != marks[-1] or b in step_ends
+            if not ctx.holds("stalled.silence") or (
+                    not resumed and not ctx.holds("stalled.trailing")):
+                continue
             last_step = sf["step"][sf["end"] <= a + 1e-6]
             after = f" after step {int(last_step.iloc[-1])}" if len(last_step) else ""
             gap = b - a

@@ -16,6 +16,16 @@ from monitor.detect.detector_base import (
 from monitor.detect.persistence import episodes
 from monitor.records import TRAINING_PHASES, Flag
 
+#: What each reading needs of the job (``monitor.detect.premises``): the wall time before the
+#: step timer is the batch fetch only in a trainer that fetches its batch there (verl's
+#: synchronous trainer; not the fully-async, one-step-off or V1 trainers); the swing reading
+#: reads GPU samples.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "io_starvation": (),
+    "io_starvation.data_wait": ("fetches_batches_before_timer",),
+    "io_starvation.host_swing": ("gpu_samples",),
+}
+
 
 def _host_windows(ctx: Context) -> pd.DataFrame:
     host = ctx.host
@@ -39,7 +49,7 @@ def detect_io_starvation(ctx: Context) -> list[Flag]:
     # (a) GPUs swing with deep troughs while the host is the bottleneck
     df = ctx.act_windowed
     nwin = len(ctx.windows)
-    if len(df) and nwin:
+    if len(df) and nwin and ctx.holds("io_starvation.host_swing"):
         sub = df[df["win"] >= 0]
         if sub["phase"].notna().any():
             sub = sub[sub["phase"].isin(TRAINING_PHASES)]
@@ -129,6 +139,8 @@ def _data_wait_flags(ctx: Context) -> list[Flag]:
     cfg = ctx.cfg("io_starvation")
     sf = ctx.sf
     if len(sf) == 0 or "data_wait" not in sf.columns or sf["data_wait"].isna().all():
+        return []
+    if not ctx.holds("io_starvation.data_wait"):
         return []
     wait = sf["data_wait"].astype(float)
     wall = wait + W.core_total(sf).astype(float)

@@ -189,6 +189,13 @@ def _first_step(ctx: Context) -> int | None:
     return min(nums) if nums else None
 
 
+#: What each reading needs of the job (``monitor.detect.premises``): nothing beyond
+#: the gradient norms and warnings the log printed.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "skipped_updates": (),
+}
+
+
 def detect_skipped_updates(ctx: Context) -> list[Flag]:
     """One flag per episode of steps whose actor or critic gradients were NaN or inf."""
     if len(ctx.sf) == 0:

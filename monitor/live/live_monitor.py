@@ -475,7 +475,8 @@ class LiveMonitor(Recorder):
                               now=now, reference_steps=self.window.first_steps(),
                               nccl=self.window.nccl(), rollout=self.window.rollout(),
                               on_error=self._detector_failed,
-                              printed_mode=printed_mode(job_config))
+                              printed_mode=printed_mode(job_config),
+                              job_config=job_config, actors=self.job_config.actors)
         tell_job_config(flags, job_config)
         return flags
 

@@ -49,9 +49,9 @@ CLOCK_WORDS: dict[str, str] = {
     "arrival": "arrival times (followed live)",
     "sidecar": "capture times (the .arrivals file beside the log)",
     "tqdm": "tqdm's elapsed time (dated by the log's dated lines)",
-    "tqdm_end": "tqdm's elapsed time (placed to end at the log's end)",
+    "tqdm_end": "tqdm's elapsed time (no dated line places the bar in time)",
     "worker": "dated worker lines",
-    "rebuilt": "estimated (rebuilt from the step times, ending at the log's end)",
+    "rebuilt": "estimated (rebuilt from the step times)",
 }
 #: Sources that are measurements of when a line was printed (``rebuilt`` is not).
 MEASURED: frozenset[str] = frozenset({"line", "arrival", "sidecar", "tqdm", "tqdm_end",
@@ -226,11 +226,13 @@ def _hms_after(base: float, day_s: float) -> float | None:
     return value
 
 
-def _resolve_dates(readings: list[Reading], log_end: float) -> dict[int, float]:
+def _resolve_dates(readings: list[Reading], log_end: float | None) -> dict[int, float]:
     """Unix time of each dated reading, by its index: dates without a year take the year of the
-    log's whole dates (else of ``log_end``), ``HH:MM:SS`` the date of the last dated reading."""
+    log's whole dates (else of ``log_end``, else 1970: their spacing is measured, their year is
+    not), ``HH:MM:SS`` the date of the last dated reading (else ``log_end``'s, else day 0)."""
     years = [time.gmtime(r.value).tm_year for r in readings if r.kind == "abs"]
-    year = statistics.median_low(years) if years else time.gmtime(log_end).tm_year
+    year = (statistics.median_low(years) if years
+            else time.gmtime(log_end).tm_year if log_end is not None else 1970)
     out: dict[int, float] = {}
     last_abs: float | None = None
     for n, r in enumerate(readings):
@@ -239,7 +241,8 @@ def _resolve_dates(readings: list[Reading], log_end: float) -> dict[int, float]:
         elif r.kind == "md":
             value = _on_date(year, r.month, r.day, r.value)
         elif r.kind == "hms":
-            value = _hms_after(last_abs if last_abs is not None else log_end, r.value)
+            base = last_abs if last_abs is not None else log_end
+            value = _hms_after(base, r.value) if base is not None else r.value
         else:
             continue
         if value is None:
@@ -291,12 +294,14 @@ def _segment_origin(segment: list[int], readings: list[Reading],
     return high if high is not None else low
 
 
-def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> None:
+def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float | None) -> None:
     """Give each step record with no measured end time the one its log's clocks give
     (``tqdm`` first, then ``worker``: the last dated line before the step line). Records with
     a stamp of their own (``line``) or a capture time keep theirs. A drawing whose count is not
     the step before it dates the record of step ``count`` (``_in_order``); the time the bar
-    measured for steps that lost their timers goes into ``clock.stand_ins``."""
+    measured for steps that lost their timers goes into ``clock.stand_ins``. ``log_end``: when
+    the log ended, where the user said so (``analyze --log-end``), else None: a bar no dated
+    line places is placed by its neighbours, or starts at 0 (``_undated_origins``)."""
     if not clock.readings or not steps:
         return
     readings = _in_order(steps, clock.readings)
@@ -304,20 +309,16 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> N
     segments = _tqdm_segments(readings)
     _measure_lone_steps(steps, readings, segments, clock)
     ends: dict[int, tuple[float, str]] = {}
-    next_origin = _tail_start(steps, readings, log_end, clock)
-    for segment in reversed(segments):
-        origin = _segment_origin(segment, readings, dated)
-        source = "tqdm"
-        if origin is None:
-            # no dated line while it ran: the bar ends where the next one starts (back to
-            # back: the restart's gap is not in the text), else at the log's end
-            origin = next_origin - readings[segment[-1]].value
-            source = "tqdm_end"
+    origins = [_segment_origin(segment, readings, dated) for segment in segments]
+    undated = [o is None for o in origins]
+    _undated_origins(origins, segments, readings,
+                     None if log_end is None else _tail_start(steps, readings, log_end, clock))
+    for segment, origin, guessed in zip(segments, origins, undated, strict=True):
+        source = "tqdm_end" if guessed else "tqdm"
         for n in segment:  # the last drawing after a step line wins (tqdm's close())
             after = readings[n].after
             if after is not None:
                 ends[id(after)] = (origin + readings[n].value, source)
-        next_origin = origin
     worker = _bracketed(steps, readings, dated)
     for n, value in dated.items():
         if readings[n].own and readings[n].after is not None:
@@ -413,6 +414,25 @@ def _snap_to_timers(steps: list[StepRecord]) -> None:
         start = rec.end_time - covered_seconds(rec)
         if abs(start - prev.end_time) < RESOLUTION_S["tqdm"]:
             prev.end_time = start
+
+
+def _undated_origins(origins: list[float | None], segments: list[list[int]],
+                     readings: list[Reading], tail: float | None) -> None:
+    """Fill in place the origin of each bar no dated line places: back to back with the bar
+    after it (the restart's gap is not in the text), else with the bar before it, else, for
+    the last bar, ending at ``tail`` (where the user gave the log's end), else at 0: the run's
+    times are then relative to the first bar's start."""
+    def span(k: int) -> float:
+        return readings[segments[k][-1]].value
+
+    if tail is not None and origins and origins[-1] is None:
+        origins[-1] = tail - span(len(origins) - 1)
+    for k in range(len(origins) - 2, -1, -1):  # before a placed bar: back to back
+        if origins[k] is None and origins[k + 1] is not None:
+            origins[k] = origins[k + 1] - span(k)
+    for k in range(len(origins)):  # after a placed bar (or the first at 0): back to back
+        if origins[k] is None:
+            origins[k] = 0.0 if k == 0 else origins[k - 1] + span(k - 1)
 
 
 def _tail_start(steps: list[StepRecord], readings: list[Reading], log_end: float,
@@ -539,16 +559,29 @@ def covered_seconds(rec: StepRecord) -> float:
     return float(version) if version is not None and version > 0 else 0.0
 
 
-def rebuild_times(steps: list[StepRecord], log_end: float,
+def rebuild_times(steps: list[StepRecord], log_end: float | None,
                   clock: LineClock | None = None) -> None:
-    """Fill the end times still missing, backwards from the next measured end (or ``log_end``)
-    by each step's time (``step_seconds``: its timers, validation and checkpointing included;
-    for a step whose line lost its timers, what ``clock``'s bar measured for it, or an
-    estimate): ``time_source="rebuilt"``. No time is invented for a record that times
-    nothing beside another of its step number."""
+    """Fill the end times still missing by each step's time (``step_seconds``: its timers,
+    validation and checkpointing included; for a step whose line lost its timers, what
+    ``clock``'s bar measured for it, or an estimate): ``time_source="rebuilt"``. Backwards
+    from the next measured end; after the last measured end, forwards from it (or backwards
+    from ``log_end`` where the user gave one); in a log with no measured end at all, forwards
+    from 0: its times are relative to the first step's start. No time is invented for a record
+    that times nothing beside another of its step number, and none comes from the file."""
     fallback = _median_step(steps)
-    anchor = log_end
-    for n in range(len(steps) - 1, -1, -1):
+    last = max((n for n, rec in enumerate(steps)
+                if rec.end_time is not None and rec.time_source in MEASURED), default=None)
+    top = len(steps) - 1
+    if log_end is None:
+        anchor = 0.0 if last is None else float(steps[last].end_time)  # type: ignore[arg-type]
+        for n in range(0 if last is None else last + 1, len(steps)):
+            anchor += step_seconds(steps, n, clock, fallback)
+            steps[n].end_time, steps[n].time_source = anchor, "rebuilt"
+        if last is None:
+            return
+        top = last
+    anchor = log_end if log_end is not None else 0.0
+    for n in range(top, -1, -1):
         rec = steps[n]
         if rec.end_time is not None and rec.time_source in MEASURED:
             anchor = rec.end_time

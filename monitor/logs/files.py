@@ -23,9 +23,11 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
 
     Step end times come from line timestamps (``time_source="line"``), the capture times of a
     ``<log>.arrivals`` sidecar (``"sidecar"``), or the clocks in the text (``"tqdm"``,
-    ``"worker"``: ``monitor.logs.clocks``); the others are rebuilt from the step times ending at
-    the next measured one or at ``log_end`` (default: the file's modification time),
-    ``time_source="rebuilt"``. Records of one step printed on several lines are one record
+    ``"worker"``: ``monitor.logs.clocks``); the others are rebuilt from the step times from the
+    measured ones, or ending at ``log_end`` where the user gives it, ``time_source="rebuilt"``.
+    Clocks come only from the log: never from the file's modification time. A log with no
+    clock at all has relative times (the first step starts at 0; ``ParsedLog.clock`` is
+    ``"relative"``). Records of one step printed on several lines are one record
     (``monitor.logs.merge``). Events without a time take the end time of the step before
     them; in a log with neither timestamps nor steps, they take ``log_end`` (their data then
     says ``time_from: "log_end"``). Raises ``LogReadError`` for a missing or unreadable file.
@@ -48,8 +50,9 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
             continue
         ordered.append(item)
     raw = [item for item in ordered if isinstance(item, StepRecord)]
-    end = log_end if log_end is not None else mtime
-    _distrust_dates(raw, end, parser.stats)
+    end = log_end
+    # a date after the file's last write cannot be true (the file is only a bound, not a clock)
+    _distrust_dates(raw, log_end if log_end is not None else mtime, parser.stats)
     if captured is not None:
         for rec in raw:
             if rec.time_source == "arrival":
@@ -61,7 +64,21 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     ordered = [parts.get(id(item), item) if isinstance(item, StepRecord) else item
                for item in ordered]
     events = _time_events(ordered, end)
-    return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt)
+    return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt, parser.actors,
+                     clock_kind(steps, log_end))
+
+
+def clock_kind(steps: list[StepRecord], log_end: float | None) -> str:
+    """``"absolute"`` when a step end is dated (a stamp, a capture time, a dated line, a bar
+    placed by one) or the user gave the log's end; ``"relative"`` when steps have times but
+    none is dated (relative to the first step's start); ``"none"`` without steps."""
+    from monitor.logs.clocks import DATED
+
+    if not steps:
+        return "none"
+    if log_end is not None or any(s.time_source in DATED for s in steps):
+        return "absolute"
+    return "relative"
 
 
 def _distrust_dates(steps: list[StepRecord], end: float, stats: ParseStats) -> None:

@@ -80,6 +80,11 @@ class LogParser:
     # --- public -------------------------------------------------------------------------------
 
     @property
+    def actors(self) -> frozenset[str]:
+        """The Ray actor names the lines' prefixes showed so far."""
+        return frozenset(self._vocabulary.prefixes)
+
+    @property
     def version_guess(self) -> str:
         """The verl version range this log looks like (see ``keys.guess_version``)."""
         return self._vocabulary.version_guess()

@@ -62,6 +62,11 @@ class ParsedLog:
     version_guess: str
     stats: ParseStats
     format: str
+    #: the Ray actor names of the lines' prefixes (``TaskRunner``, ``TaskRunnerV1``, ...)
+    actors: frozenset[str] = frozenset()
+    #: ``"absolute"`` (the log dates its steps), ``"relative"`` (times from the first step's
+    #: start: no clock in the text dates them) or ``"none"`` (no steps): ``files.clock_kind``
+    clock: str = "none"
 
 
 def step_in_range(step: int) -> bool:
