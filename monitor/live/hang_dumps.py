@@ -283,8 +283,6 @@ class FlightRecorderCollector(PollingView):
                                          if (g := pmap.gpu_of(p.pid)) is not None},
                             _ranks(pipes, pmap))
             self._check_ptrace(procs)
-            if not procs and self.pyspy:
-                self._say(self._tree.why)
         self._watch.check(now)
 
     def _check_ptrace(self, procs: list[JobProcess]) -> None:
@@ -377,8 +375,9 @@ class FlightRecorderCollector(PollingView):
         got = stack_round(procs, self.ctx.node, self.pyspy_exe,
                           self.cfg.get_float("pyspy_timeout_s", 10.0), self.stacks_dir,
                           gone, since)
-        if not procs and not got.gone:
+        if not procs and not got.gone:  # said once in the log too, in the first silence
             got.problems["py-spy"] = self._tree.why or "no process of the job is proven"
+            self._say(got.problems["py-spy"])
         self._note_refusal(got)
         self._stack_rounds += 1
         self._stacked_at = time.time()
