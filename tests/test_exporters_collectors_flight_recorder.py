@@ -258,3 +258,14 @@ def test_without_py_spy_the_log_metrics_and_the_flags_say_so_with_the_fix(tmp_pa
     assert stalled and "Where (py-spy): no stacks: py-spy is not installed" in \
         stalled[0].evidence and "pip install py-spy" in stalled[0].evidence
     assert stalled[0].advice == advice_for("stalled")  # no place read: no place's advice
+
+
+def test_the_proven_tree_and_the_hang_state_are_there_for_other_modules(tmp_path):
+    """``job_tree_now`` / ``hang_state_now``: what an action on a hang (issue 40) reads."""
+    from monitor.live.hang_dumps import hang_state_now, job_tree_now
+
+    c, _ = _collector(tmp_path, silent_s=1.0, hang_pyspy=True, log=(str(tmp_path / "x"),))
+    c.watch_processes()
+    tree = job_tree_now()
+    assert tree is c.job_tree() and tree.pids == frozenset() and tree.why
+    assert hang_state_now() is None  # no steady reading yet

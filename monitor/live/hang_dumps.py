@@ -42,6 +42,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -115,6 +116,26 @@ def add_flags(group: FlagGroup) -> None:
         "as its user are the job's (py-spy reads only processes proven to be the job's)")
 
 
+#: The collector of this exporter (the latest made), for :func:`job_tree_now` and
+#: :func:`hang_state_now`.
+_CURRENT: list[weakref.ref] = []
+
+
+def job_tree_now() -> JobTree:
+    """The job's proven processes on this node, as this exporter's collector last found them
+    (empty, with why, before it looked or without a collector)."""
+    c = _CURRENT[0]() if _CURRENT else None
+    return c.job_tree() if c is not None else JobTree(why="the hang collector is not running")
+
+
+def hang_state_now() -> HangState | None:
+    """The current hang verdict of this exporter's collector: the driver's place, how long it
+    has been held, how long it normally takes, and whether that is a hang (None before a
+    steady reading, or without a collector)."""
+    c = _CURRENT[0]() if _CURRENT else None
+    return c.hang_state() if c is not None else None
+
+
 def _cut(text: object) -> str:
     s = str(text)
     return s if len(s) <= MAX_LABEL else s[: MAX_LABEL - 1] + "…"
@@ -147,6 +168,7 @@ class FlightRecorderCollector(PollingView):
         self.cfg = (ctx.config or load_config(opts.config)).section("hang")
         self._tree = JobTree()
         self._run_pid = run_parent()
+        _CURRENT[:] = [weakref.ref(self)]
         self.sampler = HoldSampler(HoldLimits.from_config(self.cfg),
                                    self.cfg.get_float("sample_s", 10.0),
                                    self.cfg.get_float("restack_s", 30.0), ctx.node) \
