@@ -668,7 +668,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
     ap.add_argument("--intervals", default="1,0.1",
                     help="exporter runs, comma separated: INTERVAL, INTERVAL:gpu (only the "
-                    "gpu collector on) or INTERVAL:nospy (--no-hang-pyspy); the last run adds "
+                    "gpu collector on), INTERVAL:nospy (--no-hang-pyspy) or INTERVAL:nosample "
+                    "(py-spy only in a silence: hang.sample_s 0); the last run adds "
                     "--dcgm-compat unless --no-dcgm (default 1,0.1)")
     ap.add_argument("--exporter-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for every exporter run (repeat), e.g. "
@@ -730,11 +731,14 @@ def main(argv: list[str] | None = None) -> int:
     p = args.phase_s
     schedule = ",".join(f"{ph}:{p}" for ph in LOAD_PHASES)
     for i, (interval, (mode,)) in enumerate(intervals):
-        label = f"{interval:g}s" + {"gpu": "-gpu-only", "nospy": "-no-pyspy"}.get(mode, "")
+        label = f"{interval:g}s" + {"gpu": "-gpu-only", "nospy": "-no-pyspy",
+                                     "nosample": "-no-sampling"}.get(mode, "")
+        label += f"-{i + 1}" if label in res["runs"] else ""  # a run repeated: both kept
         run = run_exporter(interval, schedule, args.dry_run,
                            dcgm=i == len(intervals) - 1 and not args.no_dcgm,
                            settle=max(3.0, 2 * interval + 2), out_dir=out_dir, label=label,
-                           only_gpu=mode == "gpu", extra_args=args.exporter_arg,
+                           only_gpu=mode == "gpu", extra_args=args.exporter_arg
+                           + (_no_sampling_config(out_dir) if mode == "nosample" else []),
                            pyspy=mode != "nospy")
         res["runs"][label] = run
         print(f"run {label}:", json.dumps({k: v for k, v in run.items() if k != "phases"}),
@@ -747,6 +751,14 @@ def main(argv: list[str] | None = None) -> int:
     res["step_time"] = step_ratios(res["baselines"], res["runs"])
     partial.unlink(missing_ok=True)
     return _finish(res, out_dir, date, args.tag)
+
+
+def _no_sampling_config(out_dir: Path) -> list[str]:
+    """Exporter arguments for py-spy on without the steady readings (``hang.sample_s`` 0: it
+    reads the job only in a silence, as before issue 39)."""
+    path = out_dir / "no_sampling.yaml"
+    path.write_text("hang:\n  sample_s: 0\n")
+    return ["--config", str(path)]
 
 
 def _finish(res: dict[str, Any], out_dir: Path, date: str, tag: str = "") -> int:

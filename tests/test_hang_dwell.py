@@ -110,3 +110,11 @@ def test_a_long_place_over_its_history_is_a_hang_only_while_no_gpu_computes():
     flags = detect_hang(_ctx([ev], busy=False))
     assert [f.kind for f in flags] == ["hang"] and flags[0].start == 1410.0
     assert "Held past its normal time: in save for 400 s" in flags[0].evidence
+
+
+def test_the_data_loader_place_normally_takes_the_longest_wait_before_a_step():
+    tr = DwellTracker()
+    tr.add_steps([StepRecord(1, end_time=100.0, total=50.0, data_wait=12.0)])
+    h = tr.add_reading(_r(110.0, "dataloader", "data_wait", "_next_data (fit.py:3)"))
+    a = tr.assess(h)
+    assert (a.normal_s, a.source, a.limit_s) == (12.0, "timer", 24.0)

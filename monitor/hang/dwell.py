@@ -228,6 +228,8 @@ class DwellTracker:
             phases = dict(s.phases or {})
             if s.total:
                 phases.setdefault("step", float(s.total))
+            if s.data_wait:  # the batch fetch before the step's timer: the loader's time
+                phases.setdefault("data_wait", float(s.data_wait))
             self.add_step(None if s.end_time is None else float(s.end_time), phases)
 
     def add_reading(self, r: Reading) -> Hold:
