@@ -50,6 +50,7 @@ import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from monitor import metric_names as m
 from monitor.config import load_config
 from monitor.detect.hang import (
     between_step_allowance,
@@ -520,16 +521,16 @@ class FlightRecorderCollector(PollingView):
     def _readiness(self) -> list[Metric]:
         """Whether py-spy can read the job here (and why not, with the fix), and how many
         processes are proven the job's."""
-        ready = GaugeMetricFamily("verlmon_hang_pyspy_ready",
+        ready = GaugeMetricFamily(m.HANG_PYSPY_READY,
                                   "1 when py-spy can read the job's processes on this node, 0 "
                                   "when it cannot (verlmon_hang_pyspy_problem_info says why)")
         ready.add_metric([], 1.0 if self.pyspy and self.pyspy_problem is None else 0.0)
-        problem = GaugeMetricFamily("verlmon_hang_pyspy_problem_info",
+        problem = GaugeMetricFamily(m.HANG_PYSPY_PROBLEM_INFO,
                                     "Why py-spy cannot read the job here, with the fix (value 1)",
                                     labels=["problem"])
         if self.pyspy_problem:
             problem.add_metric([_cut(self.pyspy_problem)], 1.0)
-        procs = GaugeMetricFamily("verlmon_hang_job_processes",
+        procs = GaugeMetricFamily(m.HANG_JOB_PROCESSES,
                                   "Processes proven to be the job's on this node (the only ones "
                                   "py-spy reads)")
         procs.add_metric([], float(len(self._tree.procs)))
@@ -539,14 +540,14 @@ class FlightRecorderCollector(PollingView):
         """Each driver's current place: how long it has been held, how long it normally
         takes, and its limit (from the steady readings)."""
         labels = ["role", "pid", "place", "phase", "frame"]
-        held = GaugeMetricFamily("verlmon_hang_held_seconds",
+        held = GaugeMetricFamily(m.HANG_HELD_SECONDS,
                                  "Seconds the driver has been at its current place (steady "
                                  "py-spy readings)", labels=labels)
-        normal = GaugeMetricFamily("verlmon_hang_held_normal_seconds",
+        normal = GaugeMetricFamily(m.HANG_HELD_NORMAL_SECONDS,
                                    "Seconds that place normally takes in this run (its phase's "
                                    "longest step timer, or its longest earlier hold)",
                                    labels=labels)
-        limit = GaugeMetricFamily("verlmon_hang_held_limit_seconds",
+        limit = GaugeMetricFamily(m.HANG_HELD_LIMIT_SECONDS,
                                   "Seconds after which holding that place is a hang (absent: "
                                   "never, a long phase seen for the first time)", labels=labels)
         sampler = self.sampler
