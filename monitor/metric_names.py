@@ -133,6 +133,12 @@ HANG_WHERE_INFO = "verlmon_hang_where_info"  # gauge {role, pid, place, phase, f
 HANG_DUMP_ROUNDS = "verlmon_hang_dump_rounds_total"  # counter {method, result}
 HANG_DUMP_SECONDS = "verlmon_hang_dump_seconds"  # gauge: the last round's duration
 HANG_ACTIONS = "verlmon_hang_actions_total"  # counter {action, result}: what --on-hang did
+HANG_HELD_SECONDS = "verlmon_hang_held_seconds"  # gauge {role, pid, place, phase, frame}
+HANG_HELD_NORMAL_SECONDS = "verlmon_hang_held_normal_seconds"  # gauge: that place's normal time
+HANG_HELD_LIMIT_SECONDS = "verlmon_hang_held_limit_seconds"  # gauge: held past it: a hang
+HANG_PYSPY_READY = "verlmon_hang_pyspy_ready"  # gauge: 1 py-spy can read the job here, 0 not
+HANG_PYSPY_PROBLEM_INFO = "verlmon_hang_pyspy_problem_info"  # gauge {problem}: why not, the fix
+HANG_JOB_PROCESSES = "verlmon_hang_job_processes"  # gauge: processes proven the job's
 # --- the job across its attempts (monitor/live/attempt_counter.py, docs/attempts.md)
 JOB_SECONDS = "verlmon_job_seconds_total"  # counter {bucket}: wall seconds over all attempts
 JOB_ATTEMPTS = "verlmon_job_attempts_total"  # counter: attempts started

@@ -40,8 +40,10 @@ from cli.children import stop_process
 from cli.errors import CommandError, exits
 from exporters.options import DEFAULT_LISTEN, DEFAULT_PORT
 from monitor.hang.finish import clear_exit, mark_exit
+from monitor.hang.procs import RUN_PID_ENV
 from monitor.logs.arrivals import ArrivalWriter
 from monitor.logs.attempt_marks import record_end, record_start
+from monitor.safe_write import create_new_file, open_append
 
 #: Seconds the exporter gets to stop after SIGTERM before it is killed.
 EXPORTER_STOP_S = 15.0
@@ -174,7 +176,7 @@ def write_targets(path: str | Path, groups: list[dict]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(groups, indent=2) + "\n")
+    create_new_file(tmp, json.dumps(groups, indent=2) + "\n")  # not through a planted link
     os.replace(tmp, path)
     return path
 
@@ -359,13 +361,20 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 def start_exporter(argv: list[str], log_path: Path) -> tuple[subprocess.Popen, str | None]:
     """Start the exporter in its own process group, its output in ``<log>.exporter.log``;
     return the process and its /metrics URL once it prints its startup line (None when it did
-    not within EXPORTER_READY_S). Raises RunError when it exits at once (bad options)."""
+    not within EXPORTER_READY_S). Raises RunError when it exits at once (bad options). Its
+    environment names this process (``RUN_PID_ENV``): the job this run starts beside it is
+    the one whose processes it may read (monitor/hang/procs.py)."""
     out_path = log_path.with_name(log_path.name + ".exporter.log")
-    with open(out_path, "ab") as out:
+    try:  # never through a link planted at its name
+        out = os.fdopen(open_append(out_path), "ab")
+    except OSError as exc:
+        raise RunError(f"{out_path}: cannot write ({exc.strerror or exc})") from None
+    with out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                     RUN_PID_ENV: str(os.getpid())})
     deadline = time.monotonic() + EXPORTER_READY_S
     while time.monotonic() < deadline:
         text = out_path.read_text(errors="replace")

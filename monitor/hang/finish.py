@@ -41,10 +41,14 @@ def exit_marker(log: str | Path) -> Path:
 
 
 def mark_exit(log: str | Path, status: int, when: float | None = None) -> None:
-    """Say that the job writing ``log`` exited with ``status`` (best effort: never raises)."""
+    """Say that the job writing ``log`` exited with ``status`` (best effort: never raises).
+    The marker is created anew, never through a link planted at its name
+    (``monitor.safe_write.create_new_file``)."""
+    from monitor.safe_write import create_new_file
+
     try:
-        exit_marker(log).write_text(json.dumps({"time": when or time.time(),
-                                                "status": int(status)}))
+        create_new_file(exit_marker(log), json.dumps({"time": when or time.time(),
+                                                      "status": int(status)}))
     except OSError:
         pass
 

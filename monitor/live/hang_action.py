@@ -20,7 +20,6 @@ the exporter's log, in the same words; ``verlmon_hang_actions_total{action, resu
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable
@@ -163,10 +162,10 @@ class HangActionView(PollingView):
 
     # ------------------------------------------------------------------ the pieces
     def _procs(self) -> list:
-        from monitor.hang.procs import find_job_processes, scan
+        from monitor.hang.procs import job_process_tree, run_parent
 
-        return find_job_processes(tuple(self.ctx.options.log or ()), os.getppid(),
-                                  set(scan([]).gpu_pids))
+        return list(job_process_tree(tuple(self.ctx.options.log or ()), run_parent(),
+                                     getattr(self.ctx.options, "hang_job_pid", None)).procs)
 
     def _take_round(self, now: float) -> None:
         """One py-spy round of the job's processes, kept for the guards (not published: the

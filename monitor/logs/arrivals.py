@@ -55,7 +55,10 @@ class ArrivalWriter:
                 size = 0
             if last >= size:
                 mode = "w"
-        self._fh: IO[str] | None = open(self.path, mode, encoding="ascii")  # noqa: SIM115
+        from monitor.safe_write import open_append  # never through a link at its name
+
+        self._fh: IO[str] | None = os.fdopen(open_append(self.path, truncate=mode == "w"),
+                                             "a", encoding="ascii")
         self._last_offset = -1
 
     def record(self, offset: int, ts: float, end: int | None = None) -> None:
