@@ -286,14 +286,16 @@ CAUSES: tuple[CrashCause, ...] = (
         types=frozenset({"OutOfMemoryError"}), exclude=_re(r"running low on memory"),
         advise=_cuda_oom),
     CrashCause(
-        "cuda_oom_message", "CUDA's out-of-memory message under any exception type",
-        "the GPU's memory ran out", message=_re(r"CUDA out of memory|cuda error: out of memory"),
-        advise=_cuda_oom),
-    CrashCause(
         "host_oom", "Ray's memory monitor or the kernel killed a worker for host memory",
         "the node's host memory ran out (Ray's or the kernel's message says so)",
         message=_re(r"running low on memory|killed due to memory pressure|"
                     r"Out of memory: Killed process"), advise=_host_oom),
+    CrashCause(
+        "dataloader_killed", "a DataLoader worker process killed by a signal",
+        "the signal is the one the message names (Killed: SIGKILL)",
+        message=re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: "
+                           r"(?P<signal>[\w ]+)"),
+        advise=lambda hit: _dataloader_killed(hit)),
     CrashCause(
         "offload_device_mismatch", "a parameter on the CPU when its pass ran",
         "the message says a tensor was on the CPU where the compute device was expected",
@@ -318,8 +320,9 @@ CAUSES: tuple[CrashCause, ...] = (
         "not load into this torch",
         message=re.compile(r"'_OpNamespace' '(?P<namespace>\w+)' object has no attribute "
                            r"'(?P<op>\w+)'"),
-        advice=("torch.ops.{namespace} has no '{op}': the compiled library that registers that "
-                "op (vLLM's kernels register under torch.ops._C) did not load into this torch, "
+        advice=("torch's '{namespace}' op namespace has no '{op}': the compiled library that "
+                "registers that op (vLLM's kernels register under '_C') did not load into this "
+                "torch, "
                 "mostly because it was built for another torch version. Install the torch "
                 "version that library pins (its requirements), or a build of the library for "
                 "the installed torch.",)),
@@ -347,8 +350,9 @@ CAUSES: tuple[CrashCause, ...] = (
         extract=_top,
         advice=("The installed '{package}' has no '{name}' in '{module}': the code importing it "
                 "was written for another '{package}' version. Install the '{package}' version "
-                "that code pins (verl's setup.py and its install guide name the vLLM and "
-                "SGLang versions each verl release is tested with), or the code's version that "
+                "that code pins (verl's install requirements and its install guide name the "
+                "vLLM and SGLang versions each verl release is tested with), or the code's "
+                "version that "
                 "matches the installed '{package}'.",)),
     CrashCause(
         "datasets_feature_type", "datasets' \"Feature type 'X' not found\"",
@@ -470,13 +474,9 @@ CAUSES: tuple[CrashCause, ...] = (
     CrashCause(
         "checkpoint_file_missing", "a checkpoint folder without a file the loader reads",
         "the missing file lies in a checkpoint folder (global_step_N)",
-        message=re.compile(r"(?P<path>\S*global_step_\d+\S*?/(?P<file>[\w.]+\.\w+))"
-                           r"(?:'| does not exist)"),
-        advice=("The checkpoint {path} lacks '{file}': its save was interrupted (load an "
-                "earlier, complete checkpoint), or it was written by an older verl that did "
-                "not save that file (verl's model merger reads actor/fsdp_config.json, which "
-                "verl before mid-2025 did not write: write it by hand, {{\"FSDP_version\": 1, "
-                "\"world_size\": <ranks that saved it>}}).",)),
+        message=re.compile(r"(?P<folder>[^\s']*global_step_\d+)/(?P<file>[^\s']+?)"
+                           r"(?:'| does not exist|$)"),
+        advise=lambda hit: _checkpoint_file(hit)),
     CrashCause(
         "install_file_missing", "a file of an installed package is not there",
         "the missing file lies inside site-packages: the install is incomplete",
@@ -493,8 +493,8 @@ CAUSES: tuple[CrashCause, ...] = (
         message=re.compile(r"(?P<path>[^\s']+\.(?:parquet|jsonl?|arrow|csv))"),
         advice=("The data file {path} is not there: data.train_files and data.val_files name "
                 "files to read, not to make. Prepare the data first (verl's "
-                "examples/data_preprocess scripts write the example parquet files, e.g. "
-                "gsm8k.py) or point those keys at where the files are.",)),
+                "examples/data_preprocess scripts write the example parquet files) or point "
+                "those keys at where the files are.",)),
     CrashCause(
         "chat_template", "the tokenizer's chat template raised (jinja2 TemplateError)",
         "the template refused the messages it was given",
@@ -523,8 +523,8 @@ CAUSES: tuple[CrashCause, ...] = (
         message=_re(r"doesn't have NCCL built in|ProcessGroupNCCL is only supported with GPUs|"
                     r"NCCL is not available"),
         advice=("NCCL is not usable in this process: the installed torch has no NCCL (a CPU "
-                "or ROCm build) or the process sees no GPU. Check torch.cuda.is_available() "
-                "and CUDA_VISIBLE_DEVICES in the workers' environment, and "
+                "or ROCm build) or the process sees no GPU. Check that torch sees the GPUs in "
+                "the workers' environment (CUDA_VISIBLE_DEVICES, the torch build), and "
                 "trainer.n_gpus_per_node against the GPUs the node has.",)),
     CrashCause(
         "collective_on_cpu", "a collective on a CPU tensor in a group with only a GPU backend",
@@ -614,6 +614,31 @@ def _missing_module(hit: Hit) -> list[str]:
             f"package that provides '{package}' there (each Ray worker imports in the "
             f"environment it was started with; ray_kwargs.ray_init.runtime_env can set it), "
             f"or run without the feature that needs it."]
+
+
+def _checkpoint_file(hit: Hit) -> list[str]:
+    folder, file = hit.values.get("folder", "?"), hit.values.get("file", "?")
+    out = [f"The checkpoint {folder} lacks '{file}': its save was interrupted (the job ended "
+           f"while writing it): load an earlier, complete checkpoint."]
+    if file.endswith("fsdp_config.json"):
+        out[0] = (f"The checkpoint {folder} lacks '{file}': its save was interrupted (load an "
+                  f"earlier, complete checkpoint), or an older verl wrote it: verl writes "
+                  f"fsdp_config.json since June 2025 (PR #2125), and its model merger reads it. "
+                  f"For an older checkpoint, write it by hand: {{\"FSDP_version\": 1, "
+                  f"\"world_size\": <the number of ranks that saved it>}}.")
+    return out
+
+
+def _dataloader_killed(hit: Hit) -> list[str]:
+    pid, signal = hit.values.get("pid", "?"), hit.values.get("signal", "?").strip()
+    if "bus" in signal.lower():
+        return [f"A DataLoader worker (pid {pid}) died of a bus error: its shared memory "
+                f"(/dev/shm) is full. Give the container more shared memory (docker "
+                f"--shm-size) or lower data.dataloader_num_workers."]
+    return [f"A DataLoader worker (pid {pid}) was killed ({signal}): a SIGKILL from outside, "
+            f"mostly the kernel's OOM killer when the host runs out of memory (dmesg on that "
+            f"node says), or the job's scheduler. Give each GPU more host memory, or use less: "
+            f"lower data.dataloader_num_workers."]
 
 
 def _config_key(hit: Hit) -> list[str]:

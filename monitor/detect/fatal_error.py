@@ -204,6 +204,14 @@ def _failure_reading(ctx: Context, event: Event, index: int, lo: float, hi: floa
             reading = _exception_reading(event, own, index)
             if reading.tier == _ROOT:
                 return reading
+    advice = failure_advice(kind, data)
+    if kind == "worker_killed":
+        # Ray's OutOfMemoryError raised through the driver's frames: where it ran out (a
+        # checkpoint save) is in them
+        tb = _quoting(ctx, event, lo, hi)
+        hit = diagnose(Raised.from_event(tb.data or {})) if tb is not None else None
+        if hit is not None and hit.cause.root:
+            advice = hit.advice
     if kind == "cuda_error" or (kind == "worker_killed" and
                                 data.get("reason") not in _WEAK_REASONS):
         tier = _ROOT
@@ -213,7 +221,19 @@ def _failure_reading(ctx: Context, event: Event, index: int, lo: float, hi: floa
         tier = _TIMEOUT
     else:
         tier = _NO_CAUSE
-    return Reading(event, tier, index, describe(kind, data), failure_advice(kind, data), data)
+    return Reading(event, tier, index, describe(kind, data), advice, data)
+
+
+def _quoting(ctx: Context, event: Event, lo: float, hi: float) -> Event | None:
+    """The traceback whose exception line is this failure line (its frames), or None."""
+    said = (event.message or "").strip()[:80]
+    if not said:
+        return None
+    for it in timed_events(ctx, [e for e in ctx.events if e.kind == "traceback"]):
+        if lo <= it.time <= hi and str((it.event.data or {}).get("exception", "")).startswith(
+                said):
+            return it.event
+    return None
 
 
 def _choose(ctx: Context, grp: list[TimedEvent], order: dict[int, int], lo: float,

@@ -235,6 +235,8 @@ class BlockReader:
             )
             return
         exception = block.exception or ""
+        if block.headless and not exception:
+            return  # frames without a header and without an exception: nothing was raised
         found = exception_line(exception) if exception else None
         exc_type = exception.split(":", 1)[0].strip() if exception else ""
         if found is not None and not found.typed:
