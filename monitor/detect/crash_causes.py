@@ -604,14 +604,14 @@ def _lengths(found: re.Match[str] | None) -> dict[str, str]:
 
 
 def _missing_module(hit: Hit) -> list[str]:
-    module, package = hit.values.get("module", ""), hit.values.get("package", "")
-    if package == "verl":
+    module = hit.values.get("module", "")
+    if hit.values.get("package") == "verl":
         return [f"The installed verl has no module '{module}': the code importing it (a "
                 f"recipe or a project built on verl) was written for another verl version. "
                 f"Install the verl version that code pins, or a version of the code that "
                 f"matches the installed verl."]
     return [f"No module '{module}' in the environment of the process that raised: install the "
-            f"package that provides '{package}' there (each Ray worker imports in the "
+            f"package that provides '{module}' there (each Ray worker imports in the "
             f"environment it was started with; ray_kwargs.ray_init.runtime_env can set it), "
             f"or run without the feature that needs it."]
 

@@ -202,18 +202,11 @@ class LogParser:
         if GRAD_NOT_FINITE in stripped and self._failures.grad_not_finite(
                 stripped, line, when, out, step, self._line_ip):
             return True
-        used = False
-        place = self._place_step
-        if is_oom(stripped):
-            self._failures.oom(stripped, when, out, place, self._line_ip)
-            used = True
-        elif self._failures.failure(stripped, when, out, place, self._line_ip):
-            found = exception_line(stripped) if "RayTaskError(" in stripped else None
-            if found is not None:  # the worker's frames and exception follow
-                self._blocks.start_exception(stripped, found, when, out, place)
+        used = is_oom(stripped)
+        if self._failure_line(stripped, when, out, used):
             return True
         if TRACEBACK_START in stripped:
-            self._blocks.start_traceback(stripped, when, out, place)
+            self._blocks.start_traceback(stripped, when, out, self._place_step)
             return True
         if "[HybridEngine]" in stripped:
             self._set_reshard(self._switch.feed(stripped, when, out, step))
@@ -247,6 +240,22 @@ class LogParser:
         if not used:
             return self._exception_start(stripped, when, out)
         return used
+
+    def _failure_line(self, stripped: str, when: float | None, out: list[Item],
+                      oom: bool) -> bool:
+        """An out-of-memory line (an ``oom`` event; False: the line may start a traceback
+        too) or a failure line (True); a Ray ``RayTaskError(X)`` line also opens a traceback,
+        since the worker's frames and exception follow it."""
+        place = self._place_step
+        if oom:
+            self._failures.oom(stripped, when, out, place, self._line_ip)
+            return False
+        if not self._failures.failure(stripped, when, out, place, self._line_ip):
+            return False
+        found = exception_line(stripped) if "RayTaskError(" in stripped else None
+        if found is not None:
+            self._blocks.start_exception(stripped, found, when, out, place)
+        return True
 
     def _exception_start(self, stripped: str, when: float | None, out: list[Item]) -> bool:
         """A raised exception's line, or a traceback's frame, printed without the traceback's
