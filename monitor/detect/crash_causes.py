@@ -278,7 +278,16 @@ def _raised_device(hit: Hit) -> list[str]:
 
 # --- the table --------------------------------------------------------------------------------
 
-_SAYS = "the printed exception"
+#: No reward function for the rows' data_source (the message's, or the raise in the frames).
+_REWARD_ADVICE = (
+    "verl's default reward (default_compute_score) picks the scoring function by each row's "
+    "data_source, and has none for the rows of this batch{source_said}: give the rows a "
+    "data_source verl scores (verl's examples/data_preprocess scripts set it) or point your "
+    "own scorer at it: custom_reward_function.path and custom_reward_function.name "
+    "(reward.custom_reward_function.path and reward.custom_reward_function.name in verl after "
+    "0.7)."
+)
+
 CAUSES: tuple[CrashCause, ...] = (
     CrashCause(
         "cuda_oom", "torch's OutOfMemoryError or CUDA's 'out of memory' (not Ray's host-memory "
@@ -385,12 +394,7 @@ CAUSES: tuple[CrashCause, ...] = (
         "not score, and no custom reward function is set",
         message=re.compile(r"Reward function is not implemented for (?P<source>data_source=\S*)"
                            r"|Reward function is not implemented"), in_code=True,
-        advice=("verl's default reward (default_compute_score) picks the scoring function by "
-                "each row's data_source, and has none for this one{source_said}: give the rows "
-                "a data_source verl scores (verl's examples/data_preprocess scripts set it) or "
-                "point your own scorer at it: custom_reward_function.path and "
-                "custom_reward_function.name (reward.custom_reward_function.path and "
-                "reward.custom_reward_function.name in verl after 0.7).",),
+        advice=(_REWARD_ADVICE,),
         extract=lambda found, raised: {"source_said": _source_said(found)}),
     CrashCause(
         "reward_not_implemented_frame", "NotImplementedError raised in verl's default scorer",
@@ -398,12 +402,7 @@ CAUSES: tuple[CrashCause, ...] = (
         "for the rows' data_source",
         types=frozenset({"NotImplementedError"}),
         frames=re.compile(r"reward_score/__init__\.py:\d+ in \w*compute_score"),
-        advice=("verl's default reward (default_compute_score) picks the scoring function by "
-                "each row's data_source, and has none for the rows of this batch: give the "
-                "rows a data_source verl scores (verl's examples/data_preprocess scripts set "
-                "it) or point your own scorer at it: custom_reward_function.path and "
-                "custom_reward_function.name (reward.custom_reward_function.path and "
-                "reward.custom_reward_function.name in verl after 0.7).",)),
+        advice=(_REWARD_ADVICE,), extract=lambda found, raised: {"source_said": ""}),
     CrashCause(
         "prompt_too_long", "a prompt longer than the limit the message names (the rollout "
         "engine's max model length, or verl's max_length at tokenization)",
