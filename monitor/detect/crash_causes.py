@@ -284,8 +284,8 @@ _REWARD_ADVICE = (
     "data_source, and has none for the rows of this batch{source_said}: give the rows a "
     "data_source verl scores (verl's examples/data_preprocess scripts set it) or point your "
     "own scorer at it: custom_reward_function.path and custom_reward_function.name "
-    "(reward.custom_reward_function.path and reward.custom_reward_function.name in verl after "
-    "0.7)."
+    "(reward.custom_reward_function.path and reward.custom_reward_function.name from verl "
+    "0.7.1 on)."
 )
 
 CAUSES: tuple[CrashCause, ...] = (
