@@ -131,6 +131,14 @@ HANG_CULPRIT_INFO = "verlmon_hang_culprit_info"  # gauge {rank, pid, gpu, collec
 HANG_WHERE_INFO = "verlmon_hang_where_info"  # gauge {role, pid, place, phase, frame, detail}: 1 = stuck
 HANG_DUMP_ROUNDS = "verlmon_hang_dump_rounds_total"  # counter {method, result}
 HANG_DUMP_SECONDS = "verlmon_hang_dump_seconds"  # gauge: the last round's duration
+HANG_ACTIONS = "verlmon_hang_actions_total"  # counter {action, result}: what --on-hang did
+# --- the job across its attempts (monitor/live/attempt_counter.py, docs/attempts.md)
+JOB_SECONDS = "verlmon_job_seconds_total"  # counter {bucket}: wall seconds over all attempts
+JOB_ATTEMPTS = "verlmon_job_attempts_total"  # counter: attempts started
+JOB_FAILURES = "verlmon_job_failures_total"  # counter {ended_by}: attempts that failed
+JOB_STEPS_REDONE = "verlmon_job_steps_redone_total"  # counter: steps done again after a resume
+JOB_SAVES = "verlmon_job_checkpoint_saves_total"  # counter: checkpoint saves
+JOB_ETTR = "verlmon_job_ettr_ratio"  # gauge: productive / wall over all attempts
 
 # --- flags (detectors run live in the exporter)
 FLAG_ACTIVE = "verlmon_flag_active"  # gauge {kind, severity, node, gpu, phase}: 1 while open

@@ -68,6 +68,8 @@ def num(value: Any, fmt: str = ".1f") -> str:
 #: Set while a report of a log with relative times is written (``render_text``): times are
 #: then offsets from the run's start, never dates.
 _RELATIVE: ContextVar[bool] = ContextVar("relative_times", default=False)
+#: Set while a report of a log with no time at all is written (no step, no dated line).
+_UNTIMED: ContextVar[bool] = ContextVar("untimed", default=False)
 
 
 def when(ts: Any) -> str:
@@ -76,6 +78,8 @@ def when(ts: Any) -> str:
     v = _num(ts)
     if v is None:
         return "-"
+    if _UNTIMED.get():
+        return "(time unknown: no line of the log is dated)"
     if _RELATIVE.get():
         sign = "-" if v < 0 else "+"
         whole = int(round(abs(v)))
@@ -410,10 +414,12 @@ def render_text(doc: dict[str, Any]) -> str:
     """The whole report as text (see the module docstring for ``doc``). A log without a
     clock (``doc["clock"] == "relative"``) has its times written as run time, not dates."""
     token = _RELATIVE.set(doc.get("clock") == "relative")
+    untimed = _UNTIMED.set(doc.get("clock") == "none")
     try:
         return _render(doc)
     finally:
         _RELATIVE.reset(token)
+        _UNTIMED.reset(untimed)
 
 
 def _render(doc: dict[str, Any]) -> str:
@@ -475,6 +481,11 @@ def _render(doc: dict[str, Any]) -> str:
     pools = _pools_section(doc.get("pools"))
     if pools is not None:
         parts.append(_section("GPU time per pool", pools))
+    from monitor.analysis.attempts_report import section as attempts_section
+
+    attempts = attempts_section(doc)
+    if attempts is not None:
+        parts.append(_section("Attempts of the job", attempts))
     flags = doc.get("flags") or []
     top = top_problem_text(doc.get("top_problem"))
     parts.append(_section(f"Flags ({len(flags)})", (top + "\n" if top else "")

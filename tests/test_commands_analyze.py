@@ -300,3 +300,37 @@ def test_stacks_given_offline_replace_the_recorded_rounds_so_the_hang_names_its_
     hang = [f for f in json.loads(out)["flags"] if f["kind"] == "hang"]
     assert len(hang) == 1
     assert hang[0]["evidence"].count("_stuck_in_verifier (rewards.py:96)") == 1, hang[0]["evidence"]
+
+
+def test_a_copied_log_is_read_with_the_exported_samples_by_the_steps_they_share(
+        tmp_path: Path, capsys) -> None:
+    """The README's path on a real verl run (opt_offload_xl, H200): the console log copied
+    without its .arrivals file dates its bar only by the dated line before it (a minute early),
+    which gave a false flag and a wrong goodput. With the store's train.jsonl beside the
+    samples the log is placed by the steps both have (goodput within a point of the original
+    recording's); without it the samples are left out and the report says why (issue 37)."""
+    import shutil
+
+    src = Path(__file__).parent / "fixtures" / "real_verl" / "opt_offload_xl"
+    log = tmp_path / "copy.log"
+    shutil.copy(src / "train.log", log)
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    for name in ("gpu.csv", "host.csv", "train.jsonl"):
+        shutil.copy(src / name, rec / name)
+    args = ["analyze", str(log), "--gpu", str(rec / "gpu.csv"), "--host", str(rec / "host.csv")]
+    code, out, _ = run_cli(capsys, *args[1:], "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["telemetry"]["aligned"] and "train.jsonl" in doc["telemetry"]["by"]
+    assert not [f for f in doc["flags"] if f["severity"] != "info"]
+    code, out, _ = run_cli(capsys, str(src / "train.log"), "--gpu", str(src / "gpu.csv"),
+                           "--host", str(src / "host.csv"), "--json")
+    original = json.loads(out)["goodput"]["goodput_share"]
+    assert abs(doc["goodput"]["goodput_share"] - original) < 0.01
+    (rec / "train.jsonl").unlink()
+    code, out, _ = run_cli(capsys, *args[1:], "--json")
+    doc = json.loads(out)
+    assert doc["telemetry"]["aligned"] is False and doc["goodput"] is None
+    assert not [f for f in doc["flags"] if f["kind"] == "stalled"]
+    code, out, _ = run_cli(capsys, *args[1:])
+    assert "GPU/host samples not used: the log places its steps only at or after" in out

@@ -45,26 +45,7 @@ CASES = json.loads((FAILURES / "manifest.json").read_text())
 #: Violations the judge finds today (bench/results/real_logs_2026-12-03_devbox.txt): each is
 #: a strict xfail, so the test fails when a new one appears and when one of these is fixed
 #: (then its line here goes). The lead's worklist for issue 37.
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("dstack_ppo_qwen7b_resumed", "dated_range"):
-        "the document's times are relative (clock: relative) although the text has 5 dated line(s), 2025-05-22 07:03:31 to 2025-05-22 07:03:56",
-    ("npu_separate_async_v1_bucket_assert", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2026-07-29 13:32:38 to 202",
-    ("npu_separate_async_v1_engine_init", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2026-07-29 13:21:13 to 202",
-    ("maze_ppo_crash_before_step1", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-03-10 22:25:38 to 202",
-    ("npu_v1_smoke_dataloader_killed", "wall_time"):
-        "steps ran and the text has the bar, dated lines, but the document gives no wall time",
-    ("npu_v1_smoke_dataloader_killed", "trainer_mode"):
-        "read sync, the printed config says separate_async",
-    ("npu_v1_smoke_dataloader_killed", "manifest_mode"):
-        "read sync, the run is separate_async",
-    ("logic_rl_flash_attn_undefined_symbol", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-02-25 19:42:16 to 202",
-    ("hebiao_spin_sglang_init_crash", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-04-19 20:05:50 to 202",
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 #: Failures whose first advice does not yet match the thread's fix
 #: (bench/results/real_failures_2026-12-03_devbox.txt), likewise strict xfails.
 KNOWN_MISMATCHES: dict[str, str] = {}

@@ -41,6 +41,7 @@ from cli.errors import CommandError, exits
 from exporters.options import DEFAULT_LISTEN, DEFAULT_PORT
 from monitor.hang.finish import clear_exit, mark_exit
 from monitor.logs.arrivals import ArrivalWriter
+from monitor.logs.attempt_marks import record_end, record_start
 
 #: Seconds the exporter gets to stop after SIGTERM before it is killed.
 EXPORTER_STOP_S = 15.0
@@ -107,6 +108,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", metavar="NAME",
                    help="`job` label written into the targets (default: Prometheus's scrape "
                    "job name is kept)")
+    p.add_argument("--on-hang", choices=("alert", "dump", "terminate"), default=None,
+                   help="what the exporter does on a confirmed hang: alert (the default: the "
+                   "flag, Slack), dump (also saves the stacks, Flight Recorder dumps and the "
+                   "log's last lines into the store) or terminate (also ends this command's "
+                   "process tree once the hang has held --on-hang-after, default 10 min, so "
+                   "the scheduler's retry resumes it from its last checkpoint; docs/attempts.md)")
     p.add_argument("--linger", type=float, default=2.0, metavar="SECONDS",
                    help="keep the exporter this long after the command exits, so it reads the "
                    "last lines and Prometheus scrapes the final state (default 2)")
@@ -197,6 +204,7 @@ class LogEcho:
 
     def __init__(self, log_path: Path, start: int, out: IO[bytes]) -> None:
         self.log_path = log_path
+        self.start_offset = start  # where the job's output starts in the log
         self._fd = os.open(log_path, os.O_RDONLY)
         self._offset = start
         self._line_start = start  # where the line being completed started
@@ -328,6 +336,8 @@ def exporter_argv(args: argparse.Namespace, log_path: Path, node: str,
             "--log", str(log_path)]
     if nccl_dir:
         argv += ["--nccl-dir", nccl_dir]
+    if getattr(args, "on_hang", None):
+        argv += ["--on-hang", args.on_hang]
     try:
         argv += shlex.split(args.exporter_args or "")
     except ValueError as exc:
@@ -459,11 +469,13 @@ def _run(args: argparse.Namespace) -> int:
         clear_exit(log_path)  # the exporter reads <log>.exit as "the job exited"
         out_fd, echo = _open_log_and_echo(log_path)
         job = start_job(command, env, out_fd)
+        record_start(log_path, job.pid, echo.start_offset)  # one attempt of the job: <log>.attempts
         echo.start()
         returncode = job.wait()
         echo.pump()
         status = exit_status(returncode)
         mark_exit(log_path, status)  # the exporter closes the run's flags: it finished
+        record_end(log_path, status)
         print(f"verl-monitor run: command exited with status {status}; log {log_path}",
               file=sys.stderr)
         return status

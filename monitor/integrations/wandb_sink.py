@@ -594,6 +594,27 @@ class WandbSink:
         self.log_flags(opened, closed)
         return len(new)
 
+    def log_attempts(self, ledger: Mapping[str, Any]) -> dict[str, float]:
+        """The ledger across the job's attempts (``monitor.analysis.attempts.job_ledger``):
+        ``job/ettr``, ``job/wall_s``, ``job/attempts``, ``job/failures``,
+        ``job/steps_redone``, ``job/checkpoint_saves`` and ``job/seconds/<bucket>`` logged and
+        in the run summary, the attempts as the ``attempts`` table. Returns what was logged."""
+        from monitor.analysis.attempts import ATTEMPT_COLUMNS, attempt_rows, ledger_numbers
+
+        numbers = {f"{PREFIX}job/{k}": v for k, v in ledger_numbers(dict(ledger)).items()}
+        if self.run is None:
+            return numbers
+        self._call("summary", self.run.summary.update, dict(numbers))
+        payload: dict[str, Any] = dict(numbers)
+        try:
+            payload[PREFIX + "attempts"] = self._wandb.Table(columns=ATTEMPT_COLUMNS,
+                                                             data=attempt_rows(dict(ledger)))
+        except Exception as exc:
+            self.errors += 1
+            log.warning("wandb: building the attempts table failed (%s)", exc)
+        self._call("log", self.run.log, payload)
+        return numbers
+
     def log_analysis(self, steps: Iterable[StepRecord], flags: Iterable[Flag],
                      attribution: Any = None, gpu_samples: Any = None) -> None:
         """``analyze --wandb``: every step's series, the flags (table, counts, alerts), and the

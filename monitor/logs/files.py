@@ -63,9 +63,12 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
     rebuild_times(steps, end, parser.clock)
     ordered = [parts.get(id(item), item) if isinstance(item, StepRecord) else item
                for item in ordered]
-    events = _time_events(ordered, end)
+    clock = clock_kind(steps, log_end)
+    events = _time_events(ordered, end, dated=clock != "relative")
+    if clock == "none" and any(e.time is not None for e in events):
+        clock = "absolute"  # no step, but dated lines date its events
     return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt, parser.actors,
-                     clock_kind(steps, log_end))
+                     clock)
 
 
 def clock_kind(steps: list[StepRecord], log_end: float | None) -> str:
@@ -156,9 +159,12 @@ def _iter_with_format(path: Path, parser: LogParser,
     yield from parser.flush()
 
 
-def _time_events(ordered: list[Item], log_end: float | None = None) -> list[Event]:
-    """Events in log order; those without a time get the previous step's end time, or
-    ``log_end`` where no step has a time (a traceback pasted on its own)."""
+def _time_events(ordered: list[Item], log_end: float | None = None,
+                 dated: bool = True) -> list[Event]:
+    """Events in log order; those without a time get the previous step's end time, or the time
+    of the last dated line before them where that is later (``dated``: the steps' times are
+    dates too) or no step came before (a traceback in a log of dated lines, no step), or
+    ``log_end`` where the user gave it; else they keep no time."""
     events: list[Event] = []
     last_end: float | None = None
     first_step = next((item for item in ordered if isinstance(item, StepRecord)), None)
@@ -168,9 +174,16 @@ def _time_events(ordered: list[Item], log_end: float | None = None) -> list[Even
         if isinstance(item, StepRecord):
             last_end = item.end_time
             continue
+        before = item.data.pop("dated_before", None)
         if item.time is None and last_end is not None:
             item.time = last_end
+            if dated and before is not None and before > last_end:
+                item.time = before
             item.data.setdefault("time_rebuilt", True)
+        elif item.time is None and before is not None and (dated or first_step is None):
+            item.time = before
+            item.data.setdefault("time_rebuilt", True)
+            item.data.setdefault("time_from", "dated_line")
         elif item.time is None and log_end is not None:
             item.time = log_end
             item.data.setdefault("time_rebuilt", True)

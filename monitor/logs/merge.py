@@ -30,8 +30,8 @@ from monitor.records import StepRecord
 #: Timer names of a weight sync (``keys.timers`` names, ``timing_s/`` dropped).
 SYNC_TIMERS: tuple[str, ...] = ("param_sync", "update_weights", "sync_rollout_weights")
 #: End-time sources ranked from the weakest (rebuilt) to the strongest (stamped on the line).
-_SOURCE_RANK = {"rebuilt": 0, "tqdm_end": 1, "tqdm": 1, "worker": 1, "sidecar": 2, "arrival": 2,
-                "line": 3}
+_SOURCE_RANK = {"rebuilt": 0, "tqdm_end": 1, "tqdm_after": 1, "tqdm": 1, "worker": 1,
+                "sidecar": 2, "arrival": 2, "line": 3}
 
 
 def merge_steps(steps: list[StepRecord], version_hint: str | None = None,

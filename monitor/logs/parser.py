@@ -107,8 +107,19 @@ class LogParser:
             self._feed(line, arrival_time, out)
         except Exception as exc:  # noqa: BLE001 - the parser must survive any line
             self.stats.add_error(f"internal error {exc.__class__.__name__}", line)
+        self._date_events(out)
         self.stats.count(out)
         return out
+
+    def _date_events(self, out: list[Item]) -> None:
+        """An event printed without a time of its own keeps the time of the last dated line
+        before it (``dated_before``, from the log's own clock), for ``files.parse_file``."""
+        last = self.clock.last_abs
+        if last is None:
+            return
+        for item in out:
+            if isinstance(item, Event) and item.time is None:
+                item.data.setdefault("dated_before", last)
 
     def flush(self, arrival_time: float | None = None) -> list[Item]:
         """End pending multi-line blocks and merged JSONL objects; return what they make."""
@@ -119,6 +130,7 @@ class LogParser:
             self._close_json(out)
         except Exception as exc:  # noqa: BLE001
             self.stats.add_error(f"internal error {exc.__class__.__name__}", "<flush>")
+        self._date_events(out)
         self.stats.count(out)
         return out
 
