@@ -273,13 +273,24 @@ def test_an_exception_the_run_went_on_after_raises_nothing() -> None:
 
 
 def test_the_same_error_printed_again_at_the_end_raises_nothing() -> None:
-    """A worker prints the same error for sample after sample while steps complete; the copy
-    of the log ends after one more: it is not what ended the run."""
-    def said(n: int) -> str:
-        return f"(CursorWorker pid=5) ValueError: step {n} - could not parse answer {n * 7}"
+    """A worker prints the same traceback for sample after sample while steps complete; the
+    copy of the log ends after one more: it is not what ended the run."""
+    def said(n: int) -> list[str]:
+        return ["(CursorWorker pid=5) Traceback (most recent call last):",
+                '(CursorWorker pid=5)   File "/srv/app/parse.py", line 40, in parse',
+                f"(CursorWorker pid=5) ValueError: step {n} - could not parse answer {n * 7}"]
 
-    steps, events = _parsed([said(1), _STEPS[0], said(2), _STEPS[1], said(3)])
+    steps, events = _parsed([*said(1), _STEPS[0], *said(2), _STEPS[1], *said(3)])
     assert [e.kind for e in events].count("traceback") == 3
+    assert run_all(steps, None, None, events) == []
+
+
+def test_an_exceptions_line_alone_among_the_steps_raises_nothing() -> None:
+    """A worker's print of an error it handled (the line, no traceback) after the last step:
+    a run that dies of an exception prints its traceback. The same line quoted alone, with no
+    step record, is all a quote has, and is read (tests/test_detect_crash_causes.py)."""
+    steps, events = _parsed([*_STEPS, "(Worker pid=5) ValueError: no <answer> tag in reply"])
+    assert [e.kind for e in events].count("traceback") == 1
     assert run_all(steps, None, None, events) == []
 
 

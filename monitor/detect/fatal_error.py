@@ -106,13 +106,22 @@ def _covered(data: dict) -> bool:
     return found is not None and found.kind != "actor_died"
 
 
+def _bare(data: dict) -> bool:
+    """An exception's line printed alone: no traceback header, no frame, no Ray task."""
+    return bool(data.get("headless")) and not data.get("frames") and not data.get("task") \
+        and "RayTaskError(" not in str(data.get("exception", ""))
+
+
 def printed_exceptions(ctx: Context) -> list[Event]:
     """The tracebacks and exception lines that may have ended the run: with an exception,
     not caught and logged, not a failure line's (that event reads it), and only while the run
-    has not finished (``fatal_error.exception``'s premise)."""
+    has not finished (``fatal_error.exception``'s premise). An exception's line printed alone
+    counts only in a text without step records (a quote): a run that dies of an exception
+    prints its traceback, so a lone line among the steps is a print of one the code handled."""
     found = [e for e in ctx.events if e.kind == "traceback"
              and (e.data or {}).get("exception") and not (e.data or {}).get("logged")
-             and not _covered(e.data or {})]
+             and not _covered(e.data or {})
+             and not (ctx.steps and _bare(e.data or {}))]
     if not found or not ctx.holds("fatal_error.exception"):
         return []
     return found
