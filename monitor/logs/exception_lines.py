@@ -46,6 +46,11 @@ UNTYPED_MESSAGES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+#: A word each of the ``UNTYPED_MESSAGES`` holds (a cheap test before the patterns).
+_UNTYPED_WORDS = ("Key '", "undefined symbol", "_OpNamespace", "Input prompt", "does not exist",
+                  "timed out after")
+
+
 class ExceptionLine(NamedTuple):
     """An exception's line: its type (``omegaconf.errors.ConfigAttributeError``), the type a
     Ray ``RayTaskError(X)`` wraps (``X``, else None), its message ('' when none), and whether
@@ -77,6 +82,8 @@ def exception_line(text: str) -> ExceptionLine | None:
             match = _EXCEPTION_RE.match(stripped)
             if match is not None:
                 return ExceptionLine(match.group(1), match.group(2), match.group(3) or "")
+    if not any(word in stripped for word in _UNTYPED_WORDS):
+        return None  # most lines: no message of UNTYPED_MESSAGES can be in them
     for pattern, implied in UNTYPED_MESSAGES:
         if pattern.search(stripped):
             return ExceptionLine(implied, None, stripped, typed=False)
