@@ -181,7 +181,8 @@ def _exception_reading(event: Event, data: dict, index: int) -> Reading:
     message = str(data.get("exception") or "")
     if last is None or last.name in RAY_DEATHS or all(e.name in RAY_DEATHS | {"RayTaskError"}
                                                       for e in raised.chain):
-        return Reading(event, _NO_CAUSE, index, _quote(data, message), [], data)
+        return Reading(event, _NO_CAUSE, index, _quote(data, message),
+                       failure_advice("actor_died", {"exception": "RayActorError"}), data)
     advice = exception_advice({"exception": "RayTaskError", "cause": last.name,
                                "task": data.get("task"), "message": message,
                                "phase": data.get("phase")}) if data.get("task") else []
