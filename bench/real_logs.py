@@ -80,6 +80,9 @@ def judge_logs(cache: Path, only: set[str]) -> tuple[list[str], dict[str, dict[s
         if entry.healthy:
             wrong = false_flags(doc, log)
             lines.append("  healthy run: " + ("; ".join(wrong) if wrong else "no false flag"))
+        else:
+            said = " ".join(first_advice(doc).split())
+            lines.append("  first advice: " + (said[:200] or "(none)"))
         blocks.append("\n".join(lines) + "\n")
     return blocks, verdicts
 

@@ -11,12 +11,14 @@ only: no extra is imported at the top of any module it names.
 from __future__ import annotations
 
 from monitor import __version__, metric_names
+from monitor.analysis.attempts import BUCKET_TEXT, BUCKETS, job_ledger
 from monitor.analysis.attribution import (
     default_min_phase_samples,
     label_samples,
     phase_timeline,
     sample_period,
 )
+from monitor.analysis.cadence import cadence
 from monitor.analysis.goodput import CAUSE_TEXT, CAUSES, cause_line, distinct_steps, totals
 from monitor.analysis.run_analysis import FLAG_CAUSES, RunAnalysis, config_of, rank_problems
 from monitor.analysis.summary import phase_table
@@ -32,10 +34,13 @@ from monitor.logs.canonical_records import LogParser, parse_file
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.records import ALL_PHASES, FLAG_KINDS, SEVERITIES, Event, Flag, StepRecord
 from monitor.store import RunStore, StoreError, StoreWriter
+from monitor.store.job_history import job_history
 from monitor.urls import UrlError, redact, split_url
 
 __all__ = [
     "ALL_PHASES",
+    "BUCKETS",
+    "BUCKET_TEXT",
     "CAUSES",
     "CAUSE_TEXT",
     "FLAG_CAUSES",
@@ -61,6 +66,7 @@ __all__ = [
     "__version__",
     "advice_for",
     "bucket_seconds",
+    "cadence",
     "cause_line",
     "config_of",
     "default_min_phase_samples",
@@ -68,6 +74,8 @@ __all__ = [
     "distinct_steps",
     "downsample",
     "explain_missing",
+    "job_history",
+    "job_ledger",
     "label_samples",
     "load_config",
     "metric_names",

@@ -15,6 +15,7 @@ from typing import Any
 
 from monitor.logs.clocks import CLOCK_WORDS
 from monitor.numbers import finite_float as _num
+from monitor.printable import printable
 
 _GIB = float(2**30)
 
@@ -68,6 +69,8 @@ def num(value: Any, fmt: str = ".1f") -> str:
 #: Set while a report of a log with relative times is written (``render_text``): times are
 #: then offsets from the run's start, never dates.
 _RELATIVE: ContextVar[bool] = ContextVar("relative_times", default=False)
+#: Set while a report of a log with no time at all is written (no step, no dated line).
+_UNTIMED: ContextVar[bool] = ContextVar("untimed", default=False)
 
 
 def when(ts: Any) -> str:
@@ -76,11 +79,16 @@ def when(ts: Any) -> str:
     v = _num(ts)
     if v is None:
         return "-"
+    if _UNTIMED.get():
+        return "(time unknown: no line of the log is dated)"
     if _RELATIVE.get():
         sign = "-" if v < 0 else "+"
         whole = int(round(abs(v)))
         return f"{sign}{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d} (run time)"
-    return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # past what a date can say: the number
+        return f"{v:g} (unix seconds)"
 
 
 #: Beside a time of a log whose step times are rebuilt (no clock in it: ending at the file's
@@ -410,10 +418,12 @@ def render_text(doc: dict[str, Any]) -> str:
     """The whole report as text (see the module docstring for ``doc``). A log without a
     clock (``doc["clock"] == "relative"``) has its times written as run time, not dates."""
     token = _RELATIVE.set(doc.get("clock") == "relative")
+    untimed = _UNTIMED.set(doc.get("clock") == "none")
     try:
         return _render(doc)
     finally:
         _RELATIVE.reset(token)
+        _UNTIMED.reset(untimed)
 
 
 def _render(doc: dict[str, Any]) -> str:
@@ -428,6 +438,7 @@ def _render(doc: dict[str, Any]) -> str:
             else ""
         )
     )
+    head += [f"  beside the log: {said}" for said in parse.get("side_files") or []]
     if doc.get("clock") == "relative":
         head.append("  times: relative to the run's start (+H:MM:SS): no line of the log dates "
                     "its steps (no timestamp, dated line or .arrivals file)")
@@ -470,11 +481,17 @@ def _render(doc: dict[str, Any]) -> str:
         stacks = hang.get("stacks")
         if stacks:  # analyze --stacks: the newest saved py-spy round, judged again
             lines += [f"  py-spy rounds: {stacks['rounds']}; the newest: {stacks['summary']}"]
+            lines += [f"  not read: {said}" for said in stacks.get("problems") or []]
         lines += [f"  cannot read: {k}: {v}" for k, v in sorted(hang.get("problems", {}).items())]
         parts.append(_section("Who holds the others", "\n".join(lines)))
     pools = _pools_section(doc.get("pools"))
     if pools is not None:
         parts.append(_section("GPU time per pool", pools))
+    from monitor.analysis.attempts_report import section as attempts_section
+
+    attempts = attempts_section(doc)
+    if attempts is not None:
+        parts.append(_section("Attempts of the job", attempts))
     flags = doc.get("flags") or []
     top = top_problem_text(doc.get("top_problem"))
     parts.append(_section(f"Flags ({len(flags)})", (top + "\n" if top else "")
@@ -483,7 +500,8 @@ def _render(doc: dict[str, Any]) -> str:
     premises = premises_section(doc.get("premises") or [])
     if premises:
         parts.append(_section("Not judged (a premise fails or cannot be judged)", premises))
-    return "\n\n".join(parts) + "\n"
+    # every text from outside (log lines, py-spy frames, file names) shown inert (issue 41)
+    return printable("\n\n".join(parts) + "\n")
 
 
 def premises_section(judged: list[dict[str, Any]]) -> str:

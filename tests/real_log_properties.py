@@ -168,10 +168,15 @@ def _stamp(match: re.Match[str]) -> float | None:
     return time.mktime(when.timetuple()) + frac  # naive: the local time, as the monitor reads it
 
 
+#: vLLM's own stamp without a year (``WARNING 05-22 07:07:18 [cuda.py:93] ...``).
+_MONTH_DAY = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ")
+
+
 def dated_lines(text: Text) -> list[tuple[int, float]]:
     """(line index, epoch seconds) of every line that starts with a full date (any prefix of
     at most ``_DATE_WITHIN`` characters before it: Ray's, vLLM's, MindSpeed's ``[Rank 0 |
-    Local Rank 0]``, Ascend's ``[ERROR]``)."""
+    Local Rank 0]``, Ascend's ``[ERROR]``), and of vLLM's month-day stamps, in the year of the
+    text's full dates."""
     out = []
     for i, line in enumerate(text.lines):
         match = _DATE.search(line[: _DATE_WITHIN + 40])
@@ -179,6 +184,15 @@ def dated_lines(text: Text) -> list[tuple[int, float]]:
             when = _stamp(match)
             if when is not None:
                 out.append((i, when))
+    if out:
+        year = time.localtime(out[0][1]).tm_year
+        for i, line in enumerate(text.lines):
+            md = _MONTH_DAY.search(line[: _DATE_WITHIN + 40])
+            if md and md.start() <= _DATE_WITHIN:
+                mon, day, hh, mi, ss = (int(g) for g in md.groups())
+                if 1 <= mon <= 12 and 1 <= day <= 31:
+                    out.append((i, time.mktime((year, mon, day, hh, mi, ss, 0, 0, -1))))
+        out.sort()
     return out
 
 
@@ -452,7 +466,11 @@ def dated_range(doc: dict[str, Any], text: Text) -> Verdict:
     longest = max((step_time(s) for s in lines), default=0.0)
     slack = longest + 60.0
     lo = min(t for _, t in dated) - sum(step_time(s) for s in lines if s.index < first_i) - slack
-    hi = max(t for _, t in dated) + sum(step_time(s) for s in lines if s.index > last_i) + slack
+    # the steps after the last dated line: their timers, or the bar's elapsed time over them
+    # (which also holds what no timer covers), whichever is longer
+    after = sum(step_time(s) for s in lines if s.index > last_i)
+    bar = [elapsed for index, _, elapsed in tqdm_drawings(text) if index > last_i]
+    hi = max(t for _, t in dated) + max(after, max(bar, default=0.0)) + slack
     outside = [(where, t) for where, t in document_times(doc) if not lo <= t <= hi]
     if outside:
         where, t = max(outside, key=lambda item: max(item[1] - hi, lo - item[1]))

@@ -242,3 +242,18 @@ def test_a_print_that_is_no_config_is_given_up_within_bounds():
     got = read_job_config(bad)
     assert got is not None and "actor_rollout_ref" in got  # read up to the bad value
     assert _time.process_time() - t0 < 60  # a generous bound: before, it did not return
+
+
+def test_a_line_of_the_dump_with_another_write_glued_on_keeps_only_its_own_text():
+    """Ray's stream glued a stderr warning onto a line of the dump (``'max_num_seqs': None,``
+    then ``(TaskRunnerV1 pid=N) /usr/...: DeprecationWarning``): the config was read only up
+    to there (its trainer section lost, the V1 mode read as sync); now all of it is read."""
+    from monitor.logs.modes import printed_mode
+
+    lines = _printed(V1_CONFIG)
+    mid = len(lines) // 2
+    lines[mid] += ("\x1b[36m(TaskRunnerV1 pid=13158)\x1b[0m /usr/lib/python3/ray/_private/"
+                   "auto_init_hook.py:22: DeprecationWarning: ...")
+    got = read_job_config(lines)
+    assert got is not None and set(got) == set(V1_CONFIG)
+    assert printed_mode(got) == "separate_async"

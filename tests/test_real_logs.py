@@ -46,24 +46,6 @@ CASES = json.loads((FAILURES / "manifest.json").read_text())
 #: a strict xfail, so the test fails when a new one appears and when one of these is fixed
 #: (then its line here goes). The lead's worklist for issue 37.
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("dstack_ppo_qwen7b_resumed", "dated_range"):
-        "the document's times are relative (clock: relative) although the text has 5 dated line(s), 2025-05-22 07:03:31 to 2025-05-22 07:03:56",
-    ("npu_separate_async_v1_bucket_assert", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2026-07-29 13:32:38 to 202",
-    ("npu_separate_async_v1_engine_init", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2026-07-29 13:21:13 to 202",
-    ("maze_ppo_crash_before_step1", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-03-10 22:25:38 to 202",
-    ("npu_v1_smoke_dataloader_killed", "wall_time"):
-        "steps ran and the text has the bar, dated lines, but the document gives no wall time",
-    ("npu_v1_smoke_dataloader_killed", "trainer_mode"):
-        "read sync, the printed config says separate_async",
-    ("npu_v1_smoke_dataloader_killed", "manifest_mode"):
-        "read sync, the run is separate_async",
-    ("logic_rl_flash_attn_undefined_symbol", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-02-25 19:42:16 to 202",
-    ("hebiao_spin_sglang_init_crash", "dated_range"):
-        "1 time(s) outside the dated range, e.g. flag fatal_error start at 0 s (a relative time) although the text's dated lines run 2025-04-19 20:05:50 to 202",
     # the 2026-12-03 second batch (tests/fixtures/real_logs/SOURCES.md); "captured_bar" and
     # "false_flag" key the captured-bar and healthy-run tests the same way
     ("npu_fully_async_megatron_14h", "false_flag"):
@@ -74,14 +56,8 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
         "io_starvation on a fully-async trainer (it loads no batches)",
     ("npu_fully_async_megatron_2h55", "false_flag"):
         "io_starvation (81 s a step in no logged phase), step_time_spikes every 5 steps, rollout_long_tail from response lengths alone (10.8x)",
-    ("npu_sync_agent_loop_58_steps_10h41", "dated_range"):
-        "step 58 end 0.8 h past the judge's range: the dated lines stop at start-up and the judge widens them by timing_s/step only, not the validations (timing_s/testing); the wall is the bar's 38,463 s",
-    ("npu_sync_agent_loop_58_steps_6h45", "dated_range"):
-        "step 58 end 0.8 h past the judge's range: dated lines only at start-up, widened by timing_s/step only (validations outside it); the wall is the bar's 24,300 s",
     ("opd_agent_loop_8g5bqf9b", "false_flag"):
         "rollout_long_tail on steps 1-11 where the longest response is 3.8x the mean (the truth check wants 4x and generation 2x)",
-    ("opd_agent_loop_ve6z38ba", "wall_time"):
-        "one step, timed by the captured bar (1/27995 [06:53]), yet the document gives no wall time",
     ("opd_agent_loop_ve6z38ba", "captured_bar"):
         "one step: the captured bar times it (1/27995 [06:53]) but the report gives no wall and does not say the times are estimated",
     ("opd_agent_loop_5qinw90x", "false_flag"):
@@ -92,38 +68,12 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
         "verl's -1 for timing_s/agent_loop/num_preempted/* and slowest/num_preempted (not tracked) counted as unreadable",
     ("agentgym_prefix_grpo_smoke44", "false_flag"):
         "throughput_regression on steps 28-30 (gen 3.9 s to 12.3 s a step): not a kind the truth check knows",
-    ("agentgym_textcraft_host_oom", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-12-14 21:49:46 to 2025-12-14 21:55:57",
-    ("agentgym_textcraft_host_oom_at_start", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-12-14 21:59:55 to 2025-12-14 22:00:15",
-    ("agentgym_webshop_sampling_config_error", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-12-13 23:48:11 to 2025-12-13 23:48:32",
     ("agentgym_webshop_env_connection_broken", "wall_time"):
         "1913 s: the bar's close as the crash unwound (2/12 [31:53], count unchanged) taken as step 2's end; the bar reached 2/12 at 22:35 and the dated lines say 764-766 s",
-    ("tpu_xla_hbm_oom_compile", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-07-18 22:40:27 to 2025-07-18 22:44:22",
-    ("selfplay_prompt_longer_than_max_length", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-08-16 03:10:48 to 2025-08-16 03:11:01",
-    ("selfplay_cuda_oom_in_generate", "dated_range"):
-        "oom start at 0 s (relative) though dated lines run 2025-08-16 22:29:47 to 2025-08-16 22:30:01",
-    ("search_r1_grpo_cuda_oom_generate", "dated_range"):
-        "oom start at 0 s (relative) though dated lines run 2025-10-06 03:29:36 to 2025-10-06 03:29:36",
-    ("search_r1_ppo_cuda_oom_update_actor", "dated_range"):
-        "oom start at 0 s (relative) though dated lines run 2025-09-22 17:53:45 to 2025-09-22 17:53:45",
-    ("backdoor_register_center_timeout", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-05-29 17:07:40 to 2025-05-29 17:12:38",
-    ("backdoor_no_module_flash_attn", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-05-12 13:49:46 to 2025-05-12 13:49:46",
-    ("backdoor_wandb_api_key_missing", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-05-12 15:21:28 to 2025-05-12 15:31:40",
-    ("adv_grpo_94_steps_one_gpu", "dated_range"):
-        "the document's times are relative (clock: relative) although the text has 1 dated line(s), 2025-04-03 02:56:13 to 2025-04-03 02:56:13",
     ("adv_grpo_94_steps_one_gpu", "false_flag"):
         "throughput_regression on steps 38-94 (26% below steps 3-12): not a kind the truth check knows",
     ("adv_grpo_94_steps_wandb_capture", "false_flag"):
         "throughput_regression on steps 38-94 (the same run): not a kind the truth check knows",
-    ("adv_gae_train_parquet_missing", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-04-02 02:12:37 to 2025-04-02 02:12:37",
     ("video_o3_qwen25vl_12_steps", "wall_time"):
         "2478 s (about the step timers' 2422 s) against the bar's 2786 s (0 to 12, -11.1%): 308 s of the bar no timer covers are left out",
     ("video_o3_qwen25vl_12_steps", "false_flag"):
@@ -131,19 +81,9 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("video_o3_qwen3vl_18_steps", "wall_time"):
         "5768 s against the bar's 6131 s (0 to 18, -5.9%; the step timers sum to 4016 s)",
     ("video_o3_qwen3vl_18_steps", "premises"):
-        "stalled (31 min after step 17) on a run whose bar reached 18/18 and which saved its final checkpoint",
+        "stalled (28 min after step 17) on a run whose bar reached 18/18 and which saved its final checkpoint",
     ("video_o3_qwen3vl_18_steps", "false_flag"):
         "rollout_long_tail from response lengths alone (12.7x), and stalled after step 17 on a run that finished 18/18",
-    ("video_reward_unreachable_assert", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2026-04-27 20:07:29 to 2026-04-27 20:56:26",
-    ("video_reward_dataloader_stack_error", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2026-04-27 20:07:29 to 2026-04-27 20:21:25",
-    ("video_grpo_19_steps", "dated_range"):
-        "the document's times are relative (clock: relative) although the text has 1 dated line(s), 2026-04-10 19:59:49 to 2026-04-10 19:59:49",
-    ("cofa_flash_attn_glibc", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-11-25 14:11:09 to 2025-11-25 14:14:01",
-    ("cofa_raylet_state_dumps", "dated_range"):
-        "fatal_error start at 0 s (relative) though dated lines run 2025-11-28 14:13:00 to 2025-11-28 14:18:15",
     ("a2q_jsonl_rollout_only_unnorm_112", "false_flag"):
         "rollout_long_tail on steps 101-212 where the longest/mean response is 3.1x (under 4x)",
     ("clip_sweep_jsonl_low01_high03_143", "false_flag"):
@@ -157,84 +97,7 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
 }
 #: Failures whose first advice does not yet match the thread's fix
 #: (bench/results/real_failures_2026-12-03_devbox.txt), likewise strict xfails.
-KNOWN_MISMATCHES: dict[str, str] = {
-    "verl2828_one_step_off_oom_log_prob":
-        "expected cuda_oom; first advice: Lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu or actor_rollout_ref.actor.ppo_",
-    "verl302_vllm_wake_up_cumem_oom":
-        "expected cuda_oom; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
-    "verl154_version_file_missing_after_pip_install":
-        "expected missing_file_in_install; first advice: (none)",
-    "verl4235_no_module_single_controller_ray_megatron":
-        "expected missing_module; first advice: The task raised ModuleNotFoundError in TaskRunner.run; its worker did not die of memory or",
-    "verl6931_npu_no_module_megatron_bridge":
-        "expected missing_module; first advice: (none)",
-    "ttrl43_ppo_mini_batch_size_zero_after_normalization":
-        "expected verl_assertion; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
-    "verl224_rollout_workers_host_memory_96gb":
-        "expected host_oom; first advice: (none)",
-    "verl331_main_generation_key_actor_not_in_struct":
-        "expected config_error; first advice: (none)",
-    "rllm197_key_ray_init_not_in_struct":
-        "expected config_error; first advice: (none)",
-    "verl4672_key_enable_activation_offloading_not_in_hfmodelconfig":
-        "expected config_error; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
-    "l1_21_launch_reward_fn_async_not_in_struct":
-        "expected config_error; first advice: (none)",
-    "verl3636_nccl_dist_backend_error_megatron_init":
-        "expected nccl_error; first advice: The task raised DistBackendError in WorkerDict.actor_rollout_init_model; its worker did no",
-    "verl2965_sglang_multiturn_gloo_peer_closed":
-        "expected peer_rank_died; first advice: (none)",
-    "verl4202_cannot_import_process_weights_after_loading":
-        "expected import_version_mismatch; first advice: (none)",
-    "verl649_vllm063_rope_scaling_factor_assert":
-        "expected vllm_version; first advice: (none)",
-    "verl1084_vllm_ops_built_for_another_torch":
-        "expected torch_abi_mismatch; first advice: (none)",
-    "verl3450_reward_not_implemented_empty_data_source":
-        "expected reward_not_implemented; first advice: (none)",
-    "verl5558_reward_not_implemented_in_validate":
-        "expected reward_not_implemented; first advice: The task raised NotImplementedError in TaskRunner.run; its worker did not die of memory or",
-    "verl1165_megatron_key_reward_model_not_in_struct":
-        "expected config_error; first advice: (none)",
-    "verl4081_checkpoint_missing_fsdp_config_json":
-        "expected incomplete_checkpoint; first advice: (none)",
-    "verl3947_npu_multinode_hccl_init_error_4":
-        "expected hccl_init; first advice: A Ray worker died: its own log says why; the common causes are the host OOM killer (give e",
-    "verl5074_npu_a2_hccl_init_error_5":
-        "expected hccl_init; first advice: (none)",
-    "verl1004_only_support_equal_chunk_dataproto":
-        "expected batch_divisibility; first advice: (none)",
-    "verl539_total_available_gpus_0_less_than_desired":
-        "expected ray_resources; first advice: (none)",
-    "verl1015_prompt_longer_than_max_model_length":
-        "expected prompt_too_long; first advice: (none)",
-    "verl544_sequence_length_larger_than_max_length":
-        "expected prompt_too_long; first advice: (none)",
-    "verl2069_multiturn_overlong_prompt_tensor_size_mismatch":
-        "expected prompt_too_long; first advice: (none)",
-    "verl673_vllm_input_prompt_exceeds_limit":
-        "expected prompt_too_long; first advice: (none)",
-    "verl2252_merger_old_checkpoint_without_fsdp_config":
-        "expected old_checkpoint_format; first advice: (none)",
-    "verl2492_multinode_tcpstore_connect_timeout":
-        "expected network_unreachable; first advice: (none)",
-    "verl_pr1763_npu_quickstart_parquet_not_found":
-        "expected data_missing; first advice: The task raised FileNotFoundError in TaskRunner.run; its worker did not die of memory or a",
-    "verl2723_datasets_feature_type_list_not_found":
-        "expected library_version_mismatch; first advice: (none)",
-    "verl4215_transformer_engine_undefined_symbol":
-        "expected torch_abi_mismatch; first advice: (none)",
-    "verl5113_cannot_import_maxloraranks_from_vllm":
-        "expected import_version_mismatch; first advice: (none)",
-    "verl647_sglang_backend_oom_in_update_actor":
-        "expected cuda_oom; first advice: (none)",
-    "verl7378_qwen35_chat_template_no_user_query":
-        "expected chat_template; first advice: (none)",
-    "verl1080_could_not_override_grad_offload":
-        "expected config_error; first advice: (none)",
-    "verl771_sequence_length_larger_than_max_length_old_verl":
-        "expected prompt_too_long; first advice: (none)",
-}
+KNOWN_MISMATCHES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -270,7 +270,8 @@ def event_summary(events: Sequence[Event]) -> dict[str, Any]:
 
 
 def wall_time(steps: Sequence[StepRecord]) -> dict[str, Any]:
-    """Where the run's wall time went between its first step's start and its last step's end.
+    """Where the run's wall time went between its first step's start and its last step's end
+    (one step's own timers, for a run of one step).
 
     ``steps_s`` is what the steps' timers hold (validation, checkpointing and a weight sync
     outside verl's step timer included: ``gaps.covered_seconds``); ``data_wait_s`` the time
@@ -285,7 +286,7 @@ def wall_time(steps: Sequence[StepRecord]) -> dict[str, Any]:
                    key=lambda s: float(s.end_time))  # type: ignore[arg-type]
     sources = Counter(s.time_source for s in timed)
     clock = sources.most_common(1)[0][0] if sources else None
-    if len(timed) < 2:
+    if not timed:
         return {"span_s": None, "steps_s": None, "data_wait_s": None, "other_s": None,
                 "data_wait_steps": 0, "data_wait_max_s": None, "data_wait_max_step": None,
                 "clock": clock, "measured": clock in MEASURED, "dated": clock in DATED}

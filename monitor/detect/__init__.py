@@ -190,8 +190,9 @@ def run_all(
     ``printed_mode``: the trainer mode the job's printed config names
     (``monitor.logs.modes.printed_mode``), for the detectors that judge by the mode.
     ``job_config``, ``actors``: what the job printed, for the premises (``make_context``).
-    A detector runs only where its premises hold (``monitor.detect.premises``); ``judged``,
-    when given, receives every premise verdict, for the report's "not judged" list.
+    A detector's flags are raised only where its premises hold (``monitor.detect.premises``:
+    judged when it has something to raise, so the report lists only the readings a premise
+    stopped); ``judged``, when given, receives those verdicts, for the "not judged" list.
     """
     ctx = make_context(steps, gpu, host, events, config, now, reference_steps, nccl, rollout,
                        printed_mode, job_config, actors)
@@ -200,9 +201,10 @@ def run_all(
     flags: list[Flag] = []
     for kind, fn in DETECTORS.items():
         try:
-            if not ctx.holds(kind):
-                continue
-            flags.extend(fn(ctx))
+            found = fn(ctx)
+            if found and not ctx.holds(kind):
+                continue  # a premise fails or cannot be judged: nothing is raised (and said)
+            flags.extend(found)
         except Exception as exc:  # noqa: BLE001 - one broken detector must not silence the rest
             if on_error is None:
                 log.exception("detector %s failed", kind)

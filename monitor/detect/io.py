@@ -49,7 +49,7 @@ def detect_io_starvation(ctx: Context) -> list[Flag]:
     # (a) GPUs swing with deep troughs while the host is the bottleneck
     df = ctx.act_windowed
     nwin = len(ctx.windows)
-    if len(df) and nwin and ctx.holds("io_starvation.host_swing"):
+    if len(df) and nwin:
         sub = df[df["win"] >= 0]
         if sub["phase"].notna().any():
             sub = sub[sub["phase"].isin(TRAINING_PHASES)]
@@ -75,8 +75,11 @@ def detect_io_starvation(ctx: Context) -> list[Flag]:
             cond.append(bool(swing and (pegged.iloc[i] or iow.iloc[i])))
         starts = ctx.windows["start"].to_numpy(float)
         ends = ctx.windows["end"].to_numpy(float)
-        for ep in episodes(cond, ctx.windows_for(cfg.get_float("open_after_s")),
-                           ctx.windows_for(cfg.get_float("close_after_s"))):
+        swings = episodes(cond, ctx.windows_for(cfg.get_float("open_after_s")),
+                          ctx.windows_for(cfg.get_float("close_after_s")))
+        if swings and not ctx.holds("io_starvation.host_swing"):
+            swings = []
+        for ep in swings:
             start, end = episode_times(ep, starts, ends)
             sl = slice(ep.onset, ep.last + 1)
             s = ctx.windows["step"].iloc[sl].dropna()
@@ -140,8 +143,6 @@ def _data_wait_flags(ctx: Context) -> list[Flag]:
     sf = ctx.sf
     if len(sf) == 0 or "data_wait" not in sf.columns or sf["data_wait"].isna().all():
         return []
-    if not ctx.holds("io_starvation.data_wait"):
-        return []
     wait = sf["data_wait"].astype(float)
     wall = wait + W.core_total(sf).astype(float)
     share = wait / wall.where(wall > 0)
@@ -150,8 +151,11 @@ def _data_wait_flags(ctx: Context) -> list[Flag]:
     cond = [None if pd.isna(w) or pd.isna(sh) else bool(w >= lim_s and sh >= lim_share)
             for w, sh in zip(wait, share, strict=True)]
     out = []
-    for ep, _start, end, rng in step_episodes(ctx, cond, cfg.get_int("data_wait_open_after_steps"),
-                                              cfg.get_int("data_wait_close_after_steps")):
+    found = step_episodes(ctx, cond, cfg.get_int("data_wait_open_after_steps"),
+                          cfg.get_int("data_wait_close_after_steps"))
+    if found and not ctx.holds("io_starvation.data_wait"):
+        return []
+    for ep, _start, end, rng in found:
         sl = slice(ep.onset, ep.last + 1)
         rows = sf.iloc[sl]
         # the gaps themselves: from the previous step's end to this step's timer start

@@ -216,7 +216,8 @@ class LiveMonitor(Recorder):
         self._urgent = 0  # hang_dump events received (the detectors run soon after one)
         self._finished_steps = -1  # steps_added when the run was seen finished
         #: the job's printed config, for the advice (read from the followed logs' heads)
-        self.job_config = JobConfigWatch(options.log)
+        self.job_config = JobConfigWatch(
+            list(options.log) + ([options.sim_log] if options.sim_log else []))
         #: the exporter's own numbers: each part registers itself (monitor/live/health_registry.py)
         self.health = HealthRegistry()
         self.health.count_restarts(self.restart_counts)
@@ -251,7 +252,7 @@ class LiveMonitor(Recorder):
         return ViewContext(node=self.node, interval=self.interval, window=self.window,
                            tracker=self.tracker, notifier=self.notifier,
                            config=self.detect_config, options=self.options, sink=self,
-                           job_config=self.job_config.config)
+                           job_config=self.job_config.config, wandb=lambda: self.wandb_sink)
 
     def _register_alert_paths(self) -> None:
         """Slack, wandb and the store writer report on /metrics (monitor/live/alert_paths.py)."""

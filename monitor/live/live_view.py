@@ -76,6 +76,8 @@ class ViewContext:
     options: LiveOptions = field(default_factory=LiveOptions)
     sink: Any = field(default_factory=NullSink)
     job_config: JobConfigSource = no_job_config
+    #: the wandb sink once open (None: off, or not yet): the attempt ledger logs there
+    wandb: Callable[[], Any] = lambda: None
 
 
 class LiveView:

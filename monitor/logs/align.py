@@ -1,7 +1,9 @@
 """Placing a log without a clock in the time of samples recorded beside it.
 
-A console log with no dated line has relative times (``ParsedLog.clock == "relative"``); GPU
-and host samples carry unix times. The two can be read together only through what they share:
+A console log with no dated line has relative times (``ParsedLog.clock == "relative"``), and
+one whose progress bar only a dated line before it places (``tqdm_after``: the bar started
+then or later, often a minute later) is dated only to that bound; GPU and host samples carry
+unix times. The two can be read together only through what they share:
 the steps that the exporter's store recorded with their capture times (``verl-monitor export``
 writes them as ``train.jsonl`` beside ``gpu.csv``). The median gap between a step's end in the
 store and in the log, over the steps both have, moves the log into the samples' time; without

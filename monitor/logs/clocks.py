@@ -32,15 +32,12 @@ that cut a long line) takes the time a bar measured for it, when one did (``step
 
 from __future__ import annotations
 
-import bisect
-import os
 import re
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from monitor.logs.timestamps import naive_epoch
+from monitor.logs.timestamps import NaiveOrder, naive_epoch
 from monitor.records import StepRecord
 
 #: Words for each ``StepRecord.time_source`` in reports.
@@ -50,20 +47,23 @@ CLOCK_WORDS: dict[str, str] = {
     "sidecar": "capture times (the .arrivals file beside the log)",
     "tqdm": "tqdm's elapsed time (dated by the log's dated lines)",
     "tqdm_end": "tqdm's elapsed time (no dated line places the bar in time)",
+    "tqdm_after": "tqdm's elapsed time, the bar placed at the dated line before it (it started "
+                  "then or a little later)",
     "worker": "dated worker lines",
     "rebuilt": "estimated (rebuilt from the step times)",
 }
 #: Sources that are measurements of when a line was printed (``rebuilt`` is not).
 MEASURED: frozenset[str] = frozenset({"line", "arrival", "sidecar", "tqdm", "tqdm_end",
-                                      "worker"})
+                                      "tqdm_after", "worker"})
 #: tqdm's sources: the bar's spacing is measured; ``tqdm_end``'s dates are not (the bar is
 #: placed to end at the log's end: no dated line says when it ran).
-TQDM: frozenset[str] = frozenset({"tqdm", "tqdm_end"})
+TQDM: frozenset[str] = frozenset({"tqdm", "tqdm_end", "tqdm_after"})
 #: Sources whose dates (not only their spacing) are measured.
-DATED: frozenset[str] = MEASURED - {"tqdm_end"}
+DATED: frozenset[str] = MEASURED - {"tqdm_end"}  # tqdm_after: placed by a date
 #: How far each source can be from the true end (seconds), for the gap between steps.
 RESOLUTION_S: dict[str, float] = {"line": 0.05, "arrival": 0.05, "sidecar": 0.05,
-                                  "tqdm": 1.0, "tqdm_end": 1.0, "worker": 1.0}
+                                  "tqdm": 1.0, "tqdm_end": 1.0, "tqdm_after": 1.0,
+                                  "worker": 1.0}
 
 _FULL_DATE_RE = re.compile(
     r"(?:^|[\s\[:(])(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
@@ -111,6 +111,11 @@ class LineClock:
     #: the median time such a measured step took beyond its neighbours' (a validation outside
     #: the step timer whose line lost its timers), for the ones no drawing measured; None
     extra_s: float | None = None
+    #: the unix time of the last line read so far that carried a whole date (None before
+    #: one): what dates an event printed without a time of its own
+    last_abs: float | None = None
+    #: the naive dates read in the text, kept in order through a DST fall-back
+    naive: NaiveOrder = field(default_factory=NaiveOrder)
 
     def _add(self, reading: Reading) -> None:
         if not self.enabled:
@@ -144,6 +149,7 @@ class LineClock:
 
     def stamp(self, unix: float, after: StepRecord | None) -> None:
         """A line stamped with a whole date (the parser's leading timestamp)."""
+        self.last_abs = float(unix) if self.enabled else None
         self._add(Reading(after, "abs", float(unix)))
 
     def line(self, text: str, after: StepRecord | None) -> str:
@@ -164,6 +170,8 @@ class LineClock:
         if match is not None:
             unix = _unix(*match.groups())
             if unix is not None:
+                unix = self.naive.read(unix)
+                self.last_abs = unix if self.enabled else None
                 self._add(Reading(after, "abs", unix))
             return text
         match = _HMS_RE.match(head)
@@ -235,6 +243,7 @@ def _resolve_dates(readings: list[Reading], log_end: float | None) -> dict[int, 
             else time.gmtime(log_end).tm_year if log_end is not None else 1970)
     out: dict[int, float] = {}
     last_abs: float | None = None
+    order = NaiveOrder()  # a time of day in a DST fall-back's repeated hour: kept in order
     for n, r in enumerate(readings):
         if r.kind == "abs":
             value = r.value
@@ -247,7 +256,9 @@ def _resolve_dates(readings: list[Reading], log_end: float | None) -> dict[int, 
             continue
         if value is None:
             continue
-        last_abs = value
+        if r.kind != "abs":
+            value = order.read(value)
+        order.last = last_abs = value
         out[n] = value
     return out
 
@@ -310,11 +321,16 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float | Non
     _measure_lone_steps(steps, readings, segments, clock)
     ends: dict[int, tuple[float, str]] = {}
     origins = [_segment_origin(segment, readings, dated) for segment in segments]
-    undated = [o is None for o in origins]
+    sources = ["tqdm" if o is not None else "tqdm_end" for o in origins]
+    before = [value for n, value in dated.items() if segments and n < segments[0][0]]
+    if origins and origins[0] is None and before and log_end is None:
+        origins[0], sources[0] = max(before), "tqdm_after"  # the bar started then or later
     _undated_origins(origins, segments, readings,
                      None if log_end is None else _tail_start(steps, readings, log_end, clock))
-    for segment, origin, guessed in zip(segments, origins, undated, strict=True):
-        source = "tqdm_end" if guessed else "tqdm"
+    for k in range(1, len(sources)):
+        if sources[k] == "tqdm_end" and sources[k - 1] in ("tqdm", "tqdm_after"):
+            sources[k] = "tqdm_after"  # back to back with a bar a date placed
+    for segment, origin, source in zip(segments, origins, sources, strict=True):
         for n in segment:  # the last drawing after a step line wins (tqdm's close())
             after = readings[n].after
             if after is not None:
@@ -595,30 +611,3 @@ def _lone_step(steps: list[StepRecord], n: int) -> bool:
     """Whether ``steps[n]`` is the only record of its step number among its neighbours."""
     step = steps[n].step
     return all(not (0 <= k < len(steps)) or steps[k].step != step for k in (n - 1, n + 1))
-
-
-def arrival_times(log_path: str | os.PathLike[str]) -> list[float] | None:
-    """The capture time of each physical line of ``log_path`` (by index, lines split at
-    ``\\n``) from its ``.arrivals`` sidecar: the time recorded for the chunk holding the line's
-    start; None when the log has no sidecar or the sidecar has no record."""
-    from monitor.logs.arrivals import read_arrivals
-
-    pairs = read_arrivals(log_path)
-    if not pairs:
-        return None
-    try:
-        data = Path(log_path).read_bytes()
-    except OSError:
-        return None
-    offsets = [off for off, _ in pairs]
-    times = [ts for _, ts in pairs]
-    out: list[float] = []
-    start = 0
-    while start < len(data):
-        k = bisect.bisect_right(offsets, start) - 1
-        out.append(times[k] if k >= 0 else times[0])
-        nl = data.find(b"\n", start)
-        if nl < 0:
-            break
-        start = nl + 1
-    return out

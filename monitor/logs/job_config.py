@@ -61,6 +61,9 @@ _CONTINUES = ("'", '"', "}", "]", ")", ",")
 #: What an indented continuation line of pprint's starts with after its indent: a key or a
 #: string, a bracket, a number or a constant (not a traceback's ``File ...``).
 _INDENTED_RE = re.compile(r"^\s+(?:['\"{}\[\]()]|-?\d|True\b|False\b|None\b|\.\.\.|inf\b|nan\b|,)")
+#: A Ray prefix inside a line: the stream (the actor's stdout and stderr in one) glued another
+#: write onto a line of the dump; what follows it is not the dict's.
+_GLUED_RE = re.compile(r"\((?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\)")
 #: Keys whose values are secrets, masked wherever the config is kept or shown.
 _SECRET_KEY_RE = re.compile(r"(?i)(?:api[_-]?key|token|secret|passw(?:or)?d|credential|auth)")
 _URL_PASSWORD_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)([^@\s/]+)@")
@@ -265,6 +268,9 @@ class JobConfigReader:
                 self.finish()
             return False
         self._foreign = 0
+        glued = _GLUED_RE.search(text, 1)
+        if glued is not None:  # another write of the stream glued onto the line: not the dict's
+            text = text[:glued.start()]
         scan.add(text)
         self._lines += 1
         if scan.closed or scan.broken or self._lines >= MAX_LINES:

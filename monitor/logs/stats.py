@@ -55,7 +55,8 @@ class ParseStats:
 @dataclass
 class ParsedLog:
     """A whole parsed log file. ``format`` is ``"console"`` or ``"jsonl"`` (``"empty"`` when
-    the file holds no text)."""
+    the file holds no text). ``side_files``: what could not be used of the files beside the
+    log (its ``.arrivals`` sidecar), one line each."""
 
     steps: list[StepRecord]
     events: list[Event]
@@ -67,6 +68,7 @@ class ParsedLog:
     #: ``"absolute"`` (the log dates its steps), ``"relative"`` (times from the first step's
     #: start: no clock in the text dates them) or ``"none"`` (no steps): ``files.clock_kind``
     clock: str = "none"
+    side_files: list[str] = field(default_factory=list)
 
 
 def step_in_range(step: int) -> bool:

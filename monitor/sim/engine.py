@@ -678,7 +678,7 @@ class SimRun:
             try:
                 for t, line in self.timed_lines():
                     data = (line + "\n").encode("utf-8")
-                    arrivals.record(offset, t)
+                    arrivals.record(offset, t, offset + len(data))
                     fh.write(data)
                     offset += len(data)
             finally:
