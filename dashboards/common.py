@@ -23,8 +23,7 @@ import streamlit as st
 
 from dashboards.escape import escape_markdown
 from dashboards.sources import MetricSource, SourceError, SourceStatus, open_source, steps_to_frame
-from monitor.api import Config, Flag, StepRecord
-from monitor.printable import printable
+from monitor.api import Config, Flag, StepRecord, printable
 
 #: Window choices (label -> seconds; None = everything the source holds).
 WINDOWS: dict[str, float | None] = {

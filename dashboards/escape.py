@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from monitor.printable import printable
+from monitor.api import printable
 
 #: Invisible, zero-width, never a line break: splits what autolinking looks for.
 WORD_JOINER = "\u2060"

@@ -32,12 +32,14 @@ from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, nccl_frame, rollout_frame
 from monitor.hang.where import describe_where
 from monitor.logs.canonical_records import LogParser, parse_file
 from monitor.logs.follow import LogFollower, LogPosition
+from monitor.printable import printable
 from monitor.records import ALL_PHASES, FLAG_KINDS, SEVERITIES, Event, Flag, StepRecord
 from monitor.store import RunStore, StoreError, StoreWriter
 from monitor.store.job_history import job_history
 from monitor.urls import UrlError, redact, split_url
 
 __all__ = [
+    "printable",
     "ALL_PHASES",
     "BUCKETS",
     "BUCKET_TEXT",

@@ -82,7 +82,7 @@ def when(ts: Any) -> str:
     if _UNTIMED.get():
         return "(time unknown: no line of the log is dated)"
     if _RELATIVE.get():
-        sign = "-" if v < 0 else "+"
+        sign = "-" if v <= -0.5 else "+"
         whole = int(round(abs(v)))
         return f"{sign}{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d} (run time)"
     try:

@@ -142,3 +142,25 @@ def test_steps_back_to_back_or_without_measured_times_raise_no_data_wait():
         r.time_source = "rebuilt"
     assert not [f for f in detect_io_starvation(_ctx(rebuilt, gpu, make_host(gpu)))
                 if f.scope.get("phase") == "data_wait"]
+
+
+def test_no_io_starvation_on_a_trainer_that_loads_no_batches():
+    """A real fully-async run (2 h 55) got io_starvation ("81 s a step in no logged phase"):
+    its trainer takes samples from the rollouter's queue, it loads no batches (issue 37)."""
+    from monitor.detect import run_all
+
+    def edit(i, ph):
+        ph["other"] = 2.0 if i < 15 else 14.0
+
+    steps = make_steps(30, shares={"gen": 0.5, "update_actor": 0.25, "other": 0.25}, edit=edit)
+    for r in steps:
+        r.metrics = {"timing_s/step": r.total, "timing_s/gen": r.phases["gen"]}
+    assert "io_starvation" in {f.kind for f in run_all(steps, None, None, [],
+                                                         actors=("TaskRunner",))}
+    for r in steps:
+        r.metrics = {"fully_async/trainer/idle_ratio": 0.2, "timing_s/step": r.total}
+    judged: list = []
+    assert "io_starvation" not in {f.kind for f in run_all(steps, None, None, [],
+                                                             judged=judged)}
+    assert any(j.reading == "io_starvation" and j.premise == "loads_batches"
+               and j.holds is False for j in judged)

@@ -139,3 +139,19 @@ def test_a_silence_after_the_run_finished_is_no_stall():
     flags = run_all(steps, None, None, [done], load_config(), now=now, judged=judged)
     assert "stalled" not in _kinds(flags)
     assert "stalled" in _kinds(run_all(steps, None, None, [], load_config(), now=now))
+
+
+def test_the_long_last_step_that_ended_the_run_is_no_stall():
+    """A real 18-step run: step 18 validated for 27 min and saved before its line; the bar
+    reached 18/18 first. The silence after step 17 is that last step, not a stall."""
+    from monitor.records import Event
+
+    steps = make_steps(18, step_s=200.0)
+    for s in steps:
+        s.time_source = "line"
+    steps[-1].phases["testing"] = 1624.0
+    steps[-1].end_time += 1624.0
+    done = Event("progress", steps[-1].end_time - 180.0,
+                 data={"current": 18, "total": 18, "percent": 100.0})
+    flags = run_all(steps, None, None, [done], load_config(), now=steps[-1].end_time)
+    assert "stalled" not in _kinds(flags)

@@ -311,3 +311,31 @@ def test_one_step_has_a_wall_time(tmp_path: Path) -> None:
                    + "\n")
     wall = summarize(parse_file(log).steps)["wall"]
     assert wall["span_s"] == pytest.approx(226.6)
+
+
+def test_the_wall_starts_at_the_bars_zero_when_the_first_batch_took_a_while(tmp_path: Path
+                                                                            ) -> None:
+    """The bar is drawn at 0 before the first batch is fetched: a video fork took 308 s there
+    before step 1's timer; the wall is the bar's (was the timers' only, -11%)."""
+    lines = [tqdm_line(0, 3, 0), step_line(1, 100.0), tqdm_line(1, 3, 400),
+             step_line(2, 100.0), tqdm_line(2, 3, 500), step_line(3, 100.0),
+             tqdm_line(3, 3, 600)]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    wall = summarize(parsed.steps, parsed.events, parsed.run_start)["wall"]
+    assert wall["span_s"] == pytest.approx(600.0, abs=1.0)
+    assert wall["data_wait_s"] == pytest.approx(300.0, abs=1.0)  # before step 1's timer
+
+
+def test_the_bars_close_as_a_crash_unwinds_does_not_date_the_step(tmp_path: Path) -> None:
+    """tqdm's close() redraws the last count as the crash unwinds, minutes later: the step
+    ended at the drawing that counted it (2/12 at 22:35, not 31:53)."""
+    lines = [tqdm_line(0, 12, 0), step_line(1, 740.0), tqdm_line(1, 12, 740),
+             step_line(2, 615.0), tqdm_line(2, 12, 1355), "Traceback (most recent call last):",
+             '  File "x.py", line 1, in <module>', "ConnectionError: broken",
+             tqdm_line(2, 12, 1913)]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    steps = parse_file(log).steps
+    assert steps[1].end_time - steps[0].end_time == pytest.approx(615.0, abs=1.0)

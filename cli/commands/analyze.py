@@ -381,7 +381,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             },
             "steps": [{key: getattr(s, key) for key in _STEP_KEYS} for s in steps],
             "events": [e.to_dict() for e in events],
-            "summary": summarize(steps, events),
+            "summary": summarize(steps, events, None if more else parsed.run_start),
             "attribution": attribution,
             "goodput": gp_doc,
             "pools": pools,

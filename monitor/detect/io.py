@@ -16,12 +16,13 @@ from monitor.detect.detector_base import (
 from monitor.detect.persistence import episodes
 from monitor.records import TRAINING_PHASES, Flag
 
-#: What each reading needs of the job (``monitor.detect.premises``): the wall time before the
-#: step timer is the batch fetch only in a trainer that fetches its batch there (verl's
-#: synchronous trainer; not the fully-async, one-step-off or V1 trainers); the swing reading
-#: reads GPU samples.
+#: What each reading needs of the job (``monitor.detect.premises``): the GPUs can wait on data
+#: loading only in a trainer that loads batches (not the fully-async trainer, which takes its
+#: samples from the rollouter's queue); the wall time before the step timer is the batch fetch
+#: only in a trainer that fetches its batch there (verl's synchronous trainer; not the
+#: one-step-off or V1 trainers); the swing reading reads GPU samples.
 PREMISES: dict[str, tuple[str, ...]] = {
-    "io_starvation": (),
+    "io_starvation": ("loads_batches",),
     "io_starvation.data_wait": ("fetches_batches_before_timer",),
     "io_starvation.host_swing": ("gpu_samples",),
 }

@@ -114,6 +114,9 @@ class LineClock:
     #: the unix time of the last line read so far that carried a whole date (None before
     #: one): what dates an event printed without a time of its own
     last_abs: float | None = None
+    #: when the first bar was drawn at 0 (the run's start by its own clock: before the first
+    #: step's timer, the first batch is fetched), set by ``assign_times``; None without one
+    run_start: float | None = None
     #: the naive dates read in the text, kept in order through a DST fall-back
     naive: NaiveOrder = field(default_factory=NaiveOrder)
 
@@ -331,10 +334,10 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float | Non
         if sources[k] == "tqdm_end" and sources[k - 1] in ("tqdm", "tqdm_after"):
             sources[k] = "tqdm_after"  # back to back with a bar a date placed
     for segment, origin, source in zip(segments, origins, sources, strict=True):
-        for n in segment:  # the last drawing after a step line wins (tqdm's close())
-            after = readings[n].after
+        for n in segment:  # the first drawing that dates a step wins: tqdm's close() redraws
+            after = readings[n].after  # the same count later (minutes later as a crash unwinds)
             if after is not None:
-                ends[id(after)] = (origin + readings[n].value, source)
+                ends.setdefault(id(after), (origin + readings[n].value, source))
     worker = _bracketed(steps, readings, dated)
     for n, value in dated.items():
         if readings[n].own and readings[n].after is not None:
@@ -348,6 +351,20 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float | Non
         elif n in worker:
             rec.end_time, rec.time_source = worker[n], "worker"
     _snap_to_timers(steps)
+    clock.run_start = _bar_start(segments, readings)
+
+
+def _bar_start(segments: list[list[int]], readings: list[Reading]) -> float | None:
+    """When the first bar was drawn at 0, on the steps' own clock: the first step it dates
+    ended that drawing's elapsed seconds after it (so the start agrees with the steps' end
+    times, whichever clock placed them); None without a drawing at 0 or a dated step."""
+    if not segments or readings[segments[0][0]].value > RESOLUTION_S["tqdm"]:
+        return None
+    for n in segments[0]:
+        rec = readings[n].after
+        if rec is not None and rec.end_time is not None and readings[n].value > 0:
+            return float(rec.end_time) - readings[n].value
+    return None
 
 
 def _count_target(steps: list[StepRecord], by_step: dict[int, list[int]], where: int,

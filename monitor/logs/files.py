@@ -81,7 +81,7 @@ def parse_file(path: str | os.PathLike[str], log_end: float | None = None) -> Pa
                           "it that its time cannot be (their timers add up past it); they are "
                           "timed by the log's other clocks")
     return ParsedLog(steps, events, parser.version_guess, parser.stats, fmt, parser.actors,
-                     clock, side_files)
+                     clock, side_files, parser.clock.run_start)
 
 
 def clock_kind(steps: list[StepRecord], log_end: float | None) -> str:

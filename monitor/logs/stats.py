@@ -69,6 +69,8 @@ class ParsedLog:
     #: start: no clock in the text dates them) or ``"none"`` (no steps): ``files.clock_kind``
     clock: str = "none"
     side_files: list[str] = field(default_factory=list)
+    #: when the run's progress bar started (its drawing at 0), by the log's clock, or None
+    run_start: float | None = None
 
 
 def step_in_range(step: int) -> bool:
