@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from monitor.sim.engine import SimRun
 from monitor.sim.live import LiveSim
+
+#: The live simulator writes in real time: these tests wait on it on purpose.
+pytestmark = pytest.mark.slow
 
 
 def _wait(cond, timeout: float = 20.0) -> bool:
