@@ -118,6 +118,10 @@ class Exporter:
         except MonitorError as exc:
             raise ExporterError(str(exc)) from None
         self._start_sim()
+        if self.live_sim is not None and self.live_sim.speed != 1.0:
+            # a run played faster is measured in its own seconds (its log's step times), so
+            # at 10x the detectors see what they see at 1x
+            monitor.use_clock(self.live_sim.now_sim)
         self._build_collectors()
         for collector in self.collectors.values():
             collector.start()
@@ -156,7 +160,8 @@ class Exporter:
         backend = self._guarded("gpu", self._gpu_backend) if "gpu" in names else None
         self.ctx = ExporterContext(node=self.node, interval=self.interval, sink=monitor,
                                    options=self.options, live_sim=self.live_sim,
-                                   gpu_backend=backend, health=monitor.health)
+                                   gpu_backend=backend, health=monitor.health,
+                                   clock=monitor.now)
         views = monitor.view_context()
         for name in names:
             spec = self._specs[name]

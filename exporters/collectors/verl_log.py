@@ -23,10 +23,8 @@ steps whose total is known) and the data-wait seconds (``StepRecord.data_wait``)
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
-import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -38,7 +36,7 @@ from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector, log
 from monitor import metric_names as m
 from monitor.live import FlagGroup, labelled_counter
-from monitor.logs.arrivals import read_arrivals
+from monitor.logs.arrivals import ArrivalTail
 from monitor.logs.canonical_records import LogParser
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.logs.gaps import DataWaitTracker
@@ -100,6 +98,10 @@ class _Followed:
     saved_at: float | None = None  # when the position resumed from was saved
     anomalies: Counter[str] = field(default_factory=Counter)  # handled, by reason
     backlog: bool = False  # still reading what the log held at the start (polls at the cap)
+    arrivals: ArrivalTail = field(init=False)  # the capture-time sidecar, read as it grows
+
+    def __post_init__(self) -> None:
+        self.arrivals = ArrivalTail(self.path)
 
 
 @dataclass
@@ -178,7 +180,7 @@ class VerlLogCollector(SampledCollector):
 
     def sample(self) -> None:
         """Read and parse what each log appended; publish steps, events and the snapshot."""
-        now = time.time()
+        now = self.ctx.clock()  # the wall clock, or a sped-up simulated run's own
         new_steps: list[StepRecord] = []
         new_events: list[Event] = []
         missing: list[str] = []  # logs whose folder is absent: a mistyped --log, never appears
@@ -192,7 +194,8 @@ class VerlLogCollector(SampledCollector):
             items: list[StepRecord | Event] = []
             parser = fol.parser
             safe = None  # the last line after which the parser held nothing back
-            captured = captured_times(fol, lines) if fol.catching_up and lines else None
+            # when `verl-monitor run` (or the simulator) captured each line, where it says
+            captured = captured_times(fol, lines) if lines else None
             for i, line in enumerate(lines):
                 items.extend(parser.feed(line, now if captured is None else captured[i] or now))
                 if parser.idle:
@@ -222,9 +225,7 @@ class VerlLogCollector(SampledCollector):
                 rebuild_backlog_times(items, fol.path, now, fol.saved_at, stamped=now,
                                       until=first)
             fol.anomalies["step_time_clash"] += keep_records_apart(items)
-            live_sim = self.ctx.live_sim  # a replayed sim: lines come faster
-            gaps = self._gaps.setdefault(fol.path, DataWaitTracker(
-                float(live_sim.speed) if live_sim is not None else 1.0))
+            gaps = self._gaps.setdefault(fol.path, DataWaitTracker())
             for item in items:
                 if isinstance(item, StepRecord):
                     gaps.update(item)  # time before the step timer: batch fetch (data wait)
@@ -315,7 +316,7 @@ class VerlLogCollector(SampledCollector):
             yield GaugeMetricFamily(m.LAST_STEP_TS, "Unix time the last step ended.",
                                     value=last.end_time)
             yield GaugeMetricFamily(m.SINCE_LAST_STEP, "Seconds since the last step ended.",
-                                    value=max(0.0, time.time() - last.end_time))
+                                    value=max(0.0, self.ctx.clock() - last.end_time))
 
 
 def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float,
@@ -353,19 +354,10 @@ def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float
 
 def captured_times(fol: _Followed, lines: list[str]) -> list[float | None] | None:
     """When ``verl-monitor run`` captured each of ``lines`` (the last poll's), from the log's
-    ``.arrivals`` sidecar: the time of the last record at or before the line's start. None
-    without a sidecar; None for a line it does not cover (before its first record, or in a
-    file rotated away during the poll)."""
-    pairs = read_arrivals(fol.path)
-    if not pairs:
-        return None
-    offsets = [o for o, _ in pairs]
-    out: list[float | None] = []
-    for i in range(len(lines)):
-        start = fol.follower.line_start(i)
-        k = -1 if start is None else bisect.bisect_right(offsets, start) - 1
-        out.append(pairs[k][1] if k >= 0 else None)
-    return out
+    ``.arrivals`` sidecar, read as it grows: the time of the last record at or before the
+    line's start. None without a sidecar; None for a line it does not cover (before its first
+    record, or in a file rotated away during the poll)."""
+    return fol.arrivals.times([fol.follower.line_start(i) for i in range(len(lines))])
 
 
 def distrust_line_times(items: list[StepRecord | Event], now: float, *,

@@ -18,7 +18,6 @@ unsampled seconds then ``unattributed``). A node that follows no verl log export
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -157,7 +156,7 @@ class GoodputCollector(PollingView):
     def poll_once(self) -> None:
         """Count the steps that are ready, then queue the digest when it is due."""
         self.poll()
-        self.maybe_digest(time.time())
+        self.maybe_digest(self.ctx.clock())
 
     def poll(self, now: float | None = None) -> int:
         """Count the steps that are ready; returns how many were added."""
@@ -172,7 +171,7 @@ class GoodputCollector(PollingView):
         tracker = self.ctx.tracker
         flags = list(tracker.active()) if tracker is not None else []
         n = count_new_steps(self.totals, steps, gpu, events,
-                            now=time.time() if now is None else now, config=self.config,
+                            now=self.ctx.clock() if now is None else now, config=self.config,
                             flags=flags, job_config=self.ctx.job_config())
         waiting = [s for s in steps if s.end_time is not None and s.total is not None
                    and (s.step, float(s.end_time)) not in self.totals.done]

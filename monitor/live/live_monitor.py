@@ -215,6 +215,8 @@ class LiveMonitor(Recorder):
         self._stopped = False
         self._urgent = 0  # hang_dump events received (the detectors run soon after one)
         self._finished_steps = -1  # steps_added when the run was seen finished
+        #: the time base of the detectors and the window (``use_clock``)
+        self._clock: Callable[[], float] = time.time
         #: the job's printed config, for the advice (read from the followed logs' heads)
         self.job_config = JobConfigWatch(options.log)
         #: the exporter's own numbers: each part registers itself (monitor/live/health_registry.py)
@@ -251,7 +253,13 @@ class LiveMonitor(Recorder):
         return ViewContext(node=self.node, interval=self.interval, window=self.window,
                            tracker=self.tracker, notifier=self.notifier,
                            config=self.detect_config, options=self.options, sink=self,
-                           job_config=self.job_config.config)
+                           job_config=self.job_config.config, clock=self.now)
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Judge on ``clock`` instead of the wall clock (a simulated run played at another
+        speed: its own seconds, the ones its log and samples are stamped with)."""
+        self._clock = clock
+        self.window._clock = clock
 
     def _register_alert_paths(self) -> None:
         """Slack, wandb and the store writer report on /metrics (monitor/live/alert_paths.py)."""
@@ -413,11 +421,10 @@ class LiveMonitor(Recorder):
         self._threads.append(thread)
 
     def now(self) -> float:
-        """The detectors' clock: the wall clock, the time base of every sample and step.
-
-        (With ``--sim-log`` the simulated log carries no timestamps, so its steps too are
-        timed by arrival, on the wall clock.)"""
-        return time.time()
+        """The detectors' clock: the time base of every sample and step. The wall clock, or
+        the simulated run's own while ``--sim-log`` plays it at another speed (``use_clock``):
+        its steps are timed by their arrival on that clock."""
+        return self._clock()
 
     def detect_once(self) -> tuple[list[Flag], list[Flag]]:
         """Run the detectors on the window once; returns (opened, closed) flags."""

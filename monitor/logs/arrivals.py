@@ -11,6 +11,7 @@ time it was really printed.
 
 from __future__ import annotations
 
+import bisect
 import os
 from pathlib import Path
 from typing import IO
@@ -107,3 +108,64 @@ def read_arrivals(log_path: str | os.PathLike[str]) -> list[tuple[int, float]] |
         if offset >= 0 and ts == ts:  # NaN is not a time
             out.append((offset, ts))
     return out
+
+
+class ArrivalTail:
+    """Reads a sidecar as it grows (a live exporter beside ``verl-monitor run``, or the
+    simulator): each ``times`` call reads only what was appended since the last one, so a
+    followed log's lines get the time they were captured, not the time the exporter's poll
+    happened to read them (up to one interval later)."""
+
+    def __init__(self, log_path: str | os.PathLike[str]) -> None:
+        self.path = sidecar_path(log_path)
+        self._read = 0  # bytes of the sidecar consumed (whole lines only)
+        self._offsets: list[int] = []
+        self._times: list[float] = []
+
+    def _poll(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                if size < self._read:  # rewritten (a new job's log): read it again
+                    self._read, self._offsets, self._times = 0, [], []
+                fh.seek(self._read)
+                chunk = fh.read()
+        except OSError:
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        self._read += end + 1
+        for line in chunk[:end].split(b"\n"):
+            parts = line.split()
+            if len(parts) != 2:
+                continue
+            try:
+                offset, ts = int(parts[0]), float(parts[1])
+            except ValueError:
+                continue
+            if offset < 0 or ts != ts:
+                continue
+            if self._offsets and offset <= self._offsets[-1]:
+                continue  # out of order: another writer's; keep the file order
+            self._offsets.append(offset)
+            self._times.append(ts)
+
+    def times(self, starts: list[int | None]) -> list[float | None] | None:
+        """The capture time of each line starting at ``starts`` (byte offsets in the log):
+        the time of the last record at or before it; None for a line no record covers (or
+        whose start is unknown). None when there is no sidecar. Records before the first
+        line asked about are let go (the lines are read in order)."""
+        self._poll()
+        if not self._offsets:
+            return None
+        out: list[float | None] = []
+        for start in starts:
+            k = -1 if start is None else bisect.bisect_right(self._offsets, start) - 1
+            out.append(self._times[k] if k >= 0 else None)
+        known = [s for s in starts if s is not None]
+        if known:
+            keep = max(bisect.bisect_right(self._offsets, min(known)) - 1, 0)
+            if keep > 1024:
+                del self._offsets[:keep], self._times[:keep]
+        return out
