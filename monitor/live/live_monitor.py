@@ -55,6 +55,8 @@ RESTART_PAUSE_S = 1.0
 TRIM_INTERVAL_S = 30.0
 #: Seconds between two log lines for the same detector failure.
 DETECT_ERROR_LOG_S = 60.0
+#: The store's meta key saying the run ended: ``{"time", "step", "reason"}`` (or null).
+RUN_FINISHED_META = "run_finished"
 #: Fingerprints of recent steps remembered to drop a step the log gives again.
 RECENT_STEPS = 4096
 #: Why a flag adopted from the store at start closes when the first detector pass lacks it.
@@ -125,6 +127,12 @@ class Recorder(Sink):
         while len(self._recent_fps) > RECENT_STEPS:
             del self._recent_fps[next(iter(self._recent_fps))]
         return fresh
+
+    def add_ledger(self, rows: list[dict]) -> None:
+        """The goodput ledger rows the exporter counted, to the store (the dashboard on it
+        reads the very seconds ``verlmon_gpu_seconds_total`` counted)."""
+        if self.store is not None:
+            self.store.put_ledger(rows)
 
     def saved_log_positions(self) -> dict[str, LogPosition]:
         """Where the store says each followed log was read up to (empty without a store)."""
@@ -448,11 +456,14 @@ class LiveMonitor(Recorder):
                     opened, closed = self.tracker.update(self._judge(
                         steps, gpu_df[gpu_df["ts"] <= at], host_df[host_df["ts"] <= at],
                         events, at), at)
-                    closed += self.tracker.finish(at, ended)  # closed when it ended
+                    last = max((int(s.step) for s in steps), default=None)
+                    closed += self.tracker.finish(at, ended, last)  # closed when it ended
+                    self._mark_finished(at, last, ended)
                 self._finished_steps = self.window.steps_added
             else:
                 if self.tracker.finished:
                     self.tracker.resume()
+                    self._mark_finished(None)
                 opened, closed = self.tracker.update(
                     self._judge(steps, gpu_df, host_df, events, now), now)
             self.detect_runs += 1
@@ -472,6 +483,15 @@ class LiveMonitor(Recorder):
             for flag in closed:
                 self.notifier.notify_resolved(flag)
         return opened, closed
+
+    def _mark_finished(self, at: float | None, step: int | None = None,
+                       reason: str = "") -> None:
+        """Keep in the store's meta (``run_finished``) that the run ended, when, after which
+        step and what said so (None again when a new run goes on): every page of the
+        dashboard on the store says "finished"."""
+        if self.store is not None:
+            self.store.set_meta(RUN_FINISHED_META, None if at is None else
+                                {"time": at, "step": step, "reason": reason})
 
     def _judge(self, steps, gpu_df, host_df, events, now: float) -> list[Flag]:
         """Every detector over the window's frames at ``now`` (``run_all``), the advice told
