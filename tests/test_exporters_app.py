@@ -280,3 +280,13 @@ def test_a_throughput_drop_stays_flagged_after_the_runs_start_leaves_the_window(
         exporter.stop()
     (flag,) = [f for f in active if f.kind == "throughput_regression"]
     assert "40% below" in flag.evidence and flag.severity == "critical"
+
+
+def test_the_startup_line_says_where_it_listens():
+    """Issue 38 item 6: ``run`` printed http://HOST:9048/metrics while listening on every
+    interface; the words now say which, beside the URL a person can open."""
+    from exporters.node_exporter import listening_words
+
+    assert listening_words(("0.0.0.0", 9048)) == "listening on 0.0.0.0:9048, every interface"
+    assert listening_words(("::", 9048)) == "listening on [::]:9048, every interface"
+    assert listening_words(("127.0.0.1", 9048)) == "listening on 127.0.0.1:9048 only"

@@ -512,7 +512,11 @@ class PrometheusSource:
                 phase_vals = {
                     str(k): float(v) for k, v in ph.loc[row["ts"]].items() if pd.notna(v)
                 }
-            end_time = row["end_time"] if pd.notna(row["end_time"]) else row["ts"]
+            # a step cannot end after the scrape that saw it: a node's clock ahead of
+            # Prometheus's (or a simulated run played faster, on its own clock) reads as the
+            # scrape's time
+            end_time = (min(float(row["end_time"]), float(row["ts"]))
+                        if pd.notna(row["end_time"]) else row["ts"])
             out.append(
                 StepRecord(
                     step=int(row["step"]),
