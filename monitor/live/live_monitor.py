@@ -619,12 +619,27 @@ class LiveMonitor(Recorder):
         """Every health family registered so far (``self.health``), as a list."""
         return list(self.health.collect())
 
+    def _finish_if_ended(self) -> None:
+        """At stop: a run that ended since the last detector run (``verl-monitor run`` writes
+        the job's exit beside the log, then stops its exporter) is recorded as finished, its
+        flags closed, before the store closes: the dashboard on the store then says so."""
+        if self.tracker is None or self.tracker.finished or self._run_all is None:
+            return
+        steps, _, _, events = self.window.frames()
+        if not steps or self.run_finished(steps, events) is None:
+            return
+        try:
+            self.detect_once()
+        except Exception as exc:  # noqa: BLE001 - stopping must go on
+            log.warning("the run's end was not recorded: %s", exc)
+
     def stop(self) -> None:
         """Stop detecting and delivering; flush and close the store. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
         self._stop.set()
+        self._finish_if_ended()
         if self.notifier is not None:
             try:
                 self.notifier.stop()
