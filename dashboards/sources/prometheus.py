@@ -716,6 +716,10 @@ class PrometheusSource:
         if not causes or not len(counted):
             return None, 0
         grid = sorted(set(counted.index).union(*(v.index for v in causes.values())))
+        if grid[0] > lo + 2 * step:
+            # the counters appeared inside the window: their exporter started in it, from 0
+            # (what it had counted before its first scrape is in the window too)
+            grid = [lo, *grid]
         steps_at = counted.reindex(grid).ffill().fillna(0.0)
         base = 0
         if n_steps:

@@ -13,7 +13,7 @@ from dashboards.escape import escape_markdown
 from dashboards.gpu_time import cause_segments, stacked_bar_html
 from dashboards.html_blocks import Stat, inline_html, stat_row_html
 from dashboards.sparkline import Line, trend_html
-from monitor.api import CAUSE_TEXT, cause_line, totals
+from monitor.api import CAUSE_TEXT, FLAG_CAUSES, cause_line, totals
 
 settings = common.settings()
 st.title("Overview")
@@ -88,27 +88,34 @@ def throughput_html(df: pd.DataFrame) -> str:
                       "tokens/s/GPU")
 
 
-def top_loss(head, flags: list) -> str:
-    """"Top loss: **cause**, N% of the GPU time (what it is) - flagged as `kind`: advice"
-    (bold and code for ``inline_html``; "" without a loss): the largest lost segment of the bar
-    above it, named as the bar names it. Advice only where a detector's flag gives it: a loss
-    no flag names is information ("no detector flags it"), and while a hang is open no other
-    advice is given (the hang's replaces it)."""
+def top_loss(head, flags: list, window_flags: list = ()) -> str:
+    """"Top loss: **cause**, N% of the GPU time of the span: what it is. Flagged as `kind`:
+    advice" (bold and code for ``inline_html``; "" without a loss): the largest lost segment of
+    the bar above it, named as the bar names it. Advice only where an open flag gives it: a
+    loss no flag names is information ("no detector flags it"; of a finished run, the flag
+    that named it during the run), and while a hang is open no other advice is given (the
+    hang's replaces it)."""
     if not head.top_loss:
         return ""
     what = CAUSE_TEXT.get(head.top_loss, ("", ""))[0]
     text = (f"Top loss: **{head.top_loss}**, {head.top_loss_share * 100:.0f}% of the GPU time "
             f"of {head.span}")
     if what:  # drawn by inline_html, which escapes the rest itself
-        text += f" ({what})"
+        text += f": {what}"
     if head.flagged_as:
         flag = next((f for f in flags if f.kind == head.flagged_as), None)
-        text += f" - flagged as `{head.flagged_as}`"
+        text += f". Flagged as `{head.flagged_as}`"
         if flag is not None and flag.advice:
             text += f": {flag.advice[0]}"
-    elif not head.hang:
-        text += " - no detector flags it"
-    return text
+        return text
+    if head.hang:
+        return text + "."
+    if head.finished is not None:
+        named = sorted({f.kind for f in window_flags
+                        if head.top_loss in FLAG_CAUSES.get(f.kind, ())})
+        if named:
+            return text + ". Flagged during the run as " + ", ".join(f"`{k}`" for k in named)
+    return text + "; no detector flags it."
 
 
 def causes_markdown(good: dict) -> str:
@@ -140,7 +147,7 @@ def live(start: float, end: float, key: str) -> None:
     title, segments = cause_segments(head.shares, head.span, head.goodput, head.top_loss)
     notes = [f'<span style="font-size: 0.875rem; opacity: 0.7;">'
              f"{html.escape(BAR_CAPTION)}</span>"]
-    loss = top_loss(head, flags)
+    loss = top_loss(head, flags, window_flags)
     if loss:
         notes.append(inline_html(loss))
     st.html(stacked_bar_html(title, segments, tuple(notes)))

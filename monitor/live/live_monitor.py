@@ -14,6 +14,7 @@ the tracker for the flag series, the notifier for the goodput digest).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -114,6 +115,8 @@ class Recorder(Sink):
         self.window = window
         self.store = store
         self._recent_fps: dict[str, None] = {}  # insertion-ordered, bounded: RECENT_STEPS
+        #: how far each followed log (absolute path) has been read and its records given out
+        self.read_up_to: dict[str, int] = {}
 
     def _new_steps(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
         """The steps not seen before (by content: a re-read step keeps its first record)."""
@@ -141,6 +144,8 @@ class Recorder(Sink):
 
     def add_log_positions(self, positions: Sequence[LogPosition]) -> None:
         """Positions reached in followed logs, saved with the steps and events put before."""
+        for pos in positions:
+            self.read_up_to[os.path.abspath(pos.path)] = int(pos.offset)
         store = self.store
         if store is not None:
             for pos in positions:
@@ -514,7 +519,26 @@ class LiveMonitor(Recorder):
         from monitor.hang.finish import exit_after_steps, finish_time
 
         logs = list(self.options.log) + ([self.options.sim_log] if self.options.sim_log else [])
-        return finish_time(events, steps) or exit_after_steps(logs, steps)
+        said = finish_time(events, steps)
+        if said is not None:
+            return said
+        # the job's exit: once what it wrote before exiting has been read (its last steps)
+        return exit_after_steps(logs, steps) if self._logs_read(logs) else None
+
+    def _logs_read(self, logs: Sequence[str]) -> bool:
+        """Whether every followed log has been read to its end (a log never read counts as
+        read: the exit marker alone then speaks)."""
+        for path in logs:
+            full = os.path.abspath(path)
+            if full not in self.read_up_to:
+                continue
+            try:
+                size = os.path.getsize(full)
+            except OSError:
+                continue
+            if self.read_up_to[full] < size:
+                return False
+        return True
 
     def add_events(self, events: Sequence[Event]) -> None:
         """Events to the window and the store; a py-spy or Flight Recorder round (``hang_dump``)
