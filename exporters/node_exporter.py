@@ -132,7 +132,7 @@ class Exporter:
         if self.live_sim is not None and self.live_sim.speed != 1.0:
             # a run played faster is measured in its own seconds (its log's step times), so
             # at 10x the detectors see what they see at 1x
-            monitor.use_clock(self.live_sim.now_sim)
+            monitor.use_clock(self.live_sim.now_sim, self.live_sim.sim_time_of)
         self._build_collectors()
         for collector in self.collectors.values():
             collector.start()

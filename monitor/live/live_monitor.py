@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from monitor.detect.flag_advice import tell_job_config
@@ -230,6 +231,7 @@ class LiveMonitor(Recorder):
         self._finished_steps = -1  # steps_added when the run was seen finished
         #: the time base of the detectors and the window (``use_clock``)
         self._clock: Callable[[], float] = time.time
+        self._from_wall: Callable[[float], float] | None = None
         #: the job's printed config, for the advice (read from the followed logs' heads)
         self.job_config = JobConfigWatch(options.log)
         #: the exporter's own numbers: each part registers itself (monitor/live/health_registry.py)
@@ -268,10 +270,13 @@ class LiveMonitor(Recorder):
                            config=self.detect_config, options=self.options, sink=self,
                            job_config=self.job_config.config, clock=self.now)
 
-    def use_clock(self, clock: Callable[[], float]) -> None:
+    def use_clock(self, clock: Callable[[], float],
+                  from_wall: Callable[[float], float] | None = None) -> None:
         """Judge on ``clock`` instead of the wall clock (a simulated run played at another
-        speed: its own seconds, the ones its log and samples are stamped with)."""
+        speed: its own seconds, the ones its log and samples are stamped with); ``from_wall``
+        turns a wall-clock time into that clock's (for what is stamped on the wall clock)."""
         self._clock = clock
+        self._from_wall = from_wall
         self.window._clock = clock
 
     def _register_alert_paths(self) -> None:
@@ -543,7 +548,11 @@ class LiveMonitor(Recorder):
     def add_events(self, events: Sequence[Event]) -> None:
         """Events to the window and the store; a py-spy or Flight Recorder round (``hang_dump``)
         has the detectors run soon (at most once a second), so its flag does not wait for the
-        next interval."""
+        next interval. On a simulated run's clock (``use_clock``) a round, stamped on the wall
+        clock by the flight recorder view, is moved onto the run's clock, where its silence is."""
+        if self._from_wall is not None:
+            events = [replace(e, time=self._from_wall(e.time))
+                      if e.kind == "hang_dump" and e.time is not None else e for e in events]
         super().add_events(events)
         if any(e.kind == "hang_dump" for e in events):
             self._urgent += 1

@@ -198,6 +198,12 @@ class LiveSim:
             return self.run.start_time
         return self.run.start_time + (time.time() - self._wall0) * self.speed
 
+    def sim_time_of(self, t_wall: float) -> float:
+        """The simulated time matching wall-clock time ``t_wall`` (``now_sim`` at that time)."""
+        if self._wall0 is None:
+            return self.run.start_time
+        return self.run.start_time + (t_wall - self._wall0) * self.speed
+
     def wall_time_of(self, t_sim: float) -> float:
         """The wall-clock time at which simulated time ``t_sim`` is reached."""
         wall0 = self._wall0 if self._wall0 is not None else time.time()
