@@ -96,18 +96,20 @@ def read_arrivals(log_path: str | os.PathLike[str]) -> list[tuple[int, float]] |
         return None
     lines = text.split("\n")
     lines.pop()  # what follows the last newline: empty, or a line torn mid-write
-    out: list[tuple[int, float]] = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) != 2:
-            continue
-        try:
-            offset, ts = int(parts[0]), float(parts[1])
-        except ValueError:
-            continue
-        if offset >= 0 and ts == ts:  # NaN is not a time
-            out.append((offset, ts))
-    return out
+    return [rec for rec in map(_record, lines) if rec is not None]
+
+
+def _record(line: str | bytes) -> tuple[int, float] | None:
+    """``(offset, unix_ts)`` of one sidecar line; None for a line that is not two numbers
+    (or a negative offset, or a time that is NaN)."""
+    parts = line.split()
+    if len(parts) != 2:
+        return None
+    try:
+        offset, ts = int(parts[0]), float(parts[1])
+    except ValueError:
+        return None
+    return (offset, ts) if offset >= 0 and ts == ts else None
 
 
 class ArrivalTail:
@@ -137,15 +139,10 @@ class ArrivalTail:
             return
         self._read += end + 1
         for line in chunk[:end].split(b"\n"):
-            parts = line.split()
-            if len(parts) != 2:
+            rec = _record(line)
+            if rec is None:
                 continue
-            try:
-                offset, ts = int(parts[0]), float(parts[1])
-            except ValueError:
-                continue
-            if offset < 0 or ts != ts:
-                continue
+            offset, ts = rec
             if self._offsets and offset <= self._offsets[-1]:
                 continue  # out of order: another writer's; keep the file order
             self._offsets.append(offset)

@@ -35,6 +35,7 @@ from procs import (
     NEEDS_PROMETHEUS,
     RULES_DIR,
     free_port,
+    start_dashboard,
     start_process,
     start_prometheus,
     wait_until,
@@ -43,6 +44,7 @@ from test_dashboard_demo import (  # noqa: F401 - the same Chromium and viewport
     browser_context_args,
     browser_type_launch_args,
 )
+from test_one_story import _open as open_page  # a page opened, its script done
 
 from dashboards.headline_data import source_headline
 from dashboards.sources.prometheus import PrometheusSource
@@ -235,12 +237,8 @@ def test_the_demo_at_1x_shows_one_headline_on_both_overviews(tmp_path, prometheu
     try:
         for mode, source in (("store", ["--store", str(tmp_path / "run.db"), "--wait"]),
                              ("prom", ["--prometheus", prom_proc.url, "--job", "real_time"])):
-            port = free_port()
-            procs.append(start_process(
-                [CLI, "dashboard", *source, "--port", str(port)], tmp_path / mode,
-                f"dashboard-{mode}", port, f"http://127.0.0.1:{port}/_stcore/health",
-                timeout=90))
-            apps[mode] = f"http://127.0.0.1:{port}"
+            procs.append(start_dashboard(CLI, source, tmp_path / mode, f"dashboard-{mode}"))
+            apps[mode] = procs[-1].url
 
         def shoot(label: str, m: Moment) -> None:
             SHOTS.mkdir(parents=True, exist_ok=True)
@@ -267,9 +265,7 @@ BANNER = {"healthy": "Healthy", "warning": "Needs attention", "critical": "Needs
 
 def _overview(page, base: str, state: str) -> dict:
     """The Overview as opened now: its banner (the headline state's words) and goodput."""
-    page.goto(f"{base}/?window=1+h&refresh=off")
-    page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(
-        state="attached", timeout=90_000)
+    open_page(page, f"{base}/?window=1+h&refresh=off")
     banner = page.get_by_test_id("stAlert").filter(has_text=BANNER[state]).first
     banner.wait_for(timeout=60_000)
     goodput = page.locator("[data-verlmon-stat^='Goodput'] [data-verlmon-value]").first

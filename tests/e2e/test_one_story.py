@@ -46,6 +46,7 @@ from procs import (
     free_port,
     repo_alertmanager_config,
     start_alertmanager,
+    start_dashboard,
     start_process,
     wait_until,
 )
@@ -160,12 +161,9 @@ def test_one_story_on_every_surface(tmp_path, page):
                 apps = {}
                 for name, source in (("store", ["--store", str(tmp_path / "node-a" / "run.db")]),
                                      ("prom", ["--prometheus", prom.url, "--job", JOB])):
-                    port = free_port()
-                    procs.append(start_process(
-                        [CLI, "dashboard", *source, "--port", str(port)], tmp_path / name,
-                        f"dashboard-{name}", port, f"http://127.0.0.1:{port}/_stcore/health",
-                        timeout=90))
-                    apps[name] = f"http://127.0.0.1:{port}"
+                    procs.append(start_dashboard(CLI, source, tmp_path / name,
+                                                 f"dashboard-{name}"))
+                    apps[name] = procs[-1].url
                 _same_words_everywhere(page, tmp_path / "node-a" / "run.db", apps, slack)
                 _gpus_page_shows_the_straggler(page, apps["store"])
                 _two_nodes_then_one(page, apps["prom"], prom, procs, ports)
