@@ -121,6 +121,22 @@ def _drain(lines: queue.Queue) -> None:
         pass
 
 
+def path_hint() -> str | None:
+    """How to run the README's next commands when ``verl-monitor`` is not on PATH (``make
+    demo`` installs it in .venv/bin): None when it is."""
+    import os
+
+    if shutil.which("verl-monitor"):
+        return None
+    here = os.path.join(os.path.dirname(sys.executable), "verl-monitor")
+    if not os.path.exists(here):
+        return None
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    return (f"the other commands are in {os.path.dirname(here)}: run `source "
+            f"{os.path.relpath(os.path.join(venv, 'bin', 'activate'))}` to have verl-monitor on "
+            f"PATH (e.g. verl-monitor demo --speed 10)")
+
+
 def scenario_mode(name: str) -> str:
     """The trainer mode a scenario or script plays (``sync``, ``agent_loop``,
     ``fully_async``); raises ``UnknownScenario`` (one line, the valid names) when it cannot
@@ -217,6 +233,9 @@ def run(args: argparse.Namespace) -> int:
               f"{args.speed:g}x; "
               f"log {workdir / 'train.log'}, dashboard source {source}\n"
               "verl-monitor demo: Ctrl-C stops everything", flush=True)
+        hint = path_hint()
+        if hint:
+            print(f"verl-monitor demo: {hint}", flush=True)
         while True:
             for name, proc in (("exporter", exporter), ("dashboard", dashboard)):
                 if proc.poll() is not None:
