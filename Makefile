@@ -39,8 +39,14 @@ lint: setup
 
 # pytest's default output names each test file as it runs (`tests/test_x.py ....  [ 12%]`),
 # so a 30-minute run shows where it is; it still ends with pytest's closing summary line.
+# The whole suite on TEST_WORKERS workers (pytest-xdist): most of its time is waiting (real-time
+# playback, 15 s scrapes, server start-ups), so four workers share two cores well. Work units
+# (a module with shared fixtures, or a lone test) start longest first (tests/scheduling.py,
+# tests/durations.json); the run ends with its 20 slowest tests and its total
+# (tests/timing_report.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 4
 test: setup sysdeps lint
-	$(PY) -m pytest
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # Unit tests that start no process, on FAST_WORKERS workers: the loop to run after each change.
 # Tests marked `slow` (they start the CLI, an exporter, Streamlit's AppTest, promtool,

@@ -145,7 +145,7 @@ def run_case(case: Case) -> dict[str, Any]:
         gpu = _extras(run, gpu)
     t1 = time.perf_counter()
     flags = run_all(parsed.steps, gpu, host, parsed.events, config=load_config(),
-                    rollout=rollout)
+                    rollout=rollout, actors=parsed.actors)
     t2 = time.perf_counter()
     return {
         "case": case.__dict__,

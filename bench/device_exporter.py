@@ -348,11 +348,15 @@ def wait_up(url: str, timeout: float) -> bool:
     return False
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (children excluded), from /proc."""
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User + system CPU seconds of a process, from /proc; with ``children``, plus those of
+    its children it has waited for (the exporter's py-spy runs)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def gpu_value(parsed: dict, name: str, gpu: str = "0") -> float | None:
@@ -410,10 +414,13 @@ def activity_checks(table: dict[str, dict]) -> list[dict[str, Any]]:
 
 def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: float,
                  out_dir: Path, label: str, only_gpu: bool = False,
-                 extra_args: list[str] | None = None) -> dict[str, Any]:
+                 extra_args: list[str] | None = None, pyspy: bool = True) -> dict[str, Any]:
     """One exporter run beside the load cycle; returns its figures.
 
-    ``only_gpu`` turns every other collector off (to tell the GPU sampler's cost apart).
+    ``only_gpu`` turns every other collector off (to tell the GPU sampler's cost apart). The
+    exporter is started as ``verl-monitor run`` starts it (this process names itself in
+    ``VERLMON_RUN_PID``), so the load worker, our other child, is the job it may read: with
+    ``pyspy`` its steady py-spy readings run (``hang.sample_s``); without, ``--no-hang-pyspy``.
     """
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
@@ -428,8 +435,11 @@ def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: 
         from exporters.registry import COLLECTOR_MODULES
 
         cmd += [f"--no-collector.{c}" for c in COLLECTOR_MODULES if c != "gpu"]
+    if not pyspy:
+        cmd.append("--no-hang-pyspy")
     cmd += list(extra_args or [])
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
+               VERLMON_RUN_PID=str(os.getpid()))
     log_path = out_dir / f"exporter_{label}.log"
     with open(log_path, "w") as log:
         exp = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -442,9 +452,11 @@ def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: 
         worker, _ready = start_worker(schedule, dry)
         scraper = Scraper(url, 1.0)
         cpu0, t0 = cpu_seconds(exp.pid), time.time()
+        all0 = cpu_seconds(exp.pid, children=True)
         scraper.start()
         phases = finish_worker(worker, timeout=600)
         cpu1, t1 = cpu_seconds(exp.pid), time.time()
+        all1 = cpu_seconds(exp.pid, children=True)
         scraper.halt()
         (out_dir / f"exposition_{label}.txt").write_text(scraper.last_text)
         gpus = len(scraper.samples[-1][3].get("verlmon_gpu_up", {})) if scraper.samples else 0
@@ -462,6 +474,13 @@ def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: 
             "exposition_bytes": scraper.samples[-1][2] if scraper.samples else None,
             "exporter_cpu_s": round(cpu, 3),
             "exporter_core_pct": round(cpu / wall * 100, 3),
+            "exporter_and_pyspy_core_pct": round((all1 - all0) / wall * 100, 3),
+            "pyspy_steady_rounds": sum(v for k, v in (scraper.samples[-1][3] if scraper.samples
+                                                      else {}).get(
+                "verlmon_hang_dump_rounds_total", {}).items()
+                if dict(k).get("method") == "py-spy-steady"),
+            "job_processes": (scraper.samples[-1][3] if scraper.samples else {}).get(
+                "verlmon_hang_job_processes", {}).get((), None),
             "exporter_ms_per_sample_per_gpu": round(cpu / samples / max(gpus, 1) * 1e3, 4),
             "phases": phases,
             "activity": table,
@@ -568,7 +587,10 @@ def render_text(res: dict[str, Any]) -> str:
             continue
         if "exporter_core_pct" in run:
             lines.append(
-                f"   gpus {run['gpus']}, exporter {run['exporter_core_pct']}% of a core, "
+                f"   gpus {run['gpus']}, exporter {run['exporter_core_pct']}% of a core "
+                f"({run.get('exporter_and_pyspy_core_pct')}% with its py-spy runs; "
+                f"{run.get('pyspy_steady_rounds')} steady py-spy rounds of "
+                f"{run.get('job_processes')} job process(es)), "
                 f"{run['exporter_ms_per_sample_per_gpu']} ms CPU per sample per GPU; scrape "
                 f"p50 {run['scrape_p50_ms']} ms p99 {run['scrape_p99_ms']} ms "
                 f"({run['scrapes']} scrapes, {run['scrape_errors']} errors, "
@@ -633,6 +655,7 @@ _SWITCHES: tuple[tuple[str, str], ...] = (
     ("--direct", "also sample with the backend in-process (no exporter) over a short load "
      "cycle; with --no-exporter this is a quick NVML check"),
     ("--no-exporter", "skip the baseline and the exporter runs (cost and --direct only)"),
+    ("--no-dcgm", "no exporter run adds --dcgm-compat (runs that differ only as asked)"),
 )
 
 
@@ -644,8 +667,10 @@ def main(argv: list[str] | None = None) -> int:
     for flag, kind, default, text in _NUMBER_FLAGS:
         ap.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
     ap.add_argument("--intervals", default="1,0.1",
-                    help="exporter runs, comma separated: INTERVAL or INTERVAL:gpu (only the "
-                    "gpu collector on); the last run adds --dcgm-compat (default 1,0.1)")
+                    help="exporter runs, comma separated: INTERVAL, INTERVAL:gpu (only the "
+                    "gpu collector on), INTERVAL:nospy (--no-hang-pyspy) or INTERVAL:nosample "
+                    "(py-spy only in a silence: hang.sample_s 0); the last run adds "
+                    "--dcgm-compat unless --no-dcgm (default 1,0.1)")
     ap.add_argument("--exporter-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for every exporter run (repeat), e.g. "
                     "--exporter-arg=--detect-interval=3600")
@@ -658,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return run_worker(args.worker, args.dry_run)
     try:
-        intervals = [(float(x.split(":")[0]), x.strip().endswith(":gpu"))
+        intervals = [(float(x.split(":")[0]), x.strip().split(":", 1)[1:] or [""])
                      for x in args.intervals.split(",") if x.strip()]
     except ValueError:
         print(f"device_exporter: --intervals must be numbers, got {args.intervals!r}",
@@ -705,11 +730,16 @@ def main(argv: list[str] | None = None) -> int:
     # 3. exporter runs beside the load cycle
     p = args.phase_s
     schedule = ",".join(f"{ph}:{p}" for ph in LOAD_PHASES)
-    for i, (interval, only_gpu) in enumerate(intervals):
-        label = f"{interval:g}s" + ("-gpu-only" if only_gpu else "")
-        run = run_exporter(interval, schedule, args.dry_run, dcgm=i == len(intervals) - 1,
+    for i, (interval, (mode,)) in enumerate(intervals):
+        label = f"{interval:g}s" + {"gpu": "-gpu-only", "nospy": "-no-pyspy",
+                                     "nosample": "-no-sampling"}.get(mode, "")
+        label += f"-{i + 1}" if label in res["runs"] else ""  # a run repeated: both kept
+        run = run_exporter(interval, schedule, args.dry_run,
+                           dcgm=i == len(intervals) - 1 and not args.no_dcgm,
                            settle=max(3.0, 2 * interval + 2), out_dir=out_dir, label=label,
-                           only_gpu=only_gpu, extra_args=args.exporter_arg)
+                           only_gpu=mode == "gpu", extra_args=args.exporter_arg
+                           + (_no_sampling_config(out_dir) if mode == "nosample" else []),
+                           pyspy=mode != "nospy")
         res["runs"][label] = run
         print(f"run {label}:", json.dumps({k: v for k, v in run.items() if k != "phases"}),
               flush=True)
@@ -721,6 +751,14 @@ def main(argv: list[str] | None = None) -> int:
     res["step_time"] = step_ratios(res["baselines"], res["runs"])
     partial.unlink(missing_ok=True)
     return _finish(res, out_dir, date, args.tag)
+
+
+def _no_sampling_config(out_dir: Path) -> list[str]:
+    """Exporter arguments for py-spy on without the steady readings (``hang.sample_s`` 0: it
+    reads the job only in a silence, as before issue 39)."""
+    path = out_dir / "no_sampling.yaml"
+    path.write_text("hang:\n  sample_s: 0\n")
+    return ["--config", str(path)]
 
 
 def _finish(res: dict[str, Any], out_dir: Path, date: str, tag: str = "") -> int:

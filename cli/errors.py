@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from monitor.printable import printable
+
 #: Exit status of bad input: the same as argparse's usage errors.
 BAD_INPUT = 2
 #: Exit status of a command that started and failed.
@@ -37,13 +39,15 @@ def fail_if(problem: str | None | bool, code: int = BAD_INPUT) -> None:
 
 
 def warn(command: str, message: str) -> None:
-    """A line on stderr that does not stop ``command`` (``verl-monitor COMMAND: MESSAGE``)."""
-    print(f"verl-monitor {command}: {message}", file=sys.stderr)
+    """A line on stderr that does not stop ``command`` (``verl-monitor COMMAND: MESSAGE``),
+    made printable (a file name or a peer's answer in it cannot act on the terminal)."""
+    print(f"verl-monitor {command}: {printable(message, keep='')}", file=sys.stderr)
 
 
 def report(command: str, error: CommandError) -> int:
-    """Print ``error`` as ``command``'s one stderr line; the exit status to return."""
-    print(f"verl-monitor {command}: {error.message}", file=sys.stderr)
+    """Print ``error`` as ``command``'s one stderr line (made printable); the exit status to
+    return."""
+    print(f"verl-monitor {command}: {printable(error.message, keep='')}", file=sys.stderr)
     return error.code
 
 

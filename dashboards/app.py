@@ -1,8 +1,8 @@
 """verl-monitor live dashboard: ``streamlit run dashboards/app.py -- --store PATH``.
 
 Pages (``st.navigation``): Overview, GPUs, Steps & phases, Communication, Rollout, Flags,
-Nodes. The sidebar's window and refresh selections are bound to the URL, so a link shares the
-view.
+Nodes, Job (the job across its attempts). The sidebar's window and refresh selections are
+bound to the URL, so a link shares the view.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ PAGES = [
     st.Page("views/rollout.py", title="Rollout", icon=":material/dynamic_feed:", url_path="rollout"),
     st.Page("views/flags.py", title="Flags", icon=":material/flag:", url_path="flags"),
     st.Page("views/nodes.py", title="Nodes", icon=":material/dns:", url_path="nodes"),
+    st.Page("views/job_attempts.py", title="Job", icon=":material/restart_alt:", url_path="job"),
 ]
 
 nav = st.navigation(PAGES)

@@ -23,7 +23,7 @@ import streamlit as st
 
 from dashboards.escape import escape_markdown
 from dashboards.sources import MetricSource, SourceError, SourceStatus, open_source, steps_to_frame
-from monitor.api import Config, Flag, StepRecord
+from monitor.api import Config, Flag, StepRecord, printable
 
 #: Window choices (label -> seconds; None = everything the source holds).
 WINDOWS: dict[str, float | None] = {
@@ -641,8 +641,21 @@ def attribution_caption(summary: pd.DataFrame, n_steps: int) -> str:
 
 
 def load_hang_culprits(key: str, start: float, end: float) -> pd.DataFrame:
-    """Who holds a hung job (``MetricSource.hang_culprits``), read when a hang flag shows."""
-    return get_source().hang_culprits(start, end)
+    """Who holds a hung job (``MetricSource.hang_culprits``), read when a hang flag shows;
+    its text (frames from py-spy dumps) made printable."""
+    frame = get_source().hang_culprits(start, end)
+    for col in frame.columns:
+        if frame[col].dtype == object:
+            frame[col] = [printable(v) if isinstance(v, str) else v for v in frame[col]]
+    return frame
+
+
+def inert_flag(flag: Flag) -> Flag:
+    """``flag`` with its text from outside (evidence, advice, scope: log lines, frames, node
+    names) made printable (``monitor.printable``), for every table, card and chart."""
+    scope = {k: printable(v) if isinstance(v, str) else v for k, v in flag.scope.items()}
+    return replace(flag, kind=printable(flag.kind), scope=scope,
+                   evidence=printable(flag.evidence), advice=[printable(a) for a in flag.advice])
 
 
 def load_flags(key: str, active_only: bool = False, start: float | None = None,
@@ -652,14 +665,14 @@ def load_flags(key: str, active_only: bool = False, start: float | None = None,
     are reused until the store is next written (keyed on :func:`store_stamp`)."""
     stamp = store_stamp()
     if not stamp:
-        return get_source().flags(active_only, start, end)
+        return [inert_flag(f) for f in get_source().flags(active_only, start, end)]
     return _flags_by_stamp(key, stamp, active_only, start, end)
 
 
 @st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=64)
 def _flags_by_stamp(key: str, stamp: tuple, active_only: bool, start: float | None,
                     end: float | None) -> list[Flag]:
-    return get_source().flags(active_only, start, end)
+    return [inert_flag(f) for f in get_source().flags(active_only, start, end)]
 
 
 def load_pending(key: str, start: float | None = None,
@@ -668,7 +681,7 @@ def load_pending(key: str, start: float | None = None,
     newest first; read on every call like the Prometheus flags (a store has none)."""
     if store_stamp():
         return []
-    return get_source().pending_flags(start, end)
+    return [(inert_flag(f), printable(why)) for f, why in get_source().pending_flags(start, end)]
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from monitor.api import printable
+
 #: Invisible, zero-width, never a line break: splits what autolinking looks for.
 WORD_JOINER = "\u2060"
 _ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
@@ -29,8 +31,10 @@ def _split_autolink(match: re.Match[str]) -> str:
 
 def escape_markdown(text: object) -> str:
     """``text`` as Markdown that renders as the same characters and nothing else: no image,
-    link, autolink, HTML, emphasis, heading, list, LaTeX or Streamlit directive."""
-    out = _AUTOLINK_HINTS.sub(_split_autolink, str(text))
+    link, autolink, HTML, emphasis, heading, list, LaTeX or Streamlit directive; controls,
+    bidirectional overrides and other invisible characters shown as backslash escapes
+    (``monitor.printable``, before the word joiners this adds)."""
+    out = _AUTOLINK_HINTS.sub(_split_autolink, printable(text))
     return _ASCII_PUNCTUATION.sub(r"\\\1", out)
 
 

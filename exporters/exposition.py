@@ -37,6 +37,7 @@ from prometheus_client.openmetrics import exposition as om_exposition
 
 from exporters.registry import BaseCollector
 from monitor import metric_names as m
+from monitor.printable import printable
 
 log = logging.getLogger("verl_monitor.exporter")
 
@@ -101,7 +102,8 @@ class LabelWriter:
         inner = self.cache.get(key)
         if inner is not None:
             return inner
-        values = [str(v) for _, v in key]
+        # text from logs and dumps shown inert: escapes and invisible characters as escapes
+        values = [printable(v) for _, v in key]
         short = [shorten_label(v, TEXT_LABEL_CHARS if k in TEXT_LABELS else MAX_LABEL_CHARS)
                  for (k, _), v in zip(key, values, strict=True)]
         inner = ",".join(f'{k}="{_label_value(v)}"'

@@ -11,12 +11,14 @@ only: no extra is imported at the top of any module it names.
 from __future__ import annotations
 
 from monitor import __version__, metric_names
+from monitor.analysis.attempts import BUCKET_TEXT, BUCKETS, job_ledger
 from monitor.analysis.attribution import (
     default_min_phase_samples,
     label_samples,
     phase_timeline,
     sample_period,
 )
+from monitor.analysis.cadence import cadence
 from monitor.analysis.goodput import (
     CAUSE_TEXT,
     CAUSES,
@@ -46,12 +48,17 @@ from monitor.frames import GPU_COLUMNS, HOST_COLUMNS, nccl_frame, rollout_frame
 from monitor.hang.where import describe_where
 from monitor.logs.canonical_records import LogParser, parse_file
 from monitor.logs.follow import LogFollower, LogPosition
+from monitor.printable import printable
 from monitor.records import ALL_PHASES, FLAG_KINDS, SEVERITIES, Event, Flag, StepRecord
 from monitor.store import RunStore, StoreError, StoreWriter
+from monitor.store.job_history import job_history
 from monitor.urls import UrlError, redact, split_url
 
 __all__ = [
+    "printable",
     "ALL_PHASES",
+    "BUCKETS",
+    "BUCKET_TEXT",
     "CAUSES",
     "CAUSE_TEXT",
     "FLAG_CAUSES",
@@ -81,6 +88,7 @@ __all__ = [
     "__version__",
     "advice_for",
     "bucket_seconds",
+    "cadence",
     "cause_line",
     "cause_seconds",
     "config_of",
@@ -90,6 +98,8 @@ __all__ = [
     "downsample",
     "explain_missing",
     "headline",
+    "job_history",
+    "job_ledger",
     "label_samples",
     "last_steps",
     "load_config",

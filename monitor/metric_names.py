@@ -28,7 +28,8 @@ LOG_DROPPED = "verlmon_log_dropped_lines_total"  # counter {log}: lines over the
 LOG_UNRECOVERED = "verlmon_log_unrecovered_total"  # counter {log}: saved positions whose file
 #   was rotated away or truncated while the exporter was down, with no copy found
 LOG_ANOMALIES = "verlmon_log_anomalies_total"  # counter {log, reason}: what would have lost or
-#   replaced a record, handled: step_time_clash, rewritten, not_regular, bad_timestamp
+#   replaced a record, handled: step_time_clash, rewritten, not_regular, bad_timestamp,
+#   side_file (a file beside the log, its .arrivals or .exit, not used)
 DETECTOR_ERRORS = "verlmon_detector_errors_total"  # counter {detector}: detector exceptions
 HTTP_CONNECTIONS = "verlmon_http_connections"  # gauge: open now
 HTTP_CONNECTIONS_CLOSED = "verlmon_http_connections_closed_total"  # counter {reason}
@@ -134,6 +135,20 @@ HANG_CULPRIT_INFO = "verlmon_hang_culprit_info"  # gauge {rank, pid, gpu, collec
 HANG_WHERE_INFO = "verlmon_hang_where_info"  # gauge {role, pid, place, phase, frame, detail}: 1 = stuck
 HANG_DUMP_ROUNDS = "verlmon_hang_dump_rounds_total"  # counter {method, result}
 HANG_DUMP_SECONDS = "verlmon_hang_dump_seconds"  # gauge: the last round's duration
+HANG_ACTIONS = "verlmon_hang_actions_total"  # counter {action, result}: what --on-hang did
+HANG_HELD_SECONDS = "verlmon_hang_held_seconds"  # gauge {role, pid, place, phase, frame}
+HANG_HELD_NORMAL_SECONDS = "verlmon_hang_held_normal_seconds"  # gauge: that place's normal time
+HANG_HELD_LIMIT_SECONDS = "verlmon_hang_held_limit_seconds"  # gauge: held past it: a hang
+HANG_PYSPY_READY = "verlmon_hang_pyspy_ready"  # gauge: 1 py-spy can read the job here, 0 not
+HANG_PYSPY_PROBLEM_INFO = "verlmon_hang_pyspy_problem_info"  # gauge {problem}: why not, the fix
+HANG_JOB_PROCESSES = "verlmon_hang_job_processes"  # gauge: processes proven the job's
+# --- the job across its attempts (monitor/live/attempt_counter.py, docs/attempts.md)
+JOB_SECONDS = "verlmon_job_seconds_total"  # counter {bucket}: wall seconds over all attempts
+JOB_ATTEMPTS = "verlmon_job_attempts_total"  # counter: attempts started
+JOB_FAILURES = "verlmon_job_failures_total"  # counter {ended_by}: attempts that failed
+JOB_STEPS_REDONE = "verlmon_job_steps_redone_total"  # counter: steps done again after a resume
+JOB_SAVES = "verlmon_job_checkpoint_saves_total"  # counter: checkpoint saves
+JOB_ETTR = "verlmon_job_ettr_ratio"  # gauge: productive / wall over all attempts
 
 # --- flags (detectors run live in the exporter)
 FLAG_ACTIVE = "verlmon_flag_active"  # gauge {kind, severity, node, gpu, phase}: 1 while open

@@ -91,6 +91,13 @@ EVENT_KINDS: tuple[str, ...] = (
     # py-spy round taken when a hang opened; message names the culprit, data has "culprits",
     # "waiting", "method", "problems"
     "hang_dump",
+    # the job's attempts (monitor/logs/attempt_marks.py): verl-monitor run started the job /
+    # the job exited (data: source, pid, offset / status)
+    "attempt_start",
+    "attempt_end",
+    # --on-hang (monitor/live/hang_action.py): the evidence saved; the job ended, or why not
+    "hang_evidence",
+    "hang_action",
 )
 
 

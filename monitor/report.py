@@ -9,11 +9,13 @@ helper, reusable elsewhere.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Any
 
 from monitor.logs.clocks import CLOCK_WORDS
 from monitor.numbers import finite_float as _num
+from monitor.printable import printable
 
 _GIB = float(2**30)
 
@@ -64,12 +66,29 @@ def num(value: Any, fmt: str = ".1f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
+#: Set while a report of a log with relative times is written (``render_text``): times are
+#: then offsets from the run's start, never dates.
+_RELATIVE: ContextVar[bool] = ContextVar("relative_times", default=False)
+#: Set while a report of a log with no time at all is written (no step, no dated line).
+_UNTIMED: ContextVar[bool] = ContextVar("untimed", default=False)
+
+
 def when(ts: Any) -> str:
-    """Unix seconds as 'YYYY-MM-DD HH:MM:SS UTC'."""
+    """Unix seconds as 'YYYY-MM-DD HH:MM:SS UTC'; in a report of a log without a clock
+    (relative times), the offset from the run's start as '+H:MM:SS (run time)'."""
     v = _num(ts)
     if v is None:
         return "-"
-    return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if _UNTIMED.get():
+        return "(time unknown: no line of the log is dated)"
+    if _RELATIVE.get():
+        sign = "-" if v <= -0.5 else "+"
+        whole = int(round(abs(v)))
+        return f"{sign}{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d} (run time)"
+    try:
+        return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # past what a date can say: the number
+        return f"{v:g} (unix seconds)"
 
 
 #: Beside a time of a log whose step times are rebuilt (no clock in it: ending at the file's
@@ -81,6 +100,8 @@ def times_estimated(summary: dict[str, Any]) -> bool:
     """True when the run's dates were not measured (``wall.dated``): rebuilt from the step
     times, or tqdm's spacing placed to end at the log's end."""
     wall = summary.get("wall") or {}
+    if _RELATIVE.get():
+        return False  # run time says it already
     return bool(wall) and wall.get("clock") is not None and not wall.get(
         "dated", wall.get("measured", True))
 
@@ -394,7 +415,18 @@ def top_problem_text(top: dict[str, Any] | None) -> str:
 
 
 def render_text(doc: dict[str, Any]) -> str:
-    """The whole report as text (see the module docstring for ``doc``)."""
+    """The whole report as text (see the module docstring for ``doc``). A log without a
+    clock (``doc["clock"] == "relative"``) has its times written as run time, not dates."""
+    token = _RELATIVE.set(doc.get("clock") == "relative")
+    untimed = _UNTIMED.set(doc.get("clock") == "none")
+    try:
+        return _render(doc)
+    finally:
+        _RELATIVE.reset(token)
+        _UNTIMED.reset(untimed)
+
+
+def _render(doc: dict[str, Any]) -> str:
     summary = doc["summary"]
     head = [f"verl-monitor analyze: {doc.get('log', '')}"]
     parse = doc.get("parse") or {}
@@ -406,6 +438,19 @@ def render_text(doc: dict[str, Any]) -> str:
             else ""
         )
     )
+    head += [f"  beside the log: {said}" for said in parse.get("side_files") or []]
+    if doc.get("clock") == "relative":
+        head.append("  times: relative to the run's start (+H:MM:SS): no line of the log dates "
+                    "its steps (no timestamp, dated line or .arrivals file)")
+    telemetry = doc.get("telemetry") or {}
+    if telemetry.get("aligned") is False:
+        head.append(f"  GPU/host samples not used: {telemetry.get('why', '')}")
+    printed = doc.get("job_config") or {}
+    if printed.get("found"):
+        sections = ", ".join(printed.get("sections") or [])
+        head.append("  printed config: " + (f"read whole ({sections})" if printed.get("whole")
+                    else f"read in part: it has {sections or 'no whole section'}; the rest "
+                    "was cut short, so what is not there is not known"))
     mode = doc.get("trainer_mode")
     if mode:
         head.append(f"  trainer: {MODE_WORDS.get(mode, mode)}" + (
@@ -439,14 +484,40 @@ def render_text(doc: dict[str, Any]) -> str:
         stacks = hang.get("stacks")
         if stacks:  # analyze --stacks: the newest saved py-spy round, judged again
             lines += [f"  py-spy rounds: {stacks['rounds']}; the newest: {stacks['summary']}"]
+            lines += [f"  not read: {said}" for said in stacks.get("problems") or []]
         lines += [f"  cannot read: {k}: {v}" for k, v in sorted(hang.get("problems", {}).items())]
         parts.append(_section("Who holds the others", "\n".join(lines)))
     pools = _pools_section(doc.get("pools"))
     if pools is not None:
         parts.append(_section("GPU time per pool", pools))
+    from monitor.analysis.attempts_report import section as attempts_section
+
+    attempts = attempts_section(doc)
+    if attempts is not None:
+        parts.append(_section("Attempts of the job", attempts))
     flags = doc.get("flags") or []
     top = top_problem_text(doc.get("top_problem"))
     parts.append(_section(f"Flags ({len(flags)})", (top + "\n" if top else "")
                           + _flags_section(flags, ESTIMATED if times_estimated(summary)
                                            else "")))
-    return "\n\n".join(parts) + "\n"
+    premises = premises_section(doc.get("premises") or [])
+    if premises:
+        parts.append(_section("Not judged (a premise fails or cannot be judged)", premises))
+    # every text from outside (log lines, py-spy frames, file names) shown inert (issue 41)
+    return printable("\n\n".join(parts) + "\n")
+
+
+def premises_section(judged: list[dict[str, Any]]) -> str:
+    """The readings the detectors did not make, grouped by why: premises that fail ("does
+    not apply") and premises that could not be judged ("unknown"), one line per reason."""
+    groups: dict[tuple[bool | None, str, str], list[str]] = {}
+    for j in judged:
+        key = (j.get("holds"), str(j.get("needs", "")), str(j.get("why", "")))
+        reading = str(j.get("reading", ""))
+        if not reading.startswith("advice:"):
+            groups.setdefault(key, []).append(reading)
+    lines = []
+    for (holds, needs, why), readings in groups.items():
+        verdict = "does not apply" if holds is False else "unknown"
+        lines.append(f"  {', '.join(readings)}: {verdict}: needs {needs}; {why}.")
+    return "\n".join(lines)

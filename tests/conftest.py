@@ -24,7 +24,7 @@ import pytest
 os.environ["TZ"] = "UTC"
 time.tzset()
 
-pytest_plugins = ["timing_report"]
+pytest_plugins = ["timing_report", "scheduling"]
 
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
 

@@ -224,7 +224,12 @@ URL = None
 def normalize_final_answer(answer):
     while True:
         answer = re.sub(r"(\\\\s)+", " ", answer + " x")[-200:]
+def _stuck_in_verifier(answer):
+    import time
+    time.sleep(3600)
 def compute_score(data_source, solution_str, ground_truth, extra_info):
+    if solution_str == "sleep":
+        return _stuck_in_verifier(solution_str)
     if URL:
         return requests.post(URL, json={"s": solution_str}).json()["score"]
     if solution_str == "hang":
@@ -261,11 +266,13 @@ class LocalGroup:
             from verl.single_controller.ray.base import RayWorkerGroup
             return RayWorkerGroup().generate_sequences(batch)
         time.sleep(step_s)
-        return "hang" if case == "reward" and self.calls > steps else "fine"
+        if self.calls > steps and case in ("reward", "reward_sleep"):
+            return "hang" if case == "reward" else "sleep"
+        return "fine"
 def log(step):
     with open(log_path, "a") as fh:
         fh.write(f"(TaskRunner pid={os.getpid()}) step:{step} - timing_s/step:{step_s:.3f}"
-                 f" - timing_s/gen:{step_s:.3f}\\n")
+                 f" - timing_s/gen:{step_s:.3f} - timing_s/reward:0.010\\n")
     if case == "http" and step == steps:
         user_reward.URL = sys.argv[5]
     if case == "none" and step == steps:
@@ -336,3 +343,63 @@ def start_worker(root: Path, log: Path, busy: bool | str = True,
                          executable=sys.executable, stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready"
     return p
+
+
+# ---------------------------------------------------------------------------- process trees
+#: A parent that starts each argv of its JSON argument under itself (argv[0]: the child's
+#: title), prints their PIDs as one JSON line, and waits: Ray's raylet (its command line
+#: starting with ``.../raylet``), ``verl-monitor run``, or another user's session.
+LAUNCHER = r"""
+import json, subprocess, sys, time
+kids = [subprocess.Popen(a, executable=sys.argv[2], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL) for a in json.loads(sys.argv[1])]
+print(json.dumps([k.pid for k in kids]), flush=True)
+while True:
+    time.sleep(1)
+"""
+#: A Python process that only sleeps (its argv[0] is its title).
+SLEEP = ["-c", "import time\ndef OTHER_JOB_PRIVATE_FUNCTION():\n    time.sleep(120)\n"
+         "OTHER_JOB_PRIVATE_FUNCTION()\n"]
+
+
+#: A Python another user may run (this venv's may sit under a folder only we can enter).
+OTHER_USERS_PYTHON = "/usr/bin/python3"
+
+
+def job_argv(root: Path, case: str, log: Path, steps: int = 3, step_s: float = 0.5,
+             title: str = "ray::TaskRunner.run") -> list[str]:
+    """The driver stand-in's command line (see :func:`start_job`), to start under a tree."""
+    return [title, str(root / "job.py"), case, str(log), str(steps), str(step_s), "-", "0"]
+
+
+def worker_argv(root: Path, log: Path, mode: str = "idle",
+                title: str = "ray::WorkerDict") -> list[str]:
+    """A worker stand-in's command line (see :func:`start_worker`)."""
+    return [title, str(root / "ray/_private/workers/default_worker.py"), str(log), mode]
+
+
+def start_tree(argvs: list[list[str]], argv0: str = "python3", user: int | None = None
+               ) -> tuple[subprocess.Popen, list[int]]:
+    """A parent whose command line starts with ``argv0`` running each argv under itself (as
+    ``user`` in a session of its own when given); returns it and its children's PIDs."""
+    import json
+
+    python = sys.executable if user is None else OTHER_USERS_PYTHON
+    p = subprocess.Popen([argv0, "-c", LAUNCHER, json.dumps(argvs), python],
+                         executable=python,
+                         stdout=subprocess.PIPE, text=True, user=user,
+                         start_new_session=user is not None)
+    assert p.stdout is not None
+    return p, json.loads(p.stdout.readline())
+
+
+def stop_tree(parent: subprocess.Popen, pids: list[int]) -> None:
+    """End a tree this test started: its children by their PIDs, then the parent."""
+    import signal
+
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    stop([parent])

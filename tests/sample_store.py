@@ -55,7 +55,8 @@ def build_store(
     if detect:
         from monitor.detect import run_all
 
-        flags = run_all(parsed.steps, gpu, host, parsed.events, now=run.log_end_time)
+        flags = run_all(parsed.steps, gpu, host, parsed.events, now=run.log_end_time,
+                        actors=parsed.actors)
     store = RunStore(path)
     try:
         store.add_gpu_samples(gpu.to_dict("records"))

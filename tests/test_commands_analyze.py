@@ -329,3 +329,82 @@ def test_stacks_given_offline_replace_the_recorded_rounds_so_the_hang_names_its_
     hang = [f for f in json.loads(out)["flags"] if f["kind"] == "hang"]
     assert len(hang) == 1
     assert hang[0]["evidence"].count("_stuck_in_verifier (rewards.py:96)") == 1, hang[0]["evidence"]
+
+
+def test_a_copied_log_is_read_with_the_exported_samples_by_the_steps_they_share(
+        tmp_path: Path, capsys) -> None:
+    """The README's path on a real verl run (opt_offload_xl, H200): the console log copied
+    without its .arrivals file dates its bar only by the dated line before it (a minute early),
+    which gave a false flag and a wrong goodput. With the store's train.jsonl beside the
+    samples the log is placed by the steps both have (goodput within a point of the original
+    recording's); without it the samples are left out and the report says why (issue 37)."""
+    import shutil
+
+    src = Path(__file__).parent / "fixtures" / "real_verl" / "opt_offload_xl"
+    log = tmp_path / "copy.log"
+    shutil.copy(src / "train.log", log)
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    for name in ("gpu.csv", "host.csv", "train.jsonl"):
+        shutil.copy(src / name, rec / name)
+    args = ["analyze", str(log), "--gpu", str(rec / "gpu.csv"), "--host", str(rec / "host.csv")]
+    code, out, _ = run_cli(capsys, *args[1:], "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["telemetry"]["aligned"] and "train.jsonl" in doc["telemetry"]["by"]
+    assert not [f for f in doc["flags"] if f["severity"] != "info"]
+    code, out, _ = run_cli(capsys, str(src / "train.log"), "--gpu", str(src / "gpu.csv"),
+                           "--host", str(src / "host.csv"), "--json")
+    original = json.loads(out)["goodput"]["goodput_share"]
+    assert abs(doc["goodput"]["goodput_share"] - original) < 0.01
+    (rec / "train.jsonl").unlink()
+    code, out, _ = run_cli(capsys, *args[1:], "--json")
+    doc = json.loads(out)
+    assert doc["telemetry"]["aligned"] is False and doc["goodput"] is None
+    assert not [f for f in doc["flags"] if f["kind"] == "stalled"]
+    code, out, _ = run_cli(capsys, *args[1:])
+    assert "GPU/host samples not used: the log places its steps only at or after" in out
+
+
+#: Round 5 N4: OSC 52 (write the clipboard), OSC 8 (a hidden link), OSC 0 (the window title),
+#: a CSI and a right-to-left override in log lines; N5: the same in a py-spy dump's frames.
+ESCAPES = ("\x1b]52;c;cm0gLXJmIH4vKgo=\x07 \x1b]8;;http://evil.example\x07click\x1b]8;;\x07 "
+           "\x1b]0;owned\x07 \x1b[2J \u202e gnp.exe")
+
+
+def acting(text: str) -> list[str]:
+    """Characters of ``text`` that act on a terminal or hide text (ESC, BEL, bidi overrides)."""
+    return [c for c in text if c in "\x1b\x07\x9b\u202e\u2066\u2069\u200b"]
+
+
+def test_log_text_reaches_the_terminal_inert(tmp_path: Path, capsys) -> None:
+    """Before: ``analyze`` printed OSC 52/8/0 and U+202E from log lines raw (twice: the events
+    table and the flag's evidence); now each shows as an escape (``\\x1b]52``)."""
+    log = tmp_path / "osc52.log"
+    log.write_text("(TaskRunner pid=1) step:1 - timing_s/step:30.0\n"
+                   f"(TaskRunner pid=1) RuntimeError: CUDA error: out of memory {ESCAPES}\n")
+    code, out, _ = run_cli(capsys, str(log))
+    assert code == 0
+    assert acting(out) == []
+    assert out.count("\\x1b]52;c;cm0gLXJmIH4vKgo=\\x07") >= 2  # shown, not acted on
+    assert "\\u202e gnp.exe" in out
+
+
+def test_py_spy_frames_reach_the_terminal_inert(tmp_path: Path, capsys) -> None:
+    """Round 5 N5: ``analyze --stacks`` printed ESC[2J, ESC[31m and an OSC 8 link to
+    evil.example from the frames of a saved dump."""
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    (stacks / "1796162800.000_TaskRunner_3.txt").write_text(
+        'Process 3: ray::TaskRunner.run\nThread 3 (active): "MainThread"\n'
+        f"    evil{ESCAPES}RED (my.py:1)\n")
+    log = tmp_path / "train.log"
+    log.write_text("(TaskRunner pid=3) step:1 - timing_s/step:30.0\n")
+    code, out, _ = run_cli(capsys, str(log), "--stacks", str(stacks))
+    assert code == 0 and "py-spy rounds: 1" in out
+    assert acting(out) == []
+
+
+def test_an_error_line_shows_an_escape_in_a_file_name_escaped(tmp_path: Path, capsys) -> None:
+    code, _, err = run_cli(capsys, str(tmp_path / "no\x1b]0;owned\x07.log"))
+    assert code == 2
+    assert acting(err) == [] and "no\\x1b]0;owned\\x07.log: no such file" in err

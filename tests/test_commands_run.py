@@ -383,7 +383,7 @@ def test_run_records_when_it_captured_each_line(tmp_path):
             n = os.path.getsize({str(log)!r})
             for _ in range(400):  # until `run` has recorded the line
                 if os.path.exists({str(log) + '.arrivals'!r}) and str(n - len(f"step {{i}}") - 1) in \\
-                        open({str(log) + '.arrivals'!r}).read().split():
+                        [r.split()[0] for r in open({str(log) + '.arrivals'!r}) if r.strip()]:
                     break
                 time.sleep(0.01)
     """)
@@ -402,3 +402,31 @@ def test_run_records_when_it_captured_each_line(tmp_path):
     assert offsets == [data.index(b"step 0"), data.index(b"step 1"), data.index(b"step 2")]
     times = [t for _, t in arrivals]
     assert started <= times[0] <= times[1] <= times[2] <= finished
+
+
+@pytest.mark.slow
+def test_each_start_and_exit_is_one_attempt_in_the_logs_attempts_file(tmp_path):
+    from monitor.logs.attempt_marks import read_marks
+
+    log = tmp_path / "t.log"
+    for code in (3, 0):
+        proc = run_cli(["--no-exporter", "--log", str(log), "--", sys.executable, "-c",
+                        f"import os; print(os.getpid()); raise SystemExit({code})"], tmp_path)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == code
+    marks = read_marks(log)
+    assert [(m.kind, m.data.get("status")) for m in marks] == [
+        ("attempt_start", None), ("attempt_end", 3), ("attempt_start", None), ("attempt_end", 0)]
+    pids = [int(x) for x in log.read_text().split()]
+    assert [m.data["pid"] for m in marks if m.kind == "attempt_start"] == pids
+    assert marks[2].data["offset"] == len(log.read_text().splitlines()[0]) + 1  # 2nd output
+
+
+def test_on_hang_reaches_the_exporter():
+    from cli.commands.run import exporter_argv, parse_options
+
+    argv = exporter_argv(parse_options(["--on-hang", "terminate", "--", "true"]),
+                         Path("/tmp/t.log"), "n0", None)
+    assert argv[argv.index("--on-hang") + 1] == "terminate"
+    plain = exporter_argv(parse_options(["--", "true"]), Path("/tmp/t.log"), "n0", None)
+    assert "--on-hang" not in plain

@@ -186,6 +186,37 @@ def test_flags_page_with_two_nodes_opening_the_same_kind_in_the_same_second(monk
     assert [_title(c) for c in _charts(at)] == ["low_utilization: evidence"] * 2
 
 
+def _strings(obj) -> list[str]:
+    """Every string inside a nested structure (a chart's spec)."""
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _strings(v)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return []
+
+
+def test_escapes_and_bidi_overrides_in_a_flag_show_escaped_on_every_part_of_the_page(
+        monkeypatch, tmp_path):
+    """Issue 41 item 4: evidence, advice and scope quoting a log line or a frame (terminal
+    escapes, a right-to-left override, a zero-width space) show as escapes in the card, the
+    history table and the evidence chart."""
+    from monitor.records import Flag
+
+    hostile = "at evil\x1b]0;x\x07 \u202egnp.exe a\u200bb"
+    flags = [Flag("hang", "critical", END - 60.0, None, scope={"node": "n\u202e0"},
+                  evidence=hostile, advice=["check \u2066this\u2069"])]
+    at = _app(monkeypatch, "flags", VERLMON_STORE=_flag_store(tmp_path, flags))
+    text = _text(at)
+    assert "\\u202egnp.exe" in text
+    table = _history(at)
+    cells = " ".join(str(v) for v in table.to_numpy().ravel())
+    charts = " ".join(_strings(_charts(at)))
+    for shown in (text, cells, charts):
+        assert not [c for c in shown if c in "\x1b\x07\u202e\u200b\u2066\u2069"], shown
+
+
 def test_a_flag_is_open_on_every_page_exactly_while_open_in_the_source(monkeypatch, tmp_path):
     from dataclasses import replace
 

@@ -10,7 +10,7 @@ import string
 
 import pytest
 
-from dashboards.escape import WORD_JOINER, escape_markdown
+from dashboards.escape import WORD_JOINER, escape_markdown, shown_text
 from monitor.records import Flag
 
 HOSTILE = [
@@ -75,3 +75,10 @@ def test_the_flag_card_shows_hostile_evidence_as_text() -> None:
     assert evidence == "**Evidence:** " + escape_markdown(HOSTILE[0])
     assert advice == "**Advice:**\n- " + escape_markdown(HOSTILE[1])
     assert escape_markdown("node=[n0](http://evil.example)") in head
+
+
+def test_controls_and_bidi_overrides_show_as_escapes_on_the_page() -> None:
+    """Issue 41 item 4: a right-to-left override (``gnp.exe`` read as ``exe.png``), a
+    zero-width space and terminal escapes in evidence are shown as escapes on the page."""
+    shown = shown_text(escape_markdown("at evil\x1b]0;x\x07 \u202egnp.exe a\u200bb"))
+    assert shown == "at evil\\x1b]0;x\\x07 \\u202egnp.exe a\\u200bb"

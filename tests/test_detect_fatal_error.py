@@ -231,3 +231,105 @@ def test_analyze_tells_the_advice_what_the_printed_config_already_has(capsys):
     assert "actor_rollout_ref.actor.fsdp_config.param_offload (True in this job)" in first
     assert "actor_rollout_ref.rollout.name ('hf' in this job)" in first
     assert "trainer.save_freq (-1 in this job)" in flag["advice"][-1]
+
+
+# --- a printed exception that ends the run (issue 37 item 4) ---------------------------------
+
+
+def _parsed(lines: list[str]) -> tuple[list, list]:
+    """Steps and events of ``lines``, each line arriving one second after the one before."""
+    parser = LogParser()
+    items = [i for n, line in enumerate(lines) for i in parser.feed(line, 1000.0 + n)]
+    items += parser.flush(1000.0 + len(lines))
+    return ([i for i in items if not isinstance(i, Event)],
+            [i for i in items if isinstance(i, Event)])
+
+
+_STEPS = [f"step:{n} - timing_s/gen:1.0 - timing_s/step:2.0" for n in (1, 2, 3)]
+_CRASH = ["Traceback (most recent call last):",
+          '  File "/srv/rl/verl/trainer/ppo/ray_trainer.py", line 950, in fit',
+          "    scores = my_reward(batch)",
+          '  File "/srv/rl/rewards/judge.py", line 12, in my_reward',
+          "    return table[name]",
+          "KeyError: 'gsm_hard'"]
+
+
+def test_a_plain_traceback_that_ends_the_run_is_a_fatal_error_quoting_it() -> None:
+    """No Ray line, no failure line: the driver's own traceback, then nothing."""
+    steps, events = _parsed(_STEPS + _CRASH)
+    (flag,) = [f for f in run_all(steps, None, None, events) if f.kind == "fatal_error"]
+    assert flag.severity == "critical" and flag.end is None
+    assert "KeyError: 'gsm_hard', at /srv/rl/rewards/judge.py:12 in my_reward" in flag.evidence
+    assert "after step 3" in flag.evidence
+    assert flag.advice[0].startswith("The run raised KeyError at /srv/rl/rewards/judge.py:12")
+    assert not any("OOM killer" in a for a in flag.advice)
+
+
+def test_an_exception_the_run_went_on_after_raises_nothing() -> None:
+    """The premise fails: a step completed after the traceback, so it did not end the run."""
+    steps, events = _parsed(_STEPS[:2] + _CRASH + _STEPS[2:])
+    assert [e.kind for e in events].count("traceback") == 1
+    assert [f.kind for f in run_all(steps, None, None, events)] == []
+
+
+def test_the_same_error_printed_again_at_the_end_raises_nothing() -> None:
+    """A worker prints the same traceback for sample after sample while steps complete; the
+    copy of the log ends after one more: it is not what ended the run."""
+    def said(n: int) -> list[str]:
+        return ["(CursorWorker pid=5) Traceback (most recent call last):",
+                '(CursorWorker pid=5)   File "/srv/app/parse.py", line 40, in parse',
+                f"(CursorWorker pid=5) ValueError: step {n} - could not parse answer {n * 7}"]
+
+    steps, events = _parsed([*said(1), _STEPS[0], *said(2), _STEPS[1], *said(3)])
+    assert [e.kind for e in events].count("traceback") == 3
+    assert run_all(steps, None, None, events) == []
+
+
+def test_an_exceptions_line_alone_among_the_steps_raises_nothing() -> None:
+    """A worker's print of an error it handled (the line, no traceback) after the last step:
+    a run that dies of an exception prints its traceback. The same line quoted alone, with no
+    step record, is all a quote has, and is read (tests/test_detect_crash_causes.py)."""
+    steps, events = _parsed([*_STEPS, "(Worker pid=5) ValueError: no <answer> tag in reply"])
+    assert [e.kind for e in events].count("traceback") == 1
+    assert run_all(steps, None, None, events) == []
+
+
+def test_an_exception_after_the_run_finished_raises_nothing_and_says_why() -> None:
+    """The last bar drawing at its total and the final validation: a DataLoader worker killed
+    as the job shuts down is the premise run_not_finished failing, listed as such."""
+    from monitor.detect import make_context
+    from monitor.detect.fatal_error import detect_fatal_error
+
+    lines = [_STEPS[0],
+             "Training Progress: 100%|██████████| 1/1 [03:00<00:00, 180.0s/it]",
+             "'Final validation metrics: None'",
+             "Traceback (most recent call last):",
+             '  File "/env/site-packages/torch/utils/data/_utils/signal_handling.py", line 73, '
+             "in handler",
+             "RuntimeError: DataLoader worker (pid 34604) is killed by signal: Killed."]
+    steps, events = _parsed(lines)
+    ctx = make_context(steps, None, None, events, load_config())
+    assert detect_fatal_error(ctx) == []
+    (judged,) = [j for j in ctx.judged if j.reading == "fatal_error.exception"]
+    assert judged.holds is False and judged.premise == "run_not_finished"
+
+
+def test_a_traceback_a_logger_printed_was_caught_and_raises_nothing() -> None:
+    lines = ["ERROR:2026-03-01 10:00:00,000:Traceback (most recent call last):",
+             '  File "/srv/app/env.py", line 10, in update',
+             "TypeError: cannot unpack non-iterable NoneType object"]
+    steps, events = _parsed(_STEPS + lines)
+    assert [e.data.get("logged") for e in events if e.kind == "traceback"] == [True]
+    assert run_all(steps, None, None, events) == []
+
+
+def test_a_warning_that_names_a_missing_module_is_not_a_failure() -> None:
+    """vLLM's RuntimeWarning 'Failed to read commit hash: No module named vllm._version' is
+    caught by vLLM (verl issue 393): no exception, no flag."""
+    steps, events = _parsed([
+        "(pid=88) /env/site-packages/vllm/connections.py:8: RuntimeWarning: Failed to read "
+        "commit hash:",
+        "(pid=88) No module named 'vllm._version'",
+        "(pid=88)   from vllm.version import __version__ as VLLM_VERSION"])
+    assert [e for e in events if e.kind == "traceback"] == []
+    assert run_all(steps, None, None, events) == []

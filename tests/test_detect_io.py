@@ -9,8 +9,10 @@ from monitor.frames import empty_gpu_frame, empty_host_frame
 from monitor.records import TRAINING_PHASES
 
 
-def _ctx(steps, gpu, host):
-    return make_context(steps, gpu, host, [], load_config())
+def _ctx(steps, gpu, host, job_config=None, actors=("TaskRunner",)):
+    """The builders' steps as verl's synchronous trainer prints them (its driver TaskRunner)."""
+    return make_context(steps, gpu, host, [], load_config(), job_config=job_config,
+                        actors=actors)
 
 
 def _troughs(from_step):
@@ -95,6 +97,41 @@ def test_a_data_stall_before_the_step_timer_is_flagged_with_host_evidence():
     assert any("data.dataloader_num_workers" in a for a in f.advice)
 
 
+def _data_wait_flags(ctx):
+    return [f for f in detect_io_starvation(ctx) if f.scope.get("phase") == "data_wait"]
+
+
+def test_a_gap_before_the_timer_is_no_data_stall_where_the_trainer_fetches_no_batch_there():
+    """The same 5 s gaps: verl's V1 trainer fetches its batch inside the step timer, the
+    fully-async trainer takes samples from its queue inside timing_s/gen; neither waited on a
+    data loader between steps, so neither gets the data-wait reading (issue 37)."""
+    steps = _stalled_steps()
+    gpu = make_gpu(steps, n_gpus=2)
+    host = make_host(gpu, edit=_pegged(0))
+    assert len(_data_wait_flags(_ctx(steps, gpu, host))) == 1  # the legacy trainer: flagged
+    v1 = _ctx(steps, gpu, host, job_config={"trainer": {"use_v1": True}}, actors=())
+    assert _data_wait_flags(v1) == []
+    assert any(j.premise == "fetches_batches_before_timer" and j.holds is False
+               and "V1" in j.why for j in v1.judged)
+    assert _data_wait_flags(_ctx(steps, gpu, host, actors=("TaskRunnerV1",))) == []
+    for r in steps:
+        r.metrics = {"fully_async/trainer/idle_ratio": 0.1, "timing_s/step": r.total}
+    fa = _ctx(steps, gpu, host, actors=())
+    assert _data_wait_flags(fa) == []
+    assert any("message queue" in j.why for j in fa.judged)
+
+
+def test_a_gap_before_the_timer_is_not_read_where_nothing_says_which_trainer_ran():
+    """No printed config, no driver name, keys of no known version: unknown, so nothing is
+    raised, and the premise is kept with why (the report's "not judged" list)."""
+    steps = _stalled_steps()
+    gpu = make_gpu(steps, n_gpus=2)
+    ctx = _ctx(steps, gpu, make_host(gpu, edit=_pegged(0)), actors=())
+    assert _data_wait_flags(ctx) == []
+    (j,) = [j for j in ctx.judged if j.premise == "fetches_batches_before_timer"]
+    assert j.holds is None and "trainer.use_v1" in j.why
+
+
 def test_steps_back_to_back_or_without_measured_times_raise_no_data_wait():
     steps = make_steps(n=24, step_s=20.0)
     gpu = make_gpu(steps, n_gpus=2)
@@ -105,3 +142,25 @@ def test_steps_back_to_back_or_without_measured_times_raise_no_data_wait():
         r.time_source = "rebuilt"
     assert not [f for f in detect_io_starvation(_ctx(rebuilt, gpu, make_host(gpu)))
                 if f.scope.get("phase") == "data_wait"]
+
+
+def test_no_io_starvation_on_a_trainer_that_loads_no_batches():
+    """A real fully-async run (2 h 55) got io_starvation ("81 s a step in no logged phase"):
+    its trainer takes samples from the rollouter's queue, it loads no batches (issue 37)."""
+    from monitor.detect import run_all
+
+    def edit(i, ph):
+        ph["other"] = 2.0 if i < 15 else 14.0
+
+    steps = make_steps(30, shares={"gen": 0.5, "update_actor": 0.25, "other": 0.25}, edit=edit)
+    for r in steps:
+        r.metrics = {"timing_s/step": r.total, "timing_s/gen": r.phases["gen"]}
+    assert "io_starvation" in {f.kind for f in run_all(steps, None, None, [],
+                                                         actors=("TaskRunner",))}
+    for r in steps:
+        r.metrics = {"fully_async/trainer/idle_ratio": 0.2, "timing_s/step": r.total}
+    judged: list = []
+    assert "io_starvation" not in {f.kind for f in run_all(steps, None, None, [],
+                                                             judged=judged)}
+    assert any(j.reading == "io_starvation" and j.premise == "loads_batches"
+               and j.holds is False for j in judged)

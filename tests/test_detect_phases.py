@@ -457,3 +457,42 @@ def test_the_warm_up_steps_are_no_baseline_for_a_share():
     cfg["goodput"]["warmup_steps"] = 3
     ctx = make_context(steps, empty_gpu_frame(), empty_host_frame(), [], cfg)
     assert detect_phase_imbalance(ctx) == []
+
+
+# --- issue 37 item 5: the largest waste named from the step timers alone -----------------------
+
+def test_a_reward_that_holds_most_of_the_wall_time_is_flagged_from_the_timers_alone():
+    """A real run's reward took 80.8% of the wall time: with no GPU samples the timers say
+    it, and the flag names the reward with its share (was: no flag at all)."""
+    from monitor.detect import run_all
+
+    def edit(i, ph):
+        ph["reward"] = 40.0
+
+    steps = make_steps(20, step_s=10.0, edit=edit)
+    for s in steps:
+        s.metrics = {"timing_s/step": s.total, "timing_s/reward": 40.0}
+    flags = [f for f in run_all(steps, None, None, [], load_config())
+             if f.kind == "phase_imbalance" and f.scope.get("phase") == "reward"]
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.severity == "critical" and "reward took 80% of the wall time" in f.evidence
+    assert "reward.num_workers" in " ".join(f.advice) or "reward" in f.advice[0]
+    assert not any("jumped" in a for a in f.advice)
+
+
+def test_a_phase_share_is_not_the_gpus_wait_in_a_trainer_that_overlaps_its_phases():
+    from monitor.detect import run_all
+
+    def edit(i, ph):
+        ph["reward"] = 40.0
+
+    steps = make_steps(20, step_s=10.0, edit=edit)
+    for s in steps:
+        s.metrics = {"timing_s/step": s.total, "timing_s/param_sync": 1.0,
+                     "fully_async/trainer/idle_ratio": 0.1}
+    judged: list = []
+    flags = run_all(steps, None, None, [], load_config(), judged=judged)
+    assert not [f for f in flags if f.scope.get("phase") == "reward"]
+    assert any(j.reading == "phase_imbalance.timer_share" and j.holds is False
+               for j in judged)

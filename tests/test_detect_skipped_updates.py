@@ -162,3 +162,42 @@ def test_a_simulated_run_has_finite_norms_and_stays_quiet(tmp_path, scenario):
              if k in s.metrics]
     assert norms and all(math.isfinite(v) for v in norms)
     assert _flags(parsed.steps, parsed.events) == []
+
+
+class _CountedStep(int):
+    """A warning's step number that counts how often it is compared with a step."""
+
+    compared = 0
+
+    def _count(self, other):
+        type(self).compared += 1
+        return other
+
+    def __lt__(self, other):
+        return int(self) < self._count(other)
+
+    def __gt__(self, other):
+        return int(self) > self._count(other)
+
+    def __le__(self, other):
+        return int(self) <= self._count(other)
+
+    def __ge__(self, other):
+        return int(self) >= self._count(other)
+
+
+def test_each_warning_finds_its_step_without_a_pass_over_every_step():
+    """Round 5 N20: every ``grad_not_finite`` warning scanned all the steps (60,000 steps with a
+    warning each: 155 s against 16.5 s without). A warning now finds its step by bisection:
+    the comparisons grow as n log n, not n squared (here 2,000 steps and warnings: 4,000,000
+    before)."""
+    n = 2000
+    steps = make_steps(n)
+    warns = [Event("grad_not_finite", None, _CountedStep(s - 1) if s > 1 else None,
+                   "WARN: rank 0 grad_norm is not finite: nan",
+                   {"value": "nan", "rank": 0, "role": "actor", "worker": "WorkerDict",
+                    "pid": 1523}) for s in range(1, n + 1)]
+    _CountedStep.compared = 0
+    (f,) = _flags(steps, warns)
+    assert f.evidence.startswith(f"actor grad_norm was nan in {n} of {n} steps (steps 1-{n})")
+    assert _CountedStep.compared < 40 * n, _CountedStep.compared

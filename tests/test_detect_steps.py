@@ -128,3 +128,35 @@ def test_reference_steps_change_nothing_while_the_window_holds_the_runs_start():
     ctx = make_context(steps, empty_gpu_frame(), empty_host_frame(), [], load_config(),
                        reference_steps=steps[:32])
     assert detect_throughput_regression(ctx) == detect_throughput_regression(_ctx(steps))
+
+
+def test_one_step_that_held_the_job_is_named_as_what_it_was():
+    """A single reward call held a real run 202 s at step 12 (its neighbours took about
+    25 s): one step, so no periodic-spike flag, but it is named with its phase (issue 37)."""
+    from monitor.detect import run_all
+
+    def edit(i, ph):
+        ph["reward"] = 202.0 if i == 12 else 2.0
+
+    steps = make_steps(30, step_s=25.0, edit=edit)
+    for s in steps:
+        s.metrics = {"timing_s/step": s.total, "timing_s/reward": s.phases["reward"]}
+    flags = [f for f in run_all(steps, None, None, [], load_config())
+             if f.kind == "step_time_spikes"]
+    assert len(flags) == 1
+    f = flags[0]
+    assert f.scope["steps"] == [12, 12]
+    assert "Step 12 held the job" in f.evidence and "its reward took 202 s" in f.evidence
+    assert "timeout" in f.advice[0]
+
+
+def test_a_slow_first_step_is_warm_up_not_an_outlier():
+    def edit(i, ph):
+        if i == 1:
+            ph["gen"] = 300.0
+
+    steps = make_steps(10, step_s=20.0, edit=edit)
+    from monitor.detect import run_all
+
+    assert not [f for f in run_all(steps, None, None, [], load_config())
+                if f.kind == "step_time_spikes"]

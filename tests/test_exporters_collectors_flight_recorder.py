@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
 from hang_standins import (
     as_rank,
+    job_argv,
     real_dump,
-    start_job,
     start_standin,
-    start_worker,
+    start_tree,
     stop,
+    stop_tree,
+    worker_argv,
     write_dump,
     write_job_tree,
 )
@@ -106,8 +110,11 @@ def test_py_spy_without_a_process_of_the_job_says_so(tmp_path):
     c.poll_once()
     ev = sink.events[0]
     assert ev.data["method"] == "py-spy" and "stuck" in ev.data["where"]
-    if not ev.data["where"]["who"]:  # nothing of a job on this host: said in words
-        assert "no process of the job found" in ev.data["problems"]["py-spy"]
+    assert ev.data["where"]["who"] == []  # nothing proven the job's: said in words
+    assert ev.data["problems"]["py-spy"].startswith("no process of the job is proven on this "
+                                                   "node, so no stacks are taken")
+    assert ev.message.startswith("no stacks: no process of the job is proven")
+    assert _scrape(c).get_sample_value("verlmon_hang_job_processes") == 0
 
 
 def test_py_spy_is_on_by_default_where_installed_and_off_with_the_option(tmp_path):
@@ -195,26 +202,70 @@ def test_a_worker_killed_in_the_silence_is_published_as_the_culprit(tmp_path):
     root = write_job_tree(tmp_path / "job")
     log = tmp_path / "train.log"
     log.write_text("")
-    procs = [start_job(root, "worker", log, steps=1, step_s=0.1),
-             start_worker(root, log, busy=False, title="ray::WorkerDict")]
+    raylet, (driver, worker) = start_tree(
+        [job_argv(root, "worker", log, steps=1, step_s=0.1),
+         worker_argv(root, log, "idle")], argv0=str(tmp_path / "ray/core/src/ray/raylet/raylet"))
     c, sink = _collector(tmp_path, silent_s=60.0, hang_pyspy=True, log=(str(log),))
     try:
         deadline = time.monotonic() + 20
-        while f"(WorkerDict pid={procs[1].pid}" not in log.read_text():
+        while f"(WorkerDict pid={worker}" not in log.read_text():
             assert time.monotonic() < deadline, "the worker stand-in never logged"
             time.sleep(0.05)
         c.watch_processes()  # in the silence, both alive
-        procs[1].kill()
-        procs[1].wait()
+        os.kill(worker, signal.SIGKILL)
         c.poll_once()  # past the stack limit: one py-spy round, the worker gone
     finally:
-        stop(procs)
+        stop_tree(raylet, [driver, worker])
     ev = sink.events[-1]
     if any("ptrace" in v for v in ev.data["problems"].values()):
         pytest.skip(str(ev.data["problems"]))
     assert ev.data["where"]["place"] == "gone" and ev.data["where"]["stuck"]
-    assert ev.message.startswith(f"the worker (PID {procs[1].pid}, node n0) is gone: it exited")
+    assert ev.message.startswith(f"the worker (PID {worker}, node n0) is gone: it exited")
     got = _scrape(c).get_sample_value("verlmon_hang_culprit_info", {
-        "rank": "", "pid": str(procs[1].pid), "gpu": "", "collective": "", "seq": "",
+        "rank": "", "pid": str(worker), "gpu": "", "collective": "", "seq": "",
         "frame": ""})
     assert got == 1.0
+
+
+def test_without_py_spy_the_log_metrics_and_the_flags_say_so_with_the_fix(tmp_path, monkeypatch,
+                                                                         caplog):
+    """Issue 38: the core install without py-spy got a `stalled` warning with no PID, no frame
+    and no word why. Now: once in the log, a /metrics series, and the flags' evidence."""
+    import logging
+
+    import monitor.live.hang_dumps as hd
+    from monitor.detect import run_all
+    from monitor.detect.flag_advice import advice_for
+
+    monkeypatch.setattr(hd, "find_pyspy", lambda: None)
+    c, sink = _collector(tmp_path, silent_s=400.0, hang_pyspy=None)
+    with caplog.at_level(logging.WARNING):
+        c.poll_once()
+        c.poll_once()  # the same silence: said once
+    said = [r.getMessage() for r in caplog.records if "py-spy is not installed" in r.getMessage()]
+    assert len(said) == 1 and "pip install py-spy" in said[0]
+    reg = _scrape(c)
+    assert reg.get_sample_value("verlmon_hang_pyspy_ready") == 0
+    problem = [s for m in reg.collect() if m.name == "verlmon_hang_pyspy_problem_info"
+               for s in m.samples]
+    assert len(problem) == 1 and "pip install py-spy" in problem[0].labels["problem"]
+    assert [e.message for e in sink.events] == [
+        "no stacks: py-spy is not installed, so a stuck job's process and line cannot be named: "
+        "pip install py-spy"]
+    steps = c.ctx.window.recent_steps(8)
+    flags = run_all(steps, None, None, sink.events, now=time.time())
+    stalled = [f for f in flags if f.kind == "stalled"]
+    assert stalled and "Where (py-spy): no stacks: py-spy is not installed" in \
+        stalled[0].evidence and "pip install py-spy" in stalled[0].evidence
+    assert stalled[0].advice == advice_for("stalled")  # no place read: no place's advice
+
+
+def test_the_proven_tree_and_the_hang_state_are_there_for_other_modules(tmp_path):
+    """``job_tree_now`` / ``hang_state_now``: what an action on a hang (issue 40) reads."""
+    from monitor.live.hang_dumps import hang_state_now, job_tree_now
+
+    c, _ = _collector(tmp_path, silent_s=1.0, hang_pyspy=True, log=(str(tmp_path / "x"),))
+    c.watch_processes()
+    tree = job_tree_now()
+    assert tree is c.job_tree() and tree.pids == frozenset() and tree.why
+    assert hang_state_now() is None  # no steady reading yet

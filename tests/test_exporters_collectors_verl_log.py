@@ -420,6 +420,25 @@ def test_lines_read_live_take_the_capture_times_not_the_poll_time(tmp_path):
     assert [s.data_wait for s in steps[1:]] == [0.0, 0.0]
 
 
+def test_a_sidecar_that_cannot_be_read_is_counted_once_and_never_waited_on(tmp_path):
+    """Issue 41 item 2: a FIFO at ``<log>.arrivals`` hung the reader for good; now the backlog
+    is read, its times rebuilt, and the sidecar counted once as a side file not used."""
+    import os
+    import threading
+
+    log = tmp_path / "train.log"
+    log.write_text("".join(line(i) for i in range(1, 4)))
+    os.mkfifo(str(log) + ".arrivals")
+    col, reg, window = make([log])
+    t = threading.Thread(target=lambda: [col.sample_once() for _ in range(3)], daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "blocked on the FIFO"
+    assert [s.step for s in window.frames()[0]] == [1, 2, 3]
+    assert reg.get_sample_value("verlmon_log_anomalies_total",
+                                {"log": str(log), "reason": "side_file"}) == 1
+
+
 def test_a_path_that_is_a_directory_is_counted_and_not_read(tmp_path):
     log = tmp_path / "train.log"
     log.mkdir()
@@ -532,7 +551,7 @@ def test_lines_from_before_the_capture_end_before_the_captured_ones(tmp_path):
     old = "".join(line(i) for i in range(1, 4))
     log.write_text(old + "".join(line(i, gen=11.0) for i in range(1, 3)))
     writer = ArrivalWriter(log)
-    writer.record(len(old.encode()), 1_700_000_000.0)
+    writer.record(len(old.encode()), 1_700_000_000.0, end=log.stat().st_size)  # one chunk
     writer.close()
     run_exporter(tmp_path, [log])
     steps, _ = stored_steps(tmp_path)

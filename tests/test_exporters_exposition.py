@@ -202,3 +202,26 @@ def test_negotiate_respects_q_values(accept, openmetrics):
     from exporters.exposition import negotiate
 
     assert negotiate(accept)[0] is openmetrics
+
+
+class EscapeLabels(BaseCollector):
+    name = "escape_labels"
+
+    def collect(self):
+        fam = GaugeMetricFamily("verlmon_test_escape", "hostile labels", labels=["evidence"])
+        fam.add_metric(["stuck at evil\x1b[2J\x1b]0;owned\x07 (x.py:1) \u202egnp.exe\u200b"], 1)
+        yield fam
+
+
+def test_label_values_reach_prometheus_with_escapes_shown_not_raw():
+    """Issue 41 item 4 (round 5 A10): a py-spy frame's ESC[2J and OSC 0 and a right-to-left
+    override were written raw into label values (Grafana, Alertmanager and Slack show them);
+    they are backslash escapes now, and promtool still accepts the page."""
+    exp = Exposition({"escape_labels": EscapeLabels(_ctx())}, node="n0", version="1")
+    page = exp.render()
+    text = page.decode()
+    line = next(x for x in text.splitlines() if x.startswith("verlmon_test_escape"))
+    assert not [c for c in line if c in "\x1b\x07\u202e\u200b"]
+    assert "evil\\\\x1b[2J\\\\x1b]0;owned\\\\x07" in line  # the exposition doubles backslashes
+    if shutil.which("promtool"):
+        assert promtool(page).returncode == 0

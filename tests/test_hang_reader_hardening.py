@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import threading
 from pathlib import Path
 
 from hang_standins import FIXTURES, as_rank, real_dump, start_standin, stop, write_dump
+from threads import in_thread
 
 from monitor.hang.dump import DumpError, parse_dump, read_dump_dir
 from monitor.hang.localize import localize_dumps
@@ -27,16 +27,6 @@ def deep_pickle(depth: int = 200_000) -> bytes:
     marker = b"X\x04\x00\x00\x00DEEP"
     assert raw.count(marker) == 1
     return raw.replace(marker, b"]" * depth + b"a" * (depth - 1))
-
-
-def in_thread(fn, within: float = 10.0):
-    """``fn()``'s result, or AssertionError when it is still running after ``within`` s."""
-    out: list = []
-    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
-    t.start()
-    t.join(within)
-    assert not t.is_alive(), "blocked"
-    return out[0]
 
 
 def test_a_fifo_named_like_a_dump_is_refused_not_waited_on(tmp_path: Path) -> None:
@@ -104,3 +94,119 @@ def test_bad_dumps_fail_their_rank_only_and_are_counted(tmp_path: Path) -> None:
     assert "not a regular file" in got.problems[4]
     loc = localize_dumps(got.dumps, got.problems, {})
     json.dumps(loc.to_event(0.0, "n0", got.seconds, {}).to_dict(), default=str)
+
+
+# --- issue 41 item 2: the py-spy dumps of ``analyze --stacks`` and the hang watch's log tail --
+
+REAL_STACKS = Path(__file__).parent / "fixtures" / "real_verl" / "healthy" / "stacks"
+
+
+def _stacks_copy(tmp_path: Path) -> Path:
+    folder = tmp_path / "stacks"
+    folder.mkdir()
+    for f in REAL_STACKS.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    return folder
+
+
+def test_a_fifo_or_a_link_out_named_like_a_py_spy_dump_is_not_read(tmp_path: Path) -> None:
+    """Round 5 N12 and B2: a FIFO named like a dump hung ``analyze --stacks`` for good; a link
+    to a file outside the folder was followed and its frame-like line reached the report."""
+    from monitor.hang.stacks import stacks_report
+
+    folder = _stacks_copy(tmp_path)
+    before, _ = stacks_report(folder)
+    os.mkfifo(folder / "1796162745.500_TaskRunner_1.txt")
+    secret = tmp_path / "secret.txt"
+    secret.write_text('Process 3: ray::TaskRunner.run\nThread 3 (active): "MainThread"\n'
+                      "    TOPSECRET_line (x.py:1)\n")
+    (folder / "1796162746.000_TaskRunner_3.txt").symlink_to(secret)
+    where, _ = in_thread(lambda: stacks_report(folder))
+    assert where["rounds"] == before["rounds"]
+    assert "TOPSECRET" not in json.dumps(where)
+    said = " ".join(where["problems"])
+    assert "a FIFO" in said and "symbolic link" in said
+
+
+def test_a_stacks_folder_nested_thousands_deep_is_walked_without_recursion(tmp_path: Path
+                                                                          ) -> None:
+    """Round 5 N11: ``rglob`` recursed; 1,900 levels gave RecursionError and a traceback."""
+    import tempfile
+
+    from monitor.hang.stacks import read_stacks_dir
+
+    # outside pytest's temporary folder: its clean-up recurses (shutil.rmtree) and would fail
+    root = Path(tempfile.mkdtemp(prefix="verlmon-deep-"))
+    try:
+        _make_chain(root, 1900, "1796162800.000_TaskRunner_3.txt",
+                    (REAL_STACKS / "1796162715.342_TaskRunner_1359.txt").read_bytes())
+        rounds = read_stacks_dir(root)  # no RecursionError; the deep dump is not walked to
+        assert rounds == []
+    finally:
+        _remove_chain(root)
+        os.rmdir(root)
+
+
+def _make_chain(root: Path, depth: int, name: str, data: bytes) -> None:
+    """``root/d/d/.../d/name``, ``depth`` folders down, made relative to an open folder (the
+    whole path is past PATH_MAX)."""
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            new = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = new
+        out = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(out, data)
+        os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _remove_chain(root: Path) -> None:
+    """Remove a chain of folders ``d/d/d/...`` too deep for ``shutil.rmtree`` (which recurses:
+    pytest's own clean-up of the temporary folder would fail on it)."""
+    fds = [os.open(root, os.O_RDONLY)]
+    try:
+        while "d" in os.listdir(fds[-1]):
+            fds.append(os.open("d", os.O_RDONLY, dir_fd=fds[-1]))
+        while fds:
+            fd = fds.pop()
+            for name in os.listdir(fd):
+                os.unlink(name, dir_fd=fd)
+            os.close(fd)
+            if fds:
+                os.rmdir("d", dir_fd=fds[-1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_huge_py_spy_dump_is_not_read_whole(tmp_path: Path) -> None:
+    """Round 5 N14: a 300 MB dump took 152 s and 5.7 GB; a real one is 1-10 KB."""
+    from monitor.hang.stacks import MAX_STACK_BYTES, stacks_report
+
+    folder = _stacks_copy(tmp_path)
+    big = folder / "1796162800.000_TaskRunner_3.txt"
+    with open(big, "w") as fh:
+        fh.write('Process 3: ray::TaskRunner.run\nThread 3 (active): "MainThread"\n')
+        fh.write("    f (x.py:1)\n" * (MAX_STACK_BYTES // 14 + 10))
+    where, _ = stacks_report(folder)
+    assert any("bytes, over the" in p for p in where["problems"])
+
+
+def test_the_hang_watch_reads_only_a_regular_logs_tail(tmp_path: Path) -> None:
+    """Round 5 N6: with the log a link to /dev/zero the hang watch's ``read_tail`` read without
+    end (3.35 GB in 12 s); a FIFO blocked its ``open``. The tail of a regular log is read."""
+    from monitor.hang.procs import read_tail
+
+    log = tmp_path / "Z.log"
+    log.symlink_to("/dev/zero")
+    assert in_thread(lambda: read_tail(log)) == ""
+    log.unlink()
+    os.mkfifo(log)
+    assert in_thread(lambda: read_tail(log)) == ""
+    log.unlink()
+    log.write_text("a" * 100 + "\n(WorkerDict pid=5) x\n")
+    assert read_tail(log, 22) == "\n(WorkerDict pid=5) x\n"

@@ -4,14 +4,23 @@ and the exporter's collector publishes the verdict."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
 
 import pytest
-from hang_standins import start_job, start_worker, stop, write_job_tree
+from hang_standins import (
+    job_argv,
+    start_job,
+    start_tree,
+    start_worker,
+    stop,
+    stop_tree,
+    write_job_tree,
+)
 
-from monitor.hang.procs import find_job_processes, log_pids
+from monitor.hang.procs import job_process_tree, log_pids
 from monitor.hang.pyspy import find_pyspy
 from monitor.hang.stacks import read_stacks_dir, stack_round
 
@@ -27,6 +36,12 @@ def _wait_steps(log, pid: int, n: int) -> None:
     time.sleep(0.5)  # past the last step: stuck now
 
 
+def _jobs(log) -> list:
+    """The stand-ins this test started, proven the job's as ``--hang-job-pid`` proves them
+    (this test process as the job's root; the monitor, ``me``, is none of them)."""
+    return list(job_process_tree([str(log)], job_pid=os.getpid(), me=-1).procs)
+
+
 def _round(tmp_path, case: str, url: str = "", worker: bool | None = None):
     root = write_job_tree(tmp_path / "job")
     log = tmp_path / "train.log"
@@ -39,7 +54,7 @@ def _round(tmp_path, case: str, url: str = "", worker: bool | None = None):
     try:
         _wait_steps(log, procs[0].pid, 2)
         ours = {q.pid for q in procs}
-        found = [p for p in find_job_processes([str(log)])
+        found = [p for p in _jobs(log)
                  if p.pid in ours or p.source == "child"]
         got = stack_round(found, node="n0", save_dir=tmp_path / "stacks")
     finally:
@@ -90,24 +105,28 @@ def test_prefixes_on_another_host_are_not_this_nodes():
     text = "(TaskRunner pid=11) a\n(WorkerDict pid=12, ip=10.9.9.9) b\n(WorkerDict pid=13, ip=127.0.0.1) c"
     assert log_pids(text) == {11: ("TaskRunner", ""), 12: ("WorkerDict", "10.9.9.9"),
                               13: ("WorkerDict", "127.0.0.1")}
-    assert 12 not in {p.pid for p in find_job_processes([])}
+    assert 12 not in job_process_tree([]).pids
 
 
 def test_another_jobs_processes_with_the_same_ray_titles_are_left_out(tmp_path):
+    """Two jobs, each under its own raylet: the log names one; the other's actors, with the
+    same titles, are not this job's (nor is anything found by title alone)."""
     root = write_job_tree(tmp_path / "job")
     mine, other = tmp_path / "mine.log", tmp_path / "other.log"
     mine.write_text("")
     other.write_text("")
-    procs = [start_job(root, "reward", mine, steps=1, step_s=0.1),
-             start_job(root, "reward", other, steps=1, step_s=0.1)]
+    raylet = str(tmp_path / "ray/core/src/ray/raylet/raylet")
+    trees = [start_tree([job_argv(root, "reward", log, steps=1, step_s=0.1)], argv0=raylet)
+             for log in (mine, other)]
     try:
-        _wait_steps(mine, procs[0].pid, 1)
-        pids = {p.pid for p in find_job_processes([str(mine)])}
-        alone = {p.pid for p in find_job_processes([])}  # no log: Ray's titles
+        _wait_steps(mine, trees[0][1][0], 1)
+        pids = job_process_tree([str(mine)], me=-1).pids
+        alone = job_process_tree([], me=-1).pids  # no log: no title proves anything
     finally:
-        stop(procs)
-    assert procs[0].pid in pids and procs[1].pid not in pids
-    assert {procs[0].pid, procs[1].pid} <= alone
+        for parent, kids in trees:
+            stop_tree(parent, kids)
+    assert trees[0][1][0] in pids and trees[1][1][0] not in pids
+    assert alone == frozenset()
 
 
 def test_a_data_loader_worker_forked_from_the_driver_is_found_and_named(tmp_path):
@@ -149,14 +168,14 @@ def test_a_worker_killed_in_the_silence_is_gone_and_named_while_the_driver_waits
         _wait_steps(log, procs[0].pid, 2)
         last = time.time()
         ours = {q.pid for q in procs}
-        watch.see([p for p in find_job_processes([str(log)]) if p.pid in ours], last + 1.0)
+        watch.see([p for p in _jobs(log) if p.pid in ours], last + 1.0)
         assert watch.check(last + 1.2) == []  # both alive
         procs[1].kill()
         procs[1].wait()  # reaped, as Ray's raylet reaps its workers
         gone = watch.check(last + 2.0)
         assert [g.proc.pid for g in gone] == [procs[1].pid] and gone[0].proc.role == "worker"
         assert watch.gone_since(last) == gone and watch.gone_since(last + 1.3) == []
-        found = [p for p in find_job_processes([str(log)]) if p.pid in ours]
+        found = [p for p in _jobs(log) if p.pid in ours]
         assert [p.pid for p in found] == [procs[0].pid]  # the dead one is not found again
         dead = JobProcess(procs[1].pid, "worker", "log")  # listed, then gone before its dump
         got = stack_round(found, node="n0", gone=gone_wheres(gone, last, "n0"))

@@ -406,3 +406,22 @@ def test_the_run_summary_carries_the_headline_analyze_prints(offline, monkeypatc
     assert summary["verlmon/goodput"] == pytest.approx(head["goodput"], abs=1e-3)
     assert summary["verlmon/top_loss"] == head["top_loss"]
     assert summary["verlmon/top_loss_share"] == pytest.approx(head["top_loss_share"], abs=1e-3)
+
+
+def test_the_ledger_across_attempts_reaches_the_offline_run(offline):
+    from test_analysis_attempts import _job
+
+    from monitor.analysis.attempts import job_ledger
+
+    ledger = job_ledger(*_job())
+    sink = WandbSink("verlmon-test", "jobs01", init_timeout=30, wandb_dir=offline)
+    logged = sink.log_attempts(ledger)
+    sink.close()
+    run = _read_run(offline, "jobs01")
+    assert logged["verlmon/job/ettr"] == ledger["ettr"] == round(141 / 395, 4)
+    row = next(h for h in run["history"] if "verlmon/job/ettr" in h)
+    assert row["verlmon/job/seconds/hang"] == 53.0 and row["verlmon/job/attempts"] == 3
+    assert run["summary"]["verlmon/job/ettr"] == ledger["ettr"]
+    (table,) = run["dir"].glob("files/media/table/verlmon/attempts_*.table.json")
+    data = json.loads(table.read_text())
+    assert [r[3] for r in data["data"]] == ["crash", "terminated", "finished"]

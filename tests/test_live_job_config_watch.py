@@ -171,3 +171,24 @@ def test_the_found_config_is_handed_on_once(tmp_path):
     watch = JobConfigWatch([str(log)], retry_s=0, on_found=got.append)
     assert watch.config() is not None and watch.config() is not None
     assert got == [watch.config()]
+
+
+def test_a_config_caught_half_printed_is_read_again_until_whole(tmp_path):
+    """The live watch read the log while verl was still printing its config: what it has is
+    not kept for good; a later look reads the whole, trainer mode included (issue 41)."""
+    import pprint
+
+    from monitor.live.job_config_watch import JobConfigWatch
+
+    config = {"actor_rollout_ref": {"rollout": {"n": 8}}, "data": {"train_batch_size": 8},
+              "trainer": {"use_v1": True, "v1": {"trainer_mode": "separate_async"}}}
+    lines = ["(TaskRunner pid=9) " + ln for ln in pprint.pformat(config, width=30).split("\n")]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines[:2]) + "\n")
+    now = [0.0]
+    watch = JobConfigWatch([str(log)], retry_s=10.0, clock=lambda: now[0])
+    first = watch.config()
+    assert first is not None and "trainer" not in first  # read as far as it was printed
+    log.write_text("\n".join(lines) + "\nstep:1 - timing_s/step:1.0\n")
+    now[0] = 11.0
+    assert watch.config() == config

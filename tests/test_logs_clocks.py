@@ -51,7 +51,7 @@ def test_tqdm_elapsed_time_dates_each_step(tmp_path: Path) -> None:
     assert wall["clock"] == "tqdm_end" and wall["measured"] and not wall["dated"]
     assert wall["data_wait_s"] == pytest.approx(4 * (20.0 - 1.0))  # tqdm's 1 s resolution
     text = render_text(analyze_doc(log, log_end=10_000.0))
-    assert "clock: tqdm's elapsed time (placed to end at the log's end)" in text
+    assert "clock: tqdm's elapsed time (no dated line places the bar in time)" in text
     assert "UTC (estimated)" in text  # the dates, not the spacing
     assert "no timestamps" not in text
 
@@ -255,3 +255,87 @@ def test_naive_dates_and_time_of_day_read_in_the_hosts_zone(tmp_path: Path) -> N
     assert out["stamp"] == calendar.timegm((2025, 8, 17, 23, 50, 0, 0, 0, 0)) - shift
     assert out["sources"] == ["line", "line", "worker"]
     assert out["ends"] == [base, base + 310.0, base + 900.5]
+
+
+# --- issue 37 item 2: clocks only from the log ------------------------------------------------
+
+def test_a_bar_no_dated_line_places_starts_at_the_dated_line_before_it(tmp_path: Path) -> None:
+    """Ray dates its start-up lines, then the bar runs with no dated line: the bar started at
+    or after the last dated line (a copy of the log, with any modification time, reads the
+    same), never at a time taken from the file."""
+    import os
+
+    lines = ["2025-05-22 07:03:31,997\tINFO job_manager.py:531 -- Runtime env is setting up.",
+             tqdm_line(0, 5, 0)]
+    for n in range(1, 6):
+        lines += [step_line(n, 10.0), tqdm_line(n, 5, 10 * n)]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    os.utime(log, (2_000_000_000, 2_000_000_000))
+    parsed = parse_file(log)
+    start = calendar.timegm((2025, 5, 22, 7, 3, 31)) + 0.997
+    assert parsed.clock == "absolute"
+    assert {s.time_source for s in parsed.steps} == {"tqdm_after"}
+    assert parsed.steps[-1].end_time == pytest.approx(start + 50.0, abs=1.0)
+
+
+def test_an_event_without_a_time_takes_the_dated_line_before_it(tmp_path: Path) -> None:
+    """A crash before step 1 in a log of dated lines: the traceback is placed at the last
+    dated line before it, not at 0 (the judge found it at 0 on five real crashes)."""
+    log = tmp_path / "train.log"
+    log.write_text(
+        "(TaskRunner pid=1) INFO:2026-07-29 13:32:38,000:starting\n"
+        "(TaskRunner pid=1) Traceback (most recent call last):\n"
+        '(TaskRunner pid=1)   File "x.py", line 1, in <module>\n'
+        "(TaskRunner pid=1) AssertionError: too large to fit in the bucket\n")
+    parsed = parse_file(log)
+    (tb,) = [e for e in parsed.events if e.kind == "traceback"]
+    assert tb.time == pytest.approx(calendar.timegm((2026, 7, 29, 13, 32, 38)), abs=1.0)
+    assert tb.data.get("time_from") == "dated_line" and parsed.clock == "absolute"
+
+
+def test_a_log_with_no_clock_at_all_says_its_times_are_unknown(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                   "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    parsed = parse_file(log)
+    assert parsed.clock == "none" and all(e.time is None for e in parsed.events)
+    text = render_text(analyze_doc(log))
+    assert "1970" not in text
+
+
+def test_one_step_has_a_wall_time(tmp_path: Path) -> None:
+    """A run of one step (a smoke test that then died): its wall time is its step's own."""
+    log = tmp_path / "train.log"
+    log.write_text("\n".join([tqdm_line(0, 1, 0), step_line(1, 226.6), tqdm_line(1, 1, 227)])
+                   + "\n")
+    wall = summarize(parse_file(log).steps)["wall"]
+    assert wall["span_s"] == pytest.approx(226.6)
+
+
+def test_the_wall_starts_at_the_bars_zero_when_the_first_batch_took_a_while(tmp_path: Path
+                                                                            ) -> None:
+    """The bar is drawn at 0 before the first batch is fetched: a video fork took 308 s there
+    before step 1's timer; the wall is the bar's (was the timers' only, -11%)."""
+    lines = [tqdm_line(0, 3, 0), step_line(1, 100.0), tqdm_line(1, 3, 400),
+             step_line(2, 100.0), tqdm_line(2, 3, 500), step_line(3, 100.0),
+             tqdm_line(3, 3, 600)]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log)
+    wall = summarize(parsed.steps, parsed.events, parsed.run_start)["wall"]
+    assert wall["span_s"] == pytest.approx(600.0, abs=1.0)
+    assert wall["data_wait_s"] == pytest.approx(300.0, abs=1.0)  # before step 1's timer
+
+
+def test_the_bars_close_as_a_crash_unwinds_does_not_date_the_step(tmp_path: Path) -> None:
+    """tqdm's close() redraws the last count as the crash unwinds, minutes later: the step
+    ended at the drawing that counted it (2/12 at 22:35, not 31:53)."""
+    lines = [tqdm_line(0, 12, 0), step_line(1, 740.0), tqdm_line(1, 12, 740),
+             step_line(2, 615.0), tqdm_line(2, 12, 1355), "Traceback (most recent call last):",
+             '  File "x.py", line 1, in <module>', "ConnectionError: broken",
+             tqdm_line(2, 12, 1913)]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    steps = parse_file(log).steps
+    assert steps[1].end_time - steps[0].end_time == pytest.approx(615.0, abs=1.0)

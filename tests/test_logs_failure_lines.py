@@ -254,6 +254,11 @@ def test_a_traceback_names_the_innermost_ray_task_and_its_deepest_frames():
         "frame": "vllm/entrypoints/llm.py:1397 in _run_engine",
         "verl_frame": "verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:262 in "
                       "generate_sequences",
+        # the worker's frames (after its RayTaskError line), deepest last
+        "frames": ["verl/workers/fsdp_workers.py:574 in generate_sequences",
+                   "verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:262 in "
+                   "generate_sequences",
+                   "vllm/entrypoints/llm.py:1397 in _run_engine"],
     }
     assert short_path("/usr/lib/python3/dist-packages/torch/x.py") == "torch/x.py"
     assert traceback_origin(["KeyError: 'x'"]) == {}

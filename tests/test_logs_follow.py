@@ -352,3 +352,17 @@ def test_a_rewrite_between_two_polls_that_keeps_the_head_is_noticed(tmp_path: Pa
     rewrite_in_place(path, header + b"new 1\nnew 2\nnew 3\n")  # longer, same head
     assert follower.poll() == ["x" * 200, "new 1", "new 2", "new 3"]
     assert follower.truncations == 1
+
+
+def test_each_line_comes_with_where_it_starts_across_chunks_and_dropped_lines(tmp_path):
+    """``iter_lines_at``: the byte offset of each line's start, across chunk edges, invalid
+    UTF-8 and a line dropped for its length (the next line keeps its own offset)."""
+    from monitor.logs.follow import iter_lines_at
+
+    data = b"ab\nc\xffd\n" + b"x" * 50 + b"\n\nlast\r\ntail"
+    path = tmp_path / "t.log"
+    path.write_bytes(data)
+    for chunk in (1, 3, 7, 64, 1 << 20):
+        got = list(iter_lines_at(path, max_line_bytes=20, chunk_bytes=chunk))
+        assert [line for _, line in got] == ["ab", "c\ufffdd", "", "last", "tail"], chunk
+        assert [at for at, _ in got] == [0, 3, 58, 59, 65], chunk

@@ -145,3 +145,115 @@ def test_exception_advice_names_real_keys_only():
         for sentence in sentences:
             for key in named_keys(sentence):
                 assert key in REAL_KEYS, key
+
+
+# --- issue 37 item 3 and issue 41 item 6: the config through the noise, the driver's, masked --
+
+V1_CONFIG = {
+    "actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": 4},
+                          "rollout": {"name": "vllm", "n": 8}},
+    "algorithm": {"adv_estimator": "grpo"},
+    "data": {"train_batch_size": 64, "dataloader_num_workers": 8},
+    "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {
+        "WANDB_API_KEY": "abc123secret", "HF_TOKEN": "hf_xyz",
+        "RM_URL": "http://user:hunter2@rm.internal:8000/score"}}}},
+    "trainer": {"use_v1": True, "v1": {"trainer_mode": "separate_async"},
+                "n_gpus_per_node": 8, "nnodes": 2},
+}
+_RAY_WARNING = [
+    "\x1b[33m(raylet)\x1b[0m [2026-08-20 10:00:01,000 W 811 811] (raylet) A worker died or "
+    "was killed while executing a task by an unexpected system error.",
+    "\x1b[36m(WorkerDict pid=3007)\x1b[0m /usr/lib/python3/site-packages/torch/cuda.py:12: "
+    "UserWarning: TF32 is on",
+    "\x1b[36m(WorkerDict pid=3007)\x1b[0m   warnings.warn(",
+    "2026-08-20 10:00:02,100\tWARNING worker.py:2301 -- Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/ray/_private/worker.py", line 844, in get',
+    "    raise value",
+] + [f"(pid=40{n:02d}) deprecation warning line {n}" for n in range(14)]
+
+
+def test_another_processs_warning_inside_the_dump_does_not_end_it(tmp_path):
+    """Ray prints another process's 20-line warning (other actors, the raylet, unprefixed
+    lines, a traceback's indented frames) in the middle of the driver's config dump: the
+    reader goes on to the end, so the trainer section (the V1 mode) is read (issue 37)."""
+    from monitor.logs.modes import printed_mode
+
+    lines = _printed(V1_CONFIG)
+    mid = len(lines) // 2
+    noisy = lines[:mid] + _RAY_WARNING + lines[mid:]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(noisy) + "\nstep:1 - timing_s/step:1.0\n")
+    got = read_job_config_file(path)
+    assert got is not None and set(got) == set(V1_CONFIG)
+    assert printed_mode(got) == "separate_async"
+
+
+def test_a_config_read_in_part_says_which_sections_it_has(tmp_path, capsys):
+    """A dump cut short by the logger: what was printed is kept, and analyze says which
+    sections it has and that the rest is not known."""
+    from monitor.cli import main
+    from monitor.logs.job_config import describe_file
+
+    lines = _printed(V1_CONFIG)
+    cut = next(n for n, ln in enumerate(lines) if "'data'" in ln) + 1
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines[:cut] + [PREFIX + "  ...",
+                                             "step:1 - timing_s/step:2.0 - timing_s/gen:1.0"])
+                    + "\n")
+    info = describe_file(path)
+    assert info["found"] and not info["whole"]
+    assert "actor_rollout_ref" in info["sections"] and "trainer" not in info["sections"]
+    assert main(["analyze", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "printed config: read in part: it has actor_rollout_ref, algorithm" in out
+
+
+def test_only_the_drivers_dict_is_the_jobs_config():
+    """A dict another actor prints, or an unprefixed dict with one section name, is not the
+    job's config (issue 41: any dict opening with a section name was taken)."""
+    worker = ["(WorkerDict pid=3007) {'data': {'train_batch_size': 1}, 'trainer': {'x': 1}}"]
+    assert read_job_config(worker) is None
+    assert read_job_config(["{'data': {'train_batch_size': 1}}"]) is None
+    whole = [line[len(PREFIX):] for line in _printed(CONFIG)]
+    assert read_job_config(whole) == CONFIG  # no prefix at all: several sections suffice
+
+
+def test_secrets_in_the_printed_config_are_masked():
+    """API keys, tokens and a URL's password are masked as the config is read, so the store's
+    meta, export and wandb never hold them (issue 41)."""
+    got = read_job_config(_printed(V1_CONFIG))
+    env = got["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env["WANDB_API_KEY"] == "***" and env["HF_TOKEN"] == "***"
+    assert env["RM_URL"] == "http://user:***@rm.internal:8000/score"
+    assert got["data"]["train_batch_size"] == 64  # everything else as printed
+
+
+def test_a_print_that_is_no_config_is_given_up_within_bounds():
+    """200 KB of nested brackets took 5 GB; an unclosed dump with a value that is no literal
+    froze the live detectors (issue 41). Both are now given up or cut at once."""
+    import time as _time
+
+    deep = [PREFIX + "{'actor_rollout_ref': " + "[" * 200_000]
+    t0 = _time.process_time()
+    assert read_job_config(deep) is None
+    lines = _printed(CONFIG)
+    bad = lines[:3] + [PREFIX + "  'x': <object at 0x7f>,"] + [
+        PREFIX + f"  'k{n}': {n}," for n in range(20_000)]
+    got = read_job_config(bad)
+    assert got is not None and "actor_rollout_ref" in got  # read up to the bad value
+    assert _time.process_time() - t0 < 60  # a generous bound: before, it did not return
+
+
+def test_a_line_of_the_dump_with_another_write_glued_on_keeps_only_its_own_text():
+    """Ray's stream glued a stderr warning onto a line of the dump (``'max_num_seqs': None,``
+    then ``(TaskRunnerV1 pid=N) /usr/...: DeprecationWarning``): the config was read only up
+    to there (its trainer section lost, the V1 mode read as sync); now all of it is read."""
+    from monitor.logs.modes import printed_mode
+
+    lines = _printed(V1_CONFIG)
+    mid = len(lines) // 2
+    lines[mid] += ("\x1b[36m(TaskRunnerV1 pid=13158)\x1b[0m /usr/lib/python3/ray/_private/"
+                   "auto_init_hook.py:22: DeprecationWarning: ...")
+    got = read_job_config(lines)
+    assert got is not None and set(got) == set(V1_CONFIG)
+    assert printed_mode(got) == "separate_async"

@@ -186,3 +186,35 @@ def test_the_january_2026_fully_async_trainer_reads_as_one_step_a_version(
     assert trainer["causes"]["parameter_sync"] == pytest.approx(6 * 4.8)
     assert trainer["seconds_per_gpu"] == pytest.approx(summary["wall"]["span_s"], rel=0.01)
     assert not [f for f in doc["flags"] if f["kind"] in ("stalled", "step_time_spikes")]
+
+
+def test_a_rollouter_line_a_step_late_is_no_resume(tmp_path: Path) -> None:
+    """Round 5 N19: with each rollouter line printed after the next step's trainer line
+    (``T(n), R(n-1)``, the out-of-turn order the merge joins), every R(n-1) was counted as
+    the step going back: 4,999 resumes for 5,000 steps that never went back."""
+    lines = []
+    for n in range(1, 301):
+        lines.append(TRAINER + f"step:{n} - training/global_step:{n} - timing_s/gen:20.0 - "
+                     "timing_s/update_actor:30.0 - timing_s/step:56.0")
+        if n > 1:
+            lines.append(TRAINER + kv(n - 1, fully_async__rollouter__active_time=50.0,
+                                      fully_async__rollouter__version_time=60.0))
+    log = tmp_path / "late.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log, log_end=100_000.0)
+    assert [s.step for s in parsed.steps] == list(range(1, 301))
+    assert all(s.metrics.get("fully_async/rollouter/active_time") == 50.0
+               for s in parsed.steps[:-1])
+    assert [e for e in parsed.events if e.kind == "resume"] == []
+    assert "0 resume(s)" in render_text(analyze_doc(log, log_end=100_000.0))
+
+
+def test_a_true_resume_after_out_of_turn_lines_is_still_one(tmp_path: Path) -> None:
+    """The step going back to a step already trained is a resume, out-of-turn lines or not."""
+    lines = []
+    for n in (1, 2, 3, 4, 2, 3):
+        lines.append(TRAINER + f"step:{n} - timing_s/gen:20.0 - timing_s/step:56.0")
+    log = tmp_path / "resumed.log"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_file(log, log_end=100_000.0)
+    assert [e.data["from_step"] for e in parsed.events if e.kind == "resume"] == [4]

@@ -566,7 +566,9 @@ def test_format_is_detected_from_content_not_extension(tmp_path: Path) -> None:
     assert parsed.format == "empty" and parsed.steps == [] and parsed.version_guess == "unknown"
 
 
-def test_end_times_rebuilt_from_the_file_mtime(tmp_path: Path) -> None:
+def test_end_times_without_a_clock_are_relative_never_the_file_mtime(tmp_path: Path) -> None:
+    """A log with no clock in its text gets times relative to its first step's start; the
+    file's modification time (a copy's, a week later) says nothing of when it ran (issue 37)."""
     path = tmp_path / "run.log"
     path.write_text(
         "step:1 - timing_s/step:10.0\nstep:2 - timing_s/step:20.0\nstep:3 - a:1.0\n"
@@ -575,13 +577,12 @@ def test_end_times_rebuilt_from_the_file_mtime(tmp_path: Path) -> None:
     os.utime(path, (2_000_000.0, 2_000_000.0))
     parsed = parse_file(path)
     # step 3 lost its timers (a step of its own all the same): the median (20 s) stands in
-    assert [s.end_time for s in parsed.steps] == [
-        2_000_000.0 - 30 - 20 - 20,
-        2_000_000.0 - 30 - 20,
-        2_000_000.0 - 30,
-        2_000_000.0,
-    ]
+    assert [s.end_time for s in parsed.steps] == [10.0, 30.0, 50.0, 80.0]
     assert {s.time_source for s in parsed.steps} == {"rebuilt"}
+    assert parsed.clock == "relative"
+    # where the user says when the log ended, the times end there
+    told = parse_file(path, log_end=2_000_000.0)
+    assert [s.end_time for s in told.steps][-1] == 2_000_000.0 and told.clock == "absolute"
 
 
 def test_invalid_utf8_in_a_file_is_replaced_and_counted(tmp_path: Path) -> None:

@@ -168,3 +168,66 @@ def test_an_old_log_copied_today_keeps_its_dates(tmp_path):
     parsed = parse_file(log)  # its last write is today, three years after its lines
     assert [s.time_source for s in parsed.steps] == ["line"] * 3
     assert parsed.stats.parse_errors == 0
+
+
+#: 2026-11-01 04:10 UTC: 00:10 in New York (EDT); at 06:00 UTC the clocks there go back from
+#: 02:00 EDT to 01:00 EST, so 01:00-01:59 is printed twice.
+FALL_BACK_START = 1793506200.0
+
+
+def _dst_log(tmp_path, host_tz_or_zone: str, dated_worker_lines: bool | str):
+    """Steps every 10 minutes through New York's fall-back hour, stamped in its wall-clock
+    time as Python logging's ``%(asctime)s`` prints it (naive), each step line stamped, or
+    (``dated_worker_lines``) a dated worker line before each unstamped step line, or
+    (``"hms"``) a time of day at the start of each step line after one dated line."""
+    import zoneinfo
+    from datetime import datetime, timezone
+
+    zone = zoneinfo.ZoneInfo("America/New_York")
+    lines = []
+    truth = []
+    for i in range(18):
+        t = FALL_BACK_START + 600.0 * i
+        stamp = datetime.fromtimestamp(t, tz=timezone.utc).astimezone(zone).strftime(
+            "%Y-%m-%d %H:%M:%S,000")
+        truth.append(t)
+        body = f"step:{i + 1} - timing_s/gen:300.0 - timing_s/step:600.0"
+        if dated_worker_lines == "hms":
+            if i == 0:
+                lines.append(f"{stamp} INFO the trainer starts\n")
+            lines.append(f"(TaskRunner pid=4) {stamp[11:19]} {body}\n")
+        elif dated_worker_lines:
+            lines.append(f"(WorkerDict pid=5) {stamp} INFO done\n(TaskRunner pid=4) {body}\n")
+        else:
+            lines.append(f"{stamp} INFO {body}\n")
+    log = tmp_path / "dst_fall.log"
+    log.write_text("".join(lines))
+    os.utime(log, (truth[-1] + 1, truth[-1] + 1))
+    return log, truth
+
+
+@pytest.mark.parametrize("dated_worker_lines", [False, True, "hms"])
+@pytest.mark.parametrize("how", ["option", "host"])
+def test_naive_stamps_through_a_dst_fall_back_stay_in_order(tmp_path, host_tz, how,
+                                                            dated_worker_lines):
+    """Round 5 N18: the second 01:00-01:50 (EST) was read as the first (EDT), an hour early,
+    before the steps it follows: a false stalled and a phantom hour of data wait. An
+    ambiguous wall-clock time is read as the one that keeps the log in order."""
+    from cli.commands.analyze import build_document  # noqa: F401 (the same reader)
+    from monitor.logs.files import parse_file
+    from tests.real_logs import analyze_doc
+
+    if how == "option":
+        host_tz("UTC0")
+        set_log_timezone("America/New_York")
+    else:
+        host_tz("EST5EDT,M3.2.0,M11.1.0")
+        set_log_timezone(None)
+    log, truth = _dst_log(tmp_path, how, dated_worker_lines)
+    ends = [s.end_time for s in parse_file(log).steps]
+    if dated_worker_lines in (False, "hms"):
+        assert ends == truth
+    assert ends == sorted(ends)
+    assert max(b - a for a, b in zip(ends, ends[1:], strict=False)) < 700
+    doc = analyze_doc(log)
+    assert [f["kind"] for f in doc["flags"] if f["kind"] == "stalled"] == []

@@ -57,3 +57,13 @@ def test_value_format_votes() -> None:
     assert value_format(["1", "2e-06", "3072.0", "0.5", "1.25"]) == "repr"
     assert value_format(["np.float64(0.5)"]) == "numpy"
     assert value_format(["1.000", "2.000"]) is None  # too few to tell
+
+
+def test_verls_minus_one_for_preemptions_not_tracked_is_not_an_absurd_timer():
+    """timing_s/agent_loop/num_preempted/* counts (it sits under timing_s/): verl prints -1
+    where the engine does not say; two real agent-loop runs had it counted as unreadable."""
+    from monitor.logs.values import absurd_durations
+
+    metrics = {"timing_s/agent_loop/num_preempted/max": -1, "timing_s/gen": -3.0,
+               "timing_s/agent_loop/slowest/num_preempted": -1}
+    assert absurd_durations(metrics) == {"timing_s/gen": -3.0}

@@ -346,3 +346,16 @@ def test_an_answer_body_cannot_write_fake_log_lines(tmp_path: Path, caplog) -> N
     assert "invalid_payload\\n2026-12-01 CRITICAL" in line  # shown, escaped, on one line
     assert len(line) < 800
     assert "\n" not in n.last_error
+
+
+def test_escapes_and_bidi_overrides_in_evidence_reach_slack_escaped() -> None:
+    """Issue 41 item 4 (round 5 A10): a frame's ESC[2J and OSC 0 and a right-to-left override
+    went to Slack as raw bytes; they show as backslash escapes."""
+    hostile = Flag("hang", "critical", 1_767_225_600.0, None, scope={"node": "n\u202e0"},
+                   evidence="stuck at evil\x1b[2J\x1b]0;owned\x07 (x.py:1) \u202egnp.exe",
+                   advice=["Look at \u2066this\u2069."])
+    msg = build_message(hostile, "opened", run="r\x1b[31m")
+    text = json.dumps([msg["text"], msg["blocks"]], ensure_ascii=False)  # what Slack gets
+    assert not [c for c in text if c in "\x1b\x07\u202e\u2066\u2069"]
+    assert "evil\\\\x1b[2J\\\\x1b]0;owned\\\\x07" in text  # JSON doubles the backslash
+    assert "\\\\u202egnp.exe" in text

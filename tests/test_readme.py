@@ -42,3 +42,14 @@ def test_no_placeholder_is_left() -> None:
         text = page.read_text()
         found = re.findall(r"\b(?:SOAK\d+|TODO|TBD|XXX|FIXME)\b", text)
         assert not found, f"{page.name}: {found}"
+
+
+def test_the_security_page_says_what_a_full_disk_under_the_log_means() -> None:
+    """Issue 41 item 7 (round 5 F-f): under ``verl-monitor run`` the job writes the log itself,
+    so the log's disk decides whether its prints succeed; the page says so, and what the
+    monitor then loses."""
+    text = (REPO / "docs" / "security.md").read_text()
+    section = text.split("## A full disk under the log", 1)[1].split("\n## ", 1)[0]
+    for said in ("No space left on device", "the log's disk now decides", ".arrivals",
+                 ".exit", "--store"):
+        assert said in section, said

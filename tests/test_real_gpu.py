@@ -42,7 +42,10 @@ def _flags(run: str):
     gpu = read_gpu_frame(d / "gpu.csv")
     host = read_host_frame(d / "host.csv")
     nccl = read_nccl_frame(d / "nccl.csv") if (d / "nccl.csv").exists() else None
-    flags = run_all(parsed.steps, gpu, host, events, config=load_config(), nccl=nccl)
+    # the driver's name in the console log (TaskRunner) says which fit loop ran: the premises
+    # (the batch fetched before the step timer) read it as analyze does
+    flags = run_all(parsed.steps, gpu, host, events, config=load_config(), nccl=nccl,
+                    actors=console.actors)
     return parsed.steps, flags
 
 

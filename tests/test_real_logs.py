@@ -9,6 +9,7 @@ clocks. A log that is not here is skipped, saying so.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,22 +19,96 @@ import pytest
 import tests.real_logs as rl
 from monitor.logs.canonical_records import parse_file
 from monitor.report import render_text
+from tests.real_log_properties import (
+    PROPERTIES,
+    Text,
+    advice_matches,
+    advice_problems,
+    dated_lines,
+    failure_quote,
+    first_advice,
+    not_tracked_keys,
+    printed_mode,
+    printed_value,
+    stated_totals,
+    step_lines,
+    tqdm_drawings,
+)
 from tests.real_logs import RealLog, analyze_doc, entries, false_flags, load
+
+FAILURES = Path(__file__).resolve().parent / "fixtures" / "real_failures"
 
 ENTRIES = entries()
 IDS = [e.name for e in ENTRIES]
+CASES = json.loads((FAILURES / "manifest.json").read_text())
+
+#: Violations the judge finds today (bench/results/real_logs_2026-12-03_devbox.txt): each is
+#: a strict xfail, so the test fails when a new one appears and when one of these is fixed
+#: (then its line here goes). The lead's worklist for issue 37.
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
+    # the 2026-12-03 second batch (tests/fixtures/real_logs/SOURCES.md); "captured_bar" and
+    # "false_flag" key the captured-bar and healthy-run tests the same way
+    ("npu_fully_async_megatron_14h", "false_flag"):
+        "pool_imbalance (the trainer waited 37% of its time, idle_ratio 0.37): true of the timers, but no truth check knows the kind",
+    ("npu_fully_async_megatron_3h10", "false_flag"):
+        "reshard_spike (param_sync up to 74.5 s, true of the timers, no truth check for it) and rollout_long_tail from response lengths alone (10.1x)",
+    ("npu_fully_async_megatron_2h55", "false_flag"):
+        "io_starvation (81 s a step in no logged phase), step_time_spikes every 5 steps, rollout_long_tail from response lengths alone (10.8x)",
+    ("opd_agent_loop_8g5bqf9b", "false_flag"):
+        "rollout_long_tail on steps 1-11 where the longest response is 3.8x the mean (the truth check wants 4x and generation 2x)",
+    ("opd_agent_loop_ve6z38ba", "captured_bar"):
+        "one step: the captured bar times it (1/27995 [06:53]) but the report gives no wall and does not say the times are estimated",
+    ("opd_agent_loop_5qinw90x", "false_flag"):
+        "rollout_long_tail twice where the longest/mean response is 2.8x-3.1x (under the 4x the truth check asks)",
+    ("opd_agent_loop_73ttl6gp", "false_flag"):
+        "rollout_long_tail on steps 9-12 where the longest/mean response is 3.8x (under 4x)",
+    ("agentgym_prefix_grpo_smoke44", "false_flag"):
+        "throughput_regression on steps 28-30 (gen 3.9 s to 12.3 s a step): not a kind the truth check knows",
+    ("agentgym_webshop_env_connection_broken", "wall_time"):
+        "the text's two clocks disagree: the bar puts step 2's end 615 s after step 1's (1/12 [12:20], 2/12 [22:35]; the monitor follows it, 1355 s) while the dated lines around the step lines give 1443 s (this fork draws its bar before its 558-678 s validations); no reading is within 2% of both",
+    ("adv_grpo_94_steps_one_gpu", "false_flag"):
+        "throughput_regression on steps 38-94 (26% below steps 3-12): not a kind the truth check knows",
+    ("adv_grpo_94_steps_wandb_capture", "false_flag"):
+        "throughput_regression on steps 38-94 (the same run): not a kind the truth check knows",
+    ("video_o3_qwen25vl_12_steps", "false_flag"):
+        "rollout_long_tail from response lengths alone (9.6x) on a fork with no agent-loop timers: the truth check cannot judge it",
+    ("video_o3_qwen3vl_18_steps", "false_flag"):
+        "rollout_long_tail from response lengths alone (12.7x), and stalled after step 17 on a run that finished 18/18",
+    ("a2q_jsonl_rollout_only_unnorm_112", "false_flag"):
+        "rollout_long_tail on steps 101-212 where the longest/mean response is 3.1x (under 4x)",
+    ("clip_sweep_jsonl_low01_high03_143", "false_flag"):
+        "throughput_regression on steps 114-127 and rollout_long_tail at 2.9x (under 4x)",
+    ("lr_jsonl_sigfrac_300", "false_flag"):
+        "7 rollout_long_tail flags at 2.9x-3.2x (under 4x) and 2 throughput_regression flags",
+    ("lr_cd_jsonl_linear_300", "false_flag"):
+        "8 rollout_long_tail flags at 2.7x-3.0x (under 4x) and 6 throughput_regression flags (21-22% below steps 3-12)",
+}
+#: Failures whose first advice does not yet match the thread's fix
+#: (bench/results/real_failures_2026-12-03_devbox.txt), likewise strict xfails.
+KNOWN_MISMATCHES: dict[str, str] = {}
+
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("real_logs")
 
 
+_DOCS: dict[str, dict[str, Any]] = {}
+
+
 def _log(entry: RealLog, cache: Path) -> Path:
     log = load(entry, cache)
     if log is None:
-        pytest.skip(f"{entry.name}: not here (no committed copy and no snapshot of "
+        pytest.skip(f"{entry.name}: not here (no placed copy and no snapshot of "
                     f"{entry.repo} at {entry.commit[:10]})")
     return log
+
+
+def _doc(entry: RealLog, cache: Path) -> dict[str, Any]:
+    """``analyze --json``'s document for the log, analyzed once per session."""
+    if entry.name not in _DOCS:
+        _DOCS[entry.name] = analyze_doc(_log(entry, cache))
+    return _DOCS[entry.name]
 
 
 def _these(keep: Callable[[RealLog], bool]) -> Any:
@@ -41,34 +116,102 @@ def _these(keep: Callable[[RealLog], bool]) -> Any:
     return pytest.mark.parametrize("entry", chosen, ids=[e.name for e in chosen])
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def _judged(prop: str, keep: Callable[[RealLog], bool] = lambda e: True) -> list[Any]:
+    """The entries ``keep`` chooses, each a strict xfail where KNOWN_VIOLATIONS lists it."""
+    return [pytest.param(e, id=e.name, marks=pytest.mark.xfail(
+        strict=True, reason=KNOWN_VIOLATIONS[(e.name, prop)]))
+            if (e.name, prop) in KNOWN_VIOLATIONS else pytest.param(e, id=e.name)
+            for e in ENTRIES if keep(e)]
+
+
+def _check(prop: str, entry: RealLog, cache: Path) -> None:
+    log = _log(entry, cache)
+    verdict = PROPERTIES[prop](_doc(entry, cache), Text.read(log.read_text(errors="replace")))
+    assert verdict.status != "violation", verdict.detail
+
+
+@pytest.mark.parametrize("entry", [
+    pytest.param(e, id=e.name, marks=pytest.mark.xfail(
+        strict=True, reason=KNOWN_VIOLATIONS[(e.name, "manifest_mode")]))
+    if (e.name, "manifest_mode") in KNOWN_VIOLATIONS else pytest.param(e, id=e.name)
+    for e in ENTRIES])
 def test_each_real_log_reads_as_the_trainer_that_wrote_it(entry: RealLog, cache: Path) -> None:
     """The trainer that wrote the log (the keys say it, else the printed config: see
     SOURCES.md); text that is not steps is unknown."""
-    doc = analyze_doc(_log(entry, cache))
+    doc = _doc(entry, cache)
     assert doc["trainer_mode"] == entry.mode
     if entry.mode == "unknown":
         assert "trainer: unknown" in render_text(doc)
         assert "colocated" not in render_text(doc)
 
 
-@_these(lambda e: e.clock == "tqdm")
-def test_wall_time_is_within_2_percent_of_the_logs_own_clock(entry: RealLog,
-                                                             cache: Path) -> None:
-    log = _log(entry, cache)
-    doc = analyze_doc(log)
-    wall = doc["summary"]["wall"]
-    reference = rl.reference_wall(entry, log, parse_file(log).steps)
-    assert reference
-    assert wall["clock"] in ("tqdm", "tqdm_end")  # dated by the log's lines, or not
-    assert wall["span_s"] == pytest.approx(reference, rel=0.02)
-    assert sum(p["share"] for p in doc["summary"]["phases"]) == pytest.approx(1.0)
-    pool = doc["pools"]["pools"][0]
-    assert pool["seconds_per_gpu"] == pytest.approx(wall["span_s"], rel=0.01)
-    assert "no timestamps" not in render_text(doc)
+@pytest.mark.parametrize("entry", _judged("wall_time"))
+def test_wall_time_is_within_2_percent_of_every_clock_of_the_text(entry: RealLog,
+                                                                  cache: Path) -> None:
+    """The wall time against the bar's drawings, the dated lines around the first and last
+    step line, and (as an upper bound) the run's own total time."""
+    _check("wall_time", entry, cache)
 
 
-@_these(lambda e: e.clock == "tqdm_captured")
+@pytest.mark.parametrize("entry", _judged("trainer_mode"))
+def test_the_mode_is_the_one_the_printed_config_names(entry: RealLog, cache: Path) -> None:
+    _check("trainer_mode", entry, cache)
+
+
+@pytest.mark.parametrize("entry", _judged("dated_range"))
+def test_no_time_falls_outside_the_texts_dated_range(entry: RealLog, cache: Path) -> None:
+    _check("dated_range", entry, cache)
+
+
+@pytest.mark.parametrize("entry", _judged("premises"))
+def test_no_flag_whose_premise_fails_and_no_advice_for_a_value_already_set(
+        entry: RealLog, cache: Path) -> None:
+    _check("premises", entry, cache)
+
+
+@pytest.mark.parametrize("entry", _judged("not_tracked"))
+def test_verls_minus_one_is_not_counted_as_unreadable(entry: RealLog, cache: Path) -> None:
+    _check("not_tracked", entry, cache)
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c["name"], marks=pytest.mark.xfail(strict=True,
+                                                          reason=KNOWN_MISMATCHES[c["name"]]))
+    if c["name"] in KNOWN_MISMATCHES else pytest.param(c, id=c["name"]) for c in CASES])
+def test_the_first_advice_on_a_real_failure_follows_from_its_quoted_cause(
+        case: dict[str, Any], tmp_path: Path) -> None:
+    """The quoted lines of a failure posted in verl's tracker: the first advice names what
+    the thread's fix names (``tests/fixtures/real_failures/manifest.json``)."""
+    quote = tmp_path / "quote.log"
+    quote.write_text(failure_quote((FAILURES / f"{case['name']}.txt").read_text()))
+    advice = first_advice(analyze_doc(quote))
+    assert advice_matches(advice, case["expected"]), advice
+
+
+def test_the_judge_reads_the_texts_clocks_and_config_by_itself() -> None:
+    """The judge's own readings on a small text: a bar, dated lines of two prefixes, a
+    total-time line, a printed V1 config, a -1 value."""
+    text = Text.read(
+        "(TaskRunner pid=7) {'trainer': {'n_gpus_per_node': 1, 'nnodes': 1, 'use_v1': True,\n"
+        "(TaskRunner pid=7)  'v1': {'trainer_mode': 'separate_async'}}}\n"
+        "Training Progress:   0%|          | 0/2 [00:00<?, ?it/s]\n"
+        "2026-07-29 10:00:00,001 INFO start\n"
+        "(TaskRunner pid=7) step:1 - timing_s/step:30.0 - perf/max_memory_allocated_gb:-1\n"
+        "Training Progress:  50%|#   | 1/2 [00:30<00:30, 30.0s/it]\n"
+        "(WorkerDict pid=9) [Rank 0 | Local Rank 0] 2026-07-29 10:01:00 INFO x\n"
+        "total time: 75.50 seconds\n")
+    assert printed_mode(text) == "separate_async"
+    assert printed_value(text, "trainer.n_gpus_per_node") == "1"
+    assert [(n, e) for _, n, e in tqdm_drawings(text)] == [(0, 0.0), (1, 30.0)]
+    assert [t for _, t in dated_lines(text)][1] - dated_lines(text)[0][1] == pytest.approx(60, abs=1)
+    assert stated_totals(text) == [("total time", 75.5)]
+    assert not_tracked_keys(step_lines(text)) == {"perf/max_memory_allocated_gb"}
+    assert advice_problems("lower tensor_model_parallel_size (1 in this job)", text)
+    assert not advice_problems("lower tensor_model_parallel_size (2 in this job)", text)
+    assert advice_problems("set `trainer.nnodes=1`", text)
+
+
+@pytest.mark.parametrize("entry", _judged("captured_bar", lambda e: e.clock == "tqdm_captured"))
 def test_a_captured_bar_times_the_steps_up_to_its_count(entry: RealLog, cache: Path) -> None:
     """wandb's ``output.log`` keeps the bar's line as it stood when the line scrolled out of
     wandb's terminal window ('19/55990 [1:20:01<...]' above step 1's line): step 19 ended
@@ -81,7 +224,7 @@ def test_a_captured_bar_times_the_steps_up_to_its_count(entry: RealLog, cache: P
     assert reference
     assert rl.captured_wall(log, steps) == pytest.approx(reference, rel=0.02)
     assert "tqdm_end" in {s.time_source for s in steps}
-    assert "estimated (rebuilt from the step times" in render_text(analyze_doc(log))
+    assert "estimated (rebuilt from the step times" in render_text(_doc(entry, cache))
 
 
 @_these(lambda e: bool(e.wandb))
@@ -117,20 +260,19 @@ def test_the_whole_run_against_wandbs_runtime_misses_only_the_validations_after_
     assert fixed == pytest.approx(theirs, rel=0.005)
 
 
-@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.healthy],
-                         ids=[e.name for e in ENTRIES if e.healthy])
+@pytest.mark.parametrize("entry", _judged("false_flag", lambda e: e.healthy))
 def test_healthy_real_runs_raise_no_false_flag(entry: RealLog, cache: Path) -> None:
     """Every warning or critical flag on a healthy run is a true observation, checked on the
     log's own numbers (``tests.real_logs.TRUE_OBSERVATIONS``); no other kind (stalled,
     reshard_spike, phase_imbalance ...) is raised."""
     log = _log(entry, cache)
-    assert false_flags(analyze_doc(log), log) == []
+    assert false_flags(_doc(entry, cache), log) == []
 
 
 def test_the_resumed_sync_run_raises_nothing(cache: Path) -> None:
     """The whole dstack run (PPO with a critic, 2 x 8 GPUs, resumed at step 100): no flag."""
     entry = next(e for e in ENTRIES if e.name == "dstack_ppo_qwen7b_resumed")
-    doc = analyze_doc(_log(entry, cache))
+    doc = _doc(entry, cache)
     assert [f["kind"] for f in doc["flags"] if f["severity"] != "info"] == []
     assert doc["summary"]["steps"]["count"] == 335
 
@@ -149,7 +291,7 @@ def test_a_crash_before_the_first_step_is_unknown_and_quotes_its_error(
     """The first failure is quoted with where it was raised (the root cause, where the
     traceback that names it is in the log)."""
     entry = next(e for e in ENTRIES if e.name == name)
-    doc = analyze_doc(_log(entry, cache))
+    doc = _doc(entry, cache)
     assert doc["trainer_mode"] == "unknown"
     fatal = [f for f in doc["flags"] if f["kind"] == "fatal_error"]
     assert fatal and error in fatal[0]["evidence"] and where in fatal[0]["evidence"]
@@ -165,7 +307,7 @@ def test_the_v1_separate_async_run_is_timed_by_its_bar_drawn_ahead_of_its_step_l
     log = _log(entry, cache)
     steps = parse_file(log).steps
     assert len(steps) == 125 and {s.time_source for s in steps} == {"tqdm"}
-    doc = analyze_doc(log)
+    doc = _doc(entry, cache)
     assert doc["summary"]["wall"]["span_s"] == pytest.approx(5 * 3600 + 12 * 60 + 2, abs=5)
     assert doc["summary"]["wall"]["dated"]
 
@@ -185,7 +327,7 @@ def test_the_v1_trainers_mode_comes_from_its_printed_config_where_its_keys_canno
     assert judge_mode(parse_file(log).steps) == ("sync", "keys")
     config = read_job_config_file(log)
     assert config and printed_mode(config) == "separate_async"
-    doc = analyze_doc(log)
+    doc = _doc(entry, cache)
     assert (doc["trainer_mode"], doc["trainer_mode_source"]) == ("separate_async", "config")
     assert ("trainer: V1 separate-async trainer (separate rollout pool) "
             "(from the printed config)") in render_text(doc)

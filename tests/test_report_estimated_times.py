@@ -16,13 +16,16 @@ def _log(path, stamped: bool) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_rebuilt_times_are_marked_estimated(tmp_path, capsys) -> None:
+def test_times_of_a_log_without_a_clock_are_run_time_not_dates(tmp_path, capsys) -> None:
+    """No line dates the steps: the report gives run time from the start, never a date the
+    file's modification time would have made up (issue 37)."""
     log = tmp_path / "train.log"
     _log(log, stamped=False)
     assert main(["analyze", str(log)]) == 0
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("from ")]
-    assert line.count("UTC (estimated)") == 2, line
+    assert line.count("(run time)") == 2 and "UTC" not in line, line
+    assert "times: relative to the run's start" in out
 
 
 def test_measured_times_are_not_marked(tmp_path, capsys) -> None:

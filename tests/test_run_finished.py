@@ -8,6 +8,7 @@ import time
 
 import pytest
 from live_replay import Replay
+from threads import in_thread
 
 from exporters.options import ExporterOptions
 from monitor.hang.finish import clear_exit, exit_after_steps, finish_time, mark_exit, read_exit
@@ -174,3 +175,34 @@ def test_a_run_that_ended_just_before_its_exporter_stopped_is_recorded_as_finish
         done = rs.meta()["run_finished"]
     assert done["step"] == 2 and done["time"] == pytest.approx(now - 5, abs=1.0)
     assert done["reason"] == "the job exited with status 0"
+
+
+def test_an_exit_marker_that_is_a_fifo_a_device_or_huge_is_not_read(tmp_path):
+    """Round 5 N9: a FIFO at ``<log>.exit`` blocked the detector loop for good (no flag ever
+    opened). Now it is not read, and said once."""
+    import os
+
+    log = tmp_path / "train.log"
+    os.mkfifo(str(log) + ".exit")
+    assert in_thread(lambda: read_exit(log)) is None
+    os.unlink(str(log) + ".exit")
+    os.symlink("/dev/zero", str(log) + ".exit")
+    assert in_thread(lambda: read_exit(log)) is None
+    os.unlink(str(log) + ".exit")
+    with open(str(log) + ".exit", "w") as fh:
+        fh.write('{"time": 1000.0, "status": 0, "pad": "' + "x" * 100_000 + '"}')
+    assert read_exit(log) is None
+
+
+def test_an_exit_marker_dated_in_the_future_does_not_finish_the_run(tmp_path):
+    """Round 5 N9: ``{"time": 1e12}`` counted as "not older than the newest step", so every
+    flag closed and nothing new opened. A marker no exit can have written (after now, or not
+    a finite time) finishes nothing."""
+    log = tmp_path / "train.log"
+    steps = [StepRecord(step=1, end_time=time.time() - 60, total=10.0)]
+    for when in (1e12, time.time() + 3600, float("inf")):
+        (tmp_path / "train.log.exit").write_text(f'{{"time": {when}, "status": 0}}'
+                                                 .replace("inf", "1e999"))
+        assert exit_after_steps([log], steps) is None, when
+    mark_exit(log, 0)  # now: the job exited
+    assert exit_after_steps([log], steps) is not None

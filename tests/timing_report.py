@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from scheduling import base_nodeid
 
 _KEY = "timing_report"
 SLOWEST = 20
@@ -77,7 +78,7 @@ class _Collector:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        row = self.rows[report.nodeid]
+        row = self.rows[base_nodeid(report.nodeid)]
         row["wall"] += report.duration
         for key, value in report.user_properties:
             if key == _KEY:

@@ -41,12 +41,15 @@ from typing import Any
 
 from bench.gpu_workload.faults import SCENARIOS, Scenario, active, fault_rank
 
-#: verl 0.9's Ray prefix on the driver's lines.
-PREFIX = "(TaskRunnerV1 pid={pid}) "
+#: The Ray prefix of verl's synchronous trainer's driver (0.3-0.8: ``TaskRunner``), whose fit
+#: loop this job follows (the batch fetched before the step timer). verl 0.9's V1 trainer
+#: (``TaskRunnerV1``) fetches its batch inside the step timer: the recordings made before
+#: 2026-12-03 printed that name by mistake and were corrected to this one (prefix only).
+PREFIX = "(TaskRunner pid={pid}) "
 
 
 def _np_repr(v: float | int) -> str:
-    """verl 0.9 (numpy 2) prints numpy scalars wrapped: ``np.float64(0.5)``, ``np.int64(3)``."""
+    """verl 0.5+ under numpy 2 prints numpy scalars wrapped: ``np.float64(0.5)``."""
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, int):
@@ -55,7 +58,7 @@ def _np_repr(v: float | int) -> str:
 
 
 def format_step_line(step: int, metrics: dict[str, float]) -> str:
-    """One verl 0.9.1 console line: ``step:N - key:value - ...`` with numpy reprs."""
+    """One verl console line (0.5+, numpy 2): ``step:N - key:value - ...`` with numpy reprs."""
     parts = [f"step:{step}"] + [f"{k}:{_np_repr(v)}" for k, v in metrics.items()]
     return PREFIX.format(pid=os.getpid()) + " - ".join(parts)
 

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -80,6 +81,9 @@ PARSER: dict[str, str] = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``verl-monitor analyze``."""
     p.add_argument("log", metavar="LOG", help="verl console log or file-logger .jsonl")
+    p.add_argument("more_logs", metavar="LOG", nargs="*", default=[],
+                   help="more logs of the same job, its later attempts in order (each log is "
+                   "an attempt unless verl-monitor run's <log>.attempts says more)")
     p.add_argument("--gpu", metavar="GPU.csv", help="GPU samples (CSV or Parquet, interchange "
                    "format); enables per-phase GPU attribution and GPU detectors")
     p.add_argument("--host", metavar="HOST.csv", help="host samples (CSV or Parquet); enables "
@@ -126,11 +130,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="py-spy dumps the exporter saved in a silence (<store>.stacks: files "
                    "<unix_ts>_<role>_<pid>.txt): says where each process was stuck "
                    "(docs/hangs.md)")
+    p.add_argument("--mtbf-hours", metavar="HOURS", type=_positive_float, default=None,
+                   help="the mean time between failures to plan checkpoints with, instead of "
+                   "the failures seen over the job's attempts")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (steps, events, summary, flags) instead of text")
     p.add_argument("--fail-on", choices=("warning", "critical"), default=None,
                    help="for CI jobs: exit 1 when the run raised a flag this severe or worse "
                    "(the report is printed all the same; default: exit 0 whatever the flags)")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return value
 
 
 def _gpu_hour_cost(text: str) -> float:
@@ -242,15 +259,18 @@ def attribute_rows(steps: list, gpu: pd.DataFrame) -> pd.DataFrame:
 
 def log_to_wandb(target: str, steps: list, flags: list, attribution: Any,
                  gpu: Any = None, config: Any = None,
-                 job_config: dict[str, Any] | None = None) -> None:
+                 job_config: dict[str, Any] | None = None,
+                 attempts: dict[str, Any] | None = None) -> None:
     """Send the analysis to wandb (with per-step goodput shares when ``gpu`` samples are
-    given, under ``config`` and the job's printed ``job_config``: the report's own); any
-    failure is one line on stderr, never fatal."""
+    given, under ``config`` and the job's printed ``job_config``: the report's own; the
+    ledger across the job's ``attempts``); any failure is one line on stderr, never fatal."""
     try:
         from monitor.integrations.wandb_sink import WandbSink
 
         with WandbSink.from_target(target, config=config, job_config=job_config) as sink:
             sink.log_analysis(steps, flags, attribution, gpu)
+            if attempts is not None:
+                sink.log_attempts(attempts)
     except Exception as exc:  # noqa: BLE001 - the report must still print
         warn("analyze", f"--wandb {target}: not logged ({exc})")
 
@@ -315,32 +335,39 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
 
     set_log_timezone(getattr(args, "log_timezone", None))
     parsed = parse_file(args.log, log_end=args.log_end)
-    steps, events = parsed.steps, parsed.events
-    if not steps and not events:
+    if not parsed.steps and not parsed.events:
         raise NoVerlLines(
             f"{args.log}: no verl line in it ({parsed.stats.lines} line"
             f"{'' if parsed.stats.lines == 1 else 's'} read, none a step line "
             "such as 'step:1 - timing_s/step:...' or a verl event): is it the training log?")
+    telemetry, gpu, host = _align(args, parsed, gpu, host)
+    use_gpu = use_gpu_frame(args, telemetry)
+    more = list(getattr(args, "more_logs", None) or [])
+    steps, events = _join(args.log, parsed, more)
     if getattr(args, "events", None):
         events = merge_events(events, read_events(args.events))
 
     events, hang = _hang_evidence(args, events, _data_end(steps, gpu, host))
 
     from monitor.analysis.run_analysis import RunAnalysis, json_top
-    from monitor.logs.job_config import read_job_config_file
+    from monitor.logs.job_config import describe_file, read_job_config_file
 
     job_config = read_job_config_file(args.log)  # the config verl printed at the start
-    ra = RunAnalysis(steps, gpu if args.gpu else None, host=host, events=events, nccl=nccl,
+    job_config = job_config or next(filter(None, map(read_job_config_file, more)), None)
+    ra = RunAnalysis(steps, gpu if use_gpu else None, host=host,
+                     events=events, nccl=nccl,
                      rollout=rollout, config=config, now=_data_end(steps, gpu, host),
-                     job_config=job_config)
+                     job_config=job_config, actors=parsed.actors)
     flags = ra.flags()
     from monitor.detect.flag_advice import tell_job_config  # issue 28 item 9: the printed config
 
     tell_job_config(flags, job_config)
-    attribution = ra.phase_summary().to_dict("records") if args.gpu else None
+    attribution = ra.phase_summary().to_dict("records") if use_gpu else None
+    ledger, cad = _attempts(args, steps, events, flags, job_config)
     if getattr(args, "wandb", None):
-        log_to_wandb(args.wandb, steps, flags, ra.attribution() if args.gpu else None,
-                     gpu if args.gpu else None, config=config, job_config=job_config)
+        log_to_wandb(args.wandb, steps, flags, ra.attribution() if use_gpu else None,
+                     gpu if use_gpu else None, config=config, job_config=job_config,
+                     attempts=ledger)
     stats = parsed.stats
     gp_doc = ra.goodput(getattr(args, "gpu_hour_cost", None))
     pools = ra.pools(gp_doc, trainer_gpus=getattr(args, "trainer_gpus", None),
@@ -348,8 +375,12 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     return json_safe(
         {
             "log": str(args.log),
+            "logs": [str(args.log), *(str(p) for p in more)],
             "format": parsed.format,
             "version_guess": parsed.version_guess,
+            "clock": parsed.clock,
+            "job_config": describe_file(args.log),
+            "telemetry": telemetry,
             "trainer_mode": pools["mode"],
             "trainer_mode_source": ra.mode.source,
             "parse": {
@@ -358,20 +389,80 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
                 "events": stats.events,
                 "parse_errors": stats.parse_errors,
                 "error_samples": list(stats.error_samples),
+                "side_files": list(parsed.side_files),
             },
             "steps": [{key: getattr(s, key) for key in _STEP_KEYS} for s in steps],
             "events": [e.to_dict() for e in events],
-            "summary": summarize(steps, events),
+            "summary": summarize(steps, events, None if more else parsed.run_start),
             "attribution": attribution,
             "goodput": gp_doc,
             "pools": pools,
             "flags": [f.to_dict() for f in flags],
+            "premises": ra.premises(),
             "flag_costs": [json_top(c) for c in ra.flag_costs()],
             "top_problem": json_top(ra.top_problem()),
             "headline": _headline(args.log, steps, events, flags, gp_doc, config).to_json(),
             "hang": hang,
+            "attempts": ledger,
+            "cadence": cad,
         }
     )
+
+
+def use_gpu_frame(args: argparse.Namespace, telemetry: dict[str, Any]) -> bool:
+    """Whether the GPU samples take part: given, and in the log's time."""
+    return bool(args.gpu) and telemetry.get("aligned") is not False
+
+
+def _align(args: argparse.Namespace, parsed: Any, gpu: pd.DataFrame, host: pd.DataFrame
+           ) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+    """The samples in the log's time: a log that dates its steps needs nothing; one without a
+    clock is placed by the steps the store recorded beside the samples (``train.jsonl`` from
+    ``verl-monitor export``), else the samples are left out, saying why."""
+    from monitor.logs import align
+
+    if not len(gpu) and not len(host):
+        return {}, gpu, host
+    bounded = any(s.time_source == "tqdm_after" for s in parsed.steps)
+    if parsed.clock != "relative" and not bounded:
+        return {"aligned": True, "by": "the log's own clock"}, gpu, host
+    beside = align.store_steps_beside(args.gpu or args.host)
+    offset = None
+    if beside is not None and beside.resolve() != Path(args.log).resolve():
+        from monitor.logs.canonical_records import parse_file
+
+        offset = align.offset_by_steps(parsed.steps, parse_file(beside).steps)
+    if offset is None:
+        clock = ("places its steps only at or after the dated line before its progress bar"
+                 if bounded else "has no clock (no timestamp, dated line or .arrivals file)")
+        why = (f"the log {clock} and shares no step with the samples (the train.jsonl that "
+               "`verl-monitor export` writes beside gpu.csv places it; or keep the log's "
+               ".arrivals file beside it), so no GPU number is computed")
+        return {"aligned": False, "why": why}, gpu.iloc[0:0], host.iloc[0:0]
+    align.shift(parsed.steps, parsed.events, offset)
+    return {"aligned": True, "by": f"the steps of {beside}", "offset_s": round(offset, 3)}, \
+        gpu, host
+
+
+def _join(log: str, parsed: Any, more: list[str]) -> tuple[list, list[Event]]:
+    """The steps and events of the log and of the job's later logs, with each log's attempt
+    marks (``<log>.attempts``, else the log as one attempt), in time order."""
+    from monitor.analysis.attempt_logs import join_logs
+    from monitor.logs.canonical_records import parse_file
+
+    return join_logs([(log, parsed), *((p, parse_file(p)) for p in more)])
+
+
+def _attempts(args: argparse.Namespace, steps: list, events: list[Event], flags: list,
+              job_config: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ledger across the job's attempts and the checkpoint cadence (``--mtbf-hours``)."""
+    from monitor.analysis.attempts import job_ledger
+    from monitor.analysis.cadence import cadence
+
+    ledger = job_ledger(steps, events, flags)
+    mtbf = getattr(args, "mtbf_hours", None)
+    return ledger, cadence(ledger, steps, job_config,
+                           mtbf_s=None if mtbf is None else mtbf * 3600.0)
 
 
 def _headline(log: str, steps: list, events: list[Event], flags: list, gp_doc: dict,
@@ -417,12 +508,15 @@ def run(args: argparse.Namespace) -> int:
     from monitor.logs.canonical_records import LogReadError
 
     fail_if(getattr(args, "wandb", None) and explain_missing("wandb", "--wandb"))
-    for path in (args.log, args.gpu, args.host, getattr(args, "events", None),
+    for path in (args.log, *(getattr(args, "more_logs", None) or []), args.gpu, args.host,
+                 getattr(args, "events", None),
                  getattr(args, "rollout", None),
                  getattr(args, "fr_dir", None), getattr(args, "stacks", None)):
         if path and not os.path.exists(path):
             raise CommandError(f"{path}: no such file")
-    problem = log_file_problem(args.log)
+    problem = None
+    for log in (args.log, *(getattr(args, "more_logs", None) or [])):
+        problem = problem or log_file_problem(log)
     for flag, path in (("--gpu", args.gpu), ("--host", args.host),
                        ("--rollout", getattr(args, "rollout", None))):
         problem = problem or (path and table_file_problem(path, flag))

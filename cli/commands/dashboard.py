@@ -176,8 +176,8 @@ def interrupt_on_signal(signum: int, _frame: Any) -> None:
 PARSER: dict[str, str] = {
     "help": "start the live Streamlit dashboard on a run store or Prometheus",
     "description": ("Serve the verl-monitor dashboard (Overview, GPUs, Steps & phases, "
-        "Communication, Rollout, Flags, Nodes). Reads a local run store written by the exporter, or a "
-        "Prometheus server scraping the exporters."),
+        "Communication, Rollout, Flags, Nodes, Job). Reads a local run store written by the "
+        "exporter, or a Prometheus server scraping the exporters."),
 }
 
 

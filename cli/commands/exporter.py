@@ -26,6 +26,7 @@ from typing import Any
 from cli.errors import CommandError, exits, fail_if
 from exporters.options import DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, ExporterOptions
 from exporters.registry import CollectorSpec
+from monitor.printable import PrintableFormatter
 
 #: Exit status after SIGHUP (128 + 1, as a shell reports it): a failure to systemd, so
 #: ``Restart=on-failure`` restarts the exporter instead of leaving the node unmonitored.
@@ -268,8 +269,10 @@ def run(args: argparse.Namespace) -> int:
     """Start the exporter and serve until SIGINT/SIGTERM/SIGHUP; 0 on a clean stop, 129 after
     SIGHUP (stopped cleanly, but not asked to: a supervisor restarts it), 2 on bad input."""
     options = ExporterOptions.from_namespace(args)  # once: nothing after reads the namespace
+    handler = logging.StreamHandler(sys.stderr)  # lines quoting logs and files, inert
+    handler.setFormatter(PrintableFormatter("verl-monitor exporter: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if options.verbose else logging.INFO,
-                        format="verl-monitor exporter: %(message)s", stream=sys.stderr)
+                        handlers=[handler])
     from exporters.metrics_server import raise_open_files_limit
     from exporters.node_exporter import Exporter, ExporterError
     from monitor.extras import explain_missing

@@ -40,7 +40,10 @@ from cli.children import stop_process
 from cli.errors import CommandError, exits
 from exporters.options import DEFAULT_LISTEN, DEFAULT_PORT
 from monitor.hang.finish import clear_exit, mark_exit
+from monitor.hang.procs import RUN_PID_ENV
 from monitor.logs.arrivals import ArrivalWriter
+from monitor.logs.attempt_marks import record_end, record_start
+from monitor.safe_write import create_new_file, open_append
 
 #: Seconds the exporter gets to stop after SIGTERM before it is killed.
 EXPORTER_STOP_S = 15.0
@@ -107,6 +110,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", metavar="NAME",
                    help="`job` label written into the targets (default: Prometheus's scrape "
                    "job name is kept)")
+    p.add_argument("--on-hang", choices=("alert", "dump", "terminate"), default=None,
+                   help="what the exporter does on a confirmed hang: alert (the default: the "
+                   "flag, Slack), dump (also saves the stacks, Flight Recorder dumps and the "
+                   "log's last lines into the store) or terminate (also ends this command's "
+                   "process tree once the hang has held --on-hang-after, default 10 min, so "
+                   "the scheduler's retry resumes it from its last checkpoint; docs/attempts.md)")
     p.add_argument("--linger", type=float, default=2.0, metavar="SECONDS",
                    help="keep the exporter this long after the command exits, so it reads the "
                    "last lines and Prometheus scrapes the final state (default 2)")
@@ -167,7 +176,7 @@ def write_targets(path: str | Path, groups: list[dict]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(groups, indent=2) + "\n")
+    create_new_file(tmp, json.dumps(groups, indent=2) + "\n")  # not through a planted link
     os.replace(tmp, path)
     return path
 
@@ -214,6 +223,7 @@ class LogEcho:
 
     def __init__(self, log_path: Path, start: int, out: IO[bytes]) -> None:
         self.log_path = log_path
+        self.start_offset = start  # where the job's output starts in the log
         self._fd = os.open(log_path, os.O_RDONLY)
         self._offset = start
         self._line_start = start  # where the line being completed started
@@ -258,7 +268,7 @@ class LogEcho:
         if cut >= 0:
             if self._arrivals is not None:
                 try:
-                    self._arrivals.record(self._line_start, now)
+                    self._arrivals.record(self._line_start, now, self._offset + cut + 1)
                 except (OSError, ValueError):
                     self._arrivals = None  # the sidecar's disk failed: the log goes on
             self._line_start = self._offset + cut + 1
@@ -345,6 +355,8 @@ def exporter_argv(args: argparse.Namespace, log_path: Path, node: str,
             "--log", str(log_path)]
     if nccl_dir:
         argv += ["--nccl-dir", nccl_dir]
+    if getattr(args, "on_hang", None):
+        argv += ["--on-hang", args.on_hang]
     try:
         argv += shlex.split(args.exporter_args or "")
     except ValueError as exc:
@@ -366,13 +378,20 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 def start_exporter(argv: list[str], log_path: Path) -> tuple[subprocess.Popen, str | None]:
     """Start the exporter in its own process group, its output in ``<log>.exporter.log``;
     return the process and its /metrics URL once it prints its startup line (None when it did
-    not within EXPORTER_READY_S). Raises RunError when it exits at once (bad options)."""
+    not within EXPORTER_READY_S). Raises RunError when it exits at once (bad options). Its
+    environment names this process (``RUN_PID_ENV``): the job this run starts beside it is
+    the one whose processes it may read (monitor/hang/procs.py)."""
     out_path = log_path.with_name(log_path.name + ".exporter.log")
-    with open(out_path, "ab") as out:
+    try:  # never through a link planted at its name
+        out = os.fdopen(open_append(out_path), "ab")
+    except OSError as exc:
+        raise RunError(f"{out_path}: cannot write ({exc.strerror or exc})") from None
+    with out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                     RUN_PID_ENV: str(os.getpid())})
     deadline = time.monotonic() + EXPORTER_READY_S
     while time.monotonic() < deadline:
         text = out_path.read_text(errors="replace")
@@ -477,11 +496,13 @@ def _run(args: argparse.Namespace) -> int:
         clear_exit(log_path)  # the exporter reads <log>.exit as "the job exited"
         out_fd, echo = _open_log_and_echo(log_path)
         job = start_job(command, env, out_fd)
+        record_start(log_path, job.pid, echo.start_offset)  # one attempt of the job: <log>.attempts
         echo.start()
         returncode = job.wait()
         echo.pump()
         status = exit_status(returncode)
         mark_exit(log_path, status)  # the exporter closes the run's flags: it finished
+        record_end(log_path, status)
         print(f"verl-monitor run: command exited with status {status}; log {log_path}",
               file=sys.stderr)
         return status

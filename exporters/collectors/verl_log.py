@@ -36,10 +36,11 @@ from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector, log
 from monitor import metric_names as m
 from monitor.live import FlagGroup, labelled_counter
-from monitor.logs.arrivals import ArrivalTail
+from monitor.logs.arrivals import ArrivalTail, capture_times
 from monitor.logs.canonical_records import LogParser
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.logs.gaps import DataWaitTracker
+from monitor.logs.safe_read import count_for, note
 from monitor.logs.timestamps import FUTURE_SLACK_S, log_timezone_arg, set_log_timezone
 from monitor.records import ALL_PHASES, Event, StepRecord
 
@@ -195,7 +196,10 @@ class VerlLogCollector(SampledCollector):
             parser = fol.parser
             safe = None  # the last line after which the parser held nothing back
             # when `verl-monitor run` (or the simulator) captured each line, where it says
-            captured = captured_times(fol, lines) if lines else None
+            captured = None
+            if lines:  # the whole sidecar read once when catching up, then as it grows
+                captured = (captured_times(fol, lines) if fol.catching_up
+                            else live_times(fol, lines))
             for i, line in enumerate(lines):
                 items.extend(parser.feed(line, now if captured is None else captured[i] or now))
                 if parser.idle:
@@ -354,9 +358,28 @@ def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float
 
 def captured_times(fol: _Followed, lines: list[str]) -> list[float | None] | None:
     """When ``verl-monitor run`` captured each of ``lines`` (the last poll's), from the log's
-    ``.arrivals`` sidecar, read as it grows: the time of the last record at or before the
-    line's start. None without a sidecar; None for a line it does not cover (before its first
-    record, or in a file rotated away during the poll)."""
+    ``.arrivals`` sidecar, streamed (``monitor.logs.arrivals.capture_times``): the time of the
+    chunk holding the line's start. None without a sidecar; None for a line it does not cover
+    (before its first record, past its last chunk, or in a file rotated away during the
+    poll). What the sidecar holds that cannot be used is said once and counted
+    (``verlmon_log_anomalies_total{reason="side_file"}``)."""
+    times = capture_times(fol.path)
+    if times is None:
+        return None
+    with times:
+        out: list[float | None] = []
+        for i in range(len(lines)):
+            start = fol.follower.line_start(i)
+            out.append(None if start is None else times.at(start))
+    for problem in times.problems:
+        note(problem, fol.path)
+    return out
+
+
+def live_times(fol: _Followed, lines: list[str]) -> list[float | None] | None:
+    """The capture times of the lines of a live poll, from the sidecar read as it grows
+    (``ArrivalTail``: the newest records only): the time of the last record at or before the
+    line's start; None without a sidecar, or for a line it does not cover yet."""
     return fol.arrivals.times([fol.follower.line_start(i) for i in range(len(lines))])
 
 
@@ -406,7 +429,8 @@ def _anomalies(fol: _Followed) -> dict[str, int]:
     follower = fol.follower
     counts = {"step_time_clash": fol.anomalies["step_time_clash"],
               "rewritten": follower.rewritten, "not_regular": follower.not_regular,
-              "bad_timestamp": fol.anomalies["bad_timestamp"]}
+              "bad_timestamp": fol.anomalies["bad_timestamp"],
+              "side_file": count_for(fol.path)}
     return counts
 
 
@@ -417,7 +441,9 @@ def _anomaly_family(anomalies: dict[str, dict[str, int]]) -> Metric:
         "step_time_clash (records of one step with one end time, kept apart), rewritten (the "
         "log was rewritten in place while not followed: read from its start), not_regular "
         "(a directory or device: not read), bad_timestamp (a line dated after it was read, "
-        "or read live but dated over an hour before: its arrival time is used).", labels=["log", "reason"])
+        "or read live but dated over an hour before: its arrival time is used), side_file (a "
+        "file beside the log, its .arrivals or .exit, that is not a regular file, too large, "
+        "or holds values out of range or order: not used, said once).", labels=["log", "reason"])
     for path, counts in anomalies.items():
         for reason, count in counts.items():
             family.add_metric([path, reason], count)

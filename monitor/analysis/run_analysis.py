@@ -197,7 +197,8 @@ class RunAnalysis:
     defaults). ``flags``: flags already known (the live tracker's, the store's), used instead of
     running the detectors. ``now``/``reference_steps``: as for ``monitor.detect.run_all``.
     ``job_config``: the job's config as verl printed it (``monitor.logs.job_config``), None
-    when the log has none: its trainer mode decides where the step keys cannot tell one.
+    when the log has none: its trainer mode decides where the step keys cannot tell one, and
+    the detectors' premises read it. ``actors``: the Ray actor names the log's prefixes showed.
     """
 
     def __init__(self, steps: list[StepRecord], gpu: pd.DataFrame | None = None, *,
@@ -206,7 +207,8 @@ class RunAnalysis:
                  config: Config | None = None, flags: list[Flag] | None = None,
                  now: float | None = None,
                  reference_steps: list[StepRecord] | None = None,
-                 job_config: Mapping[str, Any] | None = None) -> None:
+                 job_config: Mapping[str, Any] | None = None,
+                 actors: Iterable[str] = ()) -> None:
         self.steps = list(steps)
         self.gpu = gpu
         self.host = host
@@ -218,6 +220,9 @@ class RunAnalysis:
         self.reference_steps = reference_steps
         self._flags = None if flags is None else list(flags)
         self.job_config = job_config
+        self.actors = frozenset(actors)
+        #: every premise the detectors judged (``premises()``), filled by ``flags()``
+        self._judged: list[Any] = []
 
     @property
     def has_gpu(self) -> bool:
@@ -246,8 +251,18 @@ class RunAnalysis:
             self._flags = run_all(self.steps, gpu, host, self.events, config=self.config,
                                   now=self.now, reference_steps=self.reference_steps,
                                   nccl=self.nccl, rollout=self.rollout,
-                                  printed_mode=printed_mode(self.job_config))
+                                  printed_mode=printed_mode(self.job_config),
+                                  job_config=self.job_config, actors=self.actors,
+                                  judged=self._judged)
         return self._flags
+
+    def premises(self) -> list[dict[str, Any]]:
+        """The premises that stopped a reading on this job (failed, or could not be judged),
+        with why: the report's "not judged" list (empty when the flags were given)."""
+        from monitor.detect.premises import not_holding
+
+        self.flags()
+        return [j.to_dict() for j in not_holding(self._judged)]
 
     def tail_flagged_steps(self) -> set[int]:
         """Steps a ``rollout_long_tail`` flag covers (the ledger books their gen loss as the

@@ -269,8 +269,9 @@ def event_summary(events: Sequence[Event]) -> dict[str, Any]:
     return {"counts": dict(counts), "listed": listed[:MAX_LISTED], "listed_total": len(listed)}
 
 
-def wall_time(steps: Sequence[StepRecord]) -> dict[str, Any]:
-    """Where the run's wall time went between its first step's start and its last step's end.
+def wall_time(steps: Sequence[StepRecord], run_start: float | None = None) -> dict[str, Any]:
+    """Where the run's wall time went between its first step's start and its last step's end
+    (one step's own timers, for a run of one step).
 
     ``steps_s`` is what the steps' timers hold (validation, checkpointing and a weight sync
     outside verl's step timer included: ``gaps.covered_seconds``); ``data_wait_s`` the time
@@ -279,33 +280,43 @@ def wall_time(steps: Sequence[StepRecord]) -> dict[str, Any]:
     unknown). ``clock`` names where the end times came from (``clocks.CLOCK_WORDS``: the most
     used source), ``measured`` whether their spacing is measured rather than rebuilt, and
     ``dated`` whether their dates are too (tqdm placed at the log's end is measured, not dated).
+    ``run_start``: when the run's progress bar started (``ParsedLog.run_start``); the wall then
+    starts there when that is earlier, the time before the first step's timer (its batch
+    fetch) counted as waiting before it.
     """
     fill_data_wait(list(steps))
     timed = sorted((s for s in steps if _finite(s.end_time) is not None),
                    key=lambda s: float(s.end_time))  # type: ignore[arg-type]
     sources = Counter(s.time_source for s in timed)
     clock = sources.most_common(1)[0][0] if sources else None
-    if len(timed) < 2:
+    if not timed:
         return {"span_s": None, "steps_s": None, "data_wait_s": None, "other_s": None,
                 "data_wait_steps": 0, "data_wait_max_s": None, "data_wait_max_step": None,
                 "clock": clock, "measured": clock in MEASURED, "dated": clock in DATED}
     first = timed[0]
     start = float(first.end_time) - (covered_seconds(first) or 0.0)  # type: ignore[arg-type]
+    before = 0.0
+    if run_start is not None and 0.0 < start - run_start and clock in MEASURED:
+        before, start = start - run_start, run_start
     span = float(timed[-1].end_time) - start  # type: ignore[arg-type]
     steps_s = float(sum(covered_seconds(s) or 0.0 for s in timed))
     waits = [(s.step, float(s.data_wait)) for s in timed if _finite(s.data_wait) is not None]
+    if before > 0 and first.data_wait is None:
+        waits.insert(0, (first.step, before))
     wait_s = float(sum(w for _, w in waits)) if waits else None
     top = max(waits, key=lambda x: x[1]) if waits else (None, None)
-    return {"span_s": span, "steps_s": steps_s, "data_wait_s": wait_s,
+    return {"span_s": span, "start": start, "steps_s": steps_s, "data_wait_s": wait_s,
             "other_s": None if wait_s is None else max(0.0, span - steps_s - wait_s),
             "data_wait_steps": len(waits), "data_wait_max_s": top[1],
             "data_wait_max_step": top[0], "clock": clock, "measured": clock in MEASURED,
             "dated": clock in DATED}
 
 
-def summarize(steps: Sequence[StepRecord], events: Sequence[Event] = ()) -> dict[str, Any]:
-    """Every number of the text report, as a JSON-safe dict (see the module docstring)."""
-    wall = wall_time(steps)
+def summarize(steps: Sequence[StepRecord], events: Sequence[Event] = (),
+              run_start: float | None = None) -> dict[str, Any]:
+    """Every number of the text report, as a JSON-safe dict (see the module docstring);
+    ``run_start``: when the run's progress bar started (``wall_time``)."""
+    wall = wall_time(steps, run_start)
     table = phase_table(steps, wall["span_s"] if wall["measured"] else None)
     phases = table.reset_index().to_dict("records")
     for row in phases:

@@ -11,7 +11,8 @@ reported as a throughput regression when a straggler GPU explains them).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -40,6 +41,7 @@ from monitor.detect.health import (
 from monitor.detect.io import detect_io_starvation
 from monitor.detect.memory import detect_memory_creep
 from monitor.detect.phases import detect_comm_heavy, detect_phase_imbalance, detect_reshard_spike
+from monitor.detect.premises import Judged, advice_premises
 from monitor.detect.rollout_detectors import detect_rollout_long_tail, detect_rollout_wait
 from monitor.detect.skipped_updates import detect_skipped_updates
 from monitor.detect.step_detectors import detect_step_time_spikes, detect_throughput_regression
@@ -99,13 +101,23 @@ def make_context(
     nccl: pd.DataFrame | None = None,
     rollout: pd.DataFrame | None = None,
     printed_mode: str | None = None,
+    job_config: Mapping[str, Any] | None = None,
+    actors: Iterable[str] = (),
 ) -> Context | None:
     """The shared detector context, or None when there is nothing to look at.
 
     ``reference_steps``: the run's first steps when ``steps`` is only a recent window of it;
     ``nccl``: NCCL Inspector records (the store's ``nccl.csv``), when the plugin ran;
     ``rollout``: rollout-engine samples (``monitor.frames.ROLLOUT_COLUMNS``), when scraped;
-    ``printed_mode``: the trainer mode the job's printed config names (``printed_mode``)."""
+    ``printed_mode``: the trainer mode the job's printed config names (``printed_mode``; taken
+    from ``job_config`` when not given); ``job_config``: the config the job printed (nested, as
+    verl prints it), which the premises read; ``actors``: the Ray actor names of the log's
+    prefixes (``TaskRunner``, ``TaskRunnerV1``)."""
+    from monitor.logs.job_config import flatten
+    from monitor.logs.modes import printed_mode as mode_of
+
+    if printed_mode is None and job_config:
+        printed_mode = mode_of(job_config)
     gpu = empty_gpu_frame() if gpu is None else _with_columns(gpu, GPU_COLUMNS)
     host = empty_host_frame() if host is None else _with_columns(host, HOST_COLUMNS)
     steps = fill_data_wait(list(steps or []))  # the batch fetch before each step's timer
@@ -122,7 +134,8 @@ def make_context(
     rollout = rollout_frame([]) if rollout is None else rollout
     return Context(steps, gpu, host, events, config or load_config(), float(now),
                    reference_steps=list(reference_steps or []), nccl=nccl, rollout=rollout,
-                   printed_mode=printed_mode)
+                   printed_mode=printed_mode, job=flatten(job_config) if job_config else {},
+                   actors=frozenset(actors))
 
 
 def _with_columns(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -163,6 +176,9 @@ def run_all(
     rollout: pd.DataFrame | None = None,
     on_error: Callable[[str, Exception], None] | None = None,
     printed_mode: str | None = None,
+    job_config: Mapping[str, Any] | None = None,
+    actors: Iterable[str] = (),
+    judged: list[Judged] | None = None,
 ) -> list[Flag]:
     """Run every detector and return their flags, sorted by start time.
 
@@ -173,21 +189,32 @@ def run_all(
     when given, is told of each detector that fails (instead of logging it here).
     ``printed_mode``: the trainer mode the job's printed config names
     (``monitor.logs.modes.printed_mode``), for the detectors that judge by the mode.
+    ``job_config``, ``actors``: what the job printed, for the premises (``make_context``).
+    A detector's flags are raised only where its premises hold (``monitor.detect.premises``:
+    judged when it has something to raise, so the report lists only the readings a premise
+    stopped); ``judged``, when given, receives those verdicts, for the "not judged" list.
     """
     ctx = make_context(steps, gpu, host, events, config, now, reference_steps, nccl, rollout,
-                       printed_mode)
+                       printed_mode, job_config, actors)
     if ctx is None:
         return []
     flags: list[Flag] = []
     for kind, fn in DETECTORS.items():
         try:
-            flags.extend(fn(ctx))
+            found = fn(ctx)
+            if found and not ctx.holds(kind):
+                continue  # a premise fails or cannot be judged: nothing is raised (and said)
+            flags.extend(found)
         except Exception as exc:  # noqa: BLE001 - one broken detector must not silence the rest
             if on_error is None:
                 log.exception("detector %s failed", kind)
             else:
                 on_error(kind, exc)
     flags = _suppress(flags, ctx.config.section("suppress"))
+    for flag in flags:
+        flag.advice = advice_premises(ctx, flag.advice)
+    if judged is not None:
+        judged.extend(ctx.judged)
     return sorted(flags, key=lambda f: (f.start, f.kind))
 
 

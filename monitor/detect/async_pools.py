@@ -148,6 +148,16 @@ def rollouter_idle_share(df: pd.DataFrame) -> pd.Series:
     return df["rollouter_idle"].where(df["rollouter_idle"].notna(), one)
 
 
+#: What each reading needs of the job (``monitor.detect.premises``): nothing beyond
+#: the split-pool and server-mode keys they read say the trainer is one.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "pool_imbalance": (),
+    "stale_samples": (),
+    "weight_sync_pause": (),
+    "agent_loop_overhead": (),
+}
+
+
 def detect_pool_imbalance(ctx: Context) -> list[Flag]:
     """A split-pool trainer whose trainer waits for samples (the rollout pool is the
     bottleneck), or whose rollout pool sits idle waiting for weights (the trainer is)."""

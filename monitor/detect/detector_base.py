@@ -42,6 +42,53 @@ class Context:
     #: The trainer mode the job's printed config names (``monitor.logs.modes.printed_mode``),
     #: None without one: it decides the mode where the step keys cannot (``judge_mode``).
     printed_mode: str | None = None
+    #: The job's printed config, flattened to dotted keys (``monitor.logs.job_config.flatten``);
+    #: empty when the job printed none. Premises read it (``monitor.detect.premises``).
+    job: dict[str, Any] = field(default_factory=dict)
+    #: Ray actor names the log's prefixes showed (``TaskRunner``, ``TaskRunnerV1``, ...).
+    actors: frozenset[str] = frozenset()
+    #: Every premise judged so far (``holds``), for the report's "not judged" list.
+    judged: list[Any] = field(default_factory=list)
+
+    def holds(self, reading: str) -> bool:
+        """Whether every premise of ``reading`` (its detector's ``PREMISES`` table) holds on
+        this job; each verdict is kept in ``judged`` (once per reading)."""
+        from monitor.detect.premise_tables import TABLES
+        from monitor.detect.premises import judge
+
+        done = self.cache.setdefault("premises", {})
+        if reading not in done:
+            verdicts = judge(self, reading, TABLES.get(reading, ()))
+            self.judged.extend(verdicts)
+            done[reading] = all(v.holds is True for v in verdicts)
+        return done[reading]
+
+    def fails(self, reading: str) -> bool:
+        """Whether a premise of ``reading`` is known to fail on this job (``holds`` is False
+        for that and for a premise that cannot be judged; this only for the first)."""
+        self.holds(reading)
+        return any(j.reading == reading and j.holds is False for j in self.judged)
+
+    @cached_property
+    def mode(self) -> str:
+        """The run's trainer mode (its keys, or the printed config where they cannot tell)."""
+        from monitor.logs.modes import judge_mode
+
+        return judge_mode(self.steps, self.printed_mode).mode
+
+    @cached_property
+    def finished_at(self) -> float | None:
+        """When the run finished (its last progress line, final validation), else None."""
+        from monitor.hang.finish import finish_time
+
+        got = finish_time(self.events, self.steps)
+        return got[0] if got else None
+
+    def version_upper_below(self, version: str) -> bool:
+        """Whether the verl version the keys reveal is known to be older than ``version``."""
+        from monitor.logs.keys import version_below
+
+        return version_below(self.verl_version, version)
 
     def cfg(self, section: str) -> Section:
         """One detector's settings."""

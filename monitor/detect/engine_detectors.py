@@ -86,6 +86,14 @@ def preemption_deltas(df: pd.DataFrame) -> pd.Series:
     return delta.where(delta >= 0, cur).where(prev.notna(), 0.0).fillna(0.0)
 
 
+#: What each reading needs of the job (``monitor.detect.premises``): nothing beyond
+#: the rollout servers' own samples.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "kv_cache_preemption": (),
+    "generation_tail": (),
+}
+
+
 def detect_kv_cache_preemption(ctx: Context) -> list[Flag]:
     """A rollout server whose KV cache stays full while the engine keeps preempting requests."""
     cfg = ctx.cfg("kv_cache_preemption")

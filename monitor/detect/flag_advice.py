@@ -91,6 +91,24 @@ REAL_KEYS: tuple[str, ...] = (
     "actor_rollout_ref.actor.grad_clip",
     "critic.optim.lr",
     "critic.grad_clip",
+    # crash triage (monitor/detect/crash_causes.py; checked in verl 0.3.0 to main): the data
+    # keys of ppo_trainer.yaml (filter_overlong_prompts from 0.3, its workers from 0.4), the
+    # actor's checkpoint contents (``contents`` in 0.3-0.4.0, ``save_contents`` from 0.4.1),
+    # the weight-sync bucket (rollout.update_weights_bucket_megabytes in 0.5-0.7, under
+    # rollout.checkpoint_engine from 0.8), the reward function's name, Ray's runtime_env
+    "data.max_prompt_length",
+    "data.filter_overlong_prompts",
+    "data.filter_overlong_prompts_workers",
+    "data.truncation",
+    "data.train_files",
+    "data.val_files",
+    "custom_reward_function.name",
+    "reward.custom_reward_function.name",
+    "actor_rollout_ref.actor.checkpoint.save_contents",
+    "actor_rollout_ref.actor.checkpoint.contents",
+    "actor_rollout_ref.rollout.update_weights_bucket_megabytes",
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
+    "ray_kwargs.ray_init.runtime_env",
 )
 
 INVENTED_KEYS: tuple[str, ...] = (

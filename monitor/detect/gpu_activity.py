@@ -91,6 +91,14 @@ def _group_overlapping(
     return groups
 
 
+#: What each reading needs of the job (``monitor.detect.premises``): GPU samples, except the
+#: imbalance's readings of another process on a GPU (the GPU processes' events).
+PREMISES: dict[str, tuple[str, ...]] = {
+    "gpu_imbalance": (),
+    "low_utilization": ("gpu_samples",),
+    "util_overstates_sm": ("gpu_samples",),
+}
+
 STRAGGLER_ADVICE = [
     "Find what slows this GPU: another process on it (nvidia-smi's process list), lower clocks "
     "or throttling (nvidia-smi -q -d PERFORMANCE), or a bad link (dmesg for XID errors).",

@@ -25,6 +25,15 @@ whatever the GPUs do, with the advice for that place. A round that finds a long 
 phase (validation, a checkpoint, a generation) keeps the flag quiet; ``stalled`` says it later.
 A silence that starts at the run's end (``monitor.hang.finish``) is no silence.
 
+Held past its normal time (issue 39), the first to speak: the exporter reads the driver every
+``hang.sample_s`` seconds through the whole run and publishes a ``hang_dump`` event with
+``data["hold"]`` once a place has been held past its limit (``monitor.hang.dwell``: twice its
+phase's longest step timer or its longest earlier hold, plus a margin); offline, the same holds
+come from replaying the saved rounds (:func:`hold_events`). A stuck verdict is the flag at once,
+in any phase, whatever the silence so far; a long place (generation, validation, checkpoint,
+kernel) only against its own history and while no GPU of its node computes. The evidence says
+"in compute_score for 40 s; reward takes at most 0.8 s a step in this run (limit 15 s)".
+
 A rank gone: a process of the job that was alive after the last step and is gone (killed or
 crashed) is named as the likely cause, "the worker (PID N, GPU g) is gone: it exited N s after
 the last step (killed or crashed); the others wait in a collective for it", with the advice to
@@ -41,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.detect.detector_base import Context, make_flag
+from monitor.hang.dwell import HoldLimits, replay
 from monitor.hang.finish import SLACK_S, finish_time
 from monitor.hang.hang_advice import where_advice
 from monitor.hang.where import GONE
@@ -176,10 +186,71 @@ def _stack_flag(ctx: Context, a: float, b: float, resumed: bool, recent: float,
                      advice or None)
 
 
+def hold_events(ctx: Context) -> list[Event]:
+    """The over-events of the run (a place held past its normal time, ``data["hold"]``): the
+    live exporter's, and those a replay of the recorded py-spy rounds gives (``analyze
+    --stacks``: the dumps saved every few seconds through the run)."""
+    if "hang_holds" not in ctx.cache:
+        live, rounds = [], []
+        for e in ctx.events:
+            data = e.data or {}
+            if e.kind != "hang_dump" or e.time is None or not isinstance(data.get("where"), dict):
+                continue
+            (live if isinstance(data.get("hold"), dict) else rounds).append(e)
+        replayed = replay(rounds, ctx.steps, HoldLimits.from_config(ctx.cfg("hang"))) \
+            if rounds else []
+        ctx.cache["hang_holds"] = sorted(live + replayed, key=lambda e: float(e.time))
+    return ctx.cache["hang_holds"]
+
+
+def _hold_counts(ctx: Context, e: Event) -> bool:
+    """Whether an over-event is a hang: its verdict is stuck, or it is long by nature, seen
+    before in this run, and no GPU of its node computed while it was held."""
+    where, hold = e.data["where"], e.data["hold"]
+    if where.get("stuck"):
+        return True
+    if not (hold.get("long") and where.get("long_phase") and hold.get("source")):
+        return False
+    node = str(e.data.get("node") or "")
+    gpu = ctx.gpu
+    if node and len(gpu) and "node" in gpu:
+        gpu = gpu[gpu["node"].astype(str) == node]
+    states = gpu_states(gpu, float(hold.get("since") or e.time), float(e.time), ctx.cfg("hang"))
+    return bool(states) and "busy" not in states.values()
+
+
+def _hold_flag(ctx: Context, a: float, b: float, resumed: bool, recent: float) -> Flag | None:
+    """The ``hang`` flag of a place held past its normal time in the silence (a, b]: opens
+    when a reading confirmed it; the evidence says how long it was held and how long it
+    normally takes ("in compute_score for 40 s; reward takes at most 0.8 s a step ...")."""
+    overs = [e for e in hold_events(ctx) if a < float(e.time) <= b + 1e-6
+             and _hold_counts(ctx, e)]
+    if not overs:
+        return None
+    first, newest = overs[0], overs[-1]
+    verdict = newest.data["where"]
+    who = verdict.get("who") or [{}]
+    node = newest.data.get("node") or ""
+    evidence = (f"No progress for {b - a:.0f} s{_after(ctx, a)} (recent step {recent:.0f} s). "
+                f"Held past its normal time: {newest.data['hold']['words']}. "
+                f"Where (py-spy): {newest.message}")
+    advice = where_advice(str(verdict.get("place") or ""), str(who[0].get("detail") or ""),
+                          ctx.verl_version, who[0].get("pid"))
+    return make_flag("hang", "critical", float(first.time), b if resumed else None,
+                     {"node": node} if node else {}, evidence, advice or None)
+
+
 def recent_step_time(steps: list) -> float | None:
     """Median of the last five step times (None when no step has one)."""
     tot = [float(s.total) for s in steps[-5:] if s.total is not None and s.total > 0]
     return float(np.median(tot)) if tot else None
+
+
+#: What each reading needs of the job (``monitor.detect.premises``): nothing beyond
+#: a silence and the evidence of who waits (its own rules).
+PREMISES: dict[str, tuple[str, ...]] = {
+    "hang": (),
+}
 
 
 def detect_hang(ctx: Context) -> list[Flag]:
@@ -197,9 +268,15 @@ def detect_hang(ctx: Context) -> list[Flag]:
     flags: list[Flag] = []
     bounds = marks + [float(ctx.now)]
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        if b - a <= first or (end is not None and a >= end - SLACK_S):
-            continue  # short, or the silence after the run's end
+        if end is not None and a >= end - SLACK_S:
+            continue  # the silence after the run's end
         resumed = b != bounds[-1]
+        held = _hold_flag(ctx, a, b, resumed, recent)
+        if held is not None:  # a place held past its normal time: named as soon as read
+            flags.append(held)
+            continue
+        if b - a <= first:
+            continue  # short
         rounds = where_events(ctx.events, a, b)
         flag = _stack_flag(ctx, a, b, resumed, recent, rounds)
         if flag is None and rounds and rounds[-1].data["where"].get("long_phase"):

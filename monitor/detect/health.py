@@ -17,8 +17,19 @@ from monitor.detect.detector_base import (
 )
 from monitor.detect.flag_advice import oom_advice
 from monitor.detect.persistence import episodes
-from monitor.records import TRAINING_PHASES, Event, Flag
+from monitor.records import TRAINING_PHASES, Event, Flag, StepRecord
 
+#: What each reading needs of the job (``monitor.detect.premises``): a silence between two
+#: steps is measured only where a clock dates the step ends; a silence still going at the end
+#: of the evidence is a stall only while the run has not finished.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "memory_pressure": (),
+    "oom": (),
+    "gpu_fault": (),
+    "stalled": (),
+    "stalled.silence": ("measured_clock",),
+    "stalled.trailing": ("run_not_finished",),
+}
 GIB = 1024**3
 
 #: NVML clock-event bits that mean the GPU is being slowed by heat or power (not the SW power cap).
@@ -317,11 +328,19 @@ def _stalled_where(ctx: Context, a: float, b: float) -> tuple[str, list[str] | N
             where_advice(place, "", ctx.verl_version)[:1] + advice_for("stalled"))
 
 
-def _closing_steps(ctx: Context) -> dict[float, tuple[bool, float]]:
-    """End time -> (rebuilt, seconds of its own step timer) of each step the log has closed.
+def _step_seconds(rec: StepRecord) -> float:
+    """The seconds a step's timers hold: the step timer, and the validation and checkpoint save
+    that verl 0.6+ times outside it (``monitor.logs.gaps.covered_seconds``)."""
+    from monitor.logs.gaps import covered_seconds
 
-    A gap that a step closes is judged against that step's timer: the step was running for
-    ``timing_s/step`` of it. A timeline rebuilt from the step timers (a log without a clock)
+    return float(covered_seconds(rec) or rec.total or 0.0)
+
+
+def _closing_steps(ctx: Context) -> dict[float, tuple[bool, float]]:
+    """End time -> (rebuilt, seconds of its own timers) of each step the log has closed.
+
+    A gap that a step closes is judged against that step's timers: the step was running for
+    ``timing_s/step`` of it (and its validation and checkpoint save, timed outside it). A timeline rebuilt from the step timers (a log without a clock)
     makes each gap the step's own time by construction, so it shows no stall at all."""
     out: dict[float, tuple[bool, float]] = {}
     for rec in ctx.steps:
@@ -329,7 +348,17 @@ def _closing_steps(ctx: Context) -> dict[float, tuple[bool, float]]:
             continue
         rebuilt, own = out.get(float(rec.end_time), (False, 0.0))
         out[float(rec.end_time)] = (rebuilt or rec.time_source == "rebuilt",
-                                    max(own, float(rec.total or 0.0)))
+                                    max(own, _step_seconds(rec)))
+    # a progress line drawn as step N ended, ahead of step N's own line (verl's V1 trainer,
+    # forks that draw the bar first): the gap it closes is judged against step N's timer too
+    by_step = {rec.step: rec for rec in ctx.steps if rec.end_time is not None}
+    for e in ctx.events:
+        rec = by_step.get((e.data or {}).get("current")) if e.kind == "progress" else None
+        if rec is None or e.time is None or float(e.time) > float(rec.end_time) + 1.0:
+            continue
+        rebuilt, own = out.get(float(e.time), (False, 0.0))
+        out[float(e.time)] = (rebuilt or rec.time_source == "rebuilt",
+                              max(own, _step_seconds(rec)))
     return out
 
 
@@ -352,12 +381,16 @@ def detect_stalled(ctx: Context) -> list[Flag]:
         step_ends = sf["end"].to_numpy(float)
         closing = _closing_steps(ctx)
         for a, b in zip(marks[:-1], marks[1:], strict=True):
-            if b - a <= lim or (end is not None and a >= end - 1.0):
-                continue
+            if b - a <= lim or (end is not None and (a >= end - 1.0 or b >= end - 1.0)):
+                continue  # after the run's end, or the last step that ended it (its final
+                # validation and checkpoint): the run finished, nothing stalled
             rebuilt, own = closing.get(b, (False, 0.0))
             if rebuilt or b - a - own <= lim:
                 continue  # the gap is (or is covered by) the closing step's own timer
             resumed = b != marks[-1] or b in step_ends
+            if not ctx.holds("stalled.silence") or (
+                    not resumed and not ctx.holds("stalled.trailing")):
+                continue
             last_step = sf["step"][sf["end"] <= a + 1e-6]
             after = f" after step {int(last_step.iloc[-1])}" if len(last_step) else ""
             gap = b - a

@@ -16,6 +16,17 @@ from monitor.detect.detector_base import (
 from monitor.detect.persistence import episodes
 from monitor.records import TRAINING_PHASES, Flag
 
+#: What each reading needs of the job (``monitor.detect.premises``): the GPUs can wait on data
+#: loading only in a trainer that loads batches (not the fully-async trainer, which takes its
+#: samples from the rollouter's queue); the wall time before the step timer is the batch fetch
+#: only in a trainer that fetches its batch there (verl's synchronous trainer; not the
+#: one-step-off or V1 trainers); the swing reading reads GPU samples.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "io_starvation": ("loads_batches",),
+    "io_starvation.data_wait": ("fetches_batches_before_timer",),
+    "io_starvation.host_swing": ("gpu_samples",),
+}
+
 
 def _host_windows(ctx: Context) -> pd.DataFrame:
     host = ctx.host
@@ -65,8 +76,11 @@ def detect_io_starvation(ctx: Context) -> list[Flag]:
             cond.append(bool(swing and (pegged.iloc[i] or iow.iloc[i])))
         starts = ctx.windows["start"].to_numpy(float)
         ends = ctx.windows["end"].to_numpy(float)
-        for ep in episodes(cond, ctx.windows_for(cfg.get_float("open_after_s")),
-                           ctx.windows_for(cfg.get_float("close_after_s"))):
+        swings = episodes(cond, ctx.windows_for(cfg.get_float("open_after_s")),
+                          ctx.windows_for(cfg.get_float("close_after_s")))
+        if swings and not ctx.holds("io_starvation.host_swing"):
+            swings = []
+        for ep in swings:
             start, end = episode_times(ep, starts, ends)
             sl = slice(ep.onset, ep.last + 1)
             s = ctx.windows["step"].iloc[sl].dropna()
@@ -138,8 +152,11 @@ def _data_wait_flags(ctx: Context) -> list[Flag]:
     cond = [None if pd.isna(w) or pd.isna(sh) else bool(w >= lim_s and sh >= lim_share)
             for w, sh in zip(wait, share, strict=True)]
     out = []
-    for ep, _start, end, rng in step_episodes(ctx, cond, cfg.get_int("data_wait_open_after_steps"),
-                                              cfg.get_int("data_wait_close_after_steps")):
+    found = step_episodes(ctx, cond, cfg.get_int("data_wait_open_after_steps"),
+                          cfg.get_int("data_wait_close_after_steps"))
+    if found and not ctx.holds("io_starvation.data_wait"):
+        return []
+    for ep, _start, end, rng in found:
         sl = slice(ep.onset, ep.last + 1)
         rows = sf.iloc[sl]
         # the gaps themselves: from the previous step's end to this step's timer start

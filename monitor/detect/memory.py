@@ -329,6 +329,13 @@ def _phase_series(df: pd.DataFrame, keys: list[str], col: str, cap_col: str | No
     return out
 
 
+#: What each reading needs of the job (``monitor.detect.premises``): nothing beyond
+#: per-step memory levels.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "memory_creep": (),
+}
+
+
 def detect_memory_creep(ctx: Context) -> list:
     """Steady growth of each GPU's per-step memory level, phase by phase, with the forecast to
     the capacity, or a jump that stays right after a checkpoint save or a validation (see the

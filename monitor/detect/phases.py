@@ -15,6 +15,15 @@ from monitor.logs.modes import waits_in_gen
 from monitor.records import Flag
 
 #: Phases judged by their own detectors, left out of the share-jump rule.
+#: What each reading needs of the job (``monitor.detect.premises``): communication can only be
+#: heavy where more than one GPU talks; the phase-share and one-step readings need only the
+#: step timers they read.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "comm_heavy": ("several_gpus",),
+    "phase_imbalance": (),
+    "phase_imbalance.timer_share": ("serial_phases",),
+    "reshard_spike": (),
+}
 OWN_DETECTOR_PHASES = ("reshard", "rollout_wait", "comm", "other", "testing", "save_checkpoint")
 
 
@@ -54,7 +63,71 @@ def detect_phase_imbalance(ctx: Context) -> list[Flag]:
     flags = _generation_over_critic(ctx, cfg, gen, critic) + _slow_scoring(ctx, cfg, gen, critic)
     jumps = _share_jumps(ctx, cfg, flags)
     jumps += _waiting_phases(ctx, cfg, flags + [j[0] for j in jumps])
-    return flags + _merge_same_cause(jumps)
+    merged = flags + _merge_same_cause(jumps)
+    return merged + _timer_shares(ctx, cfg, merged)
+
+
+#: Phases in which verl's synchronous trainer keeps the GPUs from training while they run
+#: (the reward and the advantages on the driver, validation, checkpoint saves), with what the
+#: timers say of each.
+_TIMER_SHARE_WHAT: dict[str, str] = {
+    "reward": "the reward is scored on the driver while the GPUs wait",
+    "adv": "the advantages are computed on the driver while the GPUs wait",
+    "testing": "validation runs instead of training",
+    "save_checkpoint": "the checkpoint is written while the GPUs wait",
+}
+
+
+def _timer_shares(ctx: Context, cfg, already: list[Flag]) -> list[Flag]:
+    """A phase that holds a large share of the wall time by the step timers alone, without GPU
+    samples (``timer_share_min`` of the wall: the step timer, validation and checkpoints);
+    a phase another phase_imbalance flag already names for those steps is left to it."""
+    min_share = cfg.get_float("timer_share_min")
+    sf = ctx.sf
+    if not min_share > 0 or len(sf) == 0:
+        return []
+    wall = W.core_total(sf).astype(float)
+    for extra in ("testing", "save_checkpoint"):
+        if extra in sf.columns:
+            wall = wall + sf[extra].astype(float).fillna(0.0)
+    out: list[Flag] = []
+    for name, what in _TIMER_SHARE_WHAT.items():
+        if name not in sf.columns or not sf[name].notna().any():
+            continue
+        share = sf[name].astype(float).fillna(0.0) / wall.where(wall > 0)
+        cond = [None if pd.isna(sh) else bool(sh >= min_share) for sh in share]
+        eps = step_episodes(ctx, cond, cfg.get_int("open_after_steps"),
+                            cfg.get_int("close_after_steps"))
+        if not eps or not ctx.holds("phase_imbalance.timer_share"):
+            continue
+        for ep, start, end, rng in eps:
+            if any(f.scope.get("phase") == name and (f.end is None or f.end >= start)
+                   and (end is None or end >= f.start) for f in already):
+                continue
+            sl = slice(ep.onset, ep.last + 1)
+            secs = float(sf[name].astype(float).iloc[sl].mean())
+            whole = float(wall.iloc[sl].mean())
+            share_all = float(sf[name].astype(float).iloc[sl].sum() / wall.iloc[sl].sum())
+            sev = "critical" if share_all >= cfg.get_float("critical_timer_share") else "warning"
+            out.append(make_flag(
+                "phase_imbalance", sev, start, end, {"phase": name, "steps": rng},
+                f"{name} took {share_all * 100:.0f}% of the wall time, {steps_text(rng)} "
+                f"({secs:.1f} s of {whole:.1f} s a step, by verl's timers, timing_s/{name}): "
+                f"{what}.", advice=_timer_share_advice(ctx, name),
+            ))
+    return out
+
+
+def _timer_share_advice(ctx: Context, phase: str) -> list[str]:
+    """Advice for a phase the timers alone show large: the phase's own levers (no signature:
+    no GPU sample says how the GPUs spent it), without the advice for a share that jumped."""
+    out = [a for a in ctx.advice("phase_imbalance", phase, None) if "jumped" not in a]
+    if phase == "adv":
+        out.insert(0, "The advantages are computed on the driver's CPU over the whole batch "
+                      "(data.train_batch_size x actor_rollout_ref.rollout.n responses): a large "
+                      "share points at a custom estimator (algorithm.adv_estimator) or a very "
+                      "large batch.")
+    return out
 
 
 def _generation_over_critic(ctx: Context, cfg, gen: pd.Series, critic: pd.Series) -> list[Flag]:

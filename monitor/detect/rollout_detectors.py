@@ -79,6 +79,14 @@ def _grown_tail(ctx: Context, resp_ratio: pd.Series) -> pd.Series:
     return pd.Series(vals, index=resp_ratio.index, dtype=bool)
 
 
+#: What each reading needs of the job (``monitor.detect.premises``): nothing beyond
+#: the response lengths and timers they read.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "rollout_long_tail": (),
+    "rollout_wait": (),
+}
+
+
 def detect_rollout_long_tail(ctx: Context) -> list[Flag]:
     """A few sequences keep generation going while most GPUs (or agent workers) wait."""
     cfg = ctx.cfg("rollout_long_tail")

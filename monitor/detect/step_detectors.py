@@ -63,12 +63,79 @@ def period_of(step_numbers: list[int], min_share: float = 0.7) -> int | None:
     return int(gap) if count / len(gaps) >= min_share and gap > 1 else None
 
 
+#: What each reading needs of the job (``monitor.detect.premises``): nothing beyond
+#: the step timers and throughput they read.
+PREMISES: dict[str, tuple[str, ...]] = {
+    "step_time_spikes": (),
+    "throughput_regression": (),
+}
+
+
+def lone_outliers(ctx: Context) -> list[Flag]:
+    """One step that held the job far longer than its neighbours (``single_ratio`` times
+    their median step time, and ``single_min_extra_s`` seconds more), named as what it was:
+    the phase whose seconds grew most against the same phase in those neighbours (a reward
+    call that held the job 202 s at step 12). The first step (warm-up) is not judged."""
+    cfg = ctx.cfg("step_time_spikes")
+    min_extra = cfg.get_float("single_min_extra_s")
+    sf = ctx.sf
+    k = cfg.get_int("single_neighbours")
+    if not min_extra > 0 or len(sf) < 3:
+        return []
+    total = W.core_total(sf).astype(float).to_numpy()
+    phases = [c for c in sf.columns if c in W.ALL_PHASES and c != "other"]
+    out: list[Flag] = []
+    for i in range(1, len(sf)):
+        near = [j for j in range(max(1, i - k), min(len(sf), i + k + 1)) if j != i]
+        base = float(np.nanmedian(total[near])) if near else float("nan")
+        if not (base > 0) or np.isnan(total[i]):
+            continue
+        extra = total[i] - base
+        if total[i] < cfg.get_float("single_ratio") * base or extra < min_extra:
+            continue
+        grew = {p: float(sf[p].iloc[i]) - float(np.nanmedian(sf[p].iloc[near].astype(float)))
+                for p in phases if pd.notna(sf[p].iloc[i])}
+        step = int(sf["step"].iloc[i])
+        what = ""
+        if grew:
+            top = max(grew, key=lambda p: grew[p])
+            if grew[top] > 0.5 * extra:
+                usual = float(np.nanmedian(sf[top].iloc[near].astype(float)))
+                what = (f": its {top} took {float(sf[top].iloc[i]):.0f} s (timing_s/{top}; "
+                        f"{usual:.1f} s in the steps around it)")
+        end = float(sf["end"].iloc[i])
+        out.append(make_flag(
+            "step_time_spikes", "warning", end, end, {"steps": [step, step]},
+            f"Step {step} held the job {extra:.0f} s longer than the steps around it: "
+            f"{total[i]:.0f} s against a median of {base:.0f} s{what}.",
+            advice=lone_step_advice(grew and max(grew, key=lambda p: grew[p])),
+        ))
+    return out
+
+
+def lone_step_advice(phase: str | None) -> list[str]:
+    """What to do about one step that held the job, by the phase that grew."""
+    if phase == "reward":
+        return ["One reward call held the whole job: give the reward function a timeout per "
+                "sample (an HTTP call, a sandbox, a symbolic check without one can hold every "
+                "GPU) and score in parallel workers (reward.num_workers).",
+                "Find the sample in that step's batch (its prompt and response) and run "
+                "compute_score on it alone to see where it goes."]
+    if phase == "gen":
+        return ["One generation held the job: a response that ran to data.max_response_length "
+                "or a stuck request; cap the length, and look at response_length/max of that "
+                "step."]
+    return ["Look at what the log printed around that step (a retry, a checkpoint, a slow "
+            "disk); global_profiler.tool with global_profiler.steps set to it profiles a "
+            "repeat."]
+
+
 def detect_step_time_spikes(ctx: Context) -> list[Flag]:
     """Repeated steps far above the rolling median; says whether they are periodic."""
     cfg = ctx.cfg("step_time_spikes")
     sf = ctx.sf
     if len(sf) < cfg.get_int("min_history_steps") + 1:
-        return []
+        return lone_outliers(ctx)
     spikes = spike_steps(ctx)
     window = cfg.get_int("count_window_steps")
     need = cfg.get_int("min_spikes")
@@ -104,7 +171,9 @@ def detect_step_time_spikes(ctx: Context) -> list[Flag]:
         flags[-1].scope["period_steps"] = period if period else None
         if flags[-1].scope["period_steps"] is None:
             del flags[-1].scope["period_steps"]
-    return flags
+    alone = [f for f in lone_outliers(ctx) if not any(
+        g.scope["steps"][0] <= f.scope["steps"][0] <= g.scope["steps"][1] for g in flags)]
+    return flags + alone
 
 
 def throughput(ctx: Context) -> tuple[pd.Series, str]:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from monitor.logs.safe_read import walk_files
+
 #: Largest dump read, bytes (2,000 entries with frames are ~300 KB; this leaves room).
 MAX_DUMP_BYTES = 64 * 1024 * 1024
 
@@ -268,13 +270,14 @@ def read_dump_dir(directory: str | Path, prefix: str = "fr_"
                   ) -> tuple[dict[int, RankDump], dict[int, str]]:
     """Every ``<prefix><rank>`` dump under ``directory`` (searched recursively: the dumps of all
     nodes copied into one folder, or one sub-folder per node); (dumps, rank -> why unreadable).
-    Only regular files inside ``directory`` are read (no link is followed, no FIFO opened)."""
+    Only regular files inside ``directory`` are read (no link is followed, no FIFO opened);
+    the folder is walked without recursion (``monitor.logs.safe_read.walk_files``)."""
     dumps: dict[int, RankDump] = {}
     problems: dict[int, str] = {}
     pat = re.compile(re.escape(prefix) + r"(\d+)$")
-    for path in sorted(Path(directory).rglob(f"{prefix}*")):
+    for path in sorted(walk_files(directory, lambda name: pat.match(name) is not None)):
         m = pat.match(path.name)
-        if not m or (path.is_dir() and not path.is_symlink()):
+        if not m:
             continue
         rank = int(m.group(1))
         try:

@@ -17,14 +17,20 @@ starts at the run's end.
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from monitor.logs.safe_read import Unreadable, note, read_capped
+from monitor.logs.timestamps import FUTURE_SLACK_S
 from monitor.records import Event, StepRecord
 
 #: Suffix of the marker ``verl-monitor run`` writes beside the log when the job exits.
 EXIT_SUFFIX = ".exit"
+#: The largest marker read: ``mark_exit`` writes a few dozen bytes.
+MAX_EXIT_BYTES = 4096
 #: A progress line or final validation this close after the last step's end still ends it.
 SLACK_S = 1.0
 
@@ -35,10 +41,14 @@ def exit_marker(log: str | Path) -> Path:
 
 
 def mark_exit(log: str | Path, status: int, when: float | None = None) -> None:
-    """Say that the job writing ``log`` exited with ``status`` (best effort: never raises)."""
+    """Say that the job writing ``log`` exited with ``status`` (best effort: never raises).
+    The marker is created anew, never through a link planted at its name
+    (``monitor.safe_write.create_new_file``)."""
+    from monitor.safe_write import create_new_file
+
     try:
-        exit_marker(log).write_text(json.dumps({"time": when or time.time(),
-                                                "status": int(status)}))
+        create_new_file(exit_marker(log), json.dumps({"time": when or time.time(),
+                                                      "status": int(status)}))
     except OSError:
         pass
 
@@ -52,11 +62,20 @@ def clear_exit(log: str | Path) -> None:
 
 
 def read_exit(log: str | Path) -> tuple[float, int] | None:
-    """(when, exit status) from the marker beside ``log``, or None (none, or unreadable)."""
+    """(when, exit status) from the marker beside ``log``, or None (none, or unreadable). The
+    marker is read like the log (``monitor.logs.safe_read``): a FIFO, a device, a link out of
+    the log's folder or a file over ``MAX_EXIT_BYTES`` is not read, said once and counted."""
+    path = exit_marker(log)
     try:
-        data = json.loads(exit_marker(log).read_text())
+        raw = read_capped(path, MAX_EXIT_BYTES, os.path.dirname(os.path.abspath(path)))
+    except Unreadable as exc:
+        if os.path.lexists(path):
+            note(exc, log)
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8", "replace"))
         return float(data["time"]), int(data.get("status", 0))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None
 
 
@@ -87,13 +106,22 @@ def finish_time(events: Iterable[Event], steps: Iterable[StepRecord] = ()
     return best
 
 
-def exit_after_steps(log_paths: Iterable[str | Path], steps: Iterable[StepRecord]
-                     ) -> tuple[float, str] | None:
+def exit_after_steps(log_paths: Iterable[str | Path], steps: Iterable[StepRecord],
+                     now: float | None = None) -> tuple[float, str] | None:
     """(when, words) for an exit marker beside one of the logs that is not older than the
-    newest step (a previous run's marker is ignored), else None."""
+    newest step (a previous run's marker is ignored), else None. A marker dated after ``now``
+    (default: the clock) or not a finite time is not an exit: no flag is closed by it (it is
+    said once and counted)."""
     last_end = max((float(s.end_time) for s in steps if s.end_time is not None), default=0.0)
+    now = time.time() if now is None else now
     for log in log_paths:
         got = read_exit(log)
-        if got is not None and got[0] >= last_end - SLACK_S:
+        if got is None:
+            continue
+        if not math.isfinite(got[0]) or got[0] > now + FUTURE_SLACK_S:
+            note(f"{exit_marker(log)}: dated {got[0]:g}, after now: not the job's exit; "
+                 "the run is not taken as finished", log)
+            continue
+        if got[0] >= last_end - SLACK_S:
             return got[0], f"the job exited with status {got[1]}"
     return None

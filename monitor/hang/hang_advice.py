@@ -80,6 +80,8 @@ def where_advice(place: str, detail: str = "", version: str | None = None,
                  pid: object = None) -> list[str]:
     """Advice sentences for a process stuck at ``place`` (``monitor.hang.where`` places);
     ``pid``: the process named (a gone one's PID goes into the ``ray logs`` command)."""
+    if not place:
+        return []  # no place read (no stack): no advice of a place
     if place == "reward":
         http = "HTTP" in detail
         return ([_HTTP] if http else [_FRAME]) + reward_timeouts(version)

@@ -1,8 +1,14 @@
-"""Which local process is which rank, and on which GPU: read from /proc, once per hang.
+"""The job's processes on this node, proven so, and which is which rank on which GPU (/proc).
+
+:func:`job_process_tree` is the one answer to "which processes are the job's": a process counts
+only when it is proven the job's (a descendant of the job ``verl-monitor run`` started, or of
+``--hang-job-pid``, or a Ray actor under the job's own raylet, always with the job's user); a
+PID printed in the log, a process title or a GPU holder is a hint that must pass that proof.
+The monitor itself is known by its PID, never by a module name.
 
 A rank holds its debug-info FIFO (``pipe_<rank>.pipe``) open for reading, and a CUDA process
-holds ``/dev/nvidia<N>`` open for each GPU it uses, so one pass over ``/proc/<pid>/fd`` maps
-ranks to PIDs and PIDs to GPUs (N is the device's minor number, which is NVML's index on
+holds ``/dev/nvidia<N>`` open for each GPU it uses, so a pass over the job's ``/proc/<pid>/fd``
+maps ranks to PIDs and PIDs to GPUs (N is the device's minor number, which is NVML's index on
 ordinary hosts). Processes we may not read are skipped; Linux only (elsewhere: empty maps).
 """
 
@@ -10,9 +16,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from monitor.logs import safe_read
 
 _NVIDIA = re.compile(r"^/dev/nvidia(\d+)$")
 
@@ -30,15 +38,18 @@ class ProcessMap:
         return min(gpus) if gpus else None
 
 
-def scan(fifos: list[Path] | None = None, proc: str = "/proc") -> ProcessMap:
-    """One pass over ``proc``: who reads each FIFO of ``fifos``, and which GPUs each PID uses."""
+def scan(fifos: list[Path] | None = None, proc: str = "/proc",
+         pids: Iterable[int] | None = None) -> ProcessMap:
+    """Who reads each FIFO of ``fifos``, and which GPUs each process uses: of ``pids`` (the
+    job's proven processes), or of every process in ``proc`` when None."""
     wanted = {os.path.realpath(p) for p in (fifos or [])}
     out = ProcessMap()
     me = os.getpid()
-    try:
-        pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
-    except OSError:
-        return out
+    if pids is None:
+        try:
+            pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
+        except OSError:
+            return out
     for pid in pids:
         if pid == me:
             continue
@@ -60,6 +71,138 @@ def scan(fifos: list[Path] | None = None, proc: str = "/proc") -> ProcessMap:
     return out
 
 
+# ---------------------------------------------------------------------------- /proc, read lightly
+PROC = "/proc"
+#: Most processes walked in one job tree (a verl node runs a few dozen).
+MAX_TREE = 4096
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """What the proof needs of one process: parent, real and effective user, name, start
+    time (clock ticks after boot: a PID reused later has another) and command line."""
+
+    pid: int
+    ppid: int
+    uid: int | None
+    euid: int | None
+    comm: str
+    start: int
+    cmdline: str
+
+    @property
+    def argv0(self) -> str:
+        """The program's base name as its command line gives it."""
+        return os.path.basename(self.cmdline.split(" ", 1)[0]) if self.cmdline else ""
+
+
+def _read(path: str, limit: int = 1 << 16) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
+
+
+def _stat(pid: int, proc: str = PROC) -> tuple[int, str, int] | None:
+    """(parent PID, name, start time) from ``/proc/<pid>/stat``."""
+    raw = _read(f"{proc}/{pid}/stat", 4096)
+    if not raw:
+        return None
+    text = raw.decode("utf-8", "replace")
+    lpar, rpar = text.find("("), text.rfind(")")
+    rest = text[rpar + 2:].split()
+    try:
+        return int(rest[1]), text[lpar + 1:rpar], int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_info(pid: int, proc: str = PROC) -> ProcInfo | None:
+    """The process's :class:`ProcInfo` (None when it is gone or cannot be read)."""
+    st = _stat(pid, proc)
+    status = _read(f"{proc}/{pid}/status")
+    if st is None or status is None:
+        return None
+    uid = euid = None
+    for line in status.decode("utf-8", "replace").splitlines():
+        if line.startswith("Uid:"):
+            parts = line.split()
+            if len(parts) >= 3 and parts[1].isdigit() and parts[2].isdigit():
+                uid, euid = int(parts[1]), int(parts[2])
+            break
+    cmd = _read(f"{proc}/{pid}/cmdline") or b""
+    return ProcInfo(pid, st[0], uid, euid, st[1], st[2],
+                    cmd.replace(b"\0", b" ").decode("utf-8", "replace").strip())
+
+
+class ProcTable:
+    """Parents and children of this host's processes, read once per look (``/proc``)."""
+
+    def __init__(self, proc: str = PROC) -> None:
+        self.proc = proc
+        self._info: dict[int, ProcInfo | None] = {}
+        self._kids: dict[int, list[int]] | None = None
+
+    def info(self, pid: int) -> ProcInfo | None:
+        """The process's :class:`ProcInfo`, read once."""
+        if pid not in self._info:
+            self._info[pid] = proc_info(pid, self.proc)
+        return self._info[pid]
+
+    def _children_map(self) -> dict[int, list[int]]:
+        if self._kids is None:
+            kids: dict[int, list[int]] = {}
+            try:
+                pids = [int(d) for d in os.listdir(self.proc) if d.isdigit()]
+            except OSError:
+                pids = []
+            for pid in pids:
+                st = _stat(pid, self.proc)
+                if st is not None:
+                    kids.setdefault(st[0], []).append(pid)
+            self._kids = kids
+        return self._kids
+
+    def children(self, pid: int) -> list[int]:
+        """The process's children (its threads' ``children`` files where the kernel has them,
+        else one pass over every process's parent)."""
+        try:
+            tids = os.listdir(f"{self.proc}/{pid}/task")
+        except OSError:
+            return []
+        out: list[int] = []
+        for tid in tids:
+            raw = _read(f"{self.proc}/{pid}/task/{tid}/children")
+            if raw is None:
+                return sorted(self._children_map().get(pid, []))
+            out.extend(int(x) for x in raw.split() if x.isdigit())
+        return sorted(set(out))
+
+    def descendants(self, root: int, limit: int = MAX_TREE) -> list[int]:
+        """Every descendant of ``root``, parents before children (at most ``limit``)."""
+        out: list[int] = []
+        todo = [root]
+        seen = {root}
+        while todo and len(out) < limit:
+            for child in self.children(todo.pop(0)):
+                if child not in seen:
+                    seen.add(child)
+                    out.append(child)
+                    todo.append(child)
+        return out[:limit]
+
+    def ancestors(self, pid: int, limit: int = 64) -> list[ProcInfo]:
+        """The process's parent, grandparent, ... up to PID 1 (each that can be read)."""
+        out: list[ProcInfo] = []
+        cur = self.info(pid)
+        while cur is not None and cur.ppid > 0 and len(out) < limit:
+            cur = self.info(cur.ppid)
+            if cur is not None:
+                out.append(cur)
+        return out
+
+
 # ---------------------------------------------------------------------------- the job's processes
 #: Ray's log prefix: ``(TaskRunner pid=123)``, ``(WorkerDict pid=45, ip=10.0.0.2)``.
 RAY_PREFIX = re.compile(r"\((?P<cls>[A-Za-z_]\w*) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?"
@@ -68,27 +211,51 @@ RAY_PREFIX = re.compile(r"\((?P<cls>[A-Za-z_]\w*) pid=(?P<pid>\d+)(?:, ip=(?P<ip
 LOG_TAIL_BYTES = 1 << 20
 #: Processes stacked at most per round.
 MAX_PROCESSES = 32
-#: A process running the monitor itself: the exporter, ``verl-monitor run``, ``python -m
-#: monitor``, ``monitor.cli`` / ``cli.main`` (it holds a GPU through NVML, it is not the job's).
-_MONITOR = re.compile(r"(?:^|[\s/])verl-monitor(?:\s|$)|\bmonitor\.cli\b|\bcli\.main\b"
-                      r"|(?:^|\s)-m\s+monitor(?:\s|\.|$)")
+#: The variable ``verl-monitor run`` sets, to its own PID, in its exporter's environment: the
+#: exporter's parent is then proven to be the run, and the run's job is this node's job.
+RUN_PID_ENV = "VERLMON_RUN_PID"
+#: The monitor's own command lines, for dumps saved by older exporters (read offline): the
+#: live exporter knows itself by its PID.
+_MONITOR = re.compile(r"(?:^|[\s/])verl-monitor(?:\s|$)|(?:^|\s)-m\s+monitor(?:\.cli)?(?:\s|$)")
+#: Ray's own daemons (dashboard, agents, log monitor, autoscaler, client server): not the job's.
+_RAY_DAEMON = re.compile(r"(?:^|[\s/])ray/(?:dashboard|_private|autoscaler|util/client)/"
+                         r"|(?:^|\s)-m\s+ray\.")
 
 
 def is_monitor(cmdline: str) -> bool:
-    """True when a process's command line runs the monitor itself (never one of the job's)."""
+    """True when a saved dump's command line is the monitor itself (``verl-monitor ...``,
+    ``python -m monitor ...``); a job's ``python -m pkg.cli.main`` is not."""
     return bool(_MONITOR.search(cmdline))
 
 
 @dataclass(frozen=True)
 class JobProcess:
-    """One local process of the job: its PID, role (driver, worker, ...) and how it was found
-    (``log``: a Ray prefix in the log; ``title``: a Ray process title; ``tree``: a child of
-    ``verl-monitor run``; ``gpu``: it holds a GPU)."""
+    """One local process of the job: its PID, role (driver, worker, ...) and how it was
+    proven (``tree``: a descendant of ``verl-monitor run``'s job or of ``--hang-job-pid``;
+    ``ray``: under the job's own raylet; ``log``: named in the log and proven; ``child``: a
+    fork or a Python child of one of those), its title and start time (a reused PID has
+    another)."""
 
     pid: int
     role: str
     source: str
     title: str = ""
+    start: int | None = None
+
+
+@dataclass(frozen=True)
+class JobTree:
+    """The job's proven processes on this node, how they were proven (``proof``) and, when
+    none is, why (``why``, in words)."""
+
+    procs: tuple[JobProcess, ...] = ()
+    proof: str = ""
+    why: str = ""
+
+    @property
+    def pids(self) -> frozenset[int]:
+        """The PIDs of the job's proven processes."""
+        return frozenset(p.pid for p in self.procs)
 
 
 def log_pids(text: str) -> dict[int, tuple[str, str]]:
@@ -98,12 +265,11 @@ def log_pids(text: str) -> dict[int, tuple[str, str]]:
 
 
 def read_tail(path: str | Path, size: int = LOG_TAIL_BYTES) -> str:
-    """The last ``size`` bytes of a file as text ('' when unreadable)."""
+    """The last ``size`` bytes of a file as text ('' when unreadable): a regular file only,
+    opened without blocking (``monitor.logs.safe_read``: a FIFO or a link to a device gives
+    '', as the log's follower says and counts)."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - size))
-            return fh.read().decode("utf-8", errors="replace")
+        return safe_read.read_tail(path, size).decode("utf-8", errors="replace")
     except OSError:
         return ""
 
@@ -121,81 +287,21 @@ def local_addresses() -> set[str]:
     return out
 
 
-def _title(pid: int) -> str | None:
-    import psutil
-
-    try:
-        return " ".join(psutil.Process(pid).cmdline()).strip()
-    except (psutil.Error, OSError):
-        return None
-
-
-def _ppid(pid: int) -> int | None:
-    import psutil
-
-    try:
-        return psutil.Process(pid).ppid()
-    except (psutil.Error, OSError):
-        return None
+def run_parent(environ: dict[str, str] | None = None, ppid: int | None = None) -> int | None:
+    """The exporter's parent when it is ``verl-monitor run`` (it set ``RUN_PID_ENV`` to its own
+    PID in our environment and is still our parent), else None."""
+    env = os.environ if environ is None else environ
+    parent = os.getppid() if ppid is None else ppid
+    value = str(env.get(RUN_PID_ENV, ""))
+    return parent if value.isdigit() and int(value) == parent and parent > 1 else None
 
 
-def _children(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (none when it is gone or unreadable)."""
-    import psutil
-
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except (psutil.Error, OSError):
-        return []
+def _is_raylet(p: ProcInfo) -> bool:
+    return p.comm == "raylet" or p.argv0 == "raylet"
 
 
-def _tree(parent: int | None) -> list[int]:
-    """Descendants of ``parent`` when it is ``verl-monitor run`` (else none)."""
-    import psutil
-
-    if not parent:
-        return []
-    try:
-        proc = psutil.Process(parent)
-        cmd = " ".join(proc.cmdline())
-        if "monitor" not in cmd or " run" not in cmd:
-            return []
-        return [c.pid for c in proc.children(recursive=True)]
-    except (psutil.Error, OSError):
-        return []
-
-
-def find_job_processes(logs: list[str] | tuple[str, ...] = (), parent: int | None = None,
-                       gpu_pids: set[int] | None = None, limit: int = MAX_PROCESSES
-                       ) -> list[JobProcess]:
-    """The job's processes on this host, without configuration: Ray's log prefixes (local IPs
-    only) and the children of ``verl-monitor run`` (``parent``), with the children of each
-    (a driver's data loader workers and reward pools); when neither names one (a node
-    without the log), every process with a Ray title of verl's actors; and the GPU holders.
-    Drivers first; at most ``limit``. The monitor's own processes (this one, ``parent``, any
-    ``verl-monitor`` / ``python -m monitor``) are never counted. Once the log or the run's tree
-    has named the job, a GPU holder counts only when it is one of those or a sibling of a Ray
-    process among them (the same raylet): another job's WorkerDicts and launchers on a shared
-    node hold the GPU too. (Titles only as a fallback: another job has the same titles.)"""
-    found: dict[int, JobProcess] = {}
-    mine = {os.getpid(), parent or -1}
-    _from_logs(found, mine, logs)
-    _from_tree(found, mine, parent)
-    for pid in list(found):  # their children: data loader workers, reward process pools
-        for child in _children(pid):
-            if _is_python(_title(child) or ""):
-                _add(found, mine, child, "child", "child")
-    known = dict(found)  # what the log and the run's tree named
-    if not found:  # no log prefix, no wrapper: Ray's titles say which processes are a job's
-        _from_titles(found, mine)
-    raylets = {_ppid(p.pid) for p in known.values() if p.title.startswith("ray::")} - {None}
-    for pid in sorted(gpu_pids or ()):
-        if known and pid not in known and _ppid(pid) not in raylets:
-            continue  # another job's (or a tool's): the job named its own processes
-        _add(found, mine, pid, "gpu", "worker")
-    order = {"driver": 0, "trainer": 1, "rollouter": 1}
-    procs = sorted(found.values(), key=lambda p: (order.get(p.role, 2), p.pid))
-    return procs[:limit]
+def _same_user(p: ProcInfo | None, uid: int | None) -> bool:
+    return p is not None and uid is not None and p.uid == uid and p.euid == uid
 
 
 def _is_python(title: str) -> bool:
@@ -204,53 +310,174 @@ def _is_python(title: str) -> bool:
         "python")
 
 
-def _add(found: dict[int, JobProcess], mine: set[int], pid: int, source: str, fallback: str,
-         title: str | None = None) -> None:
-    """Count ``pid`` once, with its role from its title; never the monitor, never Ray's idle."""
-    from monitor.hang.where import role_of
+@dataclass
+class _Proof:
+    """The processes proven so far (pid -> JobProcess), the words, and what failed."""
 
-    if pid in found or pid in mine:
-        return
-    title = _title(pid) if title is None else title
-    if title is None or is_monitor(title):
-        return
-    role, _ = role_of(title, fallback)
-    if role == "idle":
-        return
-    found[pid] = JobProcess(pid, role or fallback, source, title)
+    table: ProcTable
+    mine: set[int]
+    found: dict[int, JobProcess] = field(default_factory=dict)
+    proofs: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def member(self, pid: int, uid: int | None, source: str, role: str = "",
+               under_ray: bool = False) -> None:
+        """Count ``pid`` when it runs as ``uid`` and is a Python process of the job (a Ray
+        actor under a raylet; any Python process but Ray's daemons in a run's tree)."""
+        if pid in self.found or pid in self.mine:
+            return
+        p = self.table.info(pid)
+        if not _same_user(p, uid):
+            return
+        title = p.cmdline
+        parent = self.found.get(p.ppid)
+        if parent is not None and (title == parent.title or (
+                parent.title.startswith("ray::") and not title.startswith("ray::"))):
+            if _is_python(title) or title == parent.title:  # a fork, a pool, a loader worker
+                self.found[pid] = JobProcess(pid, "child", "child", title, p.start)
+            return
+        if title.startswith("ray::"):
+            from monitor.hang.where import role_of
+
+            r, _ = role_of(title, role or "worker")
+            if r != "idle":
+                self.found[pid] = JobProcess(pid, role or r, source, title, p.start)
+            return
+        if under_ray or not _is_python(title) or _RAY_DAEMON.search(title):
+            return
+        self.found[pid] = JobProcess(pid, role or "child", source, title, p.start)
 
 
-def _from_logs(found: dict[int, JobProcess], mine: set[int], logs) -> None:
+def job_process_tree(logs: Iterable[str] = (), run_pid: int | None = None,
+                     job_pid: int | None = None, limit: int = MAX_PROCESSES,
+                     proc: str = PROC, me: int | None = None) -> JobTree:
+    """The job's processes on this node, each *proven* the job's: a descendant of the job that
+    ``verl-monitor run`` (``run_pid``, see :func:`run_parent`) started, or of ``job_pid``
+    (``--hang-job-pid``), running as that job's user; or a Ray actor under the job's own raylet,
+    found from a PID the followed log prints (``(TaskRunner pid=N)`` on this host) that runs as
+    the log's owner under a raylet of that same user, or, with none of those, the raylet this
+    exporter itself runs under (started inside the job's Ray cluster, ``deploy/ray``). A PID in
+    the log, a process title or a GPU holder alone proves nothing; the monitor (``me``, the
+    run, the actor that started it) is never one.
+    Drivers first, at most ``limit``; with none, ``why`` says what was missing."""
+    table = ProcTable(proc)
+    me = os.getpid() if me is None else me
+    # the monitor: this process and the run (the py-spy processes it starts are no Python)
+    pf = _Proof(table, {me} | ({run_pid} if run_pid else set()))
+    if run_pid:
+        _from_root(pf, run_pid, "the job `verl-monitor run` started", skip_root=True)
+    if job_pid:
+        _from_root(pf, job_pid, f"--hang-job-pid {job_pid}", skip_root=False)
+    _from_logs(pf, [str(p) for p in logs])
+    if not pf.found:
+        _from_own_raylet(pf, me)
+    if any(p.source == "log" and p.role in ("driver", "trainer") for p in pf.found.values()):
+        for pid, p in list(pf.found.items()):  # the launcher under run: the log names the driver
+            if p.role == "driver" and p.source == "tree" and not p.title.startswith("ray::"):
+                pf.found[pid] = JobProcess(pid, "launcher", p.source, p.title, p.start)
+    order = {"driver": 0, "trainer": 1, "rollouter": 1}
+    procs = sorted(pf.found.values(), key=lambda p: (order.get(p.role, 2), p.pid))[:limit]
+    if procs:
+        return JobTree(tuple(procs), "; ".join(pf.proofs))
+    return JobTree((), "; ".join(pf.proofs), _why(pf, bool(run_pid or job_pid), bool(logs)))
+
+
+def _from_root(pf: _Proof, root: int, what: str, skip_root: bool) -> None:
+    """The descendants (and ``root`` itself unless ``skip_root``) running as ``root``'s user;
+    the first Python one is the driver unless a Ray title says otherwise."""
+    info = pf.table.info(root)
+    if info is None:
+        pf.refused.append(f"{what}: PID {root} cannot be read")
+        return
+    pids = ([] if skip_root else [root]) + [p for p in pf.table.descendants(root)
+                                            if p not in pf.mine]
+    before = len(pf.found)
+    for pid in pids:
+        has_driver = any(p.role in ("driver", "trainer") for p in pf.found.values())
+        pf.member(pid, info.uid, "tree", "" if has_driver else "driver")
+    pf.proofs.append(f"{len(pf.found) - before} process(es) under {what} (uid {info.uid})")
+
+
+def _from_logs(pf: _Proof, logs: list[str]) -> None:
+    """Ray actors the logs name on this host, proven under a raylet of the log's owner; then
+    that raylet's other actors (the job's quiet workers)."""
     from monitor.hang.where import ROLES
 
-    here = local_addresses()
+    here: set[str] | None = None
     for path in logs:
-        for pid, (cls, ip) in log_pids(read_tail(path)).items():
-            title = _title(pid) if not ip or ip in here else None
-            if title and title.startswith("ray::"):  # a PID reused by another process is not
-                _add(found, mine, pid, "log", ROLES.get(cls, cls), title)
-
-
-def _from_tree(found: dict[int, JobProcess], mine: set[int], parent: int | None) -> None:
-    """The run's children; the first of the job's is its driver unless the log named one."""
-    has_driver = any(p.role == "driver" for p in found.values())
-    for pid in _tree(parent):
-        title = _title(pid) or ""
-        if not _is_python(title) or is_monitor(title):
+        try:
+            owner = os.stat(path).st_uid
+        except OSError:
             continue
-        _add(found, mine, pid, "tree", "child" if has_driver else "driver", title)
-        has_driver = True
+        named = log_pids(read_tail(path))
+        if any(ip for _, ip in named.values()):
+            here = here if here is not None else local_addresses()
+        raylets: dict[int, ProcInfo] = {}
+        for pid, (cls, ip) in sorted(named.items()):
+            if ip and ip not in (here or ()):
+                continue  # another node's
+            if pid in pf.found:
+                if pf.found[pid].source != "child":  # proven by the tree: the log names it
+                    pf.found[pid] = JobProcess(pid, ROLES.get(cls, cls), "log",
+                                               pf.found[pid].title, pf.found[pid].start)
+                continue
+            raylet = _proven_raylet(pf, pid, owner)
+            if raylet is not None:
+                raylets[raylet.pid] = raylet
+                pf.member(pid, owner, "log", ROLES.get(cls, cls), under_ray=True)
+        for raylet in raylets.values():
+            before = len(pf.found)
+            for pid in pf.table.descendants(raylet.pid):
+                pf.member(pid, owner, "ray", under_ray=True)
+            pf.proofs.append(f"{len(pf.found) - before} more under the job's raylet "
+                             f"(PID {raylet.pid}, uid {owner}), named by {path}")
 
 
-def _from_titles(found: dict[int, JobProcess], mine: set[int]) -> None:
-    import psutil
+def _from_own_raylet(pf: _Proof, me: int) -> None:
+    """An exporter started inside the job's Ray cluster (``deploy/ray``: under a Ray actor of
+    that cluster's raylet on this node): that raylet's actors, as its user, are the job's."""
+    ups = pf.table.ancestors(me)
+    raylet = next((p for p in ups if _is_raylet(p)), None)
+    if raylet is None:
+        return
+    pf.mine.update(p.pid for p in ups)  # the actor that started this exporter is not the job's
+    before = len(pf.found)
+    for pid in pf.table.descendants(raylet.pid):
+        pf.member(pid, raylet.uid, "ray", under_ray=True)
+    pf.proofs.append(f"{len(pf.found) - before} process(es) under the raylet this exporter "
+                     f"runs under (PID {raylet.pid}, uid {raylet.uid})")
 
-    from monitor.hang.where import ROLES, role_of
 
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(proc.info.get("cmdline") or [])
-        if cmd.startswith("ray::") and role_of(cmd)[0] in set(ROLES.values()):
-            _add(found, mine, proc.info["pid"], "title", "", cmd)
+def _proven_raylet(pf: _Proof, pid: int, owner: int) -> ProcInfo | None:
+    """The raylet above ``pid`` when ``pid`` and it run as ``owner`` (the log's owner); else
+    None, with the reason kept for :func:`_why`."""
+    p = pf.table.info(pid)
+    if p is None:
+        return None  # gone, or not ours to read: nothing to say
+    if not _same_user(p, owner):
+        pf.refused.append(f"PID {pid} runs as uid {p.uid}, not as the log's owner (uid {owner})")
+        return None
+    for up in pf.table.ancestors(pid):
+        if _is_raylet(up):
+            if _same_user(up, owner):
+                return up
+            pf.refused.append(f"PID {pid}'s raylet (PID {up.pid}) runs as uid {up.uid}")
+            return None
+    pf.refused.append(f"PID {pid} runs under no Ray raylet")
+    return None
+
+
+def _why(pf: _Proof, rooted: bool, logs: bool) -> str:
+    """Why no process of the job is proven, in words."""
+    head = "no process of the job is proven on this node, so no stacks are taken"
+    if pf.refused:
+        return f"{head}: {'; '.join(pf.refused[:4])}"
+    if rooted:
+        return f"{head}: {'; '.join(pf.proofs) or 'the job has no Python process yet'}"
+    return (f"{head}: the exporter was not started by `verl-monitor run` nor inside the job's "
+            "Ray cluster, no --hang-job-pid was given, and "
+            + ("no followed log names a Ray process of this host" if logs
+               else "no log is followed"))
 
 
 # ---------------------------------------------------------------------------- processes gone
@@ -278,7 +505,7 @@ class GoneProcess:
 
 #: Sources of processes that live as long as the job: a data loader's or reward pool's
 #: children come and go by themselves (``persistent_workers=False``), their end is no news.
-LASTING_SOURCES = frozenset(("log", "title", "tree", "gpu"))
+LASTING_SOURCES = frozenset(("log", "tree", "ray"))
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """One round of py-spy stacks of the job's local processes, judged, as a ``hang_dump`` event.
 
 The exporter's ``flight_recorder`` collector calls :func:`stack_round` when the log falls
-silent: the job's processes (``monitor.hang.procs.find_job_processes``) are dumped with py-spy
+silent: the job's processes (``monitor.hang.procs.job_process_tree``) are dumped with py-spy
 (every thread), each dump is classified (``monitor.hang.where``) and the node's verdict goes
 into the event the ``hang`` detector reads. With a folder, each dump is also written as
-``<unix_ts>_<role>_<pid>.txt`` so that ``verl-monitor analyze --stacks DIR`` can judge them
-offline (:func:`read_stacks_dir`).
+``<unix_ts>_<role>_<pid>.txt`` (safely: ``monitor.hang.stack_files``) so that ``verl-monitor
+analyze --stacks DIR`` can judge them offline (:func:`read_stacks_dir`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitor.hang.procs import GoneProcess, JobProcess, alive, is_monitor
-from monitor.hang.pyspy import dump_text
+from monitor.hang.procs import GoneProcess, JobProcess, alive, is_monitor, proc_info
+from monitor.hang.pyspy import dump_many
+from monitor.hang.stack_files import StackFolder, UnsafeFolder
 from monitor.hang.where import Verdict, Where, classify, gone_where, judge
+from monitor.logs.safe_read import Unreadable, read_capped, walk_files
 from monitor.records import Event
 
+#: The largest py-spy dump read: a real one is 1-10 KB (every thread of a process).
+MAX_STACK_BYTES = 4 * 2**20
 _NAME = re.compile(r"^(?P<ts>\d+(?:\.\d+)?)_(?P<role>[A-Za-z_]+)_(?P<pid>\d+)\.txt$")
 
 
@@ -42,9 +46,13 @@ class StackRound:
         culprits = [{"rank": -1 if w.rank is None else w.rank, "reason": w.describe(),
                      "pid": w.pid, "node": w.node or node, "gpu": w.gpu, "frame": str(w.frame) if w.frame else "", "pg": "",
                      "collective": "", "seq": None} for w in (v.who if v.stuck else [])]
-        return Event("hang_dump", when, message=v.summary(), data={
+        message, where = v.summary(), v.to_dict()
+        if not self.wheres and not self.gone and self.problems:  # why there is no stack
+            message = "no stacks: " + "; ".join(dict.fromkeys(self.problems.values()))[:600]
+            where["place"] = ""  # no place read: no advice of a place
+        return Event("hang_dump", when, message=message, data={
             "method": "py-spy", "seconds": round(self.seconds, 3), "node": node,
-            "waiting": collective, "culprits": culprits, "where": v.to_dict(),
+            "waiting": collective, "culprits": culprits, "where": where,
             "problems": dict(self.problems)})
 
 
@@ -58,16 +66,22 @@ def gone_wheres(gone: Iterable[GoneProcess], since: float | None, node: str = ""
 
 
 def stack_round(procs: Iterable[JobProcess], node: str = "", exe: str | None = None,
-                timeout_s: float = 10.0, save_dir: str | Path | None = None,
-                gone: Iterable[Where] = (), since: float | None = None) -> StackRound:
-    """py-spy each process, classify it, judge the node (with ``gone``, the job's processes
-    that went away in the silence); dumps saved to ``save_dir``. A process that exits before
-    its dump is gone too, timed from ``since`` (the last step's end) when given."""
+                timeout_s: float = 10.0, save_dir: str | Path | StackFolder | None = None,
+                gone: Iterable[Where] = (), since: float | None = None,
+                nonblocking: bool = False) -> StackRound:
+    """py-spy each process (all at once, within ``timeout_s``), classify it, judge the node
+    (with ``gone``, the job's processes that went away in the silence); dumps saved to
+    ``save_dir`` (a :class:`StackFolder`: created safely, see ``monitor.hang.stack_files``). A
+    process that exits before its dump is gone too, timed from ``since`` (the last step's end)
+    when given; a PID reused by another process meanwhile (another start time) is not read."""
     t0 = time.monotonic()
     out = StackRound(gone=list(gone))
     now = time.time()
+    procs = [p for p in procs if _same_process(p)]
+    texts = dump_many([p.pid for p in procs], timeout_s, exe, nonblocking=nonblocking)
+    folder = StackFolder(Path(save_dir)) if isinstance(save_dir, (str, Path)) else save_dir
     for p in procs:
-        text, why = dump_text(p.pid, timeout_s, exe)
+        text, why = texts.get(p.pid, ("", "no answer"))
         if why and not alive(p.pid):  # found a moment ago, gone before its dump
             out.gone.append(gone_where(p.pid, p.role, node,
                                        None if since is None else now - since))
@@ -76,19 +90,23 @@ def stack_round(procs: Iterable[JobProcess], node: str = "", exe: str | None = N
             out.problems[f"py-spy PID {p.pid}"] = why
             continue
         out.wheres.append(classify(text, role=p.role, node=node, pid=p.pid))
-        if save_dir:
-            _save(Path(save_dir), now, p, text, out.problems)
+        if folder is not None:
+            try:
+                folder.save(now, p.role, p.pid, text)
+            except OSError as exc:
+                out.problems["stacks folder"] = str(exc) if isinstance(exc, UnsafeFolder) \
+                    else f"{folder.path}: {exc.strerror or exc}"
     out.verdict = judge(out.wheres, out.gone)
     out.seconds = time.monotonic() - t0
     return out
 
 
-def _save(folder: Path, now: float, p: JobProcess, text: str, problems: dict[str, str]) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{int(now)}_{p.role or 'process'}_{p.pid}.txt").write_text(text)
-    except OSError as exc:
-        problems["stacks folder"] = f"{folder}: {exc.strerror or exc}"
+def _same_process(p: JobProcess) -> bool:
+    """False when ``p``'s PID now names another process (another start time)."""
+    if p.start is None:
+        return True
+    info = proc_info(p.pid)
+    return info is None or info.start == p.start
 
 
 _HEADER = re.compile(r"^Process \d+: (?P<cmdline>.*)$", re.M)
@@ -100,18 +118,26 @@ def _is_monitor_dump(text: str) -> bool:
     return bool(m and is_monitor(m.group("cmdline")))
 
 
-def read_stacks_dir(folder: str | Path, node: str = "") -> list[tuple[float, list[Where]]]:
+def read_stacks_dir(folder: str | Path, node: str = "",
+                    problems: list[str] | None = None) -> list[tuple[float, list[Where]]]:
     """The rounds saved in ``folder`` (files ``<unix_ts>_<role>_<pid>.txt``), oldest first:
     (time, each process's place). Dumps a second apart belong to one round; other files are
-    skipped."""
+    skipped. The folder is walked without recursion and without following links, and each dump
+    read like the log (``monitor.logs.safe_read``): a FIFO, a device, a link out of the folder
+    or a file over ``MAX_STACK_BYTES`` is not read, and said in ``problems``."""
     rounds: list[tuple[float, list[Where]]] = []
     entries = []
-    for path in sorted(Path(folder).rglob("*.txt")):
+    for path in walk_files(folder, lambda name: _NAME.match(name) is not None):
         m = _NAME.match(path.name)
         if m:
             entries.append((float(m.group("ts")), m.group("role"), int(m.group("pid")), path))
     for ts, role, pid, path in sorted(entries):
-        text = path.read_text(errors="replace")
+        try:
+            text = read_capped(path, MAX_STACK_BYTES, folder).decode("utf-8", "replace")
+        except Unreadable as exc:
+            if problems is not None:
+                problems.append(str(exc))
+            continue
         if _is_monitor_dump(text):
             continue  # the monitor's own exporter, saved by an older exporter: not the job's
         where = classify(text, role=role, node=node, pid=pid)
@@ -127,10 +153,12 @@ def stacks_report(folder: str | Path, node: str = "") -> tuple[dict, list[Event]
     rounds, newest time, the newest round's verdict in words and as data; the rounds'
     ``hang_dump`` events for the detectors; ``node``: where the dumps were taken, when known).
     Raises ValueError when the folder has no dump."""
-    rounds = read_stacks_dir(folder, node)
+    problems: list[str] = []
+    rounds = read_stacks_dir(folder, node, problems)
     if not rounds:
-        raise ValueError(f"{folder}: no py-spy dump named <unix_ts>_<role>_<pid>.txt in it")
+        raise ValueError(f"{folder}: no py-spy dump named <unix_ts>_<role>_<pid>.txt in it"
+                         + (f" that can be read ({problems[0]})" if problems else ""))
     events = [StackRound(wheres, judge(wheres)).to_event(ts, node) for ts, wheres in rounds]
     newest = events[-1]
     return {"rounds": len(rounds), "time": newest.time, "summary": newest.message,
-            "where": newest.data["where"]}, events
+            "where": newest.data["where"], "problems": problems}, events

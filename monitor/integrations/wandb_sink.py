@@ -65,6 +65,7 @@ import pandas as pd
 
 from monitor.analysis.attribution import attribute, phase_summary
 from monitor.numbers import finite_float as _num
+from monitor.printable import printable
 from monitor.records import Flag, StepRecord
 
 log = logging.getLogger("verl_monitor.wandb")
@@ -275,7 +276,7 @@ def _alert_text(flag: Flag) -> str:
     if flag.scope_label:
         lines.append(f"Scope: {flag.scope_label}")
     lines += [f"- {a}" for a in flag.advice]
-    return "\n".join(lines)
+    return printable("\n".join(lines))  # log text inert in wandb's pages and e-mails
 
 
 class WandbSink:
@@ -554,9 +555,9 @@ class WandbSink:
             still_open = set(self._open.values())
             for at, flag in enumerate(self._flags):
                 state = "open" if at in still_open else "closed"
-                rows.append([flag.kind, flag.severity, flag.scope_label, float(flag.start),
-                             None if flag.end is None else float(flag.end), state,
-                             flag.evidence, "\n".join(flag.advice)])
+                rows.append([flag.kind, flag.severity, printable(flag.scope_label),
+                             float(flag.start), None if flag.end is None else float(flag.end),
+                             state, printable(flag.evidence), printable("\n".join(flag.advice))])
             return self._wandb.Table(columns=FLAG_COLUMNS, data=rows)
         except Exception as exc:
             self.errors += 1
@@ -623,6 +624,27 @@ class WandbSink:
                 self._call("summary", self.run.summary.update, top)
         self.log_flags(opened, closed)
         return len(new)
+
+    def log_attempts(self, ledger: Mapping[str, Any]) -> dict[str, float]:
+        """The ledger across the job's attempts (``monitor.analysis.attempts.job_ledger``):
+        ``job/ettr``, ``job/wall_s``, ``job/attempts``, ``job/failures``,
+        ``job/steps_redone``, ``job/checkpoint_saves`` and ``job/seconds/<bucket>`` logged and
+        in the run summary, the attempts as the ``attempts`` table. Returns what was logged."""
+        from monitor.analysis.attempts import ATTEMPT_COLUMNS, attempt_rows, ledger_numbers
+
+        numbers = {f"{PREFIX}job/{k}": v for k, v in ledger_numbers(dict(ledger)).items()}
+        if self.run is None:
+            return numbers
+        self._call("summary", self.run.summary.update, dict(numbers))
+        payload: dict[str, Any] = dict(numbers)
+        try:
+            payload[PREFIX + "attempts"] = self._wandb.Table(columns=ATTEMPT_COLUMNS,
+                                                             data=attempt_rows(dict(ledger)))
+        except Exception as exc:
+            self.errors += 1
+            log.warning("wandb: building the attempts table failed (%s)", exc)
+        self._call("log", self.run.log, payload)
+        return numbers
 
     def log_analysis(self, steps: Iterable[StepRecord], flags: Iterable[Flag],
                      attribution: Any = None, gpu_samples: Any = None) -> None:

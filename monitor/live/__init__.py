@@ -9,8 +9,11 @@ per-phase GPU time, goodput, hang dumps) read the window and the tracker back an
 (exporters/) imports this package only through the names below.
 """
 
+from monitor.live.attempt_counter import AttemptsView
 from monitor.live.flag_series import FlagsCollector
 from monitor.live.goodput_counter import GoodputCollector
+from monitor.live.hang_action import HangActionView
+from monitor.live.hang_action import add_flags as hang_action_flags
 from monitor.live.hang_dumps import FlightRecorderCollector
 from monitor.live.hang_dumps import add_flags as hang_dump_flags
 from monitor.live.health_registry import HealthRegistry, labelled_counter
@@ -38,6 +41,14 @@ VIEWS: tuple[ViewSpec, ...] = (
              "default where py-spy is installed) saying where each is, and Flight Recorder "
              "dumps of the local ranks (--fr-dir) naming the rank the others wait for",
              flags=hang_dump_flags),
+    ViewSpec("attempts", AttemptsView,
+             "the job across its attempts: each start and exit of verl-monitor run kept in "
+             "the store, the job's wall seconds by bucket, steps redone, checkpoint saves, "
+             "failures and ETTR, from the whole run store"),
+    ViewSpec("hang_action", HangActionView,
+             "what to do on a critical hang (--on-hang): alert, dump the evidence into the "
+             "store, or terminate the job's process tree under verl-monitor run",
+             flags=hang_action_flags),
 )
 
 __all__ = ["VIEWS", "AddFlags", "FlagGroup", "HealthRegistry", "LiveMonitor", "LiveView",

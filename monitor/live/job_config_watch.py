@@ -4,7 +4,8 @@ verl prints its whole resolved config when the run starts (``monitor.logs.job_co
 ``analyze`` reads it from the log's head, and so does the live monitor, through
 :class:`JobConfigWatch`: it looks in the followed logs' heads until a config is there (at most
 once every ``retry_s``), then keeps it; a log whose first step came with no config before
-it is not read again (verl prints the config before step 1). The flags' advice then names the
+it is not read again (verl prints the config before step 1), and a config caught while verl was
+still printing it is read again until it is whole. The flags' advice then names the
 knobs with the values this job has ("ppo_micro_batch_size_per_gpu is 1 in this job") and never asks for a value the
 job already set, and the trainer mode it names (``monitor.logs.modes.printed_mode``) decides
 where the step keys cannot: for the detectors, the goodput counter (``ViewContext.job_config``)
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from monitor.logs.job_config import scan_job_config_file
+from monitor.logs.job_config import scan_head
 
 #: The run store's meta key that holds the printed config (``RunStore.meta()``).
 META_KEY = "job_config"
@@ -63,6 +64,7 @@ class JobConfigWatch:
         self.retry_s = float(retry_s)
         self._clock = clock
         self._found: dict[str, Any] | None = None
+        self._final = False  # a config read whole (or its end seen): not read again
         self._tried_at: float | None = None
         self._settled: set[str] = set()  # logs whose head holds no config, for good
         self._lock = threading.Lock()
@@ -70,11 +72,13 @@ class JobConfigWatch:
         self._told = False
         #: where the config was read from (None until found)
         self.source: str | None = None
+        #: the Ray actor names of the heads read (which trainer's driver printed them)
+        self.actors: frozenset[str] = frozenset()
 
     def config(self) -> dict[str, Any] | None:
         """The job's config as verl printed it (nested), or None while none was found."""
         with self._lock:
-            if self._found is None and self.logs:
+            if not self._final and self.logs:
                 self._look()
             if self._found is not None and not self._told and self.on_found is not None:
                 self.on_found(self._found)
@@ -89,9 +93,12 @@ class JobConfigWatch:
         for path in self.logs:
             if path in self._settled:
                 continue  # a step came before any config there: it is not read again
-            got, final = scan_job_config_file(path)
+            got, final, actors = scan_head(path)
+            self.actors |= actors
             if got:
-                self._found, self.source = got, path
+                if got != self._found:  # caught half-printed before: tell the whole again
+                    self._told = False
+                self._found, self.source, self._final = got, path, final
                 return
             if final:
                 self._settled.add(path)

@@ -233,7 +233,8 @@ class LiveMonitor(Recorder):
         self._clock: Callable[[], float] = time.time
         self._from_wall: Callable[[float], float] | None = None
         #: the job's printed config, for the advice (read from the followed logs' heads)
-        self.job_config = JobConfigWatch(options.log)
+        self.job_config = JobConfigWatch(
+            list(options.log) + ([options.sim_log] if options.sim_log else []))
         #: the exporter's own numbers: each part registers itself (monitor/live/health_registry.py)
         self.health = HealthRegistry()
         self.health.count_restarts(self.restart_counts)
@@ -268,7 +269,8 @@ class LiveMonitor(Recorder):
         return ViewContext(node=self.node, interval=self.interval, window=self.window,
                            tracker=self.tracker, notifier=self.notifier,
                            config=self.detect_config, options=self.options, sink=self,
-                           job_config=self.job_config.config, clock=self.now)
+                           job_config=self.job_config.config, clock=self.now,
+                           wandb=lambda: self.wandb_sink)
 
     def use_clock(self, clock: Callable[[], float],
                   from_wall: Callable[[float], float] | None = None) -> None:
@@ -512,7 +514,8 @@ class LiveMonitor(Recorder):
                               now=now, reference_steps=self.window.first_steps(),
                               nccl=self.window.nccl(), rollout=self.window.rollout(),
                               on_error=self._detector_failed,
-                              printed_mode=printed_mode(job_config))
+                              printed_mode=printed_mode(job_config),
+                              job_config=job_config, actors=self.job_config.actors)
         tell_job_config(flags, job_config)
         return flags
 

@@ -34,6 +34,11 @@ class LiveOptions:
     fr_pipe_prefix: str = "pipe_"
     fr_dump_prefix: str = "fr_"
     hang_pyspy: bool | None = None  # None: on where py-spy is installed
+    hang_job_pid: int | None = None  # --hang-job-pid: the job's root process on this node
+    on_hang: str = "alert"  # alert | dump | terminate (monitor/live/hang_action.py)
+    on_hang_after: float | None = None
+    on_hang_grace: float | None = None
+    on_hang_restack: float | None = None
 
     def effective_detect_interval(self) -> float:
         """``--detect-interval``, else the default (never below the sampling interval)."""

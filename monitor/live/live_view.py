@@ -79,6 +79,8 @@ class ViewContext:
     sink: Any = field(default_factory=NullSink)
     job_config: JobConfigSource = no_job_config
     clock: Callable[[], float] = time.time
+    #: the wandb sink once open (None: off, or not yet): the attempt ledger logs there
+    wandb: Callable[[], Any] = lambda: None
 
 
 class LiveView:

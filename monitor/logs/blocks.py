@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.logs.failure_lines import traceback_origin
+from monitor.logs.exception_lines import ExceptionLine, exception_line, is_frame_line
+from monitor.logs.failure_lines import is_oom, traceback_origin
 from monitor.logs.stats import SAMPLE_CHARS, Item
 from monitor.logs.values import to_number
 from monitor.records import Event
@@ -25,6 +26,15 @@ _CARETS_RE = re.compile(r"[~^]+")
 _PPRINT_PAIR_RE = re.compile(r"['\"]([^'\"]+)['\"]\s*:\s*((?:np\.\w+\()?[-+\w.]+\)?)")
 #: Lines one block may hold.
 _MAX_BLOCK_LINES = 10000
+#: Detail lines kept after an exception (omegaconf's ``full_key: x``, ``object_type=dict``).
+_MAX_DETAIL = 6
+_DETAIL_RE = re.compile(r"^[\w .]+(?::|=)")
+#: Exceptions one chain keeps.
+_MAX_CHAIN = 16
+#: A logger's prefix before a traceback's header (``ERROR:2026-03-26 21:59:41,526:Traceback``,
+#: ``[ERROR] ... Traceback``): the code that logged it caught the exception. (``Original
+#: Traceback`` is torch's DataLoader re-raising a worker's exception: not caught.)
+_LOGGER_PREFIX_RE = re.compile(r"^\W*(?:ERROR|WARNING|WARN|INFO|DEBUG|CRITICAL)\b.*Traceback")
 
 #: Called with a traceback's exception line, its time, the output list and the block's lines.
 ExceptionHook = Callable[[str, "float | None", list[Item], list[str]], None]
@@ -41,6 +51,13 @@ class _Block:
     exception: str | None = None
     awaiting_chain: bool = False
     chained: int = 0
+    #: tracebacks: the step the failure is placed at (the last step or bar count before it)
+    step: int | None = None
+    headless: bool = False
+    logged: bool = False
+    after_frame: bool = False
+    exceptions: list[str] = field(default_factory=list)
+    detail: list[str] = field(default_factory=list)
 
 
 class BlockReader:
@@ -56,10 +73,28 @@ class BlockReader:
         return self._block is not None
 
     def start_traceback(self, text: str, when: float | None, out: list[Item],
-                        step: int | None) -> None:
-        """Close the open block, open a traceback at its first line."""
+                        step: int | None, *, headless: bool = False) -> None:
+        """Close the open block, open a traceback at its first line: the ``Traceback (most
+        recent call last):`` header, or (``headless``) a frame line whose header the text does
+        not have. A header after other text on its line (``ERROR:...:Traceback``) is a logger's:
+        the code that printed it caught the exception."""
         self.close(out, step)
-        self._block = _Block("traceback", when, [text])
+        block = _Block("traceback", when, [text], step=step, headless=headless)
+        if headless:
+            block.after_frame = True
+        else:
+            block.logged = _LOGGER_PREFIX_RE.match(text.lstrip()) is not None
+        self._block = block
+
+    def start_exception(self, text: str, found: ExceptionLine, when: float | None,
+                        out: list[Item], step: int | None) -> None:
+        """Close the open block, open a traceback at an exception's line printed without its
+        header (a quote, or Ray's ``RayTaskError(X): ray::Task()`` before the worker's frames):
+        the lines after it (the message's detail, Ray's re-raised frames) still join it."""
+        self.close(out, step)
+        block = _Block("traceback", when, [], step=step, headless=True)
+        self._block = block
+        self._exception(block, text.strip(), found, when, out)
 
     def start_validation(self, text: str, when: float | None, out: list[Item],
                          step: int | None) -> None:
@@ -85,49 +120,100 @@ class BlockReader:
                 return True
             self.close(out, step)
             return False
-        # traceback
+        return self._feed_traceback(block, text, when, out, step)
+
+    def _feed_traceback(self, block: _Block, text: str, when: float | None, out: list[Item],
+                        step: int | None) -> bool:
         stripped = text.strip()
+        if len(block.lines) > _MAX_BLOCK_LINES:
+            self.close(out, step)
+            return False
         if block.awaiting_chain:
-            if not stripped:
-                return True
-            if stripped.startswith(_CHAIN_MARKERS) or stripped.startswith(TRACEBACK_START):
-                block.awaiting_chain = False
-                block.chained += 1
-                block.lines.append(stripped)
-                return True
-            if text[0].isspace() and len(block.lines) < _MAX_BLOCK_LINES:
-                if _CARETS_RE.fullmatch(stripped):
-                    # Python 3.11+ marks the failing expression under each frame (^^^^, ~~^^);
-                    # Ray prints those of the driver's frames under its re-raised line
-                    block.lines.append(text)
-                    return True
-                if stripped.startswith('File "'):
-                    # Ray re-raises a worker's exception with the worker's own frames after it
-                    # (RayTaskError(X): ray::...): the traceback goes on to the root cause.
-                    block.awaiting_chain = False
-                    block.chained += 1
-                    block.lines.append(text)
-                    return True
-                if text[0] == "\t":  # Ray's detail lines (class_name:, pid:, ip:)
-                    block.lines.append(text)
-                    return True
+            return self._after_exception(block, text, stripped, when, out, step)
+        if text.startswith("step:"):
             self.close(out, step)
             return False
-        if text.startswith("step:") or len(block.lines) > _MAX_BLOCK_LINES:
-            self.close(out, step)
-            return False
-        if not stripped or text[0].isspace() or stripped.startswith(TRACEBACK_START):
+        if is_frame_line(stripped):
+            block.lines.append(text if text[:1].isspace() else "  " + stripped)
+            block.after_frame = True
+            return True
+        if block.after_frame:
+            block.after_frame = False
+            if stripped and exception_line(stripped) is None and not stripped.startswith(
+                    _CHAIN_MARKERS) and TRACEBACK_START not in stripped:
+                # the frame's source line (a date prefix may have taken its indent)
+                block.lines.append(text if text[:1].isspace() else "    " + stripped)
+                return True
+        if (not stripped or text[0].isspace() or stripped.startswith(TRACEBACK_START)
+                or _CARETS_RE.fullmatch(stripped)):
             block.lines.append(text)
             return True
         if stripped.startswith(_CHAIN_MARKERS):
             block.chained += 1
             return True
+        found = exception_line(stripped)
+        if block.headless and found is None and not self._ends_headless(stripped):
+            # frames without a header, then a line that is no exception: not a traceback's end
+            self.close(out, step)
+            return False
         # The first unindented line ends the traceback: the exception itself.
+        self._exception(block, stripped, found, when, out)
+        return True
+
+    def _after_exception(self, block: _Block, text: str, stripped: str, when: float | None,
+                         out: list[Item], step: int | None) -> bool:
+        """A line after a traceback's exception: a chained traceback, Ray's re-raised frames,
+        the message's detail, the wrapped exception Ray prints after ``RayTaskError(X)``; else
+        the traceback is over (False)."""
+        if not stripped:
+            return True
+        if stripped.startswith(_CHAIN_MARKERS) or stripped.startswith(TRACEBACK_START):
+            block.awaiting_chain = False
+            block.chained += 1
+            block.lines.append(stripped)
+            return True
+        if is_frame_line(stripped):
+            # Ray re-raises a worker's exception with the worker's own frames after it
+            # (RayTaskError(X): ray::...): the traceback goes on to the root cause.
+            block.awaiting_chain = False
+            block.chained += 1
+            block.lines.append(text if text[:1].isspace() else "  " + stripped)
+            block.after_frame = True
+            return True
+        if _CARETS_RE.fullmatch(stripped):
+            # Python 3.11+ marks the failing expression (^^^^, ~~^^); Ray prints those of the
+            # driver's frames under its re-raised line
+            block.lines.append(text)
+            return True
+        if text[:1] == "\t":  # Ray's detail lines (class_name:, pid:, ip:)
+            block.lines.append(text)
+            return True
+        if text[:1].isspace() and len(block.detail) < _MAX_DETAIL and _DETAIL_RE.match(stripped):
+            block.detail.append(stripped[:SAMPLE_CHARS])  # omegaconf's full_key:, object_type=
+            block.lines.append(text)
+            return True
+        found = exception_line(stripped)
+        if found is not None and found.typed and len(block.exceptions) < _MAX_CHAIN:
+            # Ray prints the wrapped exception's own line after RayTaskError(X): ray::Task()
+            self._exception(block, stripped, found, when, out)
+            return True
+        self.close(out, step)
+        return False
+
+    @staticmethod
+    def _ends_headless(stripped: str) -> bool:
+        """Whether a line that is no ``Type: message`` still ends frames printed without their
+        header: an out-of-memory message (``cuda error: out of memory at ...``)."""
+        return is_oom(stripped)
+
+    def _exception(self, block: _Block, stripped: str, found: ExceptionLine | None,
+                   when: float | None, out: list[Item]) -> None:
         block.exception = stripped
+        block.exceptions.append(stripped[:SAMPLE_CHARS * 2])
         block.lines.append(stripped)
         block.awaiting_chain = True
+        block.after_frame = False
         self._on_exception(stripped, when, out, block.lines)
-        return True
 
     def close(self, out: list[Item], step: int | None) -> None:
         """End the open block (if any): a ``validation`` or ``traceback`` event at ``step``."""
@@ -149,12 +235,27 @@ class BlockReader:
             )
             return
         exception = block.exception or ""
+        if block.headless and not exception:
+            return  # frames without a header and without an exception: nothing was raised
+        found = exception_line(exception) if exception else None
         exc_type = exception.split(":", 1)[0].strip() if exception else ""
-        data = {"exception": exception, "type": exc_type, "lines": len(block.lines)}
+        if found is not None and not found.typed:
+            exc_type = ""  # a message printed without its type
+        data: dict[str, Any] = {"exception": exception, "type": exc_type,
+                                "lines": len(block.lines)}
         if block.chained:
             data["chained"] = block.chained
+        if len(block.exceptions) > 1:
+            data["exceptions"] = block.exceptions  # the chain, as printed (root cause first)
+        if block.detail:
+            data["detail"] = block.detail
+        if block.headless:
+            data["headless"] = True  # no "Traceback (most recent call last):" header
+        if block.logged:
+            data["logged"] = True
         data.update(traceback_origin(block.lines))  # the Ray task, the deepest frames
-        out.append(Event("traceback", block.time, step, exception, data))
+        at = block.step if block.step is not None else step
+        out.append(Event("traceback", block.time, at, exception, data))
 
 
 class HybridSwitch:

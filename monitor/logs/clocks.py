@@ -32,15 +32,12 @@ that cut a long line) takes the time a bar measured for it, when one did (``step
 
 from __future__ import annotations
 
-import bisect
-import os
 import re
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from monitor.logs.timestamps import naive_epoch
+from monitor.logs.timestamps import NaiveOrder, naive_epoch
 from monitor.records import StepRecord
 
 #: Words for each ``StepRecord.time_source`` in reports.
@@ -49,21 +46,24 @@ CLOCK_WORDS: dict[str, str] = {
     "arrival": "arrival times (followed live)",
     "sidecar": "capture times (the .arrivals file beside the log)",
     "tqdm": "tqdm's elapsed time (dated by the log's dated lines)",
-    "tqdm_end": "tqdm's elapsed time (placed to end at the log's end)",
+    "tqdm_end": "tqdm's elapsed time (no dated line places the bar in time)",
+    "tqdm_after": "tqdm's elapsed time, the bar placed at the dated line before it (it started "
+                  "then or a little later)",
     "worker": "dated worker lines",
-    "rebuilt": "estimated (rebuilt from the step times, ending at the log's end)",
+    "rebuilt": "estimated (rebuilt from the step times)",
 }
 #: Sources that are measurements of when a line was printed (``rebuilt`` is not).
 MEASURED: frozenset[str] = frozenset({"line", "arrival", "sidecar", "tqdm", "tqdm_end",
-                                      "worker"})
+                                      "tqdm_after", "worker"})
 #: tqdm's sources: the bar's spacing is measured; ``tqdm_end``'s dates are not (the bar is
 #: placed to end at the log's end: no dated line says when it ran).
-TQDM: frozenset[str] = frozenset({"tqdm", "tqdm_end"})
+TQDM: frozenset[str] = frozenset({"tqdm", "tqdm_end", "tqdm_after"})
 #: Sources whose dates (not only their spacing) are measured.
-DATED: frozenset[str] = MEASURED - {"tqdm_end"}
+DATED: frozenset[str] = MEASURED - {"tqdm_end"}  # tqdm_after: placed by a date
 #: How far each source can be from the true end (seconds), for the gap between steps.
 RESOLUTION_S: dict[str, float] = {"line": 0.05, "arrival": 0.05, "sidecar": 0.05,
-                                  "tqdm": 1.0, "tqdm_end": 1.0, "worker": 1.0}
+                                  "tqdm": 1.0, "tqdm_end": 1.0, "tqdm_after": 1.0,
+                                  "worker": 1.0}
 
 _FULL_DATE_RE = re.compile(
     r"(?:^|[\s\[:(])(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
@@ -111,6 +111,14 @@ class LineClock:
     #: the median time such a measured step took beyond its neighbours' (a validation outside
     #: the step timer whose line lost its timers), for the ones no drawing measured; None
     extra_s: float | None = None
+    #: the unix time of the last line read so far that carried a whole date (None before
+    #: one): what dates an event printed without a time of its own
+    last_abs: float | None = None
+    #: when the first bar was drawn at 0 (the run's start by its own clock: before the first
+    #: step's timer, the first batch is fetched), set by ``assign_times``; None without one
+    run_start: float | None = None
+    #: the naive dates read in the text, kept in order through a DST fall-back
+    naive: NaiveOrder = field(default_factory=NaiveOrder)
 
     def _add(self, reading: Reading) -> None:
         if not self.enabled:
@@ -144,6 +152,7 @@ class LineClock:
 
     def stamp(self, unix: float, after: StepRecord | None) -> None:
         """A line stamped with a whole date (the parser's leading timestamp)."""
+        self.last_abs = float(unix) if self.enabled else None
         self._add(Reading(after, "abs", float(unix)))
 
     def line(self, text: str, after: StepRecord | None) -> str:
@@ -164,6 +173,8 @@ class LineClock:
         if match is not None:
             unix = _unix(*match.groups())
             if unix is not None:
+                unix = self.naive.read(unix)
+                self.last_abs = unix if self.enabled else None
                 self._add(Reading(after, "abs", unix))
             return text
         match = _HMS_RE.match(head)
@@ -226,25 +237,31 @@ def _hms_after(base: float, day_s: float) -> float | None:
     return value
 
 
-def _resolve_dates(readings: list[Reading], log_end: float) -> dict[int, float]:
+def _resolve_dates(readings: list[Reading], log_end: float | None) -> dict[int, float]:
     """Unix time of each dated reading, by its index: dates without a year take the year of the
-    log's whole dates (else of ``log_end``), ``HH:MM:SS`` the date of the last dated reading."""
+    log's whole dates (else of ``log_end``, else 1970: their spacing is measured, their year is
+    not), ``HH:MM:SS`` the date of the last dated reading (else ``log_end``'s, else day 0)."""
     years = [time.gmtime(r.value).tm_year for r in readings if r.kind == "abs"]
-    year = statistics.median_low(years) if years else time.gmtime(log_end).tm_year
+    year = (statistics.median_low(years) if years
+            else time.gmtime(log_end).tm_year if log_end is not None else 1970)
     out: dict[int, float] = {}
     last_abs: float | None = None
+    order = NaiveOrder()  # a time of day in a DST fall-back's repeated hour: kept in order
     for n, r in enumerate(readings):
         if r.kind == "abs":
             value = r.value
         elif r.kind == "md":
             value = _on_date(year, r.month, r.day, r.value)
         elif r.kind == "hms":
-            value = _hms_after(last_abs if last_abs is not None else log_end, r.value)
+            base = last_abs if last_abs is not None else log_end
+            value = _hms_after(base, r.value) if base is not None else r.value
         else:
             continue
         if value is None:
             continue
-        last_abs = value
+        if r.kind != "abs":
+            value = order.read(value)
+        order.last = last_abs = value
         out[n] = value
     return out
 
@@ -291,12 +308,14 @@ def _segment_origin(segment: list[int], readings: list[Reading],
     return high if high is not None else low
 
 
-def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> None:
+def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float | None) -> None:
     """Give each step record with no measured end time the one its log's clocks give
     (``tqdm`` first, then ``worker``: the last dated line before the step line). Records with
     a stamp of their own (``line``) or a capture time keep theirs. A drawing whose count is not
     the step before it dates the record of step ``count`` (``_in_order``); the time the bar
-    measured for steps that lost their timers goes into ``clock.stand_ins``."""
+    measured for steps that lost their timers goes into ``clock.stand_ins``. ``log_end``: when
+    the log ended, where the user said so (``analyze --log-end``), else None: a bar no dated
+    line places is placed by its neighbours, or starts at 0 (``_undated_origins``)."""
     if not clock.readings or not steps:
         return
     readings = _in_order(steps, clock.readings)
@@ -304,20 +323,21 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> N
     segments = _tqdm_segments(readings)
     _measure_lone_steps(steps, readings, segments, clock)
     ends: dict[int, tuple[float, str]] = {}
-    next_origin = _tail_start(steps, readings, log_end, clock)
-    for segment in reversed(segments):
-        origin = _segment_origin(segment, readings, dated)
-        source = "tqdm"
-        if origin is None:
-            # no dated line while it ran: the bar ends where the next one starts (back to
-            # back: the restart's gap is not in the text), else at the log's end
-            origin = next_origin - readings[segment[-1]].value
-            source = "tqdm_end"
-        for n in segment:  # the last drawing after a step line wins (tqdm's close())
-            after = readings[n].after
+    origins = [_segment_origin(segment, readings, dated) for segment in segments]
+    sources = ["tqdm" if o is not None else "tqdm_end" for o in origins]
+    before = [value for n, value in dated.items() if segments and n < segments[0][0]]
+    if origins and origins[0] is None and before and log_end is None:
+        origins[0], sources[0] = max(before), "tqdm_after"  # the bar started then or later
+    _undated_origins(origins, segments, readings,
+                     None if log_end is None else _tail_start(steps, readings, log_end, clock))
+    for k in range(1, len(sources)):
+        if sources[k] == "tqdm_end" and sources[k - 1] in ("tqdm", "tqdm_after"):
+            sources[k] = "tqdm_after"  # back to back with a bar a date placed
+    for segment, origin, source in zip(segments, origins, sources, strict=True):
+        for n in segment:  # the first drawing that dates a step wins: tqdm's close() redraws
+            after = readings[n].after  # the same count later (minutes later as a crash unwinds)
             if after is not None:
-                ends[id(after)] = (origin + readings[n].value, source)
-        next_origin = origin
+                ends.setdefault(id(after), (origin + readings[n].value, source))
     worker = _bracketed(steps, readings, dated)
     for n, value in dated.items():
         if readings[n].own and readings[n].after is not None:
@@ -331,6 +351,20 @@ def assign_times(steps: list[StepRecord], clock: LineClock, log_end: float) -> N
         elif n in worker:
             rec.end_time, rec.time_source = worker[n], "worker"
     _snap_to_timers(steps)
+    clock.run_start = _bar_start(segments, readings)
+
+
+def _bar_start(segments: list[list[int]], readings: list[Reading]) -> float | None:
+    """When the first bar was drawn at 0, on the steps' own clock: the first step it dates
+    ended that drawing's elapsed seconds after it (so the start agrees with the steps' end
+    times, whichever clock placed them); None without a drawing at 0 or a dated step."""
+    if not segments or readings[segments[0][0]].value > RESOLUTION_S["tqdm"]:
+        return None
+    for n in segments[0]:
+        rec = readings[n].after
+        if rec is not None and rec.end_time is not None and readings[n].value > 0:
+            return float(rec.end_time) - readings[n].value
+    return None
 
 
 def _count_target(steps: list[StepRecord], by_step: dict[int, list[int]], where: int,
@@ -413,6 +447,25 @@ def _snap_to_timers(steps: list[StepRecord]) -> None:
         start = rec.end_time - covered_seconds(rec)
         if abs(start - prev.end_time) < RESOLUTION_S["tqdm"]:
             prev.end_time = start
+
+
+def _undated_origins(origins: list[float | None], segments: list[list[int]],
+                     readings: list[Reading], tail: float | None) -> None:
+    """Fill in place the origin of each bar no dated line places: back to back with the bar
+    after it (the restart's gap is not in the text), else with the bar before it, else, for
+    the last bar, ending at ``tail`` (where the user gave the log's end), else at 0: the run's
+    times are then relative to the first bar's start."""
+    def span(k: int) -> float:
+        return readings[segments[k][-1]].value
+
+    if tail is not None and origins and origins[-1] is None:
+        origins[-1] = tail - span(len(origins) - 1)
+    for k in range(len(origins) - 2, -1, -1):  # before a placed bar: back to back
+        if origins[k] is None and origins[k + 1] is not None:
+            origins[k] = origins[k + 1] - span(k)
+    for k in range(len(origins)):  # after a placed bar (or the first at 0): back to back
+        if origins[k] is None:
+            origins[k] = 0.0 if k == 0 else origins[k - 1] + span(k - 1)
 
 
 def _tail_start(steps: list[StepRecord], readings: list[Reading], log_end: float,
@@ -539,16 +592,29 @@ def covered_seconds(rec: StepRecord) -> float:
     return float(version) if version is not None and version > 0 else 0.0
 
 
-def rebuild_times(steps: list[StepRecord], log_end: float,
+def rebuild_times(steps: list[StepRecord], log_end: float | None,
                   clock: LineClock | None = None) -> None:
-    """Fill the end times still missing, backwards from the next measured end (or ``log_end``)
-    by each step's time (``step_seconds``: its timers, validation and checkpointing included;
-    for a step whose line lost its timers, what ``clock``'s bar measured for it, or an
-    estimate): ``time_source="rebuilt"``. No time is invented for a record that times
-    nothing beside another of its step number."""
+    """Fill the end times still missing by each step's time (``step_seconds``: its timers,
+    validation and checkpointing included; for a step whose line lost its timers, what
+    ``clock``'s bar measured for it, or an estimate): ``time_source="rebuilt"``. Backwards
+    from the next measured end; after the last measured end, forwards from it (or backwards
+    from ``log_end`` where the user gave one); in a log with no measured end at all, forwards
+    from 0: its times are relative to the first step's start. No time is invented for a record
+    that times nothing beside another of its step number, and none comes from the file."""
     fallback = _median_step(steps)
-    anchor = log_end
-    for n in range(len(steps) - 1, -1, -1):
+    last = max((n for n, rec in enumerate(steps)
+                if rec.end_time is not None and rec.time_source in MEASURED), default=None)
+    top = len(steps) - 1
+    if log_end is None:
+        anchor = 0.0 if last is None else float(steps[last].end_time)  # type: ignore[arg-type]
+        for n in range(0 if last is None else last + 1, len(steps)):
+            anchor += step_seconds(steps, n, clock, fallback)
+            steps[n].end_time, steps[n].time_source = anchor, "rebuilt"
+        if last is None:
+            return
+        top = last
+    anchor = log_end if log_end is not None else 0.0
+    for n in range(top, -1, -1):
         rec = steps[n]
         if rec.end_time is not None and rec.time_source in MEASURED:
             anchor = rec.end_time
@@ -562,30 +628,3 @@ def _lone_step(steps: list[StepRecord], n: int) -> bool:
     """Whether ``steps[n]`` is the only record of its step number among its neighbours."""
     step = steps[n].step
     return all(not (0 <= k < len(steps)) or steps[k].step != step for k in (n - 1, n + 1))
-
-
-def arrival_times(log_path: str | os.PathLike[str]) -> list[float] | None:
-    """The capture time of each physical line of ``log_path`` (by index, lines split at
-    ``\\n``) from its ``.arrivals`` sidecar: the time recorded for the chunk holding the line's
-    start; None when the log has no sidecar or the sidecar has no record."""
-    from monitor.logs.arrivals import read_arrivals
-
-    pairs = read_arrivals(log_path)
-    if not pairs:
-        return None
-    try:
-        data = Path(log_path).read_bytes()
-    except OSError:
-        return None
-    offsets = [off for off, _ in pairs]
-    times = [ts for _, ts in pairs]
-    out: list[float] = []
-    start = 0
-    while start < len(data):
-        k = bisect.bisect_right(offsets, start) - 1
-        out.append(times[k] if k >= 0 else times[0])
-        nl = data.find(b"\n", start)
-        if nl < 0:
-            break
-        start = nl + 1
-    return out

@@ -46,7 +46,7 @@ _NEEDLE_RE = re.compile(
     r"actor died|actor is dead|SIG(?:KILL|SEGV|ABRT|BUS)|Segmentation fault|[Bb]us error|"
     r"\d Killed |"
     r"Worker exit type|worker died|memory pressure|Killed process|running low on memory|"
-    r"CUDA error|illegal memory access|Xid|ECC error|fallen off the bus"
+    r"CUDA error|illegal memory access|Xid|ECC error|fallen off the bus|MEM\(GB\)"
 )
 
 _RANK_RE = re.compile(r"\[(?:PG [^\]]*?)?[Rr]ank ?(\d+)\]|\brank(\d+)\]")
@@ -80,6 +80,8 @@ _MEM_PRESSURE_RE = re.compile(
     r"(\d+) Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)"
 )
 _KERNEL_OOM_RE = re.compile(r"Out of memory: Killed process (\d+) \(([^)]*)\)")
+#: The table of top memory users Ray's memory monitor prints when it kills a worker.
+_RAY_MEMORY_TABLE_RE = re.compile(r"^PID\s+MEM\(GB\)\s+COMMAND\b")
 _SHELL_KILLED_RE = re.compile(r"line \d+: +(\d+) Killed\s")
 _PID_RE = re.compile(r"\b(?:PID|pid)[:= ]+(\d+)")
 _XID_RE = re.compile(r"Xid \(PCI:([\w:.]+)\): (\d+)")
@@ -214,6 +216,11 @@ def _worker_killed(text: str) -> Failure | None:
         data = {"reason": "host_oom", "pid": int(pid.group(1)) if pid else None, "fatal": True,
                 "detail": "Ray killed a task because the node ran low on memory"}
         return Failure("worker_killed", data, ("host_oom", "task", data["pid"]))
+    if _RAY_MEMORY_TABLE_RE.search(text.strip()):
+        data = {"reason": "host_oom", "fatal": True,
+                "detail": "Ray's memory monitor listed the node's top memory users, the table "
+                          "it prints when it kills a worker for lack of host memory"}
+        return Failure("worker_killed", data, ("host_oom", "table"))
     match = _KERNEL_OOM_RE.search(text)
     if match is not None:
         data = {"reason": "host_oom", "pid": int(match.group(1)), "process": match.group(2),
@@ -327,8 +334,12 @@ def _gib(amount: str, unit: str) -> float:
 
 
 def is_oom(text: str) -> bool:
-    """True for a line reporting a GPU out-of-memory error (PyTorch, CUDA or vLLM's cache)."""
-    return any(marker in text for marker in OOM_MARKERS)
+    """True for a line reporting a GPU out-of-memory error (PyTorch, CUDA or vLLM's cache;
+    CUDA's own message in any case: vLLM's cumem allocator prints ``cuda error: out of
+    memory``)."""
+    if any(marker in text for marker in OOM_MARKERS):
+        return True
+    return "out of memory" in text and "cuda error: out of memory" in text.lower()
 
 
 def oom_details(text: str) -> dict[str, Any]:
@@ -473,6 +484,10 @@ def _duration(seconds: float) -> str:
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in ([\w<>.]+)')
 _RAY_TASK_LINE_RE = re.compile(r"RayTaskError\((\w+)\): ray::([\w.<>]+)\(\)")
 _PATH_ROOTS = ("/site-packages/", "/dist-packages/")
+_CARETS_ONLY_RE = re.compile(r"[~^]+")
+#: Frames a traceback event keeps (the deepest), and the characters of a source line.
+MAX_FRAMES = 12
+SOURCE_CHARS = 300
 
 
 def short_path(path: str) -> str:
@@ -495,30 +510,42 @@ def _is_verl(path: str) -> bool:
 def traceback_origin(lines: list[str]) -> dict[str, Any]:
     """Where a traceback happened: ``task`` (the innermost Ray task of a ``RayTaskError(X):
     ray::Actor.method()`` line, e.g. ``WorkerDict.actor_rollout_generate_sequences``), its
-    ``phase``, ``frame`` (the deepest frame, ``file:line in function``) and ``verl_frame`` (the
-    deepest frame in verl's own code); only the ones the lines give."""
+    ``phase``, ``frame`` (the deepest frame, ``file:line in function``), ``verl_frame`` (the
+    deepest frame in verl's own code), ``code`` (the deepest frame's source line) and
+    ``frames`` (the root cause's last frames, deepest last); only the ones the lines give."""
     out: dict[str, Any] = {}
-    deepest = verl = None
+    deepest = verl = code = None
+    frames: list[str] = []
     for line in lines:
         if "RayTaskError(" in line:
             match = _RAY_TASK_LINE_RE.search(line)
             if match is not None:
                 out["task"] = match.group(2)
-                deepest = verl = None  # the worker's own frames follow
+                deepest = verl = code = None  # the worker's own frames follow
+                frames = []
             continue
         if 'File "' in line:
             match = _FRAME_RE.search(line)
             if match is not None:
                 path, number, fn = match.groups()
                 deepest = f"{short_path(path)}:{number} in {fn}"
+                frames.append(deepest)
+                code = None
                 if _is_verl(path):
                     verl = deepest
+            continue
+        if deepest is not None and code is None and line[:1].isspace() and line.strip() \
+                and not _CARETS_ONLY_RE.fullmatch(line.strip()):
+            code = line.strip()[:SOURCE_CHARS]
     if "task" in out:
         phase = function_phase(out["task"].rsplit(".", 1)[-1])
         if phase is not None:
             out["phase"] = phase
     if deepest is not None:
         out["frame"] = deepest
+        out["frames"] = frames[-MAX_FRAMES:]
+    if code is not None:
+        out["code"] = code
     if verl is not None and verl != deepest:
         out["verl_frame"] = verl
     return out

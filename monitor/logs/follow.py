@@ -164,14 +164,36 @@ def iter_lines(
     lines whose invalid UTF-8 was replaced. Lines above ``max_line_bytes`` are skipped. Raises
     ``OSError`` when the file cannot be opened or read.
     """
+    for _, line in _lines(path, stats, max_line_bytes, chunk_bytes, False):
+        yield line
+
+
+def iter_lines_at(
+    path: str | os.PathLike[str],
+    *,
+    stats: Any = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Iterator[tuple[int, str]]:
+    """As :func:`iter_lines`, each line with the byte offset where it starts in the file."""
+    return _lines(path, stats, max_line_bytes, chunk_bytes, True)
+
+
+def _lines(path: str | os.PathLike[str], stats: Any, max_line_bytes: int, chunk_bytes: int,
+           with_offsets: bool) -> Iterator[tuple[int, str]]:
+    """``(offset, line)`` of each line (offset -1 unless ``with_offsets``); see
+    :func:`iter_lines`."""
     pending: list[bytes] = []  # pieces of the line in progress
     pending_len = 0
+    pending_at = 0  # where the line in progress starts
     dropping = False  # inside a line above max_line_bytes
+    pos = 0  # where the chunk starts
     with open(path, "rb") as fh:
         while True:
             chunk = fh.read(chunk_bytes)
             if not chunk:
                 break
+            at, pos = pos, pos + len(chunk)
             cut = chunk.rfind(b"\n")
             if cut < 0:
                 if not dropping:
@@ -183,33 +205,56 @@ def iter_lines(
                             stats.oversize_lines += 1
                 continue
             head = chunk[:cut]
+            head_at = pending_at
             if dropping:
                 nl = head.find(b"\n")
                 dropping = False
                 if nl < 0:
                     pending, pending_len = [chunk[cut + 1 :]], len(chunk) - cut - 1
+                    pending_at = at + cut + 1
                     continue
                 head = head[nl + 1 :]
+                head_at = at + nl + 1
             elif pending:
                 pending.append(head)
                 head = b"".join(pending)
+            else:
+                head_at = at
             pending, pending_len = [chunk[cut + 1 :]], len(chunk) - cut - 1
-            # Decode the chunk's complete lines at once, then split the text (fast path).
-            try:
-                lines = head.decode("utf-8").split("\n")
-            except UnicodeDecodeError:
-                lines = [_decode(raw, stats) for raw in head.split(b"\n")]
-            if len(head) > max_line_bytes:
-                kept = [
-                    line for line in lines if len(line.encode("utf-8", "replace")) <= max_line_bytes
-                ]
-                if stats is not None and hasattr(stats, "oversize_lines"):
-                    stats.oversize_lines += len(lines) - len(kept)
-                lines = kept
-            for line in lines:
-                yield line[:-1] if line.endswith("\r") else line
+            pending_at = at + cut + 1
+            yield from _split(head, head_at, stats, max_line_bytes, with_offsets)
     if not dropping and pending_len:
-        yield _decode(b"".join(pending), stats)
+        yield pending_at if with_offsets else -1, _decode(b"".join(pending), stats)
+
+
+def _split(head: bytes, head_at: int, stats: Any, max_line_bytes: int,
+           with_offsets: bool) -> Iterator[tuple[int, str]]:
+    """The complete lines of ``head`` (which starts at byte ``head_at``), decoded at once and
+    split (the fast path), lines over ``max_line_bytes`` dropped and counted."""
+    try:
+        lines = head.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        lines = [_decode(raw, stats) for raw in head.split(b"\n")]
+    if with_offsets:
+        starts = [head_at, *(head_at + n + 1 for n in _newlines(head))]
+    else:
+        starts = [-1] * len(lines)
+    if len(head) > max_line_bytes:
+        kept = [n for n, line in enumerate(lines)
+                if len(line.encode("utf-8", "replace")) <= max_line_bytes]
+        if stats is not None and hasattr(stats, "oversize_lines"):
+            stats.oversize_lines += len(lines) - len(kept)
+        lines, starts = [lines[n] for n in kept], [starts[n] for n in kept]
+    for start, line in zip(starts, lines, strict=True):
+        yield start, line[:-1] if line.endswith("\r") else line
+
+
+def _newlines(data: bytes) -> Iterator[int]:
+    """Where each ``\\n`` of ``data`` stands."""
+    n = data.find(b"\n")
+    while n >= 0:
+        yield n
+        n = data.find(b"\n", n + 1)
 
 
 class LogFollower:

@@ -18,7 +18,7 @@ from monitor.records import StepRecord
 
 #: End-time sources that are measurements (not rebuilt from the step times themselves): a
 #: stamp on the line, the arrival or capture time, tqdm's elapsed time, dated worker lines.
-MEASURED_SOURCES = ("line", "arrival", "sidecar", "tqdm", "tqdm_end", "worker")
+MEASURED_SOURCES = ("line", "arrival", "sidecar", "tqdm", "tqdm_end", "tqdm_after", "worker")
 #: A gap smaller than this share of the step's own timers means the two end times are not
 #: comparable (lines read in a burst when following starts, clocks of different hosts):
 #: the wait is then unknown rather than zero.

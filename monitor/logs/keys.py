@@ -384,6 +384,30 @@ def guess_version(
         hi = ((0, 7, 0), "0.7.0")
     return _format_range(lo, hi)
 
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    parts = []
+    for piece in text.strip().split("."):
+        if piece in ("x", "X"):
+            parts.append(99)
+        elif piece.isdigit():
+            parts.append(int(piece))
+        else:
+            return None
+    return tuple(parts) if parts else None
+
+
+def version_below(version_range: str, version: str) -> bool:
+    """Whether a range ``guess_version`` wrote (``"<=0.5.x"``, ``"0.3-0.4.0"``, ``"0.8"``) lies
+    wholly below ``version`` (``"0.9"``): False when its upper end is open or unknown."""
+    text = version_range.strip()
+    if not text or text == "unknown" or text.endswith("+"):
+        return False
+    upper = text.split("-")[-1].lstrip("<=")
+    hi, want = _version_tuple(upper), _version_tuple(version)
+    if hi is None or want is None:
+        return False
+    return hi < want
+
 
 def _format_range(lo: _Bound | None, hi: _Bound | None) -> str:
     if lo is not None and hi is not None and lo[0] > hi[0]:

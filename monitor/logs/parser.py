@@ -29,11 +29,13 @@ from monitor.logs.events import (
     sync_event,
     usable_seconds,
 )
+from monitor.logs.exception_lines import exception_line, is_frame_line
 from monitor.logs.failure_lines import is_oom
 from monitor.logs.jsonl import JsonlMerger, JsonStep, read_json_step
 from monitor.logs.keys import other_seconds, phases_and_total
 from monitor.logs.prefix import unwrap
 from monitor.logs.stats import Item, ParseStats
+from monitor.logs.timestamps import NaiveOrder
 from monitor.logs.values import absurd_durations
 from monitor.logs.vocabulary import Vocabulary
 from monitor.numbers import finite_float
@@ -64,11 +66,16 @@ class LogParser:
         self._switch = HybridSwitch()
         self._failures = FailureLines()
         self._line_ip: str | None = None
+        #: naive stamps kept in order through a DST fall-back (``timestamps.NaiveOrder``)
+        self._naive = NaiveOrder()
         #: the times the text carries (tqdm, dated lines), each after the record before it
         self.clock = LineClock(enabled=read_clocks)
         self._last_record: StepRecord | None = None
         self._last_timed_record: StepRecord | None = None
         self._last_step: int | None = None
+        #: the step a failure printed now is placed at: the last step record's, or the count of
+        #: a progress bar drawn after it (the bar reads 116/1155: 116 steps have ended)
+        self._place_step: int | None = None
         self._resume_since_step = False
         #: a reshard's seconds (weight sync, HybridEngine switch) for the next step record
         self._pending_reshard: float | None = None
@@ -78,6 +85,11 @@ class LogParser:
         self._pending_val: tuple[int, dict[str, Any]] | None = None
 
     # --- public -------------------------------------------------------------------------------
+
+    @property
+    def actors(self) -> frozenset[str]:
+        """The Ray actor names the lines' prefixes showed so far."""
+        return frozenset(self._vocabulary.prefixes)
 
     @property
     def version_guess(self) -> str:
@@ -98,8 +110,19 @@ class LogParser:
             self._feed(line, arrival_time, out)
         except Exception as exc:  # noqa: BLE001 - the parser must survive any line
             self.stats.add_error(f"internal error {exc.__class__.__name__}", line)
+        self._date_events(out)
         self.stats.count(out)
         return out
+
+    def _date_events(self, out: list[Item]) -> None:
+        """An event printed without a time of its own keeps the time of the last dated line
+        before it (``dated_before``, from the log's own clock), for ``files.parse_file``."""
+        last = self.clock.last_abs
+        if last is None:
+            return
+        for item in out:
+            if isinstance(item, Event) and item.time is None:
+                item.data.setdefault("dated_before", last)
 
     def flush(self, arrival_time: float | None = None) -> list[Item]:
         """End pending multi-line blocks and merged JSONL objects; return what they make."""
@@ -110,6 +133,7 @@ class LogParser:
             self._close_json(out)
         except Exception as exc:  # noqa: BLE001
             self.stats.add_error(f"internal error {exc.__class__.__name__}", "<flush>")
+        self._date_events(out)
         self.stats.count(out)
         return out
 
@@ -119,7 +143,9 @@ class LogParser:
         if "\ufffd" in raw:
             # the reader replaced invalid UTF-8 (free to test on ASCII/latin-1 text)
             self.stats.bad_utf8_lines += 1
-        line, ts, text, actor, self._line_ip, repeated = unwrap(raw)
+        line, ts, text, actor, self._line_ip, repeated, naive = unwrap(raw)
+        if naive and ts is not None:
+            ts = self._naive.read(ts)  # in order through a DST fall-back's repeated hour
         if actor:
             self._vocabulary.prefixes.add(actor)
         when = ts if ts is not None else arrival
@@ -173,6 +199,9 @@ class LogParser:
                 self.stats.noise_lines += 1
             else:
                 out.append(event)
+                if event.data.get("current"):
+                    self._place_step = int(event.data["current"])
+                self._after_bar(stripped, when, out)
                 # verl draws the bar right after logging the step's metrics: the last record
                 # with a step timer (another process's line may have come in between)
                 self.clock.tqdm(event.data.get("elapsed_s"),
@@ -190,14 +219,11 @@ class LogParser:
         if GRAD_NOT_FINITE in stripped and self._failures.grad_not_finite(
                 stripped, line, when, out, step, self._line_ip):
             return True
-        used = False
-        if is_oom(stripped):
-            self._failures.oom(stripped, when, out, step, self._line_ip)
-            used = True
-        elif self._failures.failure(stripped, when, out, step, self._line_ip):
+        used = is_oom(stripped)
+        if self._failure_line(stripped, when, out, used):
             return True
         if TRACEBACK_START in stripped:
-            self._blocks.start_traceback(stripped, when, out, step)
+            self._blocks.start_traceback(stripped, when, out, self._place_step)
             return True
         if "[HybridEngine]" in stripped:
             self._set_reshard(self._switch.feed(stripped, when, out, step))
@@ -228,7 +254,37 @@ class LogParser:
             if event is not None:
                 out.append(event)
                 return True
+        if not used:
+            return self._exception_start(stripped, when, out)
         return used
+
+    def _failure_line(self, stripped: str, when: float | None, out: list[Item],
+                      oom: bool) -> bool:
+        """An out-of-memory line (an ``oom`` event; False: the line may start a traceback
+        too) or a failure line (True); a Ray ``RayTaskError(X)`` line also opens a traceback,
+        since the worker's frames and exception follow it."""
+        place = self._place_step
+        if oom:
+            self._failures.oom(stripped, when, out, place, self._line_ip)
+            return False
+        if not self._failures.failure(stripped, when, out, place, self._line_ip):
+            return False
+        found = exception_line(stripped) if "RayTaskError(" in stripped else None
+        if found is not None:
+            self._blocks.start_exception(stripped, found, when, out, place)
+        return True
+
+    def _exception_start(self, stripped: str, when: float | None, out: list[Item]) -> bool:
+        """A raised exception's line, or a traceback's frame, printed without the traceback's
+        header (a quote, a log cut short): a ``traceback`` event all the same."""
+        found = exception_line(stripped)
+        if found is not None:
+            self._blocks.start_exception(stripped, found, when, out, self._place_step)
+            return True
+        if stripped.startswith('File "') and is_frame_line(stripped):
+            self._blocks.start_traceback(stripped, when, out, self._place_step, headless=True)
+            return True
+        return False
 
     def _exception_line(
         self, text: str, when: float | None, out: list[Item], frames: list[str]
@@ -236,9 +292,27 @@ class LogParser:
         """The exception line that ends a traceback: an OOM (with the frames' phase) or a
         failure event."""
         if is_oom(text):
-            self._failures.oom(text, when, out, self._last_step, self._line_ip, frames)
+            self._failures.oom(text, when, out, self._place_step, self._line_ip, frames)
         else:
-            self._failures.failure(text, when, out, self._last_step, self._line_ip)
+            self._failures.failure(text, when, out, self._place_step, self._line_ip)
+
+    def _after_bar(self, stripped: str, when: float | None, out: list[Item]) -> None:
+        """What a line prints after its progress bar (tqdm and another process share the line:
+        ``... 116/1155 [1:02:03<...] (raylet) ... killed due to memory pressure``): a failure
+        there is placed at the bar's count."""
+        at = stripped.rfind("Training Progress")
+        close = stripped.find("]", at)
+        rest = stripped[close + 1:].strip() if close >= 0 else ""
+        if not rest or "Training Progress" in rest:
+            return
+        after = unwrap(rest)
+        text, ip = after.text.strip(), after.ip or self._line_ip
+        if not text:
+            return
+        if is_oom(text):
+            self._failures.oom(text, when, out, self._place_step, ip)
+        else:
+            self._failures.failure(text, when, out, self._place_step, ip)
 
     # --- step records ---------------------------------------------------------------------------
 
@@ -320,6 +394,7 @@ class LogParser:
         if total is not None:
             self._last_timed_record = record
         self._last_step = step
+        self._place_step = step
         self._resume_since_step = False
         self._failures.reset()
         out.append(record)
@@ -348,7 +423,7 @@ class LogParser:
         self._apply_pending_reshard(record, old_era=True)
         self._vocabulary.keys.update(record.metrics)
         self._last_record = record
-        self._last_step = record.step
+        self._last_step = self._place_step = record.step
         self._resume_since_step = False
         out.append(record)
 

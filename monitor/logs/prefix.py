@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from monitor.logs.timestamps import split_timestamp
+from monitor.logs.timestamps import split_timestamp_naive
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RAY_PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.:-]*) )?pid=(\d+)(?:, ip=([0-9A-Fa-f.:]+))?\) ?")
@@ -27,6 +27,7 @@ class LineText(NamedTuple):
     actor: str | None  # Ray actor name of the prefix (``TaskRunner``, ``main_task``)
     ip: str | None  # the prefix's worker IP
     repeated: int  # Ray's de-duplication count (1 when the line was not repeated)
+    naive: bool = False  # the timestamp had no offset (read in the log's zone)
 
 
 def unwrap(line: str) -> LineText:
@@ -39,7 +40,7 @@ def unwrap(line: str) -> LineText:
         line = parts[-1] if parts else ""
     if "\x1b" in line:
         line = _ANSI_RE.sub("", line)
-    ts, text = split_timestamp(line)
+    ts, text, naive = split_timestamp_naive(line)
     actor = ip = None
     if text.startswith("("):
         match = _RAY_PREFIX_RE.match(text)
@@ -48,17 +49,17 @@ def unwrap(line: str) -> LineText:
             ip = match.group(3)
             text = text[match.end() :]
             if ts is None:
-                ts, text = split_timestamp(text)
+                ts, text, naive = split_timestamp_naive(text)
             if text.startswith("("):  # the process inside the actor that printed the line
                 inner = _RAY_PREFIX_RE.match(text)
                 if inner is not None:
                     text = text[inner.end() :]
                     if ts is None:
-                        ts, text = split_timestamp(text)
+                        ts, text, naive = split_timestamp_naive(text)
     repeated = 1
     if text.endswith("cluster]"):
         match = _REPEATED_RE.search(text)
         if match is not None:
             repeated = int(match.group(1))
             text = text[: match.start()]
-    return LineText(line, ts, text, actor, ip, repeated)
+    return LineText(line, ts, text, actor, ip, repeated, naive)

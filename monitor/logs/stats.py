@@ -55,13 +55,22 @@ class ParseStats:
 @dataclass
 class ParsedLog:
     """A whole parsed log file. ``format`` is ``"console"`` or ``"jsonl"`` (``"empty"`` when
-    the file holds no text)."""
+    the file holds no text). ``side_files``: what could not be used of the files beside the
+    log (its ``.arrivals`` sidecar), one line each."""
 
     steps: list[StepRecord]
     events: list[Event]
     version_guess: str
     stats: ParseStats
     format: str
+    #: the Ray actor names of the lines' prefixes (``TaskRunner``, ``TaskRunnerV1``, ...)
+    actors: frozenset[str] = frozenset()
+    #: ``"absolute"`` (the log dates its steps), ``"relative"`` (times from the first step's
+    #: start: no clock in the text dates them) or ``"none"`` (no steps): ``files.clock_kind``
+    clock: str = "none"
+    side_files: list[str] = field(default_factory=list)
+    #: when the run's progress bar started (its drawing at 0), by the log's clock, or None
+    run_start: float | None = None
 
 
 def step_in_range(step: int) -> bool:

@@ -77,14 +77,56 @@ def set_log_timezone(zone: str | dt.tzinfo | None) -> None:
 def naive_epoch(parts: tuple[int, int, int, int, int, int]) -> int | None:
     """Unix seconds of a wall-clock time ``(year, month, day, hour, minute, second)`` without
     an offset, read in the log's zone (the host's, or ``set_log_timezone``'s); None when it
-    cannot be one. For any reader of naive dates, so all of them agree."""
+    cannot be one. For any reader of naive dates, so all of them agree. A time the zone shows
+    twice is read as the first (a reader keeping order takes the second with
+    :func:`later_reading`, see :class:`NaiveOrder`)."""
     zone = _zone
-    try:
+    try:  # a time shown twice (a DST fall-back) is its first reading (``later_reading``)
         if zone is None:
-            return int(time.mktime((*parts, 0, 0, -1)))
+            return int(dt.datetime(*parts).timestamp())
         return int(dt.datetime(*parts, tzinfo=zone).timestamp())
     except (OverflowError, ValueError, OSError):
         return None
+
+def later_reading(unix: float) -> float | None:
+    """When ``unix`` was read from a wall-clock time that the log's zone shows twice (the hour
+    a DST fall-back repeats) and it is the first of the two: the second, an hour or so later.
+    None otherwise (an unambiguous time, a fixed offset, UTC)."""
+    zone = _zone
+    try:
+        local = dt.datetime.fromtimestamp(unix, zone) if zone is not None else \
+            dt.datetime.fromtimestamp(unix)
+        if local.fold:
+            return None
+        other = local.replace(fold=1).timestamp()
+    except (OverflowError, ValueError, OSError):
+        return None
+    return other if other > unix else None
+
+
+#: A naive time may read this much before the one before it and still be taken as written.
+NAIVE_BACK_SLACK_S = 600.0
+
+
+class NaiveOrder:
+    """Reads a log's naive times in order through a DST fall-back: a time that falls in the
+    repeated hour and reads more than ``NAIVE_BACK_SLACK_S`` before the log's previous naive
+    time is taken as the hour's second occurrence when that one keeps the order (round 5: the
+    second 01:00-01:50 EST was put an hour early, before the steps it followed)."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+
+    def read(self, value: float) -> float:
+        """``value`` (a naive time as first read), or its later reading; remembered."""
+        last = self.last
+        if last is not None and value < last - NAIVE_BACK_SLACK_S:
+            later = later_reading(value)
+            if later is not None and later >= last - NAIVE_BACK_SLACK_S:
+                value = later
+        self.last = value
+        return value
+
 
 _TS_RE = re.compile(
     r"\s*\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
@@ -98,14 +140,21 @@ _NAIVE_CACHE: dict[tuple, int] = {}
 def split_timestamp(line: str) -> tuple[float | None, str]:
     """``(unix seconds, rest of the line)`` when ``line`` starts with a timestamp, else
     ``(None, line)``. Never raises: an impossible date (month 13) counts as no timestamp."""
+    value, rest, _ = split_timestamp_naive(line)
+    return value, rest
+
+
+def split_timestamp_naive(line: str) -> tuple[float | None, str, bool]:
+    """As :func:`split_timestamp`, and whether the timestamp was naive (no offset: read in the
+    log's zone, where a DST fall-back repeats an hour; see :class:`NaiveOrder`)."""
     if not line:
-        return None, line
+        return None, line, False
     first = line[0]
     if not (first.isdigit() or first == "[" or first == " "):
-        return None, line
+        return None, line, False
     match = _TS_RE.match(line)
     if match is None:
-        return None, line
+        return None, line, False
     year, month, day, hour, minute, second, frac, zone = match.groups()
     key = (year, month, day, hour, minute, second)
     if zone:
@@ -116,14 +165,14 @@ def split_timestamp(line: str) -> tuple[float | None, str]:
     if base is None:
         mon, dd, hh, mi, ss = int(month), int(day), int(hour), int(minute), int(second)
         if not (1 <= mon <= 12 and 1 <= dd <= 31 and hh <= 23 and mi <= 59 and ss <= 60):
-            return None, line
+            return None, line, False
         if zone:
             base = calendar.timegm((int(year), mon, dd, hh, mi, ss, 0, 0, 0))
             cache: dict = _EPOCH_CACHE
         else:
             naive = naive_epoch((int(year), mon, dd, hh, mi, min(ss, 59)))
             if naive is None:
-                return None, line
+                return None, line, False
             base = naive + (ss == 60)
             cache, key = _NAIVE_CACHE, (host, key)
         if len(cache) > 4096:
@@ -136,7 +185,7 @@ def split_timestamp(line: str) -> tuple[float | None, str]:
         sign = -1 if zone[0] == "-" else 1
         digits = zone[1:].replace(":", "")
         value -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
-    return value, line[match.end() :]
+    return value, line[match.end() :], not zone
 
 
 def parse_timestamp(text: str) -> float | None:

@@ -94,15 +94,20 @@ def value_format(texts: list[str]) -> str | None:
 #: the value is damage, not a step; a timestamp built from it would be out of range.
 MAX_DURATION_S = 30 * 86400.0
 _TIMER_PREFIXES = ("timing_s/", "timing/")
+#: Keys under ``timing_s/`` that count rather than time: the agent loop's preemptions, for which
+#: verl prints -1 where the engine does not say (not tracked, not damage).
+_COUNTS = ("/num_preempted",)
 
 
 def absurd_durations(metrics: dict[str, object]) -> dict[str, float]:
     """The timers (``timing_s/*``, ``timing/*``) of one step whose finite value is negative or
     longer than ``MAX_DURATION_S``: key -> value. NaN and inf are left to the readers, which
-    already skip them."""
+    already skip them; the counts under ``timing_s/`` (``_COUNTS``, -1 when not tracked) are
+    not timers."""
     out: dict[str, float] = {}
     for key, value in metrics.items():
-        if not key.startswith(_TIMER_PREFIXES) or isinstance(value, bool):
+        if not key.startswith(_TIMER_PREFIXES) or isinstance(value, bool) or any(
+                part in key for part in _COUNTS):
             continue
         if isinstance(value, (int, float)) and math.isfinite(value) and not (
                 0.0 <= value <= MAX_DURATION_S):

@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from monitor.notify.outbox import MemoryOutbox
-from monitor.printable import one_line
+from monitor.printable import one_line, printable
 from monitor.records import SEVERITIES, Flag
 
 _SEVERITY_ICON = {"info": ":information_source:", "warning": ":warning:",
@@ -132,8 +132,9 @@ def _clip(text: str, limit: int) -> str:
 def slack_escape(text: str) -> str:
     """``text`` as Slack shows it literally: ``&``, ``<`` and ``>`` as the entities Slack
     asks for, so no mention (``<!channel>``, ``<@U…>``), link (``<url|text>``) or date can come
-    from it."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    from it; terminal escapes, bidirectional overrides and other invisible characters shown
+    as backslash escapes (``monitor.printable``)."""
+    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _clip_escaped(text: str, limit: int) -> str:

@@ -413,13 +413,13 @@ class SimRun:
         ``gen`` includes the weight sync (no reshard key). breakdown: ``gen``,
         ``rollout_wait``, ``values`` (critic_score: the log-prob, reference and critic passes'
         seconds together, from the first's start), ``update_actor`` (loss_comp, compute only)
-        and ``comm``; ``reshard`` too when lines carry timestamps (from [HybridEngine] lines).
+        and ``comm``; ``reshard`` too (from the times of its [HybridEngine] lines: stamped, or
+        captured in the ``.arrivals`` file that ``write`` leaves beside the log).
         """
         iv = {label: (a, b) for label, a, b in timeline if label != "gap"}
         out: dict[str, tuple[float, float]] = {}
         if self.log_format == "breakdown":
-            if self.timestamps:
-                out["reshard"] = iv["reshard"]
+            out["reshard"] = iv["reshard"]
             for p in ("gen", "rollout_wait", "update_actor", "comm"):
                 out[p] = iv[p]
             # critic_score: the scoring side's passes together, from the first one's start
@@ -653,15 +653,29 @@ class SimRun:
         """Write ``train.log`` (and ``train.jsonl``), ``gpu.csv``, ``host.csv``, ``truth.json``
         and, for a run with rollout engines (agent-loop, fully-async), ``rollout.csv``.
 
-        The log's modification time is set to the end of the last completed step, so a reader
-        without timestamps rebuilds the same step end times from cumulative step times.
+        Beside the log, ``train.log.arrivals`` holds the time each line was printed, as
+        ``verl-monitor run`` records it (``monitor.logs.arrivals``): the recording is what a
+        real run under the monitor leaves, and its clock is the log's own (the file's
+        modification time is set to the end of the last completed step too, but nothing reads
+        time from it).
         """
+        from monitor.logs.arrivals import ArrivalWriter, sidecar_path
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         log = out / "train.log"
-        with log.open("w", encoding="utf-8") as fh:
-            for _, line in self.timed_lines():
-                fh.write(line + "\n")
+        sidecar_path(log).unlink(missing_ok=True)
+        offset = 0
+        with log.open("wb") as fh:
+            arrivals = ArrivalWriter(log)
+            try:
+                for t, line in self.timed_lines():
+                    data = (line + "\n").encode("utf-8")
+                    arrivals.record(offset, t, offset + len(data))
+                    fh.write(data)
+                    offset += len(data)
+            finally:
+                arrivals.close()
         os.utime(log, (self.log_end_time, self.log_end_time))
         if jsonl:
             path = out / "train.jsonl"

@@ -223,7 +223,7 @@ class LiveSim:
                 items.sort(key=lambda item: (item[0], item[1]))
             arrivals = ArrivalWriter(self.log_path)
             try:
-                with self.log_path.open("a", encoding="utf-8") as fh:
+                with self.log_path.open("ab") as fh:
                     for t_sim, kind, item in items:
                         while not self._stop.is_set():
                             wait = self.wall_time_of(t_sim) - time.time()
@@ -235,9 +235,13 @@ class LiveSim:
                         if kind == 0:
                             # when the line was printed, on the run's own clock, as
                             # `verl-monitor run` records it for a job it captures
-                            arrivals.record(fh.tell(), t_sim)
-                            fh.write(str(item) + "\n")
+                            data = (str(item) + "\n").encode("utf-8")
+                            offset = fh.tell()
+                            arrivals.record(offset, t_sim, offset + len(data))
+                            fh.write(data)
                             fh.flush()
+                            if self.speed != 1.0:  # written on the run's clock, as captured
+                                os.utime(self.log_path, (t_sim, t_sim))
                             self.lines_written += 1
                         elif dump is not None:
                             self._dump(dump, item, t_sim)

@@ -79,7 +79,7 @@ def test_core_install_changes_none_of_verl_vllm_torch_pins(tmp_path):
     added = sorted(set(together) - set(alone) - {"verl-monitor"})
     # what the monitor adds beside verl is small: its own exporter dependencies only
     assert set(added) <= {"prometheus-client", "nvidia-ml-py", "psutil", "pyyaml", "bcrypt",
-                          "pandas", "numpy", "python-dateutil", "tzdata", "six"}, added
+                          "pandas", "numpy", "python-dateutil", "tzdata", "six", "py-spy"}, added
 
 
 @pytest.mark.timeout(900)
@@ -95,6 +95,7 @@ def test_core_only_venv_runs_exporter_and_analyze_and_names_missing_extras(tmp_p
         pytest.skip(f"PyPI unreachable: {pip.stderr.strip().splitlines()[-1]}")
     assert pip.returncode == 0, pip.stderr[-3000:]
     cli = str(venv / "bin" / "verl-monitor")
+    assert (venv / "bin" / "py-spy").exists(), "py-spy is not in the core install"
     for absent in ("streamlit", "plotly", "wandb", "slack_sdk", "httpx"):
         probe = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {absent}"],
                                capture_output=True, timeout=60)
