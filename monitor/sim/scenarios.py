@@ -1017,12 +1017,12 @@ SCRIPTS: dict[str, list[tuple[str, int]]] = {
         ("rollout_long_tail", 6),
         ("healthy", 6),
     ],
-    # The demo in two minutes at 1x (tests/e2e/test_headline.py): healthy steps, a slow weight
-    # sync, then healthy steps to the end.
+    # The demo in under two minutes at 1x (tests/e2e/test_headline.py): healthy steps, a slow
+    # weight sync, then a healthy step to the end.
     "demo_short": [
-        ("healthy", 5),
-        ("reshard_spike", 4),
-        ("healthy", 2),
+        ("healthy", 4),
+        ("reshard_spike", 3),
+        ("healthy", 1),
     ],
     # Server-mode rollout behind the agent loop: a full KV cache, then a generation tail.
     "agent_loop_demo": [

@@ -1,7 +1,8 @@
 """One headline in both modes (issue 38): the demo played into a run store and into a real
 Prometheus, at 10x (the whole demo) and at 1x (``demo_short``: healthy steps, a slow weight
-sync, healthy steps to the end, two minutes), read back from the store and from Prometheus at
-the same moments: while the steps are healthy, in the middle of the fault, after the end.
+sync, a healthy step to the end: under two minutes), read back from the store and from
+Prometheus at the same moments: while the steps are healthy, in the middle of the fault,
+after the end.
 
 Both modes read the last 20 steps the exporter counted (the store keeps the ledger rows,
 Prometheus the counters they went into); at each moment the headline must agree: the banner's
