@@ -334,18 +334,25 @@ class Scraper(threading.Thread):
         self.join(timeout=10)
 
 
-def wait_up(url: str, timeout: float) -> bool:
-    """True once the URL answers 200 within ``timeout`` seconds."""
+def wait_up(url: str, timeout: float, marker: bytes = b"verlmon_gpu_") -> bool:
+    """True once the URL answers 200 with ``marker`` in its body within ``timeout`` s."""
     end = time.time() + timeout
     while time.time() < end:
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200 and b"verlmon_gpu_" in resp.read():
+                if resp.status == 200 and marker in resp.read():
                     return True
         except Exception:  # noqa: BLE001
             pass
         time.sleep(0.2)
     return False
+
+
+def _nvitop_gpus(text: str) -> int:
+    """GPUs in an nvitop-exporter scrape (its per-GPU utilization series, ``index`` label)."""
+    import re
+
+    return len(set(re.findall(r'^gpu_utilization_percent\{[^}]*index="(\d+)"', text, re.M)))
 
 
 def cpu_seconds(pid: int, children: bool = False) -> float:
@@ -412,15 +419,25 @@ def activity_checks(table: dict[str, dict]) -> list[dict[str, Any]]:
     return out
 
 
+def nvitop_command(interval: float, port: int) -> list[str]:
+    """nvitop-exporter (the anchor of issue 39's cost) on ``port`` at ``interval``, as its
+    README starts it; carried as wheels to the GPU machine (``pip install nvitop-exporter``)."""
+    return [sys.executable, "-m", "nvitop_exporter", "--bind-address", "127.0.0.1",
+            "--port", str(port), "--interval", str(interval)]
+
+
 def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: float,
                  out_dir: Path, label: str, only_gpu: bool = False,
-                 extra_args: list[str] | None = None, pyspy: bool = True) -> dict[str, Any]:
+                 extra_args: list[str] | None = None, pyspy: bool = True,
+                 nvitop: bool = False) -> dict[str, Any]:
     """One exporter run beside the load cycle; returns its figures.
 
     ``only_gpu`` turns every other collector off (to tell the GPU sampler's cost apart). The
     exporter is started as ``verl-monitor run`` starts it (this process names itself in
     ``VERLMON_RUN_PID``), so the load worker, our other child, is the job it may read: with
     ``pyspy`` its steady py-spy readings run (``hang.sample_s``); without, ``--no-hang-pyspy``.
+    ``nvitop``: nvitop-exporter instead of ours, beside the same load (its CPU, its scrape
+    time and the load's step time; the activity checks are ours alone).
     """
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
@@ -438,7 +455,10 @@ def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: 
     if not pyspy:
         cmd.append("--no-hang-pyspy")
     cmd += list(extra_args or [])
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
+    if nvitop:
+        cmd = nvitop_command(interval, port)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p), PYTHONUNBUFFERED="1",
                VERLMON_RUN_PID=str(os.getpid()))
     log_path = out_dir / f"exporter_{label}.log"
     with open(log_path, "w") as log:
@@ -446,7 +466,7 @@ def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: 
     result: dict[str, Any] = {"interval_s": interval, "command": " ".join(cmd[1:]),
                               "dcgm_compat": dcgm}
     try:
-        if not wait_up(url, 60):
+        if not wait_up(url, 60, b"nvitop" if nvitop else b"verlmon_gpu_"):
             result["error"] = "exporter did not answer within 60 s: " + log_path.read_text()[-800:]
             return result
         worker, _ready = start_worker(schedule, dry)
@@ -460,6 +480,8 @@ def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: 
         scraper.halt()
         (out_dir / f"exposition_{label}.txt").write_text(scraper.last_text)
         gpus = len(scraper.samples[-1][3].get("verlmon_gpu_up", {})) if scraper.samples else 0
+        if nvitop:
+            gpus = _nvitop_gpus(scraper.last_text)
         lats = sorted(x[1] for x in scraper.samples)
         wall = t1 - t0
         samples = wall / interval
@@ -484,7 +506,8 @@ def run_exporter(interval: float, schedule: str, dry: bool, dcgm: bool, settle: 
             "exporter_ms_per_sample_per_gpu": round(cpu / samples / max(gpus, 1) * 1e3, 4),
             "phases": phases,
             "activity": table,
-            "checks": [] if dry else activity_checks(table),
+            "checks": [] if dry or nvitop else activity_checks(table),
+            "exporter": "nvitop-exporter" if nvitop else "verl-monitor",
             "dcgm_series": sorted({n for n in (scraper.samples[-1][3] if scraper.samples
                                                else {}) if n.startswith("DCGM_")}),
         })
@@ -669,7 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--intervals", default="1,0.1",
                     help="exporter runs, comma separated: INTERVAL, INTERVAL:gpu (only the "
                     "gpu collector on), INTERVAL:nospy (--no-hang-pyspy) or INTERVAL:nosample "
-                    "(py-spy only in a silence: hang.sample_s 0); the last run adds "
+                    "(py-spy only in a silence: hang.sample_s 0) or INTERVAL:nvitop "
+                    "(nvitop-exporter instead, beside the same load); the last run adds "
                     "--dcgm-compat unless --no-dcgm (default 1,0.1)")
     ap.add_argument("--exporter-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for every exporter run (repeat), e.g. "
@@ -732,14 +756,15 @@ def main(argv: list[str] | None = None) -> int:
     schedule = ",".join(f"{ph}:{p}" for ph in LOAD_PHASES)
     for i, (interval, (mode,)) in enumerate(intervals):
         label = f"{interval:g}s" + {"gpu": "-gpu-only", "nospy": "-no-pyspy",
-                                     "nosample": "-no-sampling"}.get(mode, "")
+                                     "nosample": "-no-sampling",
+                                     "nvitop": "-nvitop-exporter"}.get(mode, "")
         label += f"-{i + 1}" if label in res["runs"] else ""  # a run repeated: both kept
         run = run_exporter(interval, schedule, args.dry_run,
                            dcgm=i == len(intervals) - 1 and not args.no_dcgm,
                            settle=max(3.0, 2 * interval + 2), out_dir=out_dir, label=label,
                            only_gpu=mode == "gpu", extra_args=args.exporter_arg
                            + (_no_sampling_config(out_dir) if mode == "nosample" else []),
-                           pyspy=mode != "nospy")
+                           pyspy=mode != "nospy", nvitop=mode == "nvitop")
         res["runs"][label] = run
         print(f"run {label}:", json.dumps({k: v for k, v in run.items() if k != "phases"}),
               flush=True)

@@ -8,7 +8,9 @@ so four workers share two cores well. Two things make that safe and short:
   one Prometheus, one Streamlit app, one browser page, a parsed recording) has all its tests
   sent to one worker (an ``xdist_group`` named after the module), so the fixture is set up once;
   the other tests are spread one by one. A module may name its own group (``pytestmark =
-  pytest.mark.xdist_group("name")``) to keep tests that need the same resource together.
+  pytest.mark.xdist_group("name")``) to keep tests that need the same resource together, or a
+  parameter to group by (``GROUP_BY_PARAM = "run"``): the tests of one recording, whose
+  analysis the module caches, then run on one worker.
 - **Longest first.** The work units (a group, or a lone test) are ordered by their measured
   wall time, longest first (``tests/durations.json``, written by ``bench/test_times.py`` from a
   ``--times-json`` run; a test not in it counts as ``DEFAULT_S``, an end-to-end one as
@@ -71,13 +73,29 @@ def _group(item: pytest.Item) -> str | None:
     return None
 
 
+def _param_group(item: pytest.Item) -> str | None:
+    """The group of a module that names a parameter to group by (``GROUP_BY_PARAM``): every
+    test of one recording or log on one worker, which then reads and analyses it once."""
+    name = getattr(getattr(item, "module", None), "GROUP_BY_PARAM", None)
+    spec = getattr(item, "callspec", None)
+    if not name or spec is None or name not in spec.params:
+        return None
+    value = spec.params[name]
+    return f"{_module_id(item)}:{getattr(value, 'name', value)}"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests of modules with shared fixtures, then order the work units longest
     first (before xdist reads the groups: ``tryfirst``)."""
     shared = {_module_id(i) for i in items if _shares_a_fixture(i)}
     for item in items:
-        if _group(item) is None and _module_id(item) in shared:
+        if _group(item) is not None:
+            continue
+        by_param = _param_group(item)
+        if by_param is not None:
+            item.add_marker(pytest.mark.xdist_group(by_param))
+        elif _module_id(item) in shared:
             item.add_marker(pytest.mark.xdist_group(_module_id(item)))
     durations = load_durations()
 

@@ -69,6 +69,7 @@ def _service(host: str, port: int) -> list[str]:
     return ["127.0.0.1", "127.0.0.2"]
 
 
+@pytest.mark.slow  # it waits on purpose for a timeout
 def test_headless_service_name_finds_the_driver_among_every_node(two_pods):
     url = f"http://verl-monitor-exporter.verl-monitor.svc:{two_pods}/metrics"
     src = PhaseSource(url, resolve=_service)

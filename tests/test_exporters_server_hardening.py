@@ -180,6 +180,7 @@ def _responses(sock: socket.socket, wait: float = 2.0) -> list[bytes]:
     return re.findall(rb"HTTP/1\.[01] \d{3}", data)  # bodies here never hold that text
 
 
+@pytest.mark.slow  # it waits on purpose for a timeout
 def test_idle_sockets_past_the_cap_make_room_for_a_scrape():
     """Before: idle sockets held a thread and a descriptor each until they ran out, and a
     real scrape then timed out; now the longest-waiting connection makes room."""
@@ -299,6 +300,7 @@ def test_keep_alive_and_pipelined_scrapes_still_work(plain):
             assert stream.read(length) == BODY
 
 
+@pytest.mark.slow  # it waits on purpose for a timeout
 @pytest.mark.parametrize("framing", [
     b"Content-Length: %d\r\n",
     b"Content-Length: %d\r\nContent-Length: %d\r\n",

@@ -10,6 +10,7 @@ import os
 import pickle
 from pathlib import Path
 
+import pytest
 from hang_standins import FIXTURES, as_rank, real_dump, start_standin, stop, write_dump
 from threads import in_thread
 
@@ -65,6 +66,7 @@ def test_a_deeply_nested_pickle_is_a_dump_error_in_words() -> None:
         raise AssertionError("a 200,000-deep pickle was taken for a dump")
 
 
+@pytest.mark.slow  # it starts stand-in ranks and waits for the silent one
 def test_bad_dumps_fail_their_rank_only_and_are_counted(tmp_path: Path) -> None:
     """A round with a good rank, a deep pickle, a truncated dump, garbage and a FIFO where a
     dump should be: the good rank is localized, every other is a problem of its own."""

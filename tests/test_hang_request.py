@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hang_standins import FIXTURES, as_rank, real_dump, start_standin, stop, write_dump
 
 from monitor.hang.request import find_pipes, poke, request_dumps
+
+#: Each test starts stand-in ranks (processes) and waits for their answers.
+pytestmark = pytest.mark.slow
 
 
 def test_each_rank_answers_its_fifo_with_its_dump(tmp_path):

@@ -27,6 +27,11 @@ HANGS = ["hang_data", "hang_reward", "hang_http", "hang_data_live", "hang_reward
 REPLAY = HangPolicy(after_s=20.0, restack_s=10.0)
 
 
+#: Tests of one recording run on one worker under xdist (tests/scheduling.py): its analysis
+#: is cached per process, so it is read once.
+GROUP_BY_PARAM = "run"
+
+
 def _round(t: float, place: str = "reward", pid: int = 7, frame: str = "compute_score "
            "(rewards.py:9)", stuck: bool = True) -> Event:
     who = [{"role": "driver", "pid": pid, "frame": frame}]

@@ -39,6 +39,9 @@ from tests.real_logs import RealLog, analyze_doc, entries, false_flags, load
 FAILURES = Path(__file__).resolve().parent / "fixtures" / "real_failures"
 
 ENTRIES = entries()
+#: Tests of one recording run on one worker under xdist (tests/scheduling.py): its analysis
+#: is cached per process, so it is read once.
+GROUP_BY_PARAM = "entry"
 IDS = [e.name for e in ENTRIES]
 CASES = json.loads((FAILURES / "manifest.json").read_text())
 

@@ -32,6 +32,9 @@ import pytest
 from monitor.cli import main as cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_verl"
+#: Tests of one recording run on one worker under xdist (tests/scheduling.py): its analysis
+#: is cached per process, so it is read once.
+GROUP_BY_PARAM = "run"
 RUNS = sorted(p.name for p in FIXTURES.iterdir() if (p / "meta.json").exists())
 ALARM = ("warning", "critical")
 HEALTHY = ["healthy", "healthy_val_ckpt", "healthy_val"]

@@ -9,6 +9,9 @@ import pytest
 from monitor.sim.engine import SimRun
 from monitor.sim.live import LiveSim
 
+#: The live simulator writes in real time: these tests wait on it on purpose.
+pytestmark = pytest.mark.slow
+
 
 def _wait(cond, timeout: float = 20.0) -> bool:
     deadline = time.monotonic() + timeout

@@ -162,10 +162,9 @@ def test_rows_left_when_the_final_flush_fails_are_counted_as_lost(tmp_path: Path
 
 
 def test_a_position_is_written_with_the_steps_put_before_it_never_ahead(tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "run.db")
+    store = RunStore(tmp_path / "run.db", busy_timeout_s=0.05)  # the lock is met at once
     writer = StoreWriter(store, compact_interval_s=None)
     locker = sqlite3.connect(tmp_path / "run.db", timeout=0)
-    store.busy_timeout_s = 0.05
     pos = LogPosition(str(tmp_path / "train.log"), 1, 2, 300, 300, "cd" * 20)
     locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     writer.put_steps([StepRecord(step=1, end_time=1.0), StepRecord(step=2, end_time=2.0)])

@@ -350,9 +350,10 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     events, hang = _hang_evidence(args, events, _data_end(steps, gpu, host))
 
     from monitor.analysis.run_analysis import RunAnalysis, json_top
-    from monitor.logs.job_config import describe_file, read_job_config_file
+    from monitor.logs.job_config import read_job_config_file, scan_head
 
-    job_config = read_job_config_file(args.log)  # the config verl printed at the start
+    head = scan_head(args.log)  # the config verl printed at the start, read once
+    job_config = head.config
     job_config = job_config or next(filter(None, map(read_job_config_file, more)), None)
     ra = RunAnalysis(steps, gpu if use_gpu else None, host=host,
                      events=events, nccl=nccl,
@@ -379,7 +380,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "format": parsed.format,
             "version_guess": parsed.version_guess,
             "clock": parsed.clock,
-            "job_config": describe_file(args.log),
+            "job_config": head.describe(),
             "telemetry": telemetry,
             "trainer_mode": pools["mode"],
             "trainer_mode_source": ra.mode.source,

@@ -172,11 +172,18 @@ def _is_run(cmdline: list[str]) -> bool:
 
 def job_root(parent: int | None = None) -> tuple[int | None, str]:
     """(the PID of the job's command, '') when this process was started by ``verl-monitor
-    run`` (``parent``, default our parent), whose one other child is the job; else (None,
-    why not). The one place that says which tree is the job's."""
+    run`` (``parent``; by default our parent, proven by the PID run put in our environment:
+    ``monitor.hang.procs.run_parent``), whose one other child is the job; else (None, why not).
+    The one place that says which tree is the job's."""
     import psutil
 
-    parent = os.getppid() if parent is None else parent
+    if parent is None:
+        from monitor.hang.procs import run_parent
+
+        parent = run_parent()  # proven: run named itself to us and is still our parent
+        if parent is None:
+            return None, ("the job's process tree is not known: this exporter was not started "
+                          "by verl-monitor run")
     try:
         run = psutil.Process(parent)
         if not _is_run(run.cmdline()):

@@ -93,8 +93,9 @@ class JobConfigWatch:
         for path in self.logs:
             if path in self._settled:
                 continue  # a step came before any config there: it is not read again
-            got, final, actors = scan_head(path)
-            self.actors |= actors
+            head = scan_head(path)
+            got, final = head.config, head.final
+            self.actors |= head.actors
             if got:
                 if got != self._found:  # caught half-printed before: tell the whole again
                     self._told = False

@@ -343,6 +343,16 @@ class HeadScan(NamedTuple):
     config: dict[str, Any] | None
     final: bool
     actors: frozenset[str]
+    #: whether the config was read to its end (not cut short)
+    whole: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        """What the head says of the config, for the report: ``found``, ``whole`` (read to its
+        end) and the ``sections`` it has."""
+        if self.config is None:
+            return {"found": False}
+        return {"found": True, "whole": self.whole,
+                "sections": sorted(str(k) for k in self.config)}
 
 
 def scan_head(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES) -> HeadScan:
@@ -357,7 +367,7 @@ def scan_head(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES) -> Hea
     reader, read = got
     final = (reader.done and (reader.whole or reader.ended)) or reader.after_steps \
         or read > head_bytes
-    return HeadScan(reader.config, final, frozenset(reader.actors))
+    return HeadScan(reader.config, final, frozenset(reader.actors), reader.whole)
 
 
 def scan_job_config_file(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES
@@ -388,13 +398,8 @@ def _scan_file(path: str | os.PathLike[str], head_bytes: int
 
 def describe_file(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES
                   ) -> dict[str, Any]:
-    """What a log's head says of the job's printed config, for the report: ``found``,
-    ``whole`` (read to its end) and the ``sections`` it has."""
-    got = _scan_file(path, head_bytes)
-    if got is None or not got[0].done:
-        return {"found": False}
-    reader = got[0]
-    return {"found": True, "whole": reader.whole, "sections": reader.sections}
+    """What a log's head says of the job's printed config (``HeadScan.describe``)."""
+    return scan_head(path, head_bytes).describe()
 
 
 def read_job_config_file(path: str | os.PathLike[str], head_bytes: int = HEAD_BYTES
