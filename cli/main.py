@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the GPUs, with evidence and a concrete fix.",
     )
     parser.add_argument("--version", action="version", version=f"verl-monitor {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # the subcommand's name goes to its own attribute: ``run`` has a positional ``command``
+    # (the job's command line), which must not replace it
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     for name in COMMANDS:
         command = importlib.import_module(f"cli.commands.{name.replace('-', '_')}")
         sub_parser = sub.add_parser(name, **command.PARSER)
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         # an unknown option after a subcommand is that subcommand's usage error, not the
         # top-level one ("verl-monitor analyze --bogus" prints analyze's usage)
-        _subparser(parser, getattr(args, "command", None) or "").error(
+        _subparser(parser, getattr(args, "subcommand", None) or "").error(
             "unrecognized arguments: " + " ".join(extra))
     if not getattr(args, "func", None):
         parser.print_help()

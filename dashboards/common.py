@@ -484,8 +484,12 @@ def load_goodput(key: str, start: float, end: float, last_step_end: float,
     per step and GPU (the mean across GPUs from Prometheus, cheap on any cluster), under
     :func:`run_config` and the job's printed config (:func:`run_job_config`; none from
     Prometheus). Recomputed only when a new step has arrived."""
-    from monitor.api import RunAnalysis
+    from monitor.api import RunAnalysis, last_steps
 
+    stored = getattr(get_source(), "ledger_frame", None)
+    counted = stored(start, end) if stored is not None else pd.DataFrame()
+    if len(counted):  # as the exporter counted it: the seconds behind the headline
+        return last_steps(counted, n_steps)
     recent = _analysis_steps(key, start, end, _steps_end)
     recent = recent[-(n_steps + 1):]  # one more: the first step's wall time starts at it
     if len(recent) < 2:
@@ -498,6 +502,121 @@ def load_goodput(key: str, start: float, end: float, last_step_end: float,
     led = RunAnalysis(recent, samples, config=run_config(), flags=flags,
                       job_config=run_job_config()).ledger()
     return led[led["step"] != recent[0].step] if len(led) else led
+
+
+def _run_end_now(key: str, stamp: tuple):
+    try:
+        return get_source().run_end()
+    except SourceError:
+        raise
+    except Exception:  # noqa: BLE001 - a source that cannot say: the run goes on
+        return None
+
+
+@st.cache_data(ttl=2, show_spinner=False)
+def _run_end(key: str, stamp: tuple):
+    return _run_end_now(key, stamp)
+
+
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=16)
+def _run_end_by_stamp(key: str, stamp: tuple):
+    return _run_end_now(key, stamp)
+
+
+def load_run_end(key: str):
+    """The run's end (``RunEnd``: time, last step, what said so) as the exporter saw it, or
+    None while it goes on (cached for 2 s; a store's until it is next written)."""
+    stamp = store_stamp()
+    return (_run_end_by_stamp if stamp else _run_end)(key, stamp)
+
+
+def finished_text(end) -> str:
+    """"Finished at 2026-12-03 10:19:48 UTC after step 42 (the job exited ...)": the line
+    every page shows once the run has ended."""
+    return f"Finished {end.words()}: the run is over; nothing new opens."
+
+
+def _ledger_seconds(key: str, start: float, end: float, n_steps: int | None,
+                    last_step_end: float) -> tuple[dict | None, int]:
+    """The span's GPU-seconds by cause as the exporters counted them (the store's ledger, or
+    the counters in Prometheus); else, for a store without them, the ledger computed from its
+    samples (``load_goodput``)."""
+    seconds, counted = get_source().ledger_seconds(start, end, n_steps)
+    if seconds is not None:
+        return seconds, counted
+    if get_source().kind != "store":
+        return None, 0
+    from monitor.api import cause_seconds
+
+    led = load_goodput(key, start, end, last_step_end, n_steps or 100_000, _steps_end=end)
+    if not len(led):
+        return None, 0
+    return cause_seconds(led), int(led[["step", "end"]].drop_duplicates().shape[0])
+
+
+@_snap
+@st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
+def load_ledger_seconds(key: str, start: float, end: float, n_steps: int | None,
+                        last_step_end: float, stamp: tuple = ()) -> tuple[dict | None, int]:
+    """Cached :func:`_ledger_seconds` (the key moves with each new step and store write)."""
+    return _ledger_seconds(key, start, end, n_steps, last_step_end)
+
+
+def load_headline(key: str, start: float, end: float, flags: list[Flag],
+                  last_step_end: float | None):
+    """The headline (``monitor.analysis.headline``) the page leads with: the last steps' ledger
+    of a live run (the whole window's of a finished one), the open flags, the run's end;
+    the same computation and numbers in both modes (``dashboards/headline_data.py``)."""
+    from dashboards.headline_data import source_headline
+    from monitor.api import SPAN_STEPS
+
+    run_end = load_run_end(key)
+    n_steps = None if run_end is not None else SPAN_STEPS
+    seconds: tuple[dict | None, int] = (None, 0)
+    if last_step_end is not None:
+        seconds = load_ledger_seconds(key, start, end, n_steps, last_step_end,
+                                      stamp=store_stamp())
+    return source_headline(_Known(get_source(), run_end, load_time_range(key)), start, end,
+                           flags, run_config().section("suppress"), seconds)
+
+
+class _Known:
+    """A source whose run end and time range this refresh has read already (cached)."""
+
+    def __init__(self, source, run_end, rng) -> None:
+        self._source, self._end, self._rng = source, run_end, rng
+
+    def run_end(self):
+        return self._end
+
+    def time_range(self):
+        return self._rng
+
+    def ledger_seconds(self, *args):
+        return self._source.ledger_seconds(*args)
+
+
+#: The banner's Streamlit call and icon for each headline state.
+BANNERS: dict[str, tuple[str, str]] = {
+    "healthy": ("success", ":material/check_circle:"),
+    "warning": ("warning", ":material/warning:"),
+    "critical": ("error", ":material/error:"),
+    "finished": ("info", ":material/flag_circle:"),
+}
+
+
+def page_headline(key: str, start: float, end: float, flags: list[Flag] | None = None):
+    """Draw the headline's banner (the Overview's, on the Flags page too) and return the
+    headline: ``flags`` are the window's flags (loaded when None)."""
+    if flags is None:
+        flags = load_flags(key, False, start, end)
+    df = load_steps_frame(key, start, end)
+    last_end = (float(df["end_time"].iloc[-1])
+                if len(df) and pd.notna(df["end_time"].iloc[-1]) else None)
+    head = load_headline(key, start, end, open_flags(flags), last_end)
+    call, icon = BANNERS.get(head.state, BANNERS["warning"])
+    getattr(st, call)(head.text, icon=icon)
+    return head
 
 
 @st.cache_data(ttl=DATA_TTL_S, show_spinner=False, max_entries=32)
@@ -766,7 +885,7 @@ def settings() -> Settings:
     return Settings(WINDOWS[window], REFRESHES[refresh], window, refresh)
 
 
-def live_panel(settings: Settings):
+def live_panel(settings: Settings, finished_note: bool = True):
     """Decorator: run the page's data panels as a fragment that reruns every refresh interval,
     and end them with the server time that rerun took (what a live refresh costs).
 
@@ -782,6 +901,9 @@ def live_panel(settings: Settings):
             win = current_window(settings)
             if win is not None:
                 try:
+                    ended = load_run_end(key()) if finished_note else None
+                    if ended is not None:
+                        st.info(finished_text(ended), icon=":material/flag_circle:")
                     fn(win[0], win[1], key())
                 except SourceError as exc:
                     source_error(exc)

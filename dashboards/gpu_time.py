@@ -1,9 +1,9 @@
-"""Where the GPU time of a step goes: the segments of one bar (100% = the step) and that bar
-drawn as plain HTML.
+"""Where the GPU time goes, as one bar drawn in plain HTML: by cause of the goodput ledger
+(the Overview's headline bar: productive, then each cause of loss, as the banner names them)
+or by phase of the mean step (Steps & phases).
 
-The Overview leads with this bar. Drawn as HTML it appears with the page's text, at no cost in
-the browser, where a Plotly chart costs about 0.2 s to draw on a 2-core machine
-(``bench/dashboard.py``).
+Drawn as HTML it appears with the page's text, at no cost in the browser, where a Plotly chart
+costs about 0.2 s to draw on a 2-core machine (``bench/dashboard.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dashboards.charts import PHASE_COLORS
+from dashboards.charts import CAUSE_COLORS, PHASE_COLORS
 
 TITLE = "Where the GPU time goes (mean step)"
 #: Colour of the phases too short to measure one by one, and of the not-measured block.
@@ -82,6 +82,33 @@ def gpu_time_segments(phase_seconds: dict[str, float], phase_util: dict[str, flo
     segments.append(Segment(f"idle ({idle:.0f}%)", idle, "",
                             f"GPUs idle: {idle:.0f}% of the step"))
     return f"{TITLE}: GPUs idle {idle:.0f}% of the step", segments + tail
+
+
+CAUSE_TITLE = "Where the GPU time went"
+
+
+def cause_segments(shares: dict[str, float], span: str, goodput: float | None,
+                   top_loss: str | None = None) -> tuple[str, list[Segment]]:
+    """The headline bar's title and segments: ``productive`` first, then every cause of loss
+    largest first, ``unattributed`` last (``shares``: the span's share of each cause, 0..1).
+    The segments add up to 100; the top loss is the largest lost segment, named the same."""
+    from monitor.api import CAUSE_TEXT
+
+    if not shares or goodput is None:
+        return f"{CAUSE_TITLE}: no ledger yet (it needs two finished steps with GPU samples)", []
+    order = ["productive"] + sorted((c for c in shares if c not in ("productive", "unattributed")),
+                                    key=lambda c: -shares[c]) + ["unattributed"]
+    segments = []
+    for cause in order:
+        share = 100.0 * shares.get(cause, 0.0)
+        if share <= 0:
+            continue
+        what = CAUSE_TEXT.get(cause, ("", ""))[0]
+        mark = " (top loss)" if cause == top_loss else ""
+        segments.append(Segment(cause, share, CAUSE_COLORS.get(cause, "#888888"),
+                                f"{cause}: {share:.0f}% of the GPU time{mark}"
+                                + (f": {what}" if what else "")))
+    return f"{CAUSE_TITLE} ({span}): goodput {goodput * 100:.0f}%", segments
 
 
 def _swatch(seg: Segment) -> str:

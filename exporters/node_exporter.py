@@ -60,6 +60,17 @@ def enabled_collectors(options: ExporterOptions, specs: dict[str, CollectorSpec]
             if options.collector_enabled(name, spec.default)]
 
 
+def listening_words(address: tuple[str, int]) -> str:
+    """Where the exporter listens, as bound: "listening on 0.0.0.0:9048, every interface" (the
+    URL printed beside it names this host, which is only one of them), else "listening on
+    127.0.0.1:9048 only"."""
+    host, port = address[0], address[1]
+    shown = f"[{host}]" if ":" in host else host
+    if host in ("0.0.0.0", "::", ""):
+        return f"listening on {shown or '0.0.0.0'}:{port}, every interface"
+    return f"listening on {shown}:{port} only"
+
+
 class Exporter:
     """One node's exporter and its monitor; ``start()``, then ``stop()`` (safe to call twice)."""
 
@@ -118,6 +129,10 @@ class Exporter:
         except MonitorError as exc:
             raise ExporterError(str(exc)) from None
         self._start_sim()
+        if self.live_sim is not None and self.live_sim.speed != 1.0:
+            # a run played faster is measured in its own seconds (its log's step times), so
+            # at 10x the detectors see what they see at 1x
+            monitor.use_clock(self.live_sim.now_sim, self.live_sim.sim_time_of)
         self._build_collectors()
         for collector in self.collectors.values():
             collector.start()
@@ -156,7 +171,8 @@ class Exporter:
         backend = self._guarded("gpu", self._gpu_backend) if "gpu" in names else None
         self.ctx = ExporterContext(node=self.node, interval=self.interval, sink=monitor,
                                    options=self.options, live_sim=self.live_sim,
-                                   gpu_backend=backend, health=monitor.health)
+                                   gpu_backend=backend, health=monitor.health,
+                                   clock=monitor.now)
         views = monitor.view_context()
         for name in names:
             spec = self._specs[name]
@@ -237,8 +253,11 @@ class Exporter:
         backend = self.exposition.backend if self.exposition else "none"
         extra = f"; simulating {self.options.scenario} into " \
                 f"{self.options.sim_log}" if self.live_sim is not None else ""
-        return (f"verl-monitor exporter: serving {self.url} (node {self.node}, every "
-                f"{self.interval:g} s, GPU backend {backend}; collectors: {names}{extra})")
+        port = self.server.port if self.server is not None else self.address[1]
+        return (f"verl-monitor exporter: serving {self.url} ("
+                f"{listening_words((self.address[0], port))}; "
+                f"node {self.node}, every {self.interval:g} s, GPU backend {backend}; "
+                f"collectors: {names}{extra})")
 
     def detect_once(self) -> tuple[list, list]:
         """Run the monitor's detectors once now; returns (opened, closed) flags."""

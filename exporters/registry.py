@@ -23,6 +23,7 @@ the scrape), and the server times each call for ``verlmon_collector_duration_sec
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -52,7 +53,10 @@ class ExporterContext:
     (built by the exporter before any collector: the GPU collector samples it, the host
     collector reads the simulated host from it), so no collector writes into the context and
     their order does not matter. Nothing here reads the monitor back: the derived views get
-    the live monitor's own context (``monitor.live.ViewContext``).
+    the live monitor's own context (``monitor.live.ViewContext``). ``clock`` is the time
+    every sample, step and event is stamped with: the wall clock, or the simulated run's own
+    clock while ``--sim-log`` plays it at another speed (``LiveSim.now_sim``), so a run played
+    at 10x is measured in its own seconds, as at 1x.
     """
 
     node: str
@@ -62,6 +66,7 @@ class ExporterContext:
     live_sim: LiveSim | None = None
     gpu_backend: GpuBackend | None = None
     health: HealthRegistry = field(default_factory=HealthRegistry)
+    clock: Callable[[], float] = time.time
 
 
 class BaseCollector(LiveView):

@@ -19,7 +19,23 @@ from monitor.analysis.attribution import (
     sample_period,
 )
 from monitor.analysis.cadence import cadence
-from monitor.analysis.goodput import CAUSE_TEXT, CAUSES, cause_line, distinct_steps, totals
+from monitor.analysis.goodput import (
+    CAUSE_TEXT,
+    CAUSES,
+    LOST_CAUSES,
+    cause_line,
+    distinct_steps,
+    totals,
+)
+from monitor.analysis.headline import (
+    SPAN_STEPS,
+    Headline,
+    RunEnd,
+    cause_seconds,
+    headline,
+    last_steps,
+    rank_open,
+)
 from monitor.analysis.run_analysis import FLAG_CAUSES, RunAnalysis, config_of, rank_problems
 from monitor.analysis.summary import phase_table
 from monitor.config import Config, ConfigError, load_config
@@ -49,17 +65,21 @@ __all__ = [
     "FLAG_KINDS",
     "GPU_COLUMNS",
     "HOST_COLUMNS",
+    "LOST_CAUSES",
     "MAX_ENVELOPE",
     "MIN_ENVELOPE",
     "SEVERITIES",
+    "SPAN_STEPS",
     "Config",
     "ConfigError",
     "Event",
     "Flag",
+    "Headline",
     "LogFollower",
     "LogParser",
     "LogPosition",
     "RunAnalysis",
+    "RunEnd",
     "RunStore",
     "StepRecord",
     "StoreError",
@@ -70,15 +90,18 @@ __all__ = [
     "bucket_seconds",
     "cadence",
     "cause_line",
+    "cause_seconds",
     "config_of",
     "default_min_phase_samples",
     "describe_where",
     "distinct_steps",
     "downsample",
     "explain_missing",
+    "headline",
     "job_history",
     "job_ledger",
     "label_samples",
+    "last_steps",
     "load_config",
     "metric_names",
     "missing_extra_message",
@@ -86,6 +109,7 @@ __all__ = [
     "parse_file",
     "phase_table",
     "phase_timeline",
+    "rank_open",
     "rank_problems",
     "redact",
     "rollout_frame",

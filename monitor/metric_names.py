@@ -122,6 +122,9 @@ PHASE_GPU_UTIL_SECONDS = "verlmon_phase_gpu_utilization_seconds_total"  # counte
 PHASE_GPU_SAMPLES = "verlmon_phase_gpu_samples_total"  # counter {phase, gpu}
 # --- goodput ledger (monitor/live/goodput_counter.py, docs/goodput.md)
 GPU_SECONDS = "verlmon_gpu_seconds_total"  # counter {cause, node, gpu}: GPU-seconds by cause
+GOODPUT_STEPS = "verlmon_goodput_steps_total"  # counter {node}: steps the ledger has counted
+RUN_FINISHED = "verlmon_run_finished"  # gauge: 1 once the followed run has ended, else 0
+RUN_END_TS = "verlmon_run_end_timestamp_seconds"  # gauge: when the finished run ended
 #: Histograms: each is exposed as NAME_bucket, NAME_sum and NAME_count.
 HISTOGRAMS: tuple[str, ...] = (STEP_SECONDS,)
 

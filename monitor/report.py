@@ -455,6 +455,9 @@ def _render(doc: dict[str, Any]) -> str:
     if mode:
         head.append(f"  trainer: {MODE_WORDS.get(mode, mode)}" + (
             " (from the printed config)" if doc.get("trainer_mode_source") == "config" else ""))
+    headline = doc.get("headline") or {}
+    if headline.get("text"):  # the Overview's banner, in the same words
+        head.append(f"  headline: {headline['text']}")
     parts = [
         "\n".join(head),
         _section("Steps", _steps_section(summary)),

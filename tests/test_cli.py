@@ -62,6 +62,18 @@ def test_unknown_option_of_a_subcommand_prints_that_subcommands_usage(capsys):
     assert "unrecognized arguments: --bogus" in err
 
 
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_mistyped_option_is_a_usage_error_on_every_command(name, capsys):
+    """Issue 38 item 6: ``verl-monitor run --lgo t.log -- echo hi`` ended in a TypeError
+    traceback (run's positional ``command`` took the place of the subcommand's name)."""
+    with pytest.raises(SystemExit) as exc:
+        main([name, "--lgo", "t.log", "--", "echo", "hi"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.startswith(f"usage: verl-monitor {name}") and "Traceback" not in err, err
+    assert f"verl-monitor {name}: error:" in err
+
+
 @pytest.mark.slow
 def test_exporter_with_a_log_in_a_missing_folder_warns_once_and_exports_failure(tmp_path):
     import re

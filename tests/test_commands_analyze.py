@@ -189,13 +189,42 @@ def test_bad_config_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert code == 2 and "nope.yaml" in err and err.count("\n") == 1
 
 
-def test_log_without_steps_is_not_an_error(tmp_path: Path, capsys) -> None:
+def test_a_file_without_a_verl_line_says_so_and_exits_2(tmp_path: Path, capsys) -> None:
+    """Issue 38 item 6: a file with no verl line used to get a clean report and exit 0."""
     log = tmp_path / "train.log"
     log.write_text("starting ray...\nloading model\n")
+    for extra in ((), ("--json",)):
+        code, out, err = run_cli(capsys, str(log), *extra)
+        assert code == 2 and out == "", (code, out)
+        assert err.startswith(f"verl-monitor analyze: {log}: no verl line in it (2 lines read")
+
+
+def test_a_log_that_crashed_before_its_first_step_still_gets_a_report(tmp_path: Path,
+                                                                      capsys) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("starting ray...\nTraceback (most recent call last):\n"
+                   '  File "main_ppo.py", line 3, in <module>\n'
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     code, out, _ = run_cli(capsys, str(log))
     assert code == 0 and "no training steps found in this log" in out
-    code, out, _ = run_cli(capsys, str(log), "--json")
-    assert code == 0 and json.loads(out)["steps"] == []
+
+
+def test_fail_on_makes_a_ci_job_fail_on_flags_that_severe(tmp_path: Path, capsys) -> None:
+    """``--fail-on warning|critical``: exit 1 when the run raised such a flag, with the report
+    printed all the same and the flags named on stderr; 0 when it raised none."""
+    from monitor.sim.engine import SimRun
+
+    SimRun("reshard_spike", steps=20, seed=3, timestamps=True).write(tmp_path / "bad")
+    SimRun("healthy", steps=12, seed=3, timestamps=True).write(tmp_path / "good")
+    bad = [str(tmp_path / "bad" / "train.log"), "--gpu", str(tmp_path / "bad" / "gpu.csv")]
+    code, out, err = run_cli(capsys, *bad, "--fail-on", "critical")
+    assert code == 1 and "Flags (" in out
+    assert "--fail-on critical:" in err and "reshard_spike (critical)" in err
+    code, _, _ = run_cli(capsys, *bad)
+    assert code == 0
+    good = [str(tmp_path / "good" / "train.log"), "--gpu", str(tmp_path / "good" / "gpu.csv")]
+    code, _, err = run_cli(capsys, *good, "--fail-on", "warning")
+    assert code == 0 and err == ""
 
 
 @pytest.mark.parametrize("kind", ["elf", "random", "store"])

@@ -156,3 +156,17 @@ def test_a_fully_async_demo_serves_the_rollout_engines(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+def test_the_demo_says_how_to_get_the_readmes_commands_on_path(monkeypatch):
+    """Issue 38 item 6: after ``make demo`` the README's next command (``verl-monitor demo
+    --speed 10``) was not on PATH and nothing said so."""
+    import shutil
+
+    from cli.commands.demo import path_hint
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    hint = path_hint()
+    assert hint is not None and "bin/activate" in hint and "verl-monitor demo --speed 10" in hint
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/local/bin/verl-monitor")
+    assert path_hint() is None

@@ -247,3 +247,18 @@ def test_sigterm_as_the_exporter_starts_serving_stops_it(tmp_path, blocked):
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_help_groups_the_simulation_options_apart_from_the_real_ones():
+    """Issue 38 item 6: --scenario, --sim-* and --seed sat among the real GPU options."""
+    import argparse
+
+    from cli.commands.exporter import SIM_FLAGS, SIM_GROUP_TITLE, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    groups = {g.title: {o for a in g._group_actions for o in a.option_strings}
+              for g in parser._action_groups}
+    assert groups[SIM_GROUP_TITLE] == SIM_FLAGS
+    assert "--gpu-backend" in groups["gpu collector"]
+    assert not SIM_FLAGS & groups["gpu collector"]

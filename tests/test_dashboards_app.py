@@ -69,7 +69,7 @@ def _table(at: AppTest, column: str):
 
 
 def _gpu_time_bar(at: AppTest) -> str:
-    """The Overview's GPU-time bar (HTML)."""
+    """The page's GPU-time bar (HTML): the Overview's by cause, Steps & phases' by phase."""
     return next(h.value for h in at.html if "verlmon-gpu-time-bar" in h.value)
 
 
@@ -126,18 +126,19 @@ def test_overview_shows_current_step_throughput_and_phase_split(monkeypatch, sto
 def test_overview_leads_with_health_gpu_time_and_the_top_problem_with_advice(monkeypatch,
                                                                              store):
     at = _app(monkeypatch, VERLMON_STORE=store)
-    open_flags = [f for f in RunStore(store, create=False).flags() if f.end is None]
-    first = (at.error or at.warning or at.success)[0].value
+    open_flags = [f for f in RunStore(store, create=False).flags()
+                  if f.end is None and f.severity in ("warning", "critical")]
+    first = (at.error or at.warning or at.success or at.info)[0].value
     goodput = int(_metrics(at)["Goodput (last steps)"].rstrip("%"))
-    # "Healthy" only with no open flag and goodput at the low_utilization line (70%) or more
-    # (issue 31: "Healthy" was shown beside 56% goodput)
-    assert first.startswith("Needs attention" if open_flags else
-                            "Healthy" if goodput >= 70 else "No open flag, but goodput is")
-    # the GPU-time bar: plain HTML (no chart to draw), one bar = the whole step, idle share
-    # in its title; the trends below draw one chart, the step time, until another is picked
+    # the banner speaks for the detectors (issue 38): "Healthy" whenever no flag is open,
+    # whatever the goodput (the loss is named as information), else the flag to act on first
+    assert first.startswith("Needs attention" if open_flags else "Healthy")
+    assert f"Goodput {goodput}%" in first
+    # the GPU-time bar: plain HTML (no chart to draw), the ledger's causes adding up to 100%,
+    # goodput in its title: the banner's number
     bar = _gpu_time_bar(at)
-    assert "Where the GPU time goes" in bar and "GPUs idle" in bar
-    assert 'title="gen: ' in bar and "idle (" in bar
+    assert "Where the GPU time went" in bar and f"goodput {goodput}%" in bar
+    assert 'title="productive: ' in bar
     assert abs(sum(_bar_widths(bar)) - 100.0) < 0.5
     # the step-time trend: inline SVG with the text, no Plotly chart to load on the Overview
     assert not at.get("plotly_chart")
@@ -146,11 +147,10 @@ def test_overview_leads_with_health_gpu_time_and_the_top_problem_with_advice(mon
     assert "rolling median (10)" in trend
     text = _text(at)
     if open_flags:
-        from dashboards.common import rank_flags
-
-        top = rank_flags(open_flags)[0]
-        assert top.kind in text and "**What to do:**" in text
-        assert top.advice[0] in text
+        top = re.search(r"top problem: (\w+)", first).group(1)
+        flag = next(f for f in open_flags if f.kind == top)
+        assert top in _top_problem(at) and "**What to do:**" in text
+        assert flag.advice[0] in text
     else:
         assert "Top open problem" not in text
 
@@ -465,8 +465,9 @@ def test_overview_shows_goodput_and_where_each_steps_gpu_seconds_went(monkeypatc
 def test_overview_gives_short_phases_a_busy_share_and_names_them_with_sample_counts(
         monkeypatch, store):
     # the demo's reward, values, adv, ... phases last under a second, shorter than the 1 s
-    # samples: they used to be a blank "util n/a" block of about a third of the step
-    at = _app(monkeypatch, VERLMON_STORE=store)
+    # samples: they used to be a blank "util n/a" block of about a third of the step (the
+    # per-phase bar is on Steps & phases: the Overview's bar is the ledger's causes)
+    at = _app(monkeypatch, "steps", VERLMON_STORE=store)
     bar = _gpu_time_bar(at)
     assert "util n/a" not in bar
     short = re.search(r"short phases \(\d+% of the step, ~\d+% busy\)", bar)
@@ -670,7 +671,7 @@ def test_prometheus_overview_pages_on_firing_alerts_only_with_the_cause_on_top(m
     at = _app(monkeypatch, VERLMON_PROMETHEUS=alerting.url, VERLMON_JOB=JOB, window="15 min")
     # firing only: GPUStraggler, io_starvation and the newer util_overstates_sm it explains
     first = (at.error or at.warning)[0].value
-    assert first.startswith("Needs attention: 3 open flag(s)")
+    assert first.startswith("Needs attention: 3 open flags")
     top = _top_problem(at)
     assert "GPUStraggler" in top and ADVICE in top and "util_overstates_sm" not in top
     # pending apart: the pending NodeImbalance and the held-back low_utilization
@@ -683,7 +684,8 @@ def test_prometheus_overview_pages_on_firing_alerts_only_with_the_cause_on_top(m
 def test_prometheus_overview_bar_comes_from_the_per_phase_counters(monkeypatch, alerting):
     from prom_alerts import JOB, PHASES
 
-    at = _app(monkeypatch, VERLMON_PROMETHEUS=alerting.url, VERLMON_JOB=JOB, window="15 min")
+    at = _app(monkeypatch, "steps", VERLMON_PROMETHEUS=alerting.url, VERLMON_JOB=JOB,
+              window="15 min")
     bar = html.unescape(_gpu_time_bar(at))
     # gen measured from the counters (80% busy) though Prometheus scrapes the gauges once a
     # second and a step lasts two: never "short phases 100%" on 0 samples
@@ -737,3 +739,70 @@ def test_sidebar_warns_when_prometheus_holds_several_jobs_and_no_job_is_named(mo
     finally:
         prom.stop()
         server.shutdown()
+
+
+def _ledger_store(tmp_path, flags=(), finished=None) -> tuple[Path, dict]:
+    """A healthy store holding the ledger as an exporter counts it (every step and GPU), with
+    ``flags`` and the run's end in its meta: what the Overview reads (issue 38 item 1)."""
+    from monitor.analysis.run_analysis import RunAnalysis
+
+    path = tmp_path / "ledger.db"
+    build_store(path, scenario="healthy", steps=24, gpus_per_node=2, step_seconds=12.0,
+                end_time=END, detect=False, nccl=False)
+    with RunStore(path) as rs:
+        led = RunAnalysis(rs.steps(), rs.gpu_frame()).ledger()
+        rs.add_batch(ledger=led[~led["tail"].astype(bool)].to_dict("records"))
+        rs.upsert_flags(list(flags))
+        if finished is not None:
+            rs.set_meta("run_finished", finished)
+    return path, led
+
+
+def test_the_overview_reads_the_ledger_the_exporter_kept_and_names_its_top_loss(monkeypatch,
+                                                                               tmp_path):
+    """No open flag: "Healthy", with the goodput and the largest loss of the last 20 steps as
+    information; the bar's largest lost segment is the loss the line names."""
+    from monitor.analysis.headline import cause_seconds, headline, last_steps
+
+    path, led = _ledger_store(tmp_path)
+    want = headline(cause_seconds(last_steps(led, 20)), [])
+    at = _app(monkeypatch, VERLMON_STORE=path)
+    banner = at.success[0].value
+    assert banner == want.text and "for information" in banner
+    assert _metrics(at)["Goodput (last steps)"] == f"{want.goodput * 100:.0f}%"
+    bar = html.unescape(_gpu_time_bar(at))
+    assert f'title="{want.top_loss}: {want.top_loss_share * 100:.0f}% of the GPU time (top loss)' \
+        in bar
+    line = next(ln for ln in _text(at).splitlines() if "Top loss:" in ln)
+    assert want.top_loss in line and "no detector flags it" in line
+    assert "raise " not in line  # information, never advice with no flag behind it
+
+
+def test_a_finished_run_says_finished_on_every_page(monkeypatch, tmp_path):
+    path, _ = _ledger_store(tmp_path, finished={"time": END, "step": 24,
+                                                "reason": "the job exited with status 0"})
+    at = _app(monkeypatch, VERLMON_STORE=path)
+    banner = at.info[0].value
+    assert banner.startswith("Finished at 2026-09-21 ") and "after step 24" in banner
+    assert "Over the run, goodput was" in banner
+    assert _metrics(at)["Goodput (the run)"].endswith("%")
+    for page in ("gpus", "steps", "nodes", "flags"):
+        shown = " ".join(i.value for i in _app(monkeypatch, page, VERLMON_STORE=path).info)
+        assert "Finished at 2026-09-21 " in shown and "after step 24" in shown, page
+
+
+def test_a_hang_replaces_every_other_advice_on_the_overview(monkeypatch, tmp_path):
+    from monitor.records import Flag
+
+    hang = Flag("hang", "critical", END - 120.0, None, evidence="No step for 95 s.",
+                advice=["Look at the stack py-spy took of rank 1."])
+    other = Flag("low_utilization", "critical", END - 600.0, None, scope={"node": "node0"},
+                 evidence="The GPUs averaged 30% SM.", advice=["raise the micro-batch"])
+    path, _ = _ledger_store(tmp_path, flags=[other, hang])
+    at = _app(monkeypatch, VERLMON_STORE=path)
+    banner = at.error[0].value
+    assert "the job is hung" in banner and "low_utilization" not in banner
+    top = _top_problem(at)
+    assert "hang" in top and "py-spy" in top and "micro-batch" not in top
+    line = next(ln for ln in _text(at).splitlines() if "Top loss:" in ln)
+    assert "flagged as" not in line and "micro-batch" not in line

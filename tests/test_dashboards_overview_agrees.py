@@ -1,5 +1,6 @@
-"""The Overview's headline bar ("Where the GPU time goes") agrees with ``analyze`` on the same
-store (issue 31): each phase's share and busy figure, and the same samples behind each phase.
+"""The per-phase GPU-time bar ("Where the GPU time goes", on Steps & phases since the Overview
+leads with the ledger's causes) agrees with ``analyze`` on the same store (issue 31): each
+phase's share and busy figure, and the same samples behind each phase.
 
 Before, the store mode measured the bar on the mean across GPUs, bucketed, and on steps
 stripped of their metrics: "update_actor (0 samples)" while ``analyze`` of the same store
@@ -65,6 +66,8 @@ def test_the_bar_and_analyze_agree_on_each_phase(store, tmp_path, monkeypatch, c
     monkeypatch.setenv("VERLMON_STORE", str(store))
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["window"] = "all"
+    at.run()
+    at.switch_page("views/steps.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     bar = html.unescape(next(h.value for h in at.html if "verlmon-gpu-time-bar" in h.value))

@@ -132,6 +132,31 @@ def test_new_steps_trigger_the_detectors(tmp_path):
         exporter.stop()
 
 
+@pytest.mark.slow
+def test_a_run_played_faster_is_measured_on_its_own_clock(tmp_path):
+    """At --sim-speed 30 a 30 s step takes 1 s of wall time; the steps, the GPU samples and
+    the detectors' clock are all in the run's own seconds, so each step's phases are laid
+    over the samples taken in them (before, a step's 30 logged seconds were laid over the
+    last 30 wall seconds: ten steps at 10x, and a healthy run read 68% SM)."""
+    exporter = Exporter(parse_options([
+        "--listen-address", "127.0.0.1:0", "--gpu-backend", "sim", "--sim-gpus", "1",
+        "--scenario", "healthy", "--sim-log", str(tmp_path / "train.log"), "--sim-speed", "30",
+        "--interval", "0.1", "--detect-interval", "600", "--no-collector.nccl"]))
+    exporter.start()
+    try:
+        wait_for(lambda: exporter.monitor.window.steps_added >= 4)
+        steps, gpu, _, _ = exporter.monitor.window.frames()
+        now_sim = exporter.live_sim.now_sim()
+        assert abs(exporter.monitor.now() - now_sim) < 5.0  # not the wall clock
+        assert time.time() + 60.0 < now_sim
+    finally:
+        exporter.stop()
+    ends = [s.end_time for s in steps]
+    for prev, cur, s in zip(ends, ends[1:], steps[1:], strict=False):
+        assert cur - prev == pytest.approx(s.total, abs=1.0)  # the log's own seconds
+    assert gpu["ts"].max() >= ends[-1]  # samples on the same clock, up to the last step
+
+
 def test_no_secret_reaches_a_metric(tmp_path, monkeypatch):
     monkeypatch.setenv("VERLMON_TEST_TOKEN", "env-token-4711")
     password = "pw-never-exported-93"
@@ -255,3 +280,13 @@ def test_a_throughput_drop_stays_flagged_after_the_runs_start_leaves_the_window(
         exporter.stop()
     (flag,) = [f for f in active if f.kind == "throughput_regression"]
     assert "40% below" in flag.evidence and flag.severity == "critical"
+
+
+def test_the_startup_line_says_where_it_listens():
+    """Issue 38 item 6: ``run`` printed http://HOST:9048/metrics while listening on every
+    interface; the words now say which, beside the URL a person can open."""
+    from exporters.node_exporter import listening_words
+
+    assert listening_words(("0.0.0.0", 9048)) == "listening on 0.0.0.0:9048, every interface"
+    assert listening_words(("::", 9048)) == "listening on [::]:9048, every interface"
+    assert listening_words(("127.0.0.1", 9048)) == "listening on 127.0.0.1:9048 only"

@@ -112,3 +112,29 @@ def test_the_printed_config_books_gen_as_waiting_for_samples():
     gen = sum(s.phases["gen"] for s in steps)
     assert waited[False] == 0.0
     assert waited[True] == pytest.approx(2 * gen, rel=0.1)
+
+
+def test_the_store_keeps_the_ledger_counted_and_the_steps_are_counted_from_zero(tmp_path):
+    """The seconds behind ``verlmon_gpu_seconds_total`` reach the run store row by row, and
+    ``verlmon_goodput_steps_total`` counts the steps from 0: the dashboard on the store and on
+    Prometheus read one ledger (issue 38 item 1)."""
+    from monitor.store import RunStore, StoreWriter
+
+    steps, rows, window, collector, reg, end = _setup()
+    store = RunStore(tmp_path / "run.db")
+    writer = StoreWriter(store, compact_interval_s=None)
+    collector.ctx.sink.store = writer
+    steps_total = "verlmon_goodput_steps_total"
+    assert reg.get_sample_value(steps_total, {"node": "gpu-node"}) == 0.0  # before any step
+    window.add_gpu(rows)
+    window.add_steps(steps)
+    assert collector.poll(now=end) == len(steps)
+    assert writer.flush()
+    assert reg.get_sample_value(steps_total, {"node": "gpu-node"}) == len(steps)
+    kept = store.ledger()
+    assert len(kept) == 2 * len(steps) and set(kept["gpu"]) == {0, 1}
+    for cause in CAUSES:
+        for g in (0, 1):
+            assert kept.loc[kept["gpu"] == g, cause].sum() == pytest.approx(
+                _value(reg, cause, g), abs=1e-3), (cause, g)
+    store.close()

@@ -398,6 +398,28 @@ def test_a_backlog_captured_by_run_takes_the_capture_times(tmp_path):
     assert {s.time_source for s in steps} == {"arrival"}
 
 
+def test_lines_read_live_take_the_capture_times_not_the_poll_time(tmp_path):
+    """Read as the job prints (not only as a backlog), a line captured by ``verl-monitor run``
+    (or the simulator) ends its step when it was captured, not when the poll read it."""
+    from monitor.logs.arrivals import ArrivalWriter
+
+    log = tmp_path / "train.log"
+    log.write_text("")
+    col, _, window = make([log])
+    col.sample()  # following: the backlog (none) is read
+    writer = ArrivalWriter(log)
+    with log.open("a") as fh:
+        for i in range(1, 4):
+            writer.record(fh.tell(), 1_700_000_000.0 + 20.0 * i)
+            fh.write(line(i))
+    writer.close()
+    col.sample()
+    steps, _, _, _ = window.frames()
+    assert [s.end_time for s in steps] == [1_700_000_000.0 + 20.0 * i for i in range(1, 4)]
+    # the gap between two lines is the step's own 20 s: no data wait is made up by the poll
+    assert [s.data_wait for s in steps[1:]] == [0.0, 0.0]
+
+
 def test_a_sidecar_that_cannot_be_read_is_counted_once_and_never_waited_on(tmp_path):
     """Issue 41 item 2: a FIFO at ``<log>.arrivals`` hung the reader for good; now the backlog
     is read, its times rebuilt, and the sidecar counted once as a side file not used."""

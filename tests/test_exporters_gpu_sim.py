@@ -114,3 +114,13 @@ def test_from_options_reads_the_exporter_flags():
     be = SimBackend.from_options(parse_options(["--scenario", "healthy", "--sim-gpus", "3",
                                                 "--seed", "4"]))
     assert len(be.sample()) == 3
+
+
+def test_samples_of_a_played_run_are_stamped_on_its_own_clock(tmp_path, fault_run: SimRun):
+    """A run played at 10x: the readings carry the simulated instant they show, the clock its
+    log lines are captured on, so each sample falls in the phase it was taken in."""
+    live = LiveSim(fault_run, tmp_path / "train.log", speed=10.0)
+    be = SimBackend(live_sim=live, clock=StepClock(5.0))
+    t0 = live.now_sim()
+    stamps = {r.ts for r in be.sample()}
+    assert len(stamps) == 1 and t0 <= stamps.pop() <= live.now_sim()

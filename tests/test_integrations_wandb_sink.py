@@ -390,6 +390,24 @@ def test_the_run_summary_names_the_flag_that_costs_the_most_gpu_time(offline):
 
 
 @pytest.mark.slow
+def test_the_run_summary_carries_the_headline_analyze_prints(offline, monkeypatch, capsys):
+    """Issue 38 item 1: wandb's run summary has the headline of the report (state, words,
+    goodput, top loss), the one computation the Overview and analyze use."""
+    from cli.main import main
+
+    monkeypatch.setenv("WANDB_DIR", str(offline))
+    d = Path(__file__).parent / "fixtures" / "real_gpu" / "2gpu_long_tail"
+    assert main(["analyze", str(d / "train.jsonl"), "--gpu", str(d / "gpu.csv"), "--json",
+                 "--wandb", "verlmon-test/head01"]) == 0
+    head = json.loads(capsys.readouterr().out)["headline"]
+    summary = _read_run(offline, "head01")["summary"]
+    assert summary["verlmon/headline"] == head["text"]
+    assert summary["verlmon/state"] == head["state"]
+    assert summary["verlmon/goodput"] == pytest.approx(head["goodput"], abs=1e-3)
+    assert summary["verlmon/top_loss"] == head["top_loss"]
+    assert summary["verlmon/top_loss_share"] == pytest.approx(head["top_loss_share"], abs=1e-3)
+
+
 def test_the_ledger_across_attempts_reaches_the_offline_run(offline):
     from test_analysis_attempts import _job
 

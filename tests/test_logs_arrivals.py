@@ -52,6 +52,27 @@ def test_a_sidecar_of_other_bytes_is_started_again(tmp_path: Path) -> None:
     assert read_arrivals(log) == [(0, 2.0), (2, 3.0)]
 
 
+def test_the_tail_reads_what_was_appended_and_times_each_line(tmp_path: Path) -> None:
+    """A live exporter gives each line the time it was captured, reading only the new records."""
+    from monitor.logs.arrivals import ArrivalTail
+
+    log = tmp_path / "job.log"
+    tail = ArrivalTail(log)
+    assert tail.times([0]) is None  # no sidecar yet
+    w = ArrivalWriter(log)
+    w.record(0, 10.0)
+    w.record(20, 12.5)
+    assert tail.times([0, 5, 20, None]) == [10.0, 10.0, 12.5, None]
+    w.record(40, 15.0)
+    sidecar_path(log).open("a").write("60 1")  # torn mid-write: not read yet
+    assert tail.times([40, 60]) == [15.0, 15.0]
+    sidecar_path(log).open("a").write("6.0\n")
+    assert tail.times([60]) == [16.0]
+    w.close()
+    sidecar_path(log).write_text("0 99.0\n")  # a new job's sidecar: read from its start
+    assert tail.times([0]) == [99.0]
+
+
 # --- issue 41 item 2: the sidecar read like the log; item 6: one that ends early ------------
 
 import os  # noqa: E402

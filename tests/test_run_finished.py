@@ -153,6 +153,30 @@ def test_a_flag_the_last_step_completes_is_recorded_when_the_run_ends(late_s):
     assert low.end < last.end_time + 2.0  # closed when the run ended, however late read
 
 
+def test_a_run_that_ended_just_before_its_exporter_stopped_is_recorded_as_finished(tmp_path):
+    """``verl-monitor run`` writes the job's exit beside the log and stops its exporter at
+    once: the exporter records the end (the store's ``run_finished``) before it closes, so the
+    dashboard on the store says the run finished, with its end time and last step."""
+    from cli.commands.exporter import parse_options
+    from monitor.store import RunStore
+
+    log = tmp_path / "train.log"
+    log.write_text("")
+    opts = parse_options(["--log", str(log), "--store", str(tmp_path / "run.db"),
+                          "--no-collector.gpu"])
+    mon = LiveMonitor(opts.live_options(), "n0", 1.0)
+    mon.open()
+    now = time.time()
+    mon.window.add_steps([StepRecord(step=i, end_time=now - 30 + 10 * i, total=10.0)
+                          for i in (1, 2)])
+    mark_exit(log, 0, when=now - 5)
+    mon.stop()
+    with RunStore(tmp_path / "run.db", create=False) as rs:
+        done = rs.meta()["run_finished"]
+    assert done["step"] == 2 and done["time"] == pytest.approx(now - 5, abs=1.0)
+    assert done["reason"] == "the job exited with status 0"
+
+
 def test_an_exit_marker_that_is_a_fifo_a_device_or_huge_is_not_read(tmp_path):
     """Round 5 N9: a FIFO at ``<log>.exit`` blocked the detector loop for good (no flag ever
     opened). Now it is not read, and said once."""

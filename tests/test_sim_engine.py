@@ -237,3 +237,27 @@ def test_parser_recovers_phases_and_end_times_of_every_version(tmp_path, fmt, ve
                 prev = got.end_time
             else:
                 assert got.end_time == pytest.approx(want.end, abs=2e-3)
+
+
+def test_a_healthy_run_reads_healthy_in_every_training_phase(tmp_path):
+    """The simulator's healthy steps read as healthy runs do: each training phase at its SM
+    activity where the analysis lays it out (the untimed host work last, as ``other``), so
+    the node with the log of a healthy 4-node job raises nothing (issue 37 item 7: its
+    training phases read 63-68% SM, under the 70% low_utilization calls healthy)."""
+    from monitor.analysis.run_analysis import RunAnalysis
+    from monitor.detect import run_all
+    from monitor.logs.canonical_records import parse_file
+    from monitor.records import TRAINING_PHASES
+
+    run = SimRun(scenario="healthy", steps=20, nodes=4, gpus_per_node=4, seed=0,
+                 timestamps=True)
+    run.write(tmp_path)
+    parsed = parse_file(tmp_path / "train.log")
+    gpu = run.gpu_frame(1.0)
+    gpu = gpu[gpu["node"] == "node0"]
+    host = run.host_frame(1.0)
+    summary = RunAnalysis(parsed.steps, gpu).phase_summary()
+    training = summary[summary["phase"].isin(TRAINING_PHASES) & (summary["withheld"] == "")]
+    assert len(training) and (training["sm_mean"] >= 70.0).all(), training
+    flags = run_all(parsed.steps, gpu, host[host["node"] == "node0"], parsed.events)
+    assert [f.kind for f in flags if f.severity in ("warning", "critical")] == []

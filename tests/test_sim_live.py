@@ -108,3 +108,23 @@ def test_a_sync_run_serves_no_engines(tmp_path):
         assert live.engine_urls == []
     finally:
         live.stop()
+
+
+def test_each_line_is_captured_on_the_simulated_clock_and_the_end_is_marked(tmp_path):
+    """Beside the log: when each line was written on the run's own clock (``.arrivals``, as
+    ``verl-monitor run`` records a job's lines) and, at the end, the exit marker on that
+    clock too, so a run played at 20x is read in its own seconds."""
+    from monitor.hang.finish import read_exit
+    from monitor.logs.arrivals import read_arrivals
+
+    run = SimRun(steps=3, gpus_per_node=1, step_seconds=4.0, seed=2)
+    log = tmp_path / "train.log"
+    live = LiveSim(run, log, speed=20.0)
+    live.start()
+    try:
+        assert _wait(lambda: live.finished and read_exit(log) is not None)
+    finally:
+        live.stop()
+    times = [t for _, t in read_arrivals(log)]
+    assert times == pytest.approx([t for t, _ in run.timed_lines()], abs=1e-5)
+    assert read_exit(log)[0] >= run.log_end_time  # after the last step on the same clock

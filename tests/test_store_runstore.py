@@ -373,3 +373,22 @@ def test_rollout_samples_round_trip_and_an_older_store_reads_none(tmp_path: Path
         assert df["model"].tolist() == ["7", "7"]  # text, even when it looks like a number
         assert df["kv_cache_usage"].tolist() == [0.6, 0.7]
         assert df["paused"].isna().all() and df["sleeping"].isna().all()
+
+
+def test_the_ledger_rows_round_trip_and_a_recount_replaces_the_first(store: RunStore) -> None:
+    from monitor.analysis.goodput import CAUSES, LEDGER_COLUMNS
+
+    def row(step: int, gpu: int, productive: float) -> dict:
+        return {"step": step, "node": "n0", "gpu": gpu, "start": 10.0 * step - 10,
+                "end": 10.0 * step, "tail": False, "wall": 10.0, "productive": productive,
+                "weight_sync": 10.0 - productive}
+
+    assert store.ledger().empty and list(store.ledger().columns) == LEDGER_COLUMNS
+    store.add_batch(ledger=[row(1, 0, 6.0), row(1, 1, 7.0), row(2, 0, 9.0)])
+    store.add_batch(ledger=[row(2, 0, 8.0)])  # counted again: the newer row stands
+    led = store.ledger()
+    assert len(led) == 3 and set(CAUSES) <= set(led.columns)
+    assert led.loc[(led["step"] == 2), "productive"].tolist() == [8.0]
+    assert led["weight_sync"].sum() == pytest.approx(4.0 + 3.0 + 2.0)
+    assert (led[list(CAUSES)].sum(axis=1) == led["wall"]).all()
+    assert store.ledger(start=15.0)["step"].tolist() == [2]

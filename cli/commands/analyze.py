@@ -135,6 +135,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the failures seen over the job's attempts")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (steps, events, summary, flags) instead of text")
+    p.add_argument("--fail-on", choices=("warning", "critical"), default=None,
+                   help="for CI jobs: exit 1 when the run raised a flag this severe or worse "
+                   "(the report is printed all the same; default: exit 0 whatever the flags)")
 
 
 def _positive_float(text: str) -> float:
@@ -206,6 +209,10 @@ def _data_end(steps: list, gpu: pd.DataFrame, host: pd.DataFrame) -> float | Non
 
 class EventsFileError(ValueError):
     """An events.json that cannot be used; one line naming the file."""
+
+
+class NoVerlLines(ValueError):
+    """A LOG in which nothing reads as verl's: no step line, no event (one line to say so)."""
 
 
 def read_events(path: str) -> list[Event]:
@@ -328,6 +335,11 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
 
     set_log_timezone(getattr(args, "log_timezone", None))
     parsed = parse_file(args.log, log_end=args.log_end)
+    if not parsed.steps and not parsed.events:
+        raise NoVerlLines(
+            f"{args.log}: no verl line in it ({parsed.stats.lines} line"
+            f"{'' if parsed.stats.lines == 1 else 's'} read, none a step line "
+            "such as 'step:1 - timing_s/step:...' or a verl event): is it the training log?")
     telemetry, gpu, host = _align(args, parsed, gpu, host)
     use_gpu = use_gpu_frame(args, telemetry)
     more = list(getattr(args, "more_logs", None) or [])
@@ -390,6 +402,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
             "premises": ra.premises(),
             "flag_costs": [json_top(c) for c in ra.flag_costs()],
             "top_problem": json_top(ra.top_problem()),
+            "headline": _headline(args.log, steps, events, flags, gp_doc, config).to_json(),
             "hang": hang,
             "attempts": ledger,
             "cadence": cad,
@@ -453,6 +466,25 @@ def _attempts(args: argparse.Namespace, steps: list, events: list[Event], flags:
                            mtbf_s=None if mtbf is None else mtbf * 3600.0)
 
 
+def _headline(log: str, steps: list, events: list[Event], flags: list, gp_doc: dict,
+              config: Any):
+    """The report's headline (``monitor.analysis.headline``): the whole run's ledger, the flags
+    still open at its end, and its end where the log (or the exit marker beside it) says it
+    ended; the Overview's and wandb's computation."""
+    from monitor.analysis.headline import RunEnd, headline
+    from monitor.hang.finish import exit_after_steps, finish_time
+
+    seconds = None
+    if gp_doc and gp_doc.get("gpu_seconds_total"):
+        seconds = {"productive": gp_doc["productive"], **gp_doc["lost"],
+                   "unattributed": gp_doc["unattributed"]}
+    end = finish_time(events, steps) or exit_after_steps([log], steps)
+    last = max((int(s.step) for s in steps), default=None)
+    run_end = None if end is None else RunEnd(float(end[0]), last, end[1])
+    return headline(seconds, flags, span="the run", finished=run_end,
+                    suppress=config.section("suppress"))
+
+
 def table_file_problem(path: str, flag: str) -> str | None:
     """None when ``path`` may be a CSV or Parquet table, else the one-line reason."""
     head = _head(path, "a CSV or Parquet file")
@@ -492,7 +524,7 @@ def run(args: argparse.Namespace) -> int:
     fail_if(problem)
     try:
         doc = build_document(args)
-    except (FrameError, LogReadError, ConfigError, EventsFileError) as exc:
+    except (FrameError, LogReadError, ConfigError, EventsFileError, NoVerlLines) as exc:
         raise CommandError(str(exc).splitlines()[0] if str(exc) else
                            exc.__class__.__name__) from exc
     if args.json:
@@ -506,4 +538,21 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # `analyze ... | head`
         sys.stderr.close()
-    return 0
+    return failed_on(doc, getattr(args, "fail_on", None))
+
+
+def failed_on(doc: dict[str, Any], severity: str | None) -> int:
+    """``--fail-on``: 1 when the run raised a flag of ``severity`` or worse (said on stderr
+    in one line), else 0."""
+    if severity is None:
+        return 0
+    from monitor.records import SEVERITIES
+
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    hits = [f for f in doc.get("flags") or ()
+            if rank.get(f.get("severity"), -1) >= rank[severity]]
+    if not hits:
+        return 0
+    kinds = ", ".join(sorted({f"{f['kind']} ({f['severity']})" for f in hits}))
+    warn("analyze", f"--fail-on {severity}: {len(hits)} flag(s) at {severity} or worse: {kinds}")
+    return 1

@@ -21,6 +21,7 @@ import select
 import signal
 import socket
 import sys
+from typing import Any
 
 from cli.errors import CommandError, exits, fail_if
 from exporters.options import DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, ExporterOptions
@@ -130,10 +131,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_monitor(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (debug level)")
     specs = _collector_specs()
+    sim = _LazyGroup(parser, SIM_GROUP_TITLE, SIM_GROUP_HELP)
     for spec in specs:
         if spec.flags is not None:
-            spec.flags(parser.add_argument_group(collector_group_title(spec.name)))
+            spec.flags(_SimApart(parser.add_argument_group(collector_group_title(spec.name)),
+                                 sim))
     _add_collectors(parser, specs)
+
+
+#: The ``--help`` group of the simulator's flags, apart from those a real node uses.
+SIM_GROUP_TITLE = "simulation (no GPU needed; for the demo, tests and trying the monitor out)"
+SIM_GROUP_HELP = ("a simulated verl run instead of real GPUs and a real job: --gpu-backend sim "
+                  "--scenario NAME, and --sim-log to write its log too")
+#: Flags that belong to the simulator, whichever collector declares them.
+SIM_FLAGS = frozenset({"--scenario", "--seed", "--sim-gpus", "--sim-log", "--sim-speed"})
+
+
+class _LazyGroup:
+    """An argument group made when its first flag comes (so ``--help`` lists it there)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, title: str, help_text: str) -> None:
+        self._parser, self._title, self._help = parser, title, help_text
+        self._group: Any = None
+
+    def add_argument(self, *names: str, **kwargs: Any) -> Any:
+        if self._group is None:
+            self._group = self._parser.add_argument_group(self._title, self._help)
+        return self._group.add_argument(*names, **kwargs)
+
+
+class _SimApart:
+    """A collector's flag group that sends the simulator's flags to the simulation group."""
+
+    def __init__(self, group: Any, sim: _LazyGroup) -> None:
+        self._group, self._sim = group, sim
+
+    def add_argument(self, *names: str, **kwargs: Any) -> Any:
+        target = self._sim if SIM_FLAGS.intersection(names) else self._group
+        return target.add_argument(*names, **kwargs)
 
 
 def collector_group_title(name: str) -> str:

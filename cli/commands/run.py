@@ -186,6 +186,23 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _listening(listen: str, url: str | None) -> str:
+    """Where the exporter listens, in the words its own startup line uses (port 0: the port
+    it picked, from its URL)."""
+    from urllib.parse import urlsplit
+
+    from exporters.metrics_server import parse_listen_address
+    from exporters.node_exporter import listening_words
+
+    try:
+        host, port = parse_listen_address(listen)
+    except ValueError:
+        return f"listening on {listen}"
+    if port == 0 and url:
+        port = urlsplit(url).port or port
+    return listening_words((host, port))
+
+
 def _port_of(listen: str) -> int:
     _, _, port = listen.rpartition(":")
     if not port.isdigit():
@@ -471,7 +488,8 @@ def _run(args: argparse.Namespace) -> int:
         if not args.no_exporter:
             exporter, url = start_exporter(exporter_argv(args, log_path, node, nccl_dir),
                                            log_path)
-            print(f"verl-monitor run: exporter {url or '(not ready yet)'}, following {log_path}",
+            print(f"verl-monitor run: exporter {url or '(not ready yet)'} "
+                  f"({_listening(args.listen_address, url)}), following {log_path}",
                   file=sys.stderr)
         if received:  # interrupted before the job started: do not start it
             return 128 + received[-1]

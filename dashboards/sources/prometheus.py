@@ -512,7 +512,11 @@ class PrometheusSource:
                 phase_vals = {
                     str(k): float(v) for k, v in ph.loc[row["ts"]].items() if pd.notna(v)
                 }
-            end_time = row["end_time"] if pd.notna(row["end_time"]) else row["ts"]
+            # a step cannot end after the scrape that saw it: a node's clock ahead of
+            # Prometheus's (or a simulated run played faster, on its own clock) reads as the
+            # scrape's time
+            end_time = (min(float(row["end_time"]), float(row["ts"]))
+                        if pd.notna(row["end_time"]) else row["ts"])
             out.append(
                 StepRecord(
                     step=int(row["step"]),
@@ -688,6 +692,61 @@ class PrometheusSource:
                              if held else "")})
         return pd.DataFrame(rows, columns=cols)
 
+    def ledger_seconds(self, start: float | None, end: float | None,
+                       n_steps: int | None) -> tuple[dict[str, float] | None, int]:
+        """GPU-seconds by cause of the last ``n_steps`` steps the exporters' ledger counted in
+        the window (every step with None), from ``verlmon_gpu_seconds_total`` and
+        ``verlmon_goodput_steps_total`` read at the same scrapes: their increase from the
+        last scrape that had ``n_steps`` fewer steps counted to the newest (restarts of a
+        counter counted as ``increase()`` does); and how many steps that is. ``(None, 0)``
+        when the exporters count no ledger."""
+        rng = self._window(start, end)
+        if rng is None:
+            return None, 0
+        lo, hi = rng
+        step = max(self.scrape_interval(), math.ceil((hi - lo) / 2000.0))
+        sel = self._sel()
+        f_causes = self._pool.submit(self.query_range, f"sum by (cause) ({m.GPU_SECONDS}{sel})",
+                                     lo, hi, step)
+        f_steps = self._pool.submit(self.query_range, f"sum({m.GOODPUT_STEPS}{sel})",
+                                    lo, hi, step)
+        counted = _points(f_steps.result())
+        causes = {str(r["metric"].get("cause", "")): _points([r]) for r in f_causes.result()}
+        causes = {c: v for c, v in causes.items() if c and len(v)}
+        if not causes or not len(counted):
+            return None, 0
+        grid = sorted(set(counted.index).union(*(v.index for v in causes.values())))
+        if grid[0] > lo + 2 * step:
+            # the counters appeared inside the window: their exporter started in it, from 0
+            # (what it had counted before its first scrape is in the window too)
+            grid = [lo, *grid]
+        steps_at = counted.reindex(grid).ffill().fillna(0.0)
+        base = 0
+        if n_steps:
+            target = float(steps_at.iloc[-1]) - n_steps
+            before = np.flatnonzero(steps_at.to_numpy() <= target + 1e-9)
+            base = int(before[-1]) if len(before) else 0
+        seconds = {c: _increase(v.reindex(grid).ffill().fillna(0.0).to_numpy()[base:])
+                   for c, v in causes.items()}
+        return seconds, int(round(_increase(steps_at.to_numpy()[base:])))
+
+    def run_end(self):
+        """The run's end as its exporter says it (``verlmon_run_finished`` 1, with
+        ``verlmon_run_end_timestamp_seconds`` and the last ``verlmon_training_step``), or
+        None while the run goes on (or no exporter says)."""
+        from monitor.api import RunEnd
+
+        sel = self._sel()
+        done = self.query(f"max({m.RUN_FINISHED}{sel})")
+        if not done or float(done[0]["value"][1]) < 1:
+            return None
+        at = self.query(f"max({m.RUN_END_TS}{sel})")
+        step = self.query(f"max({m.TRAIN_STEP}{sel})")
+        if not at:
+            return None
+        return RunEnd(float(at[0]["value"][1]),
+                      int(float(step[0]["value"][1])) if step else None, "")
+
     def nccl_frame(self, start: float, end: float, max_points: int = 1000) -> pd.DataFrame:
         """NCCL seconds per wall second, bytes per second and bus bandwidth, per collective."""
         start, step = self._grid(start, end, max_points)
@@ -836,6 +895,25 @@ class PrometheusSource:
                 df[col] = np.nan
         return (df[list(ROLLOUT_VIEW_COLUMNS)].sort_values(["node", "server", "ts"])
                 .reset_index(drop=True))
+
+
+def _points(results: list[dict]) -> pd.Series:
+    """The first series of a range query as values by time (empty when there is none)."""
+    for r in results:
+        vals = [(float(t), float(v)) for t, v in r.get("values") or () if _is_sample([t, v])]
+        if vals:
+            ts, vs = zip(*vals, strict=True)
+            return pd.Series(vs, index=ts, dtype=float)
+    return pd.Series(dtype=float)
+
+
+def _increase(values: np.ndarray) -> float:
+    """How much a counter grew over ``values`` (in time order), a drop counted as a restart
+    from zero, as Prometheus's ``increase()`` counts it (without extrapolating)."""
+    if len(values) < 2:
+        return 0.0
+    d = np.diff(values)
+    return float(np.where(d >= 0, d, values[1:]).sum())
 
 
 def _node_of(labels: dict) -> str:

@@ -226,6 +226,42 @@ class StoreSource:
             flags = [f for f in flags if f.start <= end]
         return sorted(flags, key=lambda f: f.start, reverse=True)
 
+    def ledger_seconds(self, start: float | None, end: float | None,
+                       n_steps: int | None) -> tuple[dict[str, float] | None, int]:
+        """GPU-seconds by cause of the last ``n_steps`` steps ending in the window (every
+        step with None), as the exporter counted them (the ledger it kept in the store: the
+        seconds behind ``verlmon_gpu_seconds_total``), and how many steps; ``(None, 0)`` for a
+        store without them (the pages then compute the ledger from the samples)."""
+        from monitor.api import cause_seconds, last_steps
+
+        led = self.ledger_frame(start, end)
+        if led.empty:
+            return None, 0
+        rows = last_steps(led, n_steps) if n_steps else led[~led["tail"].astype(bool)]
+        return cause_seconds(rows), int(rows[["step", "end"]].drop_duplicates().shape[0])
+
+    def ledger_frame(self, start: float | None, end: float | None) -> pd.DataFrame:
+        """The ledger rows the exporter counted whose step ended in the window (empty for a
+        store without them: written before the exporter kept them, or by another tool)."""
+        try:
+            return self._call("ledger", start, end)
+        except SourceError as exc:
+            if "no such table" in str(exc):
+                return pd.DataFrame()
+            raise
+
+    def run_end(self):
+        """The run's end as the exporter saw it (``RunEnd``: its time, last step and what
+        said so), or None while it goes on."""
+        from monitor.api import RunEnd
+
+        done = self._call("meta").get("run_finished")
+        if not isinstance(done, dict) or done.get("time") is None:
+            return None
+        step = done.get("step")
+        return RunEnd(float(done["time"]), None if step is None else int(step),
+                      str(done.get("reason") or ""))
+
     def events(self, start: float | None = None, end: float | None = None) -> list:
         """Log events (OOM, traceback, resume...) in the window."""
         return self._call("events", start, end)

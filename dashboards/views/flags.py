@@ -79,9 +79,10 @@ def not_paging(pending: list) -> None:
                      hide_index=True, key="flags_pending_table")
 
 
-@common.live_panel(settings)
+@common.live_panel(settings, finished_note=False)
 def live(start: float, end: float, key: str) -> None:
-    """Flag cards and history; reruns on the live refresh."""
+    """The headline's banner, then the flag cards and history; reruns on the live refresh."""
+    common.page_headline(key, start, end)
     flags = common.load_flags(key, active_only, None, end)
     flags = [f for f in flags if f.severity in severities and (not kinds or f.kind in kinds)]
     pending = [(f, why) for f, why in common.load_pending(key, None, end)

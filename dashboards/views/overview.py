@@ -5,28 +5,25 @@ from __future__ import annotations
 
 import html
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
 from dashboards import charts, common
 from dashboards.escape import escape_markdown
-from dashboards.gpu_time import gpu_time_segments, stacked_bar_html
+from dashboards.gpu_time import cause_segments, stacked_bar_html
 from dashboards.html_blocks import Stat, inline_html, stat_row_html
 from dashboards.sparkline import Line, trend_html
-from monitor.api import CAUSE_TEXT, FLAG_CAUSES, SEVERITIES, cause_line, rank_problems, totals
+from monitor.api import CAUSE_TEXT, FLAG_CAUSES, cause_line, totals
 
 settings = common.settings()
 st.title("Overview")
 
 #: The trend charts, one drawn at a time (the first by default).
 TRENDS = ["Step time", "Throughput", "Goodput per step"]
-
-
-def top_flag(flags: list):
-    """The open flag to act on first: most severe, a cause before the flags it explains (the
-    straggler before its waiting peers), then the most recent (``common.rank_flags``)."""
-    return common.rank_flags(flags)[0] if flags else None
+#: What the headline bar rests on.
+BAR_CAPTION = ("Every GPU-second of the steps, by cause: productive, or what it was lost to "
+               "(the goodput ledger, docs/goodput.md); the same numbers as the banner, "
+               "analyze and verlmon_gpu_seconds_total.")
 
 
 def pending_note(pending: list) -> str:
@@ -41,30 +38,13 @@ def pending_note(pending: list) -> str:
             + "  \n".join(items) + more)
 
 
-def gpu_time(df: pd.DataFrame, summary: pd.DataFrame, n_steps: int) -> tuple[dict, dict]:
-    """Mean seconds per phase over the last ``n_steps`` steps and the GPUs' mean utilization
-    in each (NaN where the attribution withheld it)."""
-    recent = df.tail(n_steps)
-    phases = charts.phase_columns(recent)
-    seconds = {p: float(recent[p].mean()) for p in phases}
-    known = sum(v for v in seconds.values() if np.isfinite(v))
-    total = float(recent["total"].mean()) if recent["total"].notna().any() else known
-    if total - known > 1e-6 and "other" not in seconds:
-        seconds["other"] = total - known
-    util: dict[str, float] = {}
-    if summary is not None and len(summary):
-        # the mean GPU: per-GPU rows (a store, as analyze reads it) or one fleet row per phase
-        means = summary.groupby("phase", sort=False)["util_mean"].mean()
-        util = {str(p): float(v) for p, v in means.items()}
-    return seconds, util
-
-
-def headline(df: pd.DataFrame, flags: list, good: dict | None) -> list[Stat]:
+def headline(df: pd.DataFrame, flags: list, head) -> list[Stat]:
     """The row of headline figures: current step, step time against the recent median,
-    throughput, open flags and goodput."""
-    share = None if not good else good["goodput_share"]
-    goodput = Stat("Goodput (last steps)", "-" if share is None else f"{share * 100:.0f}%",
-                   help="Share of the GPU-seconds of the last steps spent productive; the rest "
+    throughput, open flags and goodput (the headline's: the banner's and the bar's)."""
+    share = head.goodput
+    goodput = Stat(f"Goodput ({'the run' if head.finished else 'last steps'})",
+                   "-" if share is None else f"{share * 100:.0f}%",
+                   help=f"Share of the GPU-seconds of {head.span} spent productive; the rest "
                         "is lost by cause (docs/goodput.md).")
     flagged = Stat("Open flags", f"{len(flags)}")
     if df.empty:
@@ -82,21 +62,6 @@ def headline(df: pd.DataFrame, flags: list, good: dict | None) -> list[Stat]:
     tp = df["throughput"].dropna()
     throughput = Stat("Throughput (tok/s/GPU)", f"{tp.iloc[-1]:,.0f}" if len(tp) else "-")
     return [step, step_time, throughput, flagged, goodput]
-
-
-def gpu_time_caption(n_steps: int, summary: pd.DataFrame, step_util: float | None) -> str:
-    """What the GPU-time bar rests on, and how the short phases got their busy share."""
-    caption = (f"Mean of the last {n_steps} steps: each phase's share of the step times the "
-               "GPUs' mean utilization in it; the rest of the step the GPUs sat idle.")
-    held = common.withheld_text(summary)
-    if held:
-        caption += (f" Short phases, with the samples wholly inside them over the steps: "
-                    f"{held}; fewer than {common.phase_min_samples()} each, so they are not "
-                    "measured one by one: ")
-        caption += ("their busy share together is the steps' mean utilization "
-                    f"({step_util:.0f}%) less the measured phases'." if step_util is not None
-                    else "no utilization sample fell inside the steps.")
-    return caption
 
 
 def step_time_html(df: pd.DataFrame, spikes: set[int], window: int = 10) -> str:
@@ -123,45 +88,34 @@ def throughput_html(df: pd.DataFrame) -> str:
                       "tokens/s/GPU")
 
 
-def counter_summary(key: str, recent: pd.DataFrame, last_end: float) -> pd.DataFrame:
-    """Per phase over the last steps from the exporters' per-phase counters (Prometheus: every
-    1 s sample of theirs, where the scraped gauges hold one every 15 s); empty from a store."""
-    if common.get_source().kind != "prometheus" or recent.empty:
-        return pd.DataFrame()
-    first = recent.iloc[0]
-    begin = float(first["end_time"]) - float(first["total"] if pd.notna(first["total"]) else 0)
-    return common.load_phase_activity(key, begin, float(last_end))
-
-
-def top_loss(good: dict | None, flags: list) -> str:
-    """"Top loss: **cause**, N% of the GPU-seconds (what it is; what to do) - flagged as
-    `kind`: advice" (bold and code for ``inline_html``; "" without a loss). ``restarts`` is named only where the
-    ledger booked some (an exporter that never restarted has none)."""
-    if not good:
+def top_loss(head, flags: list, window_flags: list = ()) -> str:
+    """"Top loss: **cause**, N% of the GPU time of the span: what it is. Flagged as `kind`:
+    advice" (bold and code for ``inline_html``; "" without a loss): the largest lost segment of
+    the bar above it, named as the bar names it. Advice only where an open flag gives it: a
+    loss no flag names is information ("no detector flags it"; of a finished run, the flag
+    that named it during the run), and while a hang is open no other advice is given (the
+    hang's replaces it)."""
+    if not head.top_loss:
         return ""
-    lost = sorted(((c, v) for c, v in good["lost"].items() if v > 0), key=lambda kv: -kv[1])
-    total = good["gpu_seconds_total"] or 0.0
-    if not lost or total <= 0:
-        return ""
-    cause, secs = lost[0]
-    what, todo = CAUSE_TEXT.get(cause, ("", ""))
-    text = f"Top loss: **{cause}**, {secs / total * 100:.0f}% of the GPU-seconds"
+    what = CAUSE_TEXT.get(head.top_loss, ("", ""))[0]
+    text = (f"Top loss: **{head.top_loss}**, {head.top_loss_share * 100:.0f}% of the GPU time "
+            f"of {head.span}")
     if what:  # drawn by inline_html, which escapes the rest itself
-        text += f" ({what}" + (f"; {todo})" if todo else ")")
-    named = [f for f in flags if f.kind in FLAG_KINDS_OF.get(cause, ())]
-    if named:
-        f = top_flag(named)
-        text += f" - flagged as `{f.kind}`"
-        if f.advice:
-            text += f": {f.advice[0]}"
-    return text
-
-
-#: The flag kinds that name each ledger cause (``run_analysis.FLAG_CAUSES`` turned round).
-FLAG_KINDS_OF: dict[str, tuple[str, ...]] = {}
-for _kind, _causes in FLAG_CAUSES.items():
-    for _cause in _causes:
-        FLAG_KINDS_OF[_cause] = (*FLAG_KINDS_OF.get(_cause, ()), _kind)
+        text += f": {what}"
+    if head.flagged_as:
+        flag = next((f for f in flags if f.kind == head.flagged_as), None)
+        text += f". Flagged as `{head.flagged_as}`"
+        if flag is not None and flag.advice:
+            text += f": {flag.advice[0]}"
+        return text
+    if head.hang:
+        return text + "."
+    if head.finished is not None:
+        named = sorted({f.kind for f in window_flags
+                        if head.top_loss in FLAG_CAUSES.get(f.kind, ())})
+        if named:
+            return text + ". Flagged during the run as " + ", ".join(f"`{k}`" for k in named)
+    return text + "; no detector flags it."
 
 
 def causes_markdown(good: dict) -> str:
@@ -173,95 +127,33 @@ def causes_markdown(good: dict) -> str:
     return "\n".join(lines)
 
 
-def health_banner(flags: list, good: dict | None, healthy_share: float,
-                  top: dict | None = None) -> tuple[str, str]:
-    """The banner's kind (``success``, ``warning``, ``error``) and words: "Healthy" only with
-    no open flag and a goodput of at least ``healthy_share`` (the SM activity the
-    ``low_utilization`` detector calls healthy), else what is open or what the GPU time is
-    lost to."""
-    if flags:
-        by_sev = {s: sum(1 for f in flags if f.severity == s) for s in reversed(SEVERITIES)}
-        words = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
-        worst = "error" if any(f.severity == "critical" for f in flags) else "warning"
-        text = f"Needs attention: {len(flags)} open flag(s) ({words})."
-        if top is not None:
-            text = text[:-1] + f"; top problem: {top['flag'].kind}"
-            if top.get("share"):
-                text += f", {top['share'] * 100:.0f}% of the GPU time of the last steps"
-            text += "."
-        return worst, text
-    share = None if not good else good.get("goodput_share")
-    if share is not None and share < healthy_share:
-        lost = sorted(((c, v) for c, v in good["lost"].items() if v > 0), key=lambda kv: -kv[1])
-        top = f"; the largest loss is {lost[0][0]}" if lost else ""
-        return "warning", (f"No open flag, but goodput is {share * 100:.0f}% of the GPU time, "
-                           f"under the {healthy_share * 100:.0f}% the low_utilization detector "
-                           f"calls healthy{top} (below).")
-    return "success", "Healthy: no open flag; every detector is quiet."
-
-
-def top_problem(flags: list, led: pd.DataFrame) -> dict | None:
-    """The open flag to act on first, as ``analyze`` and wandb name it (a ``rank_problems``
-    entry: ``flag``, ``gpu_seconds``, ``share``): the most severe, then the one that costs the
-    most GPU time in the ledger (with the flags it explains), else :func:`top_flag`'s order."""
-    if not flags:
-        return None
-    if not len(led):
-        return {"flag": top_flag(flags), "gpu_seconds": None, "share": None}
-    return rank_problems(flags, led, common.run_config().section("suppress"))[0]
-
-
-@common.live_panel(settings)
+@common.live_panel(settings, finished_note=False)
 def live(start: float, end: float, key: str) -> None:
     """The data panels; only this reruns on the live refresh."""
     df = common.load_steps_frame(key, start, end)
     window_flags = common.load_flags(key, False, start, end)
     flags = common.open_flags(window_flags)
     pending = common.load_pending(key, start, end)
-    n_steps = min(len(df), common.ATTRIB_STEPS)
-    # the last steps' figures are read up to the last step's end: samples after it change
-    # nothing, so a refresh without a new step reuses the cached answers
-    last_end = (float(df["end_time"].iloc[-1])
-                if n_steps and pd.notna(df["end_time"].iloc[-1]) else None)
-    led = pd.DataFrame()
-    if last_end is not None:
-        led = common.load_goodput(key, start, min(end, last_end), last_end, _steps_end=end)
-    good = totals(led) if len(led) else None
-    ranked = top_problem(flags, led)
-    top = None if ranked is None else ranked["flag"]
-    # 1. is the run healthy?
-    healthy = common.run_config().get_float("low_utilization.threshold", 70.0) / 100.0
-    kind, words = health_banner(flags, good, healthy, ranked)
-    icon = ":material/check_circle:" if kind == "success" else ":material/warning:"
-    getattr(st, kind)(words, icon=icon)
+    last_end = float(df["end_time"].iloc[-1]) if len(df) and pd.notna(
+        df["end_time"].iloc[-1]) else None
+    # 1. is the run healthy? The headline: one computation (monitor/analysis/headline.py)
+    head = common.page_headline(key, start, end, window_flags)
     if pending:
         st.info(pending_note(pending), icon=":material/hourglass_top:")
-    # the headline figures, the goodput of the last steps among them
-    st.html(stat_row_html(headline(df, flags, good)))
+    # the headline figures, the goodput of the span among them
+    st.html(stat_row_html(headline(df, flags, head)))
 
-    # 2. where the GPU time goes
-    summary = pd.DataFrame()
-    step_util = None
-    if last_end is not None:
-        summary = counter_summary(key, df.tail(n_steps), last_end)
-        if summary.empty:  # a store (every GPU's samples, as analyze reads its export), or
-            # exporters without per-phase counters (the mean across GPUs from Prometheus)
-            fleet = common.get_source().kind == "prometheus"
-            summary = common.load_attribution(key, start, min(end, last_end), last_end,
-                                              fleet=fleet, _steps_end=end)
-        if summary.empty or (summary["withheld"] != "").any():
-            step_util = common.load_steps_util(key, start, min(end, last_end), last_end,
-                                               _steps_end=end)
-    seconds, util = gpu_time(df, summary, n_steps) if n_steps else ({}, {})
-    title, segments = gpu_time_segments(seconds, util, step_util)
+    # 2. where the GPU time went: the ledger's causes, the top loss named as the bar names it
+    title, segments = cause_segments(head.shares, head.span, head.goodput, head.top_loss)
     notes = [f'<span style="font-size: 0.875rem; opacity: 0.7;">'
-             f"{html.escape(gpu_time_caption(n_steps, summary, step_util))}</span>"]
-    loss = top_loss(good, flags)
+             f"{html.escape(BAR_CAPTION)}</span>"]
+    loss = top_loss(head, flags, window_flags)
     if loss:
         notes.append(inline_html(loss))
     st.html(stacked_bar_html(title, segments, tuple(notes)))
 
-    # 3. the top open problem, with what to do
+    # 3. the top open problem, with what to do (a hang's replaces every other)
+    top = head.top_flag
     if top is not None:
         st.subheader("Top open problem")
         with st.container(border=True, key="ov_top_flag"):
@@ -280,13 +172,18 @@ def live(start: float, end: float, key: str) -> None:
             st.html(step_time_html(df, spikes))
         elif label == "Throughput":
             st.html(throughput_html(df))
-        elif good:
-            common.chart("goodput_bars", led, key="ov_goodput")
-            st.markdown(causes_markdown(good))
         else:
-            st.info("No goodput ledger yet: it needs two finished steps with GPU samples.")
-    st.page_link("views/steps.py", label="Seconds per phase, per step, on Steps & phases",
-                 icon=":material/timeline:")
+            led = pd.DataFrame()
+            if last_end is not None:
+                led = common.load_goodput(key, start, min(end, last_end), last_end,
+                                          _steps_end=end)
+            if len(led):
+                common.chart("goodput_bars", led, key="ov_goodput")
+                st.markdown(causes_markdown(totals(led)))
+            else:
+                st.info("No goodput ledger yet: it needs two finished steps with GPU samples.")
+    st.page_link("views/steps.py", label="Seconds and GPU time per phase, per step, on Steps & "
+                 "phases", icon=":material/timeline:")
     st.caption(f"Window {common.fmt_time(start)} - {common.fmt_time(end)} UTC "
                f"({settings.window_label}); {len(df)} steps.")
 

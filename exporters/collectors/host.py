@@ -180,7 +180,7 @@ class HostCollector(SampledCollector):
         self.snapshot = snap
         if snap.cpu_avg is not None:
             row = {
-                "ts": now,
+                "ts": self.ctx.clock(),  # the wall clock, or a sped-up simulated run's own
                 "node": self.ctx.node,
                 "cpu_max_core_pct": snap.cpu_max_core * 100.0,
                 "cpu_avg_pct": snap.cpu_avg * 100.0,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -158,7 +157,7 @@ class NcclCollector(SampledCollector):
         """Read what the Inspector appended since the last sample and update the snapshot."""
         if not self.directory:
             return
-        now = time.time()
+        now = self.ctx.clock()  # the wall clock, or a sped-up simulated run's own
         new: list[NcclRecord] = []
         try:
             entries = [e for e in os.scandir(self.directory) if e.name.endswith(".log")]

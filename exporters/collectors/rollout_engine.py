@@ -466,7 +466,7 @@ class RolloutEngineCollector(SampledCollector):
                 self.servers[label] = _Server(url=metrics_url(t), label=label,
                                               headers=auth_headers(t))
         results = self._scrape_all(list(self.servers.values()))
-        now = time.time()
+        now = self.ctx.clock()  # the wall clock, or a sped-up simulated run's own
         rows = []
         for server, (outcome, duration) in results.items():
             row = self._account(server, outcome, duration, now)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from exporters.registry import ExporterContext, register
 from exporters.sampling import SampledCollector, log
 from monitor import metric_names as m
 from monitor.live import FlagGroup, labelled_counter
-from monitor.logs.arrivals import capture_times
+from monitor.logs.arrivals import ArrivalTail, capture_times
 from monitor.logs.canonical_records import LogParser
 from monitor.logs.follow import LogFollower, LogPosition
 from monitor.logs.gaps import DataWaitTracker
@@ -100,6 +99,10 @@ class _Followed:
     saved_at: float | None = None  # when the position resumed from was saved
     anomalies: Counter[str] = field(default_factory=Counter)  # handled, by reason
     backlog: bool = False  # still reading what the log held at the start (polls at the cap)
+    arrivals: ArrivalTail = field(init=False)  # the capture-time sidecar, read as it grows
+
+    def __post_init__(self) -> None:
+        self.arrivals = ArrivalTail(self.path)
 
 
 @dataclass
@@ -178,7 +181,7 @@ class VerlLogCollector(SampledCollector):
 
     def sample(self) -> None:
         """Read and parse what each log appended; publish steps, events and the snapshot."""
-        now = time.time()
+        now = self.ctx.clock()  # the wall clock, or a sped-up simulated run's own
         new_steps: list[StepRecord] = []
         new_events: list[Event] = []
         missing: list[str] = []  # logs whose folder is absent: a mistyped --log, never appears
@@ -192,7 +195,11 @@ class VerlLogCollector(SampledCollector):
             items: list[StepRecord | Event] = []
             parser = fol.parser
             safe = None  # the last line after which the parser held nothing back
-            captured = captured_times(fol, lines) if fol.catching_up and lines else None
+            # when `verl-monitor run` (or the simulator) captured each line, where it says
+            captured = None
+            if lines:  # the whole sidecar read once when catching up, then as it grows
+                captured = (captured_times(fol, lines) if fol.catching_up
+                            else live_times(fol, lines))
             for i, line in enumerate(lines):
                 items.extend(parser.feed(line, now if captured is None else captured[i] or now))
                 if parser.idle:
@@ -222,9 +229,7 @@ class VerlLogCollector(SampledCollector):
                 rebuild_backlog_times(items, fol.path, now, fol.saved_at, stamped=now,
                                       until=first)
             fol.anomalies["step_time_clash"] += keep_records_apart(items)
-            live_sim = self.ctx.live_sim  # a replayed sim: lines come faster
-            gaps = self._gaps.setdefault(fol.path, DataWaitTracker(
-                float(live_sim.speed) if live_sim is not None else 1.0))
+            gaps = self._gaps.setdefault(fol.path, DataWaitTracker())
             for item in items:
                 if isinstance(item, StepRecord):
                     gaps.update(item)  # time before the step timer: batch fetch (data wait)
@@ -315,7 +320,7 @@ class VerlLogCollector(SampledCollector):
             yield GaugeMetricFamily(m.LAST_STEP_TS, "Unix time the last step ended.",
                                     value=last.end_time)
             yield GaugeMetricFamily(m.SINCE_LAST_STEP, "Seconds since the last step ended.",
-                                    value=max(0.0, time.time() - last.end_time))
+                                    value=max(0.0, self.ctx.clock() - last.end_time))
 
 
 def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float,
@@ -369,6 +374,13 @@ def captured_times(fol: _Followed, lines: list[str]) -> list[float | None] | Non
     for problem in times.problems:
         note(problem, fol.path)
     return out
+
+
+def live_times(fol: _Followed, lines: list[str]) -> list[float | None] | None:
+    """The capture times of the lines of a live poll, from the sidecar read as it grows
+    (``ArrivalTail``: the newest records only): the time of the last record at or before the
+    line's start; None without a sidecar, or for a line it does not cover yet."""
+    return fol.arrivals.times([fol.follower.line_start(i) for i in range(len(lines))])
 
 
 def distrust_line_times(items: list[StepRecord | Event], now: float, *,

@@ -115,10 +115,14 @@ class SimBackend:
         return list(self._devices)
 
     def sample(self) -> list[GpuReading]:
-        """Every simulated GPU of the node at the current simulated time."""
-        now = self._clock()
-        rows = sorted(self._rows(self._sim_time()), key=lambda r: int(r["gpu"]))
-        return [row_to_reading(r, now) for r in rows]
+        """Every simulated GPU of the node at the current simulated time, stamped with the
+        simulated time where a ``LiveSim`` plays the run (the clock its log is read on: at
+        10x a step of 12 simulated seconds takes 1.2 wall seconds, and the samples must fall
+        in its phases), else with the wall clock."""
+        t = self._sim_time()
+        stamp = t if self._live is not None else self._clock()
+        rows = sorted(self._rows(t), key=lambda r: int(r["gpu"]))
+        return [row_to_reading(r, stamp) for r in rows]
 
     def host_sample(self) -> dict[str, Any]:
         """The simulated host row (interchange host columns) of this node, now.

@@ -240,6 +240,33 @@ def top_problem_summary(ra: Any) -> dict[str, Any]:
     return out
 
 
+def headline_summary(ra: Any, flags: Iterable[Flag], n_steps: int | None) -> dict[str, Any]:
+    """The run summary's headline keys, as the Overview's banner and ``analyze`` say it
+    (``monitor.analysis.headline``): ``state``, ``headline`` (the banner's words), ``goodput``,
+    ``top_loss`` and its ``top_loss_share``, over the last ``n_steps`` steps (the run with
+    None); {} without GPU samples."""
+    from monitor.analysis.headline import cause_seconds, headline, last_steps
+
+    try:
+        led = ra.ledger() if ra.has_gpu else None
+    except Exception as exc:  # extra: never stops the logging
+        log.debug("wandb: headline failed: %s", exc)
+        return {}
+    if led is None or not len(led):
+        return {}
+    span = "the run" if n_steps is None else f"the last {n_steps} steps"
+    rows = led[~led["tail"].astype(bool)] if n_steps is None else last_steps(led, n_steps)
+    head = headline(cause_seconds(rows), [f for f in flags if f.end is None], span=span,
+                    suppress=ra.config.section("suppress"))
+    out: dict[str, Any] = {PREFIX + "state": head.state, PREFIX + "headline": head.text}
+    if head.goodput is not None:
+        out[PREFIX + "goodput"] = round(head.goodput, 4)
+    if head.top_loss is not None:
+        out[PREFIX + "top_loss"] = head.top_loss
+        out[PREFIX + "top_loss_share"] = round(float(head.top_loss_share or 0.0), 4)
+    return out
+
+
 def _flag_id(flag: Flag) -> tuple[str, str, float]:
     return (flag.kind, flag.scope_label, float(flag.start))
 
@@ -590,6 +617,9 @@ class WandbSink:
             while len(self._logged_steps) > MAX_REMEMBERED_STEPS:
                 self._logged_steps.pop(next(iter(self._logged_steps)))
             top = top_problem_summary(ra)
+            from monitor.analysis.headline import SPAN_STEPS
+
+            top.update(headline_summary(ra, seen.values(), SPAN_STEPS))
             if top and self.run is not None:
                 self._call("summary", self.run.summary.update, top)
         self.log_flags(opened, closed)
@@ -649,6 +679,7 @@ class WandbSink:
             f"{PREFIX}flags/{sev}": sum(1 for f in flags if f.severity == sev)
             for sev in ("info", "warning", "critical")}
         summary.update(top_problem_summary(ra))
+        summary.update(headline_summary(ra, flags, None))
         phase_rows = rows
         if per_step:
             phase_rows = phase_summary(pd.DataFrame(per_step)).to_dict("records")

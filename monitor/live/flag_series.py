@@ -107,6 +107,15 @@ class FlagsCollector(LiveView):
                             1.0)
         yield active
         yield info
+        done = tracker.finished is not None and tracker.finished_at is not None
+        yield GaugeMetricFamily(m.RUN_FINISHED, "1 once the followed run has ended (verl's last "
+                                "progress line, its final validation, or the job's exit), 0 "
+                                "while it goes on: a finished run pages no one.",
+                                value=1.0 if done else 0.0)
+        if done:
+            yield GaugeMetricFamily(m.RUN_END_TS, "When the finished run ended (unix seconds; "
+                                    "its last step is verlmon_training_step).",
+                                    value=float(tracker.finished_at))
         raised = CounterMetricFamily(m.FLAGS_RAISED.removesuffix("_total"),
                                      "Detector flags opened since the exporter started "
                                      "(every kind and severity, 0 until one opens).",

@@ -32,11 +32,16 @@ class FlagTracker:
         self._adopted: dict[tuple[str, str], str | None] = {}
         #: why the run is over (``finish``), while it is: ``update`` then opens nothing
         self.finished: str | None = None
+        #: when it ended and its last step (``verlmon_run_end_timestamp_seconds``)
+        self.finished_at: float | None = None
+        self.finished_step: int | None = None
 
-    def finish(self, now: float, reason: str) -> list[Flag]:
+    def finish(self, now: float, reason: str, step: int | None = None) -> list[Flag]:
         """The run is over: close every open flag as "run finished" (``reason`` says what
-        showed it) and open nothing new until ``resume``. Returns the flags closed."""
+        showed it; ``step`` its last step) and open nothing new until ``resume``. Returns the
+        flags closed."""
         self.finished = reason
+        self.finished_at, self.finished_step = now, step
         closed = []
         for key in list(self._open):
             f = self._open.pop(key)
@@ -49,6 +54,7 @@ class FlagTracker:
     def resume(self) -> None:
         """A new run goes on after a finished one: flags open again."""
         self.finished = None
+        self.finished_at = self.finished_step = None
 
     def adopt(self, flags: list[Flag], reason: str | None = None) -> int:
         """Take over flags a previous process left open (read back from the store): they are

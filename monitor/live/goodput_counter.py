@@ -18,8 +18,7 @@ unsampled seconds then ``unattributed``). A node that follows no verl log export
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily
@@ -48,6 +47,9 @@ class GoodputTotals:
     def __init__(self) -> None:
         self.seconds: dict[tuple[str, int, str], float] = {}
         self.done: set[tuple[int, float]] = set()
+        #: steps counted, per node (``verlmon_goodput_steps_total``): the dashboard on
+        #: Prometheus finds where its last N steps begin by it
+        self.steps: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def add(self, node: str, gpu: int, cause: str, value: float) -> None:
@@ -73,14 +75,17 @@ class GoodputTotals:
 def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
                     now: float, config: Config | None = None,
                     flags: list | None = None,
-                    job_config: Mapping[str, Any] | None = None) -> int:
+                    job_config: Mapping[str, Any] | None = None,
+                    keep: Callable[[list[dict]], None] | None = None) -> int:
     """Run the ledger on the steps not counted yet and add their seconds; returns how many.
 
     ``config`` is the whole ``Config`` the monitor loaded (``--config``; None: the packaged
     defaults), ``flags`` the open flags (a ``rollout_long_tail`` flag books its steps' gen
     loss as the tail, as ``analyze`` does), ``job_config`` the job's printed config (its
-    trainer mode decides where the step keys cannot, as in ``analyze``). Pure apart from ``totals``: the exporter's thread
-    calls it with the window's frames.
+    trainer mode decides where the step keys cannot, as in ``analyze``), ``keep`` is given
+    the ledger rows counted (the run store keeps them: the dashboard on it reads the numbers
+    the counter has). Pure apart from ``totals`` and ``keep``: the exporter's thread calls it
+    with the window's frames.
     """
     timed = sorted((s for s in steps if s.end_time is not None and s.total is not None),
                    key=lambda s: float(s.end_time))
@@ -103,13 +108,17 @@ def count_new_steps(totals: GoodputTotals, steps: list, gpu, events: list, *,
     led = RunAnalysis(window, gpu, events=events, config=config,
                       flags=list(flags or []), job_config=job_config).ledger()
     want = {(s.step, float(s.end_time)) for s in ready}
-    for row in led.itertuples(index=False):
-        if (int(row.step), float(row.end)) not in want:
-            continue
+    counted = led[[(int(s), float(e)) in want for s, e in zip(led["step"], led["end"],
+                                                                strict=True)]]
+    for row in counted.itertuples(index=False):
         node, g = str(row.node), int(row.gpu)
         totals.touch(node, g)
         for cause in CAUSES:
             totals.add(node, g, cause, float(getattr(row, cause)))
+    for node in set(counted["node"].astype(str)):
+        totals.steps[node] = totals.steps.get(node, 0) + len(want)
+    if keep is not None and len(counted):
+        keep(counted.to_dict("records"))
     totals.done |= want
     if len(totals.done) > 10_000:  # bounded: keep the newest
         totals.done = set(sorted(totals.done, key=lambda k: k[1])[-1000:])
@@ -157,7 +166,7 @@ class GoodputCollector(PollingView):
     def poll_once(self) -> None:
         """Count the steps that are ready, then queue the digest when it is due."""
         self.poll()
-        self.maybe_digest(time.time())
+        self.maybe_digest(self.ctx.clock())
 
     def poll(self, now: float | None = None) -> int:
         """Count the steps that are ready; returns how many were added."""
@@ -172,16 +181,26 @@ class GoodputCollector(PollingView):
         tracker = self.ctx.tracker
         flags = list(tracker.active()) if tracker is not None else []
         n = count_new_steps(self.totals, steps, gpu, events,
-                            now=time.time() if now is None else now, config=self.config,
-                            flags=flags, job_config=self.ctx.job_config())
+                            now=self.ctx.clock() if now is None else now, config=self.config,
+                            flags=flags, job_config=self.ctx.job_config(),
+                            keep=getattr(self.ctx.sink, "add_ledger", None))
         waiting = [s for s in steps if s.end_time is not None and s.total is not None
                    and (s.step, float(s.end_time)) not in self.totals.done]
         self._pending = bool(waiting)
         return n
 
     def collect(self) -> Iterable[Metric]:
-        """``verlmon_gpu_seconds_total{cause, node, gpu}`` (none before the first step)."""
+        """``verlmon_gpu_seconds_total{cause, node, gpu}`` (none before the first step) and
+        ``verlmon_goodput_steps_total{node}`` (0 from the start, so the first steps counted
+        show as an increase)."""
         snap = self.totals.snapshot()
+        steps = CounterMetricFamily(
+            m.GOODPUT_STEPS.removesuffix("_total"),
+            "Steps whose GPU-seconds verlmon_gpu_seconds_total has counted: the increase of "
+            "both over the same range is the ledger of those steps.", labels=["node"])
+        for node, count in sorted({self.ctx.node: 0, **self.totals.steps}.items()):
+            steps.add_metric([node], float(count))
+        yield steps
         if not snap:
             return
         fam = CounterMetricFamily(

@@ -14,9 +14,11 @@ the tracker for the flag series, the notifier for the goodput digest).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from monitor.detect.flag_advice import tell_job_config
@@ -55,6 +57,8 @@ RESTART_PAUSE_S = 1.0
 TRIM_INTERVAL_S = 30.0
 #: Seconds between two log lines for the same detector failure.
 DETECT_ERROR_LOG_S = 60.0
+#: The store's meta key saying the run ended: ``{"time", "step", "reason"}`` (or null).
+RUN_FINISHED_META = "run_finished"
 #: Fingerprints of recent steps remembered to drop a step the log gives again.
 RECENT_STEPS = 4096
 #: Why a flag adopted from the store at start closes when the first detector pass lacks it.
@@ -112,6 +116,8 @@ class Recorder(Sink):
         self.window = window
         self.store = store
         self._recent_fps: dict[str, None] = {}  # insertion-ordered, bounded: RECENT_STEPS
+        #: how far each followed log (absolute path) has been read and its records given out
+        self.read_up_to: dict[str, int] = {}
 
     def _new_steps(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
         """The steps not seen before (by content: a re-read step keeps its first record)."""
@@ -126,6 +132,12 @@ class Recorder(Sink):
             del self._recent_fps[next(iter(self._recent_fps))]
         return fresh
 
+    def add_ledger(self, rows: list[dict]) -> None:
+        """The goodput ledger rows the exporter counted, to the store (the dashboard on it
+        reads the very seconds ``verlmon_gpu_seconds_total`` counted)."""
+        if self.store is not None:
+            self.store.put_ledger(rows)
+
     def saved_log_positions(self) -> dict[str, LogPosition]:
         """Where the store says each followed log was read up to (empty without a store)."""
         store = self.store
@@ -133,6 +145,8 @@ class Recorder(Sink):
 
     def add_log_positions(self, positions: Sequence[LogPosition]) -> None:
         """Positions reached in followed logs, saved with the steps and events put before."""
+        for pos in positions:
+            self.read_up_to[os.path.abspath(pos.path)] = int(pos.offset)
         store = self.store
         if store is not None:
             for pos in positions:
@@ -215,6 +229,9 @@ class LiveMonitor(Recorder):
         self._stopped = False
         self._urgent = 0  # hang_dump events received (the detectors run soon after one)
         self._finished_steps = -1  # steps_added when the run was seen finished
+        #: the time base of the detectors and the window (``use_clock``)
+        self._clock: Callable[[], float] = time.time
+        self._from_wall: Callable[[float], float] | None = None
         #: the job's printed config, for the advice (read from the followed logs' heads)
         self.job_config = JobConfigWatch(
             list(options.log) + ([options.sim_log] if options.sim_log else []))
@@ -252,7 +269,17 @@ class LiveMonitor(Recorder):
         return ViewContext(node=self.node, interval=self.interval, window=self.window,
                            tracker=self.tracker, notifier=self.notifier,
                            config=self.detect_config, options=self.options, sink=self,
-                           job_config=self.job_config.config, wandb=lambda: self.wandb_sink)
+                           job_config=self.job_config.config, clock=self.now,
+                           wandb=lambda: self.wandb_sink)
+
+    def use_clock(self, clock: Callable[[], float],
+                  from_wall: Callable[[float], float] | None = None) -> None:
+        """Judge on ``clock`` instead of the wall clock (a simulated run played at another
+        speed: its own seconds, the ones its log and samples are stamped with); ``from_wall``
+        turns a wall-clock time into that clock's (for what is stamped on the wall clock)."""
+        self._clock = clock
+        self._from_wall = from_wall
+        self.window._clock = clock
 
     def _register_alert_paths(self) -> None:
         """Slack, wandb and the store writer report on /metrics (monitor/live/alert_paths.py)."""
@@ -414,11 +441,10 @@ class LiveMonitor(Recorder):
         self._threads.append(thread)
 
     def now(self) -> float:
-        """The detectors' clock: the wall clock, the time base of every sample and step.
-
-        (With ``--sim-log`` the simulated log carries no timestamps, so its steps too are
-        timed by arrival, on the wall clock.)"""
-        return time.time()
+        """The detectors' clock: the time base of every sample and step. The wall clock, or
+        the simulated run's own while ``--sim-log`` plays it at another speed (``use_clock``):
+        its steps are timed by their arrival on that clock."""
+        return self._clock()
 
     def detect_once(self) -> tuple[list[Flag], list[Flag]]:
         """Run the detectors on the window once; returns (opened, closed) flags."""
@@ -442,11 +468,14 @@ class LiveMonitor(Recorder):
                     opened, closed = self.tracker.update(self._judge(
                         steps, gpu_df[gpu_df["ts"] <= at], host_df[host_df["ts"] <= at],
                         events, at), at)
-                    closed += self.tracker.finish(at, ended)  # closed when it ended
+                    last = max((int(s.step) for s in steps), default=None)
+                    closed += self.tracker.finish(at, ended, last)  # closed when it ended
+                    self._mark_finished(at, last, ended)
                 self._finished_steps = self.window.steps_added
             else:
                 if self.tracker.finished:
                     self.tracker.resume()
+                    self._mark_finished(None)
                 opened, closed = self.tracker.update(
                     self._judge(steps, gpu_df, host_df, events, now), now)
             self.detect_runs += 1
@@ -466,6 +495,15 @@ class LiveMonitor(Recorder):
             for flag in closed:
                 self.notifier.notify_resolved(flag)
         return opened, closed
+
+    def _mark_finished(self, at: float | None, step: int | None = None,
+                       reason: str = "") -> None:
+        """Keep in the store's meta (``run_finished``) that the run ended, when, after which
+        step and what said so (None again when a new run goes on): every page of the
+        dashboard on the store says "finished"."""
+        if self.store is not None:
+            self.store.set_meta(RUN_FINISHED_META, None if at is None else
+                                {"time": at, "step": step, "reason": reason})
 
     def _judge(self, steps, gpu_df, host_df, events, now: float) -> list[Flag]:
         """Every detector over the window's frames at ``now`` (``run_all``), the advice told
@@ -489,12 +527,35 @@ class LiveMonitor(Recorder):
         from monitor.hang.finish import exit_after_steps, finish_time
 
         logs = list(self.options.log) + ([self.options.sim_log] if self.options.sim_log else [])
-        return finish_time(events, steps) or exit_after_steps(logs, steps)
+        said = finish_time(events, steps)
+        if said is not None:
+            return said
+        # the job's exit: once what it wrote before exiting has been read (its last steps)
+        return exit_after_steps(logs, steps) if self._logs_read(logs) else None
+
+    def _logs_read(self, logs: Sequence[str]) -> bool:
+        """Whether every followed log has been read to its end (a log never read counts as
+        read: the exit marker alone then speaks)."""
+        for path in logs:
+            full = os.path.abspath(path)
+            if full not in self.read_up_to:
+                continue
+            try:
+                size = os.path.getsize(full)
+            except OSError:
+                continue
+            if self.read_up_to[full] < size:
+                return False
+        return True
 
     def add_events(self, events: Sequence[Event]) -> None:
         """Events to the window and the store; a py-spy or Flight Recorder round (``hang_dump``)
         has the detectors run soon (at most once a second), so its flag does not wait for the
-        next interval."""
+        next interval. On a simulated run's clock (``use_clock``) a round, stamped on the wall
+        clock by the flight recorder view, is moved onto the run's clock, where its silence is."""
+        if self._from_wall is not None:
+            events = [replace(e, time=self._from_wall(e.time))
+                      if e.kind == "hang_dump" and e.time is not None else e for e in events]
         super().add_events(events)
         if any(e.kind == "hang_dump" for e in events):
             self._urgent += 1
@@ -594,12 +655,27 @@ class LiveMonitor(Recorder):
         """Every health family registered so far (``self.health``), as a list."""
         return list(self.health.collect())
 
+    def _finish_if_ended(self) -> None:
+        """At stop: a run that ended since the last detector run (``verl-monitor run`` writes
+        the job's exit beside the log, then stops its exporter) is recorded as finished, its
+        flags closed, before the store closes: the dashboard on the store then says so."""
+        if self.tracker is None or self.tracker.finished or self._run_all is None:
+            return
+        steps, _, _, events = self.window.frames()
+        if not steps or self.run_finished(steps, events) is None:
+            return
+        try:
+            self.detect_once()
+        except Exception as exc:  # noqa: BLE001 - stopping must go on
+            log.warning("the run's end was not recorded: %s", exc)
+
     def stop(self) -> None:
         """Stop detecting and delivering; flush and close the store. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
         self._stop.set()
+        self._finish_if_ended()
         if self.notifier is not None:
             try:
                 self.notifier.stop()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -65,7 +66,8 @@ class ViewContext:
     that publishes (hang dumps' ``hang_dump`` events) sends them; ``job_config`` gives the
     job's printed config once the monitor found it (its ``JobConfigWatch.config``), so a view
     that builds a ``RunAnalysis`` (goodput) judges the trainer mode as the detectors and
-    ``analyze`` do."""
+    ``analyze`` do. ``clock`` is the monitor's (``LiveMonitor.now``: the wall clock, or a
+    simulated run's own)."""
 
     node: str
     interval: float
@@ -76,6 +78,7 @@ class ViewContext:
     options: LiveOptions = field(default_factory=LiveOptions)
     sink: Any = field(default_factory=NullSink)
     job_config: JobConfigSource = no_job_config
+    clock: Callable[[], float] = time.time
     #: the wandb sink once open (None: off, or not yet): the attempt ledger logs there
     wandb: Callable[[], Any] = lambda: None
 

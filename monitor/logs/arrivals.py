@@ -13,6 +13,7 @@ can then give each line the time it was really printed.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from collections import Counter
@@ -316,3 +317,59 @@ class CaptureTimes:
             return None
         return (f"{self.path}: capture times end at byte {self._ended_at:,} of the log's "
                 f"{self._size:,}; later lines are timed by the log's other clocks")
+
+
+class ArrivalTail:
+    """Reads a sidecar as it grows (a live exporter beside ``verl-monitor run``, or the
+    simulator): each ``times`` call reads only the records appended since the last one, so a
+    followed log's lines get the time they were captured, not the time the exporter's poll
+    happened to read them (up to one interval later). Records are read as
+    :class:`CaptureTimes` reads them (two or three fields); one out of order is skipped."""
+
+    def __init__(self, log_path: str | os.PathLike[str]) -> None:
+        self.path = sidecar_path(log_path)
+        self._parser = CaptureTimes(None, str(self.path))
+        self._read = 0  # bytes of the sidecar consumed (whole lines only)
+        self._offsets: list[int] = []
+        self._times: list[float | None] = []
+
+    def _poll(self) -> None:
+        folder = os.path.dirname(os.path.abspath(self.path))
+        try:
+            with open_beside(self.path, folder) as fh:
+                size = fh.seek(0, os.SEEK_END)
+                if size < self._read:  # rewritten (a new job's log): read it again
+                    self._read, self._offsets, self._times = 0, [], []
+                fh.seek(self._read)
+                chunk = fh.read(max(0, min(size - self._read, 1 << 24)))
+        except (OSError, Unreadable):
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        self._read += end + 1
+        for raw in chunk[:end].split(b"\n"):
+            rec = self._parser._parse(raw) if len(raw) <= MAX_RECORD_BYTES else None
+            if rec is None or (self._offsets and rec.offset <= self._offsets[-1]):
+                continue  # not a record, or out of order: the file's order holds
+            self._offsets.append(rec.offset)
+            self._times.append(rec.ts)
+
+    def times(self, starts: list[int | None]) -> list[float | None] | None:
+        """The capture time of each line starting at ``starts`` (byte offsets in the log):
+        the time of the last record at or before it; None for a line no record covers (or
+        whose start is unknown). None when there is no sidecar. Records long before the lines
+        asked about are let go (the lines are read in order)."""
+        self._poll()
+        if not self._offsets:
+            return None
+        out: list[float | None] = []
+        for start in starts:
+            k = -1 if start is None else bisect.bisect_right(self._offsets, start) - 1
+            out.append(self._times[k] if k >= 0 else None)
+        known = [s for s in starts if s is not None]
+        if known:
+            keep = max(bisect.bisect_right(self._offsets, min(known)) - 1, 0)
+            if keep > 1024:
+                del self._offsets[:keep], self._times[:keep]
+        return out

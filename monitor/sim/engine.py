@@ -228,30 +228,23 @@ class SimRun:
         return order
 
     def _layout(self, plan: StepPlan, t0_ms: int) -> tuple[list[tuple[str, int, int]], int]:
-        """Integer-millisecond layout of one step: [(label, start_ms, end_ms)], end_ms."""
+        """Integer-millisecond layout of one step: [(label, start_ms, end_ms)], end_ms.
+
+        The phases run end to end and the step's untimed host work (the canonical ``other``)
+        comes last, where the attribution lays it out (``phase_timeline``): spread between the
+        phases instead, it shifted each phase off the one the analysis reads its samples in,
+        and a healthy step's short training phases read their neighbours' idle samples (a
+        healthy update_critic at 34% SM)."""
         order = self._order()
         dur_ms = {p: max(1, round(plan.durations["gen" if p == WAIT_LABEL else p] * 1000))
                   for p in order}
         gaps_ms = max(0, round(plan.gaps * 1000))
-        first_gap = round(gaps_ms * 0.4)
-        # gaps after these phases (never between reshard and gen, or inside update_actor)
-        slots = [p for p in order if p not in ("update_actor",) and not (
-            p == "reshard" and not self._reshard_after)]
-        slots = [p for p in slots if p != slots[-1]]
-        rest = gaps_ms - first_gap
-        per_slot = rest // max(len(slots), 1)
-        extra = rest - per_slot * len(slots)
         out: list[tuple[str, int, int]] = []
         cur = t0_ms
-        if first_gap + extra:
-            out.append(("gap", cur, cur + first_gap + extra))
-            cur += first_gap + extra
-        for p in order:
-            out.append((p, cur, cur + dur_ms[p]))
-            cur += dur_ms[p]
-            if p in slots and per_slot:
-                out.append(("gap", cur, cur + per_slot))
-                cur += per_slot
+        for p in order + (["gap"] if gaps_ms else []):
+            dur = gaps_ms if p == "gap" else dur_ms[p]
+            out.append((p, cur, cur + dur))
+            cur += dur
         return out, cur
 
     def _build(self) -> None:

@@ -3,7 +3,11 @@
 ``LiveSim(run, "train.log", speed=10).start()`` re-bases the run so it starts now, writes the
 preamble at once, then appends each line when the wall clock passes its simulated time (scaled
 by ``speed``). ``now_sim()`` gives the simulated instant matching the wall clock, to pass to
-``run.gpu_sample_at``.
+``run.gpu_sample_at``. Beside the log it keeps ``<log>.arrivals``, when each line was written
+on that clock (as ``verl-monitor run`` records a captured job's lines), and at the end the exit
+marker ``<log>.exit``. An exporter playing a run at another speed than 1 measures it on the
+simulated clock (``LiveMonitor.use_clock``), so a step of 12 simulated seconds is 12 seconds
+to the detectors at any speed.
 
 With ``nccl_dir`` (or ``VERLMON_SIM_NCCL_DIR`` in the environment, which ``verl-monitor demo``
 sets) the simulated job also dumps NCCL Inspector records there, as NCCL >= 2.28 does with
@@ -27,6 +31,7 @@ import zlib
 from pathlib import Path
 
 from monitor.hang.finish import clear_exit, mark_exit
+from monitor.logs.arrivals import ArrivalWriter
 from monitor.sim.engine import SimRun
 
 #: Environment variable naming the folder for simulated NCCL Inspector dumps.
@@ -193,6 +198,12 @@ class LiveSim:
             return self.run.start_time
         return self.run.start_time + (time.time() - self._wall0) * self.speed
 
+    def sim_time_of(self, t_wall: float) -> float:
+        """The simulated time matching wall-clock time ``t_wall`` (``now_sim`` at that time)."""
+        if self._wall0 is None:
+            return self.run.start_time
+        return self.run.start_time + (t_wall - self._wall0) * self.speed
+
     def wall_time_of(self, t_sim: float) -> float:
         """The wall-clock time at which simulated time ``t_sim`` is reached."""
         wall0 = self._wall0 if self._wall0 is not None else time.time()
@@ -210,8 +221,9 @@ class LiveSim:
                     "a", encoding="utf-8")
                 items += [(t, 1, rec) for t, rec in nccl_records(self.run, node, os.getpid())]
                 items.sort(key=lambda item: (item[0], item[1]))
+            arrivals = ArrivalWriter(self.log_path)
             try:
-                with self.log_path.open("a", encoding="utf-8") as fh:
+                with self.log_path.open("ab") as fh:
                     for t_sim, kind, item in items:
                         while not self._stop.is_set():
                             wait = self.wall_time_of(t_sim) - time.time()
@@ -221,25 +233,33 @@ class LiveSim:
                         if self._stop.is_set():
                             return
                         if kind == 0:
-                            fh.write(str(item) + "\n")
+                            # when the line was printed, on the run's own clock, as
+                            # `verl-monitor run` records it for a job it captures
+                            data = (str(item) + "\n").encode("utf-8")
+                            offset = fh.tell()
+                            arrivals.record(offset, t_sim, offset + len(data))
+                            fh.write(data)
                             fh.flush()
+                            if self.speed != 1.0:  # written on the run's clock, as captured
+                                os.utime(self.log_path, (t_sim, t_sim))
                             self.lines_written += 1
                         elif dump is not None:
                             self._dump(dump, item, t_sim)
                 if getattr(self.run, "outcome", "completed") == "completed":
-                    mark_exit(self.log_path, 0)  # the simulated job ended: its run finished
+                    # the simulated job ended: its run finished (on the run's own clock)
+                    mark_exit(self.log_path, 0, when=self.now_sim())
             finally:
+                arrivals.close()
                 if dump is not None:
                     dump.close()
         except Exception as exc:  # reported through .error; the thread must end
             self.error = exc
 
     def _dump(self, fh, record, t_sim: float) -> None:
-        """Write one Inspector record stamped with the wall time it is written at; its
-        execution time is scaled to wall seconds so the NCCL share is right at any speed."""
+        """Write one Inspector record stamped with the simulated time it is written at (the
+        clock the exporter measures a sped-up run on; the wall clock at 1x)."""
         rec = json.loads(json.dumps(record))
-        rec["metadata"]["dump_timestamp_us"] = int(self.wall_time_of(t_sim) * 1e6)
-        rec["coll_perf"]["coll_exec_time_us"] /= self.speed
+        rec["metadata"]["dump_timestamp_us"] = int(t_sim * 1e6)
         fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
         fh.flush()
         self.nccl_written += 1

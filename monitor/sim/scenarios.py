@@ -1017,6 +1017,13 @@ SCRIPTS: dict[str, list[tuple[str, int]]] = {
         ("rollout_long_tail", 6),
         ("healthy", 6),
     ],
+    # The demo in under two minutes at 1x (tests/e2e/test_headline.py): healthy steps, a slow
+    # weight sync, then a healthy step to the end.
+    "demo_short": [
+        ("healthy", 4),
+        ("reshard_spike", 3),
+        ("healthy", 1),
+    ],
     # Server-mode rollout behind the agent loop: a full KV cache, then a generation tail.
     "agent_loop_demo": [
         ("agent_loop", 8),
@@ -1049,7 +1056,8 @@ SCRIPTS: dict[str, list[tuple[str, int]]] = {
 }
 
 #: Default step length per script (seconds), used when the caller keeps the default.
-SCRIPT_STEP_SECONDS: dict[str, float] = {"demo": 12.0, "agent_loop_demo": 12.0,
+SCRIPT_STEP_SECONDS: dict[str, float] = {"demo": 12.0, "demo_short": 12.0,
+                                         "agent_loop_demo": 12.0,
                                          "fully_async_demo": 12.0, "separate_async_demo": 12.0}
 
 #: Trainer modes the simulator plays (``monitor.logs.modes`` names): ``sync`` (the colocated

@@ -231,6 +231,7 @@ class RunStore(KindRows):
         meta: Mapping[str, Any] | None = None,
         positions: Sequence[LogPosition] = (),
         samples: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        ledger: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Write several kinds of rows in ONE transaction: all are stored, or none.
 
@@ -238,7 +239,11 @@ class RunStore(KindRows):
         ``host``, ``nccl`` and ``rollout`` are the same, one keyword each.
 
         ``positions``: where each followed log was read up to, saved with the steps and events
-        read before it (a restart resumes there; never ahead of what was stored)."""
+        read before it (a restart resumes there; never ahead of what was stored).
+
+        ``ledger``: goodput ledger rows as the exporter counted them (``step``, ``node``,
+        ``gpu``, ``start``, ``end``, ``tail``, ``wall`` and a number per cause; see
+        :meth:`ledger`)."""
 
         by_kind = {"gpu": gpu, "host": host, "nccl": nccl, "rollout": rollout, **(samples or {})}
         unknown = sorted(k for k, rows in by_kind.items() if rows and k not in KIND)
@@ -264,6 +269,8 @@ class RunStore(KindRows):
                 )
             if positions:
                 _save_positions(conn, positions)
+            if ledger:
+                _insert_ledger(conn, ledger)
 
         self._write(work)
 
@@ -459,6 +466,24 @@ class RunStore(KindRows):
             for r in self._conn().execute(sql)
         ]
 
+    def ledger(self, start: float | None = None, end: float | None = None) -> pd.DataFrame:
+        """The goodput ledger as the exporter counted it, rows whose end is within the
+        bounds: the columns of ``monitor.analysis.goodput.ledger`` (step, node, gpu, start,
+        end, tail, wall, every cause). Empty (with those columns) when the store has none."""
+        from monitor.analysis.goodput import CAUSES, LEDGER_COLUMNS
+
+        where, params = _time_filter('"end"', start, end)
+        sql = 'SELECT step, node, gpu, start, "end", tail, wall, causes FROM ledger'
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += ' ORDER BY "end", node, gpu'
+        rows = []
+        for r in self._conn().execute(sql, params):
+            causes = json.loads(r[7])
+            rows.append([int(r[0]), str(r[1]), int(r[2]), float(r[3]), float(r[4]), bool(r[5]),
+                         float(r[6]), *(float(causes.get(c, 0.0)) for c in CAUSES)])
+        return pd.DataFrame(rows, columns=LEDGER_COLUMNS)
+
     def meta(self) -> dict[str, Any]:
         """All run-level values set with ``set_meta``."""
         return {k: json.loads(v) for k, v in self._conn().execute("SELECT key, value FROM meta")}
@@ -644,6 +669,19 @@ def _refuse_non_store(path: Path) -> None:
         conn.close()
     if not names:
         raise StoreError(f"{path}: a database without tables, not a verl-monitor run store")
+
+
+def _insert_ledger(conn: sqlite3.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Ledger rows (one per step and GPU); a row counted again replaces the first."""
+    from monitor.analysis.goodput import CAUSES
+
+    conn.executemany(
+        'INSERT OR REPLACE INTO ledger (node, gpu, step, start, "end", tail, wall, causes) '
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(str(r["node"]), int(r["gpu"]), int(r["step"]), float(r["start"]), float(r["end"]),
+          int(bool(r.get("tail", False))), float(r["wall"]),
+          json.dumps({c: round(float(r[c]), 6) for c in CAUSES if float(r.get(c) or 0.0) > 0}))
+         for r in rows])
 
 
 def _time_filter(column: str, start: float | None, end: float | None) -> tuple[list[str], list]:

@@ -13,7 +13,10 @@ from monitor.frames import GPU_COLUMNS, HOST_COLUMNS
 #: Bump when the schema changes; ``migrate`` brings older files up to date.
 #: 2: steps keyed by (step, end_key, source) with a content fingerprint ``fp`` (a step read
 #: twice is stored once); ``log_positions``, where each followed log was read up to.
-SCHEMA_VERSION = 2
+#: 3: ``ledger``, the exporter's goodput ledger of each step and GPU as it counted it (the
+#: seconds behind ``verlmon_gpu_seconds_total``), so the dashboard on a store reads the very
+#: numbers Prometheus has.
+SCHEMA_VERSION = 3
 
 #: NCCL sample columns, in the order ``nccl_frame`` returns them.
 NCCL_COLUMNS: tuple[str, ...] = ("ts", "node", "coll", "comm", "ops", "bytes", "exec_s", "busbw_bps")
@@ -114,6 +117,24 @@ CREATE TABLE IF NOT EXISTS log_positions (
 """
 
 
+#: Version 2 -> 3: the goodput ledger as the exporter counted it, one row per step and GPU:
+#: the wall interval, and the GPU-seconds of each cause that got any (JSON).
+_UPGRADE_V3 = """
+CREATE TABLE IF NOT EXISTS ledger (
+    node TEXT NOT NULL,
+    gpu INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    start REAL NOT NULL,
+    "end" REAL NOT NULL,
+    tail INTEGER NOT NULL DEFAULT 0,
+    wall REAL NOT NULL,
+    causes TEXT NOT NULL,
+    PRIMARY KEY (node, gpu, step, "end")
+);
+CREATE INDEX IF NOT EXISTS ledger_end ON ledger ("end");
+"""
+
+
 def add_missing_gpu_columns(conn: sqlite3.Connection) -> list[str]:
     """Add the GPU sample columns a store written before them lacks (issue 23: PCIe and NVLink
     rates), as nullable REAL columns; returns the names added. Old rows read as NaN there.
@@ -183,7 +204,8 @@ def migrate(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:  # read again under the lock: another process may have upgraded the file meanwhile
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        script = (_SCHEMA_V1 if version < 1 else "") + (_UPGRADE_V2 if version < 2 else "")
+        script = ((_SCHEMA_V1 if version < 1 else "") + (_UPGRADE_V2 if version < 2 else "")
+                  + (_UPGRADE_V3 if version < 3 else ""))
         for statement in script.split(";"):
             if statement.strip():
                 conn.execute(statement)

@@ -154,6 +154,7 @@ class StoreWriter(KindRows):
         self._flags: dict[tuple[str, str, float], Flag] = {}
         self._meta: dict[str, Any] = {}
         self._positions: dict[str, LogPosition] = {}
+        self._ledger: deque[dict[str, Any]] = deque()
         self._last_compact = time.monotonic()
 
     # ------------------------------------------------------------------ state
@@ -213,7 +214,8 @@ class StoreWriter(KindRows):
 
     def _over_bound(self) -> bool:
         return (sum(len(q) for q in self._samples.values()) > self.max_samples
-                or len(self._steps) > self.max_records or len(self._events) > self.max_records)
+                or len(self._steps) > self.max_records or len(self._events) > self.max_records
+                or len(self._ledger) > self.max_records)
 
     def _bound_or_flush(self) -> None:
         """Past a bound: write now when writes work, else drop the oldest (counted)."""
@@ -235,7 +237,7 @@ class StoreWriter(KindRows):
             oldest.popleft()
             self._drop("buffer_full")
             total -= 1
-        for q in (self._steps, self._events):
+        for q in (self._steps, self._events, self._ledger):
             while len(q) > self.max_records:
                 q.popleft()
                 self._drop("buffer_full")
@@ -292,6 +294,12 @@ class StoreWriter(KindRows):
                     continue
                 self._flags[key] = f
 
+    def put_ledger(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Buffer goodput ledger rows as the exporter counted them (``RunStore.ledger``)."""
+        with self._lock:
+            self._ledger.extend(dict(r) for r in rows)
+        self._bound_or_flush()
+
     def put_position(self, position: LogPosition) -> None:
         """Buffer where a followed log was read up to; it is written in the same transaction
         as the steps and events put before it (never ahead of them)."""
@@ -314,6 +322,7 @@ class StoreWriter(KindRows):
                 + len(self._flags)
                 + len(self._meta)
                 + len(self._positions)
+                + len(self._ledger)
             )
 
     # ------------------------------------------------------------------ flushing
@@ -334,6 +343,7 @@ class StoreWriter(KindRows):
                     "flags": list(self._flags.values()),
                     "meta": dict(self._meta),
                     "positions": list(self._positions.values()),
+                    "ledger": list(self._ledger),
                 }
             count = sum(len(v) for v in batch.values())
             if count == 0:
@@ -370,9 +380,9 @@ class StoreWriter(KindRows):
         with self._lock:
             parts = {kind: len(q) for kind, q in self._samples.items()}
             parts.update(steps=len(self._steps), events=len(self._events),
-                         flags=len(self._flags), meta=len(self._meta))
+                         flags=len(self._flags), meta=len(self._meta), ledger=len(self._ledger))
             lost = sum(parts.values())
-            for queue in (*self._samples.values(), self._steps, self._events):
+            for queue in (*self._samples.values(), self._steps, self._events, self._ledger):
                 queue.clear()
             self._flags.clear()
             self._meta.clear()
@@ -391,7 +401,7 @@ class StoreWriter(KindRows):
         Rows that fail alone are dropped from ``batch`` (so they leave the buffer too) and
         counted. Environment errors propagate (the caller keeps everything)."""
         stored = 0
-        for kind in (*self._kinds, "steps", "events", "flags", "meta", "positions"):
+        for kind in (*self._kinds, "steps", "events", "flags", "meta", "positions", "ledger"):
             rows = batch[kind]
             if not rows:
                 continue
@@ -436,6 +446,8 @@ class StoreWriter(KindRows):
         self._steps = deque(s for s in self._steps if id(s) not in written_steps)
         written_events = {id(e) for e in batch["events"]}
         self._events = deque(e for e in self._events if id(e) not in written_events)
+        written_ledger = {id(r) for r in batch["ledger"]}
+        self._ledger = deque(r for r in self._ledger if id(r) not in written_ledger)
         for f in batch["flags"]:
             key = (f.kind, f.scope_label, float(f.start))
             if self._flags.get(key) is f:

@@ -24,6 +24,8 @@ Public API:
   ``prometheus/alertmanager/alertmanager.yml`` with the webhook URL file pointed at a test
   server and short grouping times.
 - ``start_process(argv, workdir, name, ready_url, ...) -> Proc``: any other HTTP server.
+- ``start_dashboard(cli, source, workdir, name) -> Proc``: ``verl-monitor dashboard`` on a
+  free port, ready.
 - ``WebhookRecorder``: an http.server on 127.0.0.1 recording JSON POST bodies (Slack's
   incoming webhook stand-in); ``url``, ``posts``, ``wait_for(predicate, timeout)``.
 """
@@ -262,6 +264,14 @@ def prometheus_config(
     if alertmanager:
         cfg["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def start_dashboard(cli: str, source: Sequence[str], workdir: Path, name: str) -> Proc:
+    """``verl-monitor dashboard`` with ``source`` (``--store PATH`` or ``--prometheus URL``
+    ...) on a free port; returns once Streamlit answers its health check (``.url``)."""
+    port = free_port()
+    return start_process([cli, "dashboard", *source, "--port", str(port)], workdir, name, port,
+                         f"http://127.0.0.1:{port}/_stcore/health", timeout=90)
 
 
 def start_prometheus(

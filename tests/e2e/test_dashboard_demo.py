@@ -51,10 +51,9 @@ PAGES = {  # url path -> title shown on the page
     "flags": "Flags",
     "nodes": "Nodes",
 }
-#: Flags the live detectors raise reliably at 10x on a loaded 2-core machine. (The straggling
-#: GPU needs 60 s of wall time to be flagged, gpu_imbalance's ``open_after_s``, and its segment
-#: lasts 7 s at 10x; the rollout long tail is raised only some of the time at 10x.)
-DEMO_FLAGS = ("io_starvation", "reshard_spike")
+#: The demo's flags: at 10x the same kinds as at 1x (the exporter measures a sped-up run on its
+#: own clock, so a straggler's 60 s of persistence are 6 s of wall time; issue 38 item 3).
+DEMO_FLAGS = ("io_starvation", "reshard_spike", "gpu_imbalance", "rollout_long_tail")
 #: Extra simulated nodes Prometheus scrapes beside the demo's exporter (same scenario and seed:
 #: they raise the same flag kinds at about the same second, as nodes of one job do).
 EXTRA_NODES = ("node-b", "node-c")
@@ -180,14 +179,14 @@ def test_every_page_renders_without_exception(page: Page, demo):
     _open(page, demo["url"], "")
     expect(page.locator("[data-verlmon-stat='Current step']")).to_contain_text(
         re.compile(r"\d+"), timeout=30_000)
-    # the banner's three forms (dashboards/views/overview.py): between flags a demo at low
-    # goodput reads "No open flag, but goodput is ..."
+    # the banner's forms (monitor/analysis/headline.py): between flags the demo is healthy,
+    # its largest loss named as information
     expect(page.get_by_text(re.compile(
-        r"^(Healthy|Needs attention|No open flag, but goodput is)")).first).to_be_visible()
-    # the GPU-time bar is HTML, drawn with the page: a block per phase, each a share of the step
-    bar = page.get_by_test_id("stHtml").filter(has_text="Where the GPU time goes")
-    expect(bar).to_contain_text("GPUs idle")
-    expect(bar.locator("div[title^='gen: ']")).to_have_count(1)
+        r"^(Healthy|Needs attention|Finished)")).first).to_be_visible()
+    # the GPU-time bar is HTML, drawn with the page: a block per cause of the ledger
+    bar = page.get_by_test_id("stHtml").filter(has_text="Where the GPU time went")
+    expect(bar).to_contain_text("goodput")
+    expect(bar.locator("div[title^='productive: ']")).to_have_count(1)
     # the trends draw one trend, the step time, as inline SVG (no Plotly chart to load) until
     # another tab is picked
     expect(page.locator(".js-plotly-plot")).to_have_count(0)

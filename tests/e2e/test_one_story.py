@@ -17,8 +17,9 @@ flag's advice on each; the GPUs page shows the straggler's SM in the flag's phas
 page from Prometheus counts two nodes, and one once node-b stops reporting (after
 Prometheus's staleness). Then node-a's run ends (the simulator writes the exit marker beside
 its log): the Overview from the store shows no open warning or critical flag (banner, open-flags
-count, no top problem), and its headline bar ("Where the GPU time goes") gives each phase the
-share of the step that ``verl-monitor analyze --json`` gives it on the run's exported store.
+count, no top problem), and the per-phase bar of Steps & phases ("Where the GPU time goes")
+gives each phase the share of the step that ``verl-monitor analyze --json`` gives it on the
+run's exported store.
 Screenshots and the Slack text go to ``test-artifacts/one_story/``; with
 ``VERLMON_REFRESH_DOCS=1`` they replace ``docs/screenshots/one_story_*`` (how the README's
 pictures are made), so an ordinary test run leaves the tracked docs alone.
@@ -45,6 +46,7 @@ from procs import (
     free_port,
     repo_alertmanager_config,
     start_alertmanager,
+    start_dashboard,
     start_process,
     wait_until,
 )
@@ -159,12 +161,9 @@ def test_one_story_on_every_surface(tmp_path, page):
                 apps = {}
                 for name, source in (("store", ["--store", str(tmp_path / "node-a" / "run.db")]),
                                      ("prom", ["--prometheus", prom.url, "--job", JOB])):
-                    port = free_port()
-                    procs.append(start_process(
-                        [CLI, "dashboard", *source, "--port", str(port)], tmp_path / name,
-                        f"dashboard-{name}", port, f"http://127.0.0.1:{port}/_stcore/health",
-                        timeout=90))
-                    apps[name] = f"http://127.0.0.1:{port}"
+                    procs.append(start_dashboard(CLI, source, tmp_path / name,
+                                                 f"dashboard-{name}"))
+                    apps[name] = procs[-1].url
                 _same_words_everywhere(page, tmp_path / "node-a" / "run.db", apps, slack)
                 _gpus_page_shows_the_straggler(page, apps["store"])
                 _two_nodes_then_one(page, apps["prom"], prom, procs, ports)
@@ -258,7 +257,7 @@ def _finished_overview(page, base: str) -> dict | None:
     _open(page, f"{base}/?window=15+min&refresh=off")
     # (the alert's text starts with its icon's name: no "^")
     banner = page.get_by_test_id("stAlert").filter(
-        has_text=re.compile(r"Healthy|Needs attention|No open flag")).first
+        has_text=re.compile(r"Healthy|Needs attention|Finished")).first
     banner.wait_for(timeout=60_000)
     seen = {"banner": " ".join(banner.inner_text().split()),
             "open": page.locator("[data-verlmon-stat='Open flags'] [data-verlmon-value]")
@@ -295,7 +294,8 @@ SHORT_TIP = re.compile(r"^([\w, ]+): each shorter than the samples can resolve; 
 
 def _bar_shares(page) -> dict[str, float]:
     """Phase (or "a+b" for the short phases' block) -> its share of the step (%) on the
-    Overview's "Where the GPU time goes" bar, read from the segments' hover texts."""
+    per-phase "Where the GPU time goes" bar of Steps & phases, read from the segments' hover
+    texts."""
     bar = page.get_by_test_id("verlmon-gpu-time-bar").first
     bar.wait_for(timeout=60_000)
     tips = bar.locator("xpath=..").evaluate(
@@ -319,7 +319,7 @@ def _the_bar_agrees_with_analyze(page, work: Path, base: str) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     share = {p["phase"]: 100.0 * p["share"] for p in doc["summary"]["phases"]}
-    _open(page, f"{base}/?window=15+min&refresh=off")
+    _open(page, f"{base}/steps?window=15+min&refresh=off")
     shown = _bar_shares(page)
     print("bar:", shown, "analyze:", {p: round(v, 1) for p, v in share.items()}, flush=True)
     assert "update_actor" in shown, shown  # the flag's phase, measured from its samples
