@@ -50,13 +50,15 @@ test: setup sysdeps lint
 
 # Unit tests that start no process, on FAST_WORKERS workers: the loop to run after each change.
 # Tests marked `slow` (they start the CLI, an exporter, Streamlit's AppTest, promtool,
-# Prometheus or wandb's service, or wait on purpose) and tests/e2e run only in `make test`.
+# Prometheus or wandb's service, wait on purpose, or take a second or more of CPU by design:
+# whole recordings and the real-log corpus beyond the placed logs) and tests/e2e run only in
+# `make test`.
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set: pytest then keeps its
 # assert-rewritten test modules between runs instead of redoing them in every worker (~10 s of
 # CPU each).
 FAST_WORKERS ?= 2
 test-fast: setup
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -m "not e2e and not slow" -n $(FAST_WORKERS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -m "not e2e and not slow" -n $(FAST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 bench: setup
 	$(PY) bench/parse.py

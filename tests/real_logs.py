@@ -182,13 +182,16 @@ def analyze_doc(log: Path, gpu: Path | None = None, log_end: float | None = None
     """``verl-monitor analyze --json``'s document for ``log`` (and ``gpu`` samples)."""
     import argparse
 
-    from cli.commands.analyze import build_document
+    from cli.commands.analyze import NoVerlLines, build_document
 
     args = argparse.Namespace(log=str(log), gpu=str(gpu) if gpu else None, host=None,
                               events=None, nccl=None, rollout=None, log_end=log_end,
                               config=None, wandb=None, gpu_hour_cost=None, trainer_gpus=None,
                               rollout_gpus=None, fr_dir=None, json=True)
-    return build_document(args)
+    try:
+        return build_document(args)
+    except NoVerlLines as exc:  # analyze says so and exits 2: no flag, no advice
+        return {"flags": [], "no_verl_lines": str(exc)}
 
 
 def reference_wall(entry: RealLog, log: Path, steps: list[Any]) -> float | None:

@@ -278,6 +278,7 @@ def _flat_gpu(t0: float, t1: float, n_gpu: int = 1, util: float = 100.0,
     return df
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_analyze_json_carries_the_goodput_object_and_the_text_its_section(capsys):
     from cli.main import main
 

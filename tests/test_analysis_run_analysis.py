@@ -202,6 +202,7 @@ def test_the_costliest_flag_is_the_top_problem_within_its_severity():
     assert alone[0] == "low_utilization"  # unexplained, its low activity costs more
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_analyze_names_the_costliest_flag_as_the_top_problem(capsys):
     from cli.main import main
 

@@ -118,6 +118,7 @@ def test_json_is_strict_and_complete(tmp_path: Path, capsys) -> None:
         assert set(flag) >= {"kind", "severity", "start", "end", "scope", "evidence", "advice"}
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_gpu_attribution_points_at_the_slow_gpu(tmp_path: Path, capsys) -> None:
     log = tmp_path / "train.log"
     ends = write_log(log)
@@ -209,6 +210,7 @@ def test_a_log_that_crashed_before_its_first_step_still_gets_a_report(tmp_path: 
     assert code == 0 and "no training steps found in this log" in out
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_fail_on_makes_a_ci_job_fail_on_flags_that_severe(tmp_path: Path, capsys) -> None:
     """``--fail-on warning|critical``: exit 1 when the run raised such a flag, with the report
     printed all the same and the flags named on stderr; 0 when it raised none."""
@@ -295,6 +297,7 @@ def test_fr_dir_names_the_rank_the_others_wait_for(tmp_path: Path, capsys) -> No
     assert "no fr_<rank> dump" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_rollout_samples_let_analyze_judge_the_engines(tmp_path: Path, capsys) -> None:
     """A simulated agent-loop run whose vLLM servers fill their KV cache and preempt: with the
     engines' samples (``--rollout``) the offline analysis names it, as the exporter does live."""
@@ -331,6 +334,7 @@ def test_stacks_given_offline_replace_the_recorded_rounds_so_the_hang_names_its_
     assert hang[0]["evidence"].count("_stuck_in_verifier (rewards.py:96)") == 1, hang[0]["evidence"]
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_a_copied_log_is_read_with_the_exported_samples_by_the_steps_they_share(
         tmp_path: Path, capsys) -> None:
     """The README's path on a real verl run (opt_offload_xl, H200): the console log copied

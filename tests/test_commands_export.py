@@ -6,6 +6,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from cli.main import main
 from monitor.frames import read_gpu_frame, read_host_frame
 from monitor.logs.canonical_records import parse_file
@@ -135,6 +137,7 @@ def test_not_a_store_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert tables == ["t"]
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_a_store_damaged_part_way_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     """The export streams: damage met after the first chunks is said in one line too."""
     import os

@@ -158,6 +158,7 @@ def test_waiting_trainer_node_gets_no_micro_batch_advice() -> None:
     assert not any("micro_batch" in a for f in flags for a in f.advice if "do not help" not in a)
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_low_utilization_is_suppressed_while_the_trainer_waits() -> None:
     steps, events = load("fully_async_trainer")
 
@@ -179,6 +180,7 @@ def test_detectors_say_nothing_without_steps(kind: str) -> None:
     assert DETECTORS[kind](ctx) == []
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_pool_imbalance_opens_live_as_the_lines_arrive() -> None:
     """Fed line by line as the exporter follows the log (arrival times, a rolling window of
     steps, the flag tracker), the warning opens during the waiting versions, once."""

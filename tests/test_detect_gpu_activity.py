@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 from detect_builders import make_gpu, make_host, make_steps
 
 from monitor.config import load_config
@@ -303,6 +304,7 @@ def _low_utilization_flags(scenario: str, tmp_path):
     return [f for f in flags if f.kind == "low_utilization"]
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_a_node_that_reads_like_a_waiter_is_told_to_look_for_the_straggler_first(tmp_path):
     """Issue 24: a node whose GPUs wait for a straggler on another node (util ~95%, SM ~46%)
     was told to raise its micro-batch size; it is now told to rule out a slower rank first."""

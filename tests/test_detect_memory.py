@@ -186,6 +186,7 @@ def test_theil_sen_ignores_one_odd_point_and_the_forecast_reads_plainly():
     assert forecast_text(2 * GIB, 12.2, "minute").endswith("about 12 minutes")
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_the_simulated_creep_is_flagged_and_the_healthy_simulation_is_not(tmp_path):
     for scenario, expect in (("memory_creep", True), ("healthy", False), ("reshard_spike", False)):
         run = SimRun(scenario, steps=20, seed=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from monitor.config import load_config
 from monitor.detect import make_context, run_all
@@ -74,6 +75,7 @@ def test_a_full_kv_cache_that_keeps_preempting_opens_a_warning_within_two_minute
     assert any("actor_rollout_ref.rollout.max_num_seqs" in a for a in f.advice)
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_live_runs_see_it_open_as_the_data_arrives():
     """The exporter runs the detectors on what it has so far: the flag opens once two bins
     have met the condition, well within two minutes, and keeps its start afterwards."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 from live_replay import REAL_VERL, Replay
 
 from exporters.options import ExporterOptions
@@ -60,6 +61,7 @@ def test_a_log_without_a_config_leaves_none(tmp_path):
     assert JobConfigWatch([]).config() is None
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 def test_the_live_advice_names_the_value_this_real_job_has(tmp_path):
     """Real verl, micro-batches of one (H200): the live flag's first advice says what the job
     set, as offline analyze does, instead of only telling the user to raise it."""

@@ -34,7 +34,7 @@ from tests.real_log_properties import (
     step_lines,
     tqdm_drawings,
 )
-from tests.real_logs import RealLog, analyze_doc, entries, false_flags, load
+from tests.real_logs import HERE, SHARED, RealLog, analyze_doc, entries, false_flags, load
 
 FAILURES = Path(__file__).resolve().parent / "fixtures" / "real_failures"
 
@@ -114,16 +114,28 @@ def _doc(entry: RealLog, cache: Path) -> dict[str, Any]:
     return _DOCS[entry.name]
 
 
+def _placed(entry: RealLog) -> bool:
+    """Whether the log is placed beside the repository (``../shared/real_logs`` or the
+    fixtures folder, what CI has), not read from a local snapshot only."""
+    return any((folder / f"{entry.name}.log").is_file() for folder in (HERE, SHARED))
+
+
+def _param(entry: RealLog, *marks: Any) -> Any:
+    """One entry as a parameter; a log read only from a local snapshot (the corpus beyond the
+    placed ones, seconds of CPU in all) is ``slow``: ``make test`` judges it, the fast loop
+    judges the placed ones."""
+    slow = () if _placed(entry) else (pytest.mark.slow,)
+    return pytest.param(entry, id=entry.name, marks=[*marks, *slow])
+
+
 def _these(keep: Callable[[RealLog], bool]) -> Any:
-    chosen = [e for e in ENTRIES if keep(e)]
-    return pytest.mark.parametrize("entry", chosen, ids=[e.name for e in chosen])
+    return pytest.mark.parametrize("entry", [_param(e) for e in ENTRIES if keep(e)])
 
 
 def _judged(prop: str, keep: Callable[[RealLog], bool] = lambda e: True) -> list[Any]:
     """The entries ``keep`` chooses, each a strict xfail where KNOWN_VIOLATIONS lists it."""
-    return [pytest.param(e, id=e.name, marks=pytest.mark.xfail(
-        strict=True, reason=KNOWN_VIOLATIONS[(e.name, prop)]))
-            if (e.name, prop) in KNOWN_VIOLATIONS else pytest.param(e, id=e.name)
+    return [_param(e, pytest.mark.xfail(strict=True, reason=KNOWN_VIOLATIONS[(e.name, prop)]))
+            if (e.name, prop) in KNOWN_VIOLATIONS else _param(e)
             for e in ENTRIES if keep(e)]
 
 
@@ -133,11 +145,7 @@ def _check(prop: str, entry: RealLog, cache: Path) -> None:
     assert verdict.status != "violation", verdict.detail
 
 
-@pytest.mark.parametrize("entry", [
-    pytest.param(e, id=e.name, marks=pytest.mark.xfail(
-        strict=True, reason=KNOWN_VIOLATIONS[(e.name, "manifest_mode")]))
-    if (e.name, "manifest_mode") in KNOWN_VIOLATIONS else pytest.param(e, id=e.name)
-    for e in ENTRIES])
+@pytest.mark.parametrize("entry", _judged("manifest_mode"))
 def test_each_real_log_reads_as_the_trainer_that_wrote_it(entry: RealLog, cache: Path) -> None:
     """The trainer that wrote the log (the keys say it, else the printed config: see
     SOURCES.md); text that is not steps is unknown."""

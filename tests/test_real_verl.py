@@ -35,6 +35,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "real_verl"
 #: Tests of one recording run on one worker under xdist (tests/scheduling.py): its analysis
 #: is cached per process, so it is read once.
 GROUP_BY_PARAM = "run"
+#: Every recording replayed through the whole analysis: seconds of CPU in all, so ``make test``
+#: runs it, not the fast loop.
+pytestmark = pytest.mark.slow
 RUNS = sorted(p.name for p in FIXTURES.iterdir() if (p / "meta.json").exists())
 ALARM = ("warning", "critical")
 HEALTHY = ["healthy", "healthy_val_ckpt", "healthy_val"]

@@ -127,6 +127,7 @@ def test_verl_monitor_run_writes_the_jobs_exit_beside_the_log(tmp_path):
     assert status == 3 and when > 1.0
 
 
+@pytest.mark.slow  # a second or more of CPU by design (a whole run analysed)
 @pytest.mark.parametrize("late_s", [2.0, 600.0])
 def test_a_flag_the_last_step_completes_is_recorded_when_the_run_ends(late_s):
     """Real verl on the H200 with micro-batches of one (5 steps): low utilization needs 4 whole

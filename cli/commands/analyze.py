@@ -335,11 +335,15 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
 
     set_log_timezone(getattr(args, "log_timezone", None))
     parsed = parse_file(args.log, log_end=args.log_end)
-    if not parsed.steps and not parsed.events:
+    from monitor.logs.job_config import read_job_config_file, scan_head
+
+    head = scan_head(args.log)  # the config verl printed at the start, read once
+    if not (parsed.steps or parsed.events or parsed.actors or head.config is not None):
         raise NoVerlLines(
             f"{args.log}: no verl line in it ({parsed.stats.lines} line"
             f"{'' if parsed.stats.lines == 1 else 's'} read, none a step line "
-            "such as 'step:1 - timing_s/step:...' or a verl event): is it the training log?")
+            "such as 'step:1 - timing_s/step:...', no verl event, no Ray actor's line and no "
+            "printed config): is it the training log?")
     telemetry, gpu, host = _align(args, parsed, gpu, host)
     use_gpu = use_gpu_frame(args, telemetry)
     more = list(getattr(args, "more_logs", None) or [])
@@ -350,9 +354,7 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     events, hang = _hang_evidence(args, events, _data_end(steps, gpu, host))
 
     from monitor.analysis.run_analysis import RunAnalysis, json_top
-    from monitor.logs.job_config import read_job_config_file, scan_head
 
-    head = scan_head(args.log)  # the config verl printed at the start, read once
     job_config = head.config
     job_config = job_config or next(filter(None, map(read_job_config_file, more)), None)
     ra = RunAnalysis(steps, gpu if use_gpu else None, host=host,
