@@ -68,7 +68,7 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("agentgym_prefix_grpo_smoke44", "false_flag"):
         "throughput_regression on steps 28-30 (gen 3.9 s to 12.3 s a step): not a kind the truth check knows",
     ("agentgym_webshop_env_connection_broken", "wall_time"):
-        "the text's two clocks disagree: the bar puts step 2's end 615 s after step 1's (1/12 [12:20], 2/12 [22:35]; the monitor follows it, 1355 s) while the dated lines around the step lines give 1443 s (this fork draws its bar before its 558-678 s validations); no reading is within 2% of both",
+        "the text's two clocks disagree: the bar puts step 2's end 615 s after step 1's (1/12 [12:20], 2/12 [22:35]) and the monitor follows it (1355 s), while the dated lines of other actors printed around the step lines give 1443 s; Ray forwards the driver's stderr (the bar) and stdout (the step line) apart, so where the other actors' dated lines fall between them is not time, and no reading is within 2% of both",
     ("adv_grpo_94_steps_one_gpu", "false_flag"):
         "throughput_regression on steps 38-94 (26% below steps 3-12): not a kind the truth check knows",
     ("adv_grpo_94_steps_wandb_capture", "false_flag"):

@@ -90,10 +90,13 @@ def test_overview_pages_on_the_straggler_with_what_does_not_page_apart(page, das
     expect(top).to_contain_text(ADVICE)
     expect(top).not_to_contain_text("util_overstates_sm")
     main = page.get_by_test_id("stMain")
-    expect(main).to_contain_text("Needs attention: 3 open flag(s)")
+    expect(main).to_contain_text("Needs attention: 3 open flags (3 warning); top problem: "
+                                 "GPUStraggler")
     expect(main).to_contain_text("2 not paging")
     expect(main).to_contain_text("NodeImbalance")
-    # the bar measures gen from the per-phase counters (80% busy), no "short phases 100%"
+    # the per-phase bar (Steps & phases) measures gen from the per-phase counters (80% busy),
+    # no "short phases 100%"
+    _open(page, f"{dashboard}/steps?window=15+min&refresh=off")
     bar = page.get_by_test_id("stMain").locator("[data-testid='verlmon-gpu-time-bar']")
     expect(bar.locator("xpath=..")).to_contain_text("gen")
     assert "GPUs 80% busy" in (bar.locator("div[title^='gen:']").get_attribute("title") or "")

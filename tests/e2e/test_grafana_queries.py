@@ -262,10 +262,16 @@ def test_variable_queries_list_the_job_nodes_and_gpus(prom):
     queries = _variable_queries()
     jobs = wait_until(lambda: api.label_values(queries["job"]), timeout=30, what="jobs")
     assert jobs == [JOB]
-    nodes = api.label_values(_substitute(queries["node"], {"job": JOB}))
-    assert nodes == list(NODES)
-    gpus = api.label_values(_substitute(queries["gpu"], {"job": JOB, "node": "gpu-a"}))
-    assert gpus == list(GPUS)
+    # every node's first scrape lands on its own schedule (later on a busy machine): wait for
+    # them, then the lists must be exactly the job's
+    node_query = _substitute(queries["node"], {"job": JOB})
+    wait_until(lambda: len(api.label_values(node_query)) >= len(NODES), timeout=30,
+               what="every node scraped")
+    assert api.label_values(node_query) == list(NODES)
+    gpu_query = _substitute(queries["gpu"], {"job": JOB, "node": "gpu-a"})
+    wait_until(lambda: len(api.label_values(gpu_query)) >= len(GPUS), timeout=30,
+               what="every GPU of gpu-a")
+    assert api.label_values(gpu_query) == list(GPUS)
 
 
 def _instant(api: Api, uid: str, title: str) -> list[dict]:
