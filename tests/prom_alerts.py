@@ -76,8 +76,22 @@ class AlertingPrometheus:
             server.shutdown()
 
 
-def _registry() -> tuple[CollectorRegistry, dict]:
-    reg = CollectorRegistry()
+class _WholeTicks(CollectorRegistry):
+    """A registry a scrape reads between two ticks, never in the middle of one: a scrape that
+    saw a phase's utilization-seconds risen and not yet its samples read 84% for 80% busy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tick = threading.Lock()
+
+    def collect(self):  # noqa: ANN201 - prometheus_client's generator
+        with self.tick:
+            metrics = list(super().collect())
+        yield from metrics
+
+
+def _registry() -> tuple[_WholeTicks, dict]:
+    reg = _WholeTicks()
     g = {
         "build": Gauge(m.BUILD_INFO, "build", ["version"], registry=reg),
         "util": Gauge(m.GPU_UTIL, "util", ["gpu"], registry=reg),
@@ -104,27 +118,34 @@ def _registry() -> tuple[CollectorRegistry, dict]:
     return reg, g
 
 
-def _tick(g: dict, stop: threading.Event, step_s: float = 2.0) -> None:
-    """Every 0.5 s the counters rise by what the exporter's 1 s samples would add; every
-    ``step_s`` a step ends."""
+def _tick(reg: _WholeTicks, g: dict, stop: threading.Event, step_s: float = 2.0) -> None:
+    """Every 0.5 s the counters rise by what the exporter's 1 s samples would add (all of
+    them at once, as a scrape sees them); every ``step_s`` a step ends."""
     step, last = 0, time.time()
     while not stop.wait(0.5):
-        for phase, (share, util) in PHASES.items():
-            for gpu in range(GPUS):
-                c = (phase, str(gpu))
-                g["p_sec"].labels(*c).inc(0.5 * share)
-                g["p_util"].labels(*c).inc(0.5 * share * util)
-                g["p_sm"].labels(*c).inc(0.5 * share * util / 2)
-                g["p_n"].labels(*c).inc(0.5 * share)
+        with reg.tick:
+            _rise(g)
         now = time.time()
         if now - last >= step_s:
             step += 1
-            g["step"].set(step)
-            g["step_ts"].set(now)
-            g["step_s"].set(now - last)
-            for phase, (share, _util) in PHASES.items():
-                g["phase_s"].labels(phase).set(share * (now - last))
+            with reg.tick:
+                g["step"].set(step)
+                g["step_ts"].set(now)
+                g["step_s"].set(now - last)
+                for phase, (share, _util) in PHASES.items():
+                    g["phase_s"].labels(phase).set(share * (now - last))
             last = now
+
+
+def _rise(g: dict) -> None:
+    """One half second of the per-phase counters."""
+    for phase, (share, util) in PHASES.items():
+        for gpu in range(GPUS):
+            c = (phase, str(gpu))
+            g["p_sec"].labels(*c).inc(0.5 * share)
+            g["p_util"].labels(*c).inc(0.5 * share * util)
+            g["p_sm"].labels(*c).inc(0.5 * share * util / 2)
+            g["p_n"].labels(*c).inc(0.5 * share)
 
 
 def start_alerting_prometheus(workdir: Path, timeout: float = 90) -> AlertingPrometheus:
@@ -133,7 +154,7 @@ def start_alerting_prometheus(workdir: Path, timeout: float = 90) -> AlertingPro
     reg, g = _registry()
     stop = threading.Event()
     server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
-    threading.Thread(target=_tick, args=(g, stop), daemon=True).start()
+    threading.Thread(target=_tick, args=(reg, g, stop), daemon=True).start()
     flags = g["flags"]
     flags.labels("low_utilization", "warning", NODE, "2", "").set(1)
     flags.labels("io_starvation", "warning", NODE, "", "").set(1)

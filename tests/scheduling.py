@@ -16,6 +16,13 @@ so four workers share two cores well. Two things make that safe and short:
   ``--times-json`` run; a test not in it counts as ``DEFAULT_S``, an end-to-end one as
   ``DEFAULT_E2E_S``), so the ten-minute real-time tests start at once and the short ones fill in
   around them. The order is the same on every worker (xdist requires it).
+- **No prefetch behind a long test.** xdist hands a worker its next unit while it still has two
+  tests or fewer pending; a worker running a ten-minute test would take the next long unit
+  with it and finish last. Here a worker holding two tests gets more only when they are
+  expected to take under ``PREFETCH_S`` (``pytest_xdist_make_scheduler``); one holding a single
+  test always gets more, since an xdist worker runs a test only once it holds the next.
+- **Groups that hold.** The ``@group`` suffix the scheduler splits units by is written here
+  (``_name_groups``): xdist 3.8 writes it where pytest 9.2 no longer reads it.
 
 Without xdist the same order is used; it changes nothing but the order.
 """
@@ -30,6 +37,8 @@ import pytest
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 #: Seconds assumed for a test the durations file does not know yet.
 DEFAULT_S = 0.2
+#: A worker is handed more work while what it holds is expected to take less than this.
+PREFETCH_S = 20.0
 DEFAULT_E2E_S = 30.0
 _SHARED_SCOPES = ("module", "session", "package", "class")
 
@@ -84,6 +93,25 @@ def _param_group(item: pytest.Item) -> str | None:
     return f"{_module_id(item)}:{getattr(value, 'name', value)}"
 
 
+def _name_groups(items: list[pytest.Item]) -> None:
+    """Give each grouped test's node id its ``@group`` suffix, which the loadgroup scheduler
+    splits work units by. xdist 3.8 writes it into ``item._nodeid``, which pytest 9.2 no
+    longer reads (a node's id is ``item._id``): measured, every test of a module with a shared
+    fixture then ran as a unit of its own, and each worker started the fixture's servers. A
+    suffix already there is kept."""
+    for item in items:
+        name = _group(item)
+        if name is None or base_nodeid(item.nodeid) != item.nodeid:
+            continue
+        named = f"{item.nodeid}@{name}"
+        if hasattr(item, "_id"):  # pytest >= 9.2: a structured id, printed as given
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(named)  # noqa: SLF001
+        else:
+            item._nodeid = named  # noqa: SLF001
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests of modules with shared fixtures, then order the work units longest
@@ -97,6 +125,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(by_param))
         elif _module_id(item) in shared:
             item.add_marker(pytest.mark.xdist_group(_module_id(item)))
+    if config.getvalue("loadgroup"):
+        _name_groups(items)
     durations = load_durations()
 
     def seconds(item: pytest.Item) -> float:
@@ -112,3 +142,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first = {key: n for n, key in enumerate(units)}
     order = sorted(units, key=lambda key: (-cost[key], first[key]))
     items[:] = [item for key in order for item in units[key]]
+
+
+def _seconds(nodeid: str, durations: dict[str, float]) -> float:
+    known = durations.get(base_nodeid(nodeid))
+    if known is not None:
+        return known
+    return DEFAULT_E2E_S if nodeid.startswith("tests/e2e/") else DEFAULT_S
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under ``--dist loadgroup``: xdist's own scheduler, handing a worker more work only when
+    what it holds is short (``PREFETCH_S``), so no unit waits behind a long test."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler.loadgroup import LoadGroupScheduling
+
+    durations = load_durations()
+
+    class LongestFirst(LoadGroupScheduling):
+        def _reschedule(self, node: object) -> None:
+            if node.shutting_down:  # type: ignore[attr-defined]
+                return
+            if not self.workqueue:
+                node.shutdown()  # type: ignore[attr-defined]
+                return
+            pending = [nid for unit in self.assigned_work[node].values()
+                       for nid, done in unit.items() if not done]
+            # a worker runs a test only once it holds the next one (for the teardown of the
+            # fixtures they do not share): with one test pending it waits, so it always gets
+            # more; with two it runs the first, and more would wait behind it
+            if len(pending) > 2 or (len(pending) == 2 and sum(
+                    _seconds(n, durations) for n in pending) > PREFETCH_S):
+                return
+            self._assign_work_unit(node)
+
+    return LongestFirst(config, log)

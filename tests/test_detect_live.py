@@ -35,6 +35,38 @@ def test_reported_end_is_used_when_the_detector_closed_it():
     assert closed[0].end == 150.0 and closed[0].start == 100.0
 
 
+def test_a_flag_that_began_and_ended_between_two_calls_is_kept_once():
+    """The detectors did not run while a spike lasted (a busy machine, a sped-up replay): the
+    next call sees it ended, and it is still raised (opened and closed), once."""
+    tr = FlagTracker()
+    assert tr.update([], now=100.0) == ([], [])
+    spike = _flag(kind="reshard_spike", start=120.0, end=150.0, gpus=())
+    opened, closed = tr.update([spike], now=170.0)
+    assert [(f.kind, f.start) for f in opened] == [("reshard_spike", 120.0)]
+    assert [(f.kind, f.start, f.end) for f in closed] == [("reshard_spike", 120.0, 150.0)]
+    assert tr.raised_counts() == {("reshard_spike", "warning"): 1}
+    assert tr.active() == []
+    # the same ended episode in the next windows: nothing new, counted once
+    assert tr.update([spike], now=180.0) == ([], [])
+    assert tr.raised_counts() == {("reshard_spike", "warning"): 1}
+
+
+def test_an_ended_flag_from_before_the_first_call_is_not_raised_again():
+    """The first call (an exporter started mid-run reads the log from its start) raises only
+    what is open: episodes that ended before it watched are not paged as new."""
+    tr = FlagTracker()
+    assert tr.update([_flag(start=10.0, end=40.0)], now=500.0) == ([], [])
+    assert tr.raised_counts() == {}
+
+
+def test_an_open_flag_that_ends_is_closed_not_raised_twice():
+    tr = FlagTracker()
+    tr.update([_flag(start=100.0)], now=110.0)
+    opened, closed = tr.update([_flag(start=100.0, end=130.0)], now=140.0)
+    assert opened == [] and [(f.start, f.end) for f in closed] == [(100.0, 130.0)]
+    assert tr.raised_counts() == {("gpu_imbalance", "warning"): 1}
+
+
 def test_different_scopes_are_different_flags_and_counts_add_up():
     tr = FlagTracker()
     opened, _ = tr.update([_flag(gpus=(3,)), _flag(gpus=(5,)), _flag(kind="oom", sev="critical")],

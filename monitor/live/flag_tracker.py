@@ -35,6 +35,8 @@ class FlagTracker:
         #: when it ended and its last step (``verlmon_run_end_timestamp_seconds``)
         self.finished_at: float | None = None
         self.finished_step: int | None = None
+        #: ``now`` of the previous ``update`` (None before the first)
+        self.checked_at: float | None = None
 
     def finish(self, now: float, reason: str, step: int | None = None) -> list[Flag]:
         """The run is over: close every open flag as "run finished" (``reason`` says what
@@ -74,13 +76,17 @@ class FlagTracker:
     def update(self, flags: list[Flag], now: float) -> tuple[list[Flag], list[Flag]]:
         """Take the flags of one ``run_all`` call; return (newly opened, newly closed).
 
-        A flag reported open (end None, or ending at/after the previous check) keeps or opens
-        its entry; an open entry no longer reported open closes with the reported end time, or
-        ``now`` when the call no longer mentions it. Severity rises while open, never falls.
-        After ``finish``: nothing opens, nothing closes (until ``resume``).
+        A flag reported open (end None) keeps or opens its entry; an open entry no longer
+        reported open closes with the reported end time, or ``now`` when the call no longer
+        mentions it. A flag that began and ended after the previous call, never seen open (the
+        detectors did not run while it lasted: a busy machine, a sped-up replay), is returned
+        both opened and closed. Severity rises while open, never falls. After ``finish``:
+        nothing opens, nothing closes (until ``resume``).
         """
         if self.finished is not None:
             return [], []
+        since, self.checked_at = self.checked_at, now
+        seen = set(self._open)  # open before this call: their end closes them below
         current: dict[tuple[str, str], Flag] = {}
         ended: dict[tuple[str, str], float] = {}
         for f in flags:
@@ -121,7 +127,30 @@ class FlagTracker:
             if reason:
                 f = replace(f, evidence=f"{f.evidence} ({reason})" if f.evidence else reason)
             closed.append(replace(f, end=max(end, f.start)))
+        if since is not None:
+            closed += self._between(flags, seen | set(current), since, opened)
         return opened, closed
+
+    def _between(self, flags: list[Flag], seen: set[tuple[str, str]], since: float,
+                 opened: list[Flag]) -> list[Flag]:
+        """The flags that opened and closed since the previous call (``since``), their keys
+        not in ``seen`` (open before, or open now): each is added to ``opened`` and counted;
+        returns them (closed)."""
+        whole: dict[tuple[str, str], Flag] = {}
+        for f in flags:
+            key = flag_key(f)
+            if f.end is None or f.end <= since or key in seen:
+                continue
+            prev = whole.get(key)
+            if prev is None or f.end > prev.end:
+                whole[key] = f
+        out = []
+        for f in whole.values():
+            opened.append(copy.deepcopy(f))
+            rk = (f.kind, f.severity)
+            self._raised[rk] = self._raised.get(rk, 0) + 1
+            out.append(copy.deepcopy(f))
+        return out
 
     def active(self) -> list[Flag]:
         """The flags open now, oldest first."""

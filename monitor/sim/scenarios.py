@@ -1017,10 +1017,11 @@ SCRIPTS: dict[str, list[tuple[str, int]]] = {
         ("rollout_long_tail", 6),
         ("healthy", 6),
     ],
-    # The demo in under two minutes at 1x (tests/e2e/test_headline.py): healthy steps, a slow
+    # The demo in two minutes at 1x (tests/e2e/test_headline.py): healthy steps (six, so the
+    # healthy moment lasts long enough to open two dashboards on a loaded machine), a slow
     # weight sync, then a healthy step to the end.
     "demo_short": [
-        ("healthy", 4),
+        ("healthy", 6),
         ("reshard_spike", 3),
         ("healthy", 1),
     ],
