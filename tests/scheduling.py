@@ -125,7 +125,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(by_param))
         elif _module_id(item) in shared:
             item.add_marker(pytest.mark.xdist_group(_module_id(item)))
-    if config.getvalue("loadgroup"):
+    if getattr(config.option, "loadgroup", False):  # set on xdist's workers only
         _name_groups(items)
     durations = load_durations()
 

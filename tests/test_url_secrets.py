@@ -178,6 +178,7 @@ def test_the_exporter_keeps_every_password_out_of_every_output(tmp_path: Path, e
         assert leaks(f.read_text(errors="replace")) == [], f.name
 
 
+@pytest.mark.slow  # starts the CLI
 @pytest.mark.parametrize("option, value", [
     ("--phase-source", f"ftp://{USER}:{QUOTED}@driver:9048/metrics"),
     ("--phase-source", f"http://{USER}:{QUOTED}@driver:port/metrics"),
