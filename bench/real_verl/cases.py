@@ -35,6 +35,8 @@ class Case:
     hooks: bool = False               # put hooks/ (sitecustomize.py) on PYTHONPATH
     batch: int = BATCH                # prompts a step (and the PPO mini-batch)
     attn: str = "sdpa"                # actor's and ref's attention (verl's override_config)
+    kill_after_step: int | None = None  # SIGKILL the job once this step's line is out ...
+    resume_knobs: tuple[str, ...] = ()  # ... and start it again with these knobs added
 
 
 CASES = [
@@ -118,6 +120,16 @@ CASES = [
     Case("healthy_eager", "no fault, the plain job with eager attention (its gradients are "
          "finite; with sdpa every step's were NaN and verl skipped the update)", attn="eager",
          steps=6, estimate_s=150),
+    Case("kill_resume", "a checkpoint every 2 steps (trainer.save_freq=2, into "
+         "trainer.default_local_dir under the case's folder), eager attention; once step 5's "
+         "line is out the job's process group (verl's launcher, Ray and its workers) is "
+         "SIGKILLed, as a lost node would end it (its last checkpoint is step 4: step 5 is "
+         "lost, step 6 never finishes); Ray is stopped, then the same command with "
+         "trainer.resume_mode=auto runs under a second verl-monitor run (the same --log, "
+         "appended, and the same --store) to the end: verl loads global_step_4 and does "
+         "step 5 again", knobs=("trainer.save_freq=2",), attn="eager", steps=8,
+         kill_after_step=5, resume_knobs=("trainer.resume_mode=auto",), estimate_s=260,
+         timeout_s=420),
 ]
 BY_NAME = {c.name: c for c in CASES}
 
@@ -128,8 +140,9 @@ def models(names: str) -> str:
     return ",".join(sorted({c.model for c in cases}))
 
 
-def overrides(case: Case, work: Path, data: Path) -> list[str]:
-    """The Hydra overrides of ``python3 -m verl.trainer.main_ppo`` for this case."""
+def overrides(case: Case, work: Path, data: Path, resume: bool = False) -> list[str]:
+    """The Hydra overrides of ``python3 -m verl.trainer.main_ppo`` for this case (``resume``:
+    its second attempt, with ``case.resume_knobs``)."""
     common = [
         "algorithm.adv_estimator=grpo",
         f"data.train_files={data}/train.parquet", f"data.val_files={data}/test.parquet",
@@ -163,7 +176,8 @@ def overrides(case: Case, work: Path, data: Path) -> list[str]:
         f"+ray_kwargs.ray_init._temp_dir=/tmp/ray_{case.name}",
         f"hydra.run.dir={work}/hydra",
     ]
-    return _merge(common, [k.format(data=data) for k in case.knobs])
+    knobs = case.knobs + (case.resume_knobs if resume else ())
+    return _merge(common, [k.format(data=data) for k in knobs])
 
 
 def _merge(common: list[str], knobs: list[str]) -> list[str]:

@@ -9,12 +9,18 @@
 # Needs network to PyPI and the `fetch` tool's mirror of verl at $VERL_GIT (default below).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-VERL_GIT=${VERL_GIT:-/work/.mirror/volcengine+verl/repo}
+# (verl moved from volcengine/verl to verl-project/verl: either mirror holds 4c3310db)
+if [ -z "${VERL_GIT:-}" ]; then
+  VERL_GIT=/work/.mirror/volcengine+verl/repo
+  [ -d "$VERL_GIT" ] || VERL_GIT=/work/.mirror/verl-project+verl/repo
+fi
 VERL_COMMIT=${VERL_COMMIT:-4c3310db}
 PY=${PY:-python3}
 
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+mkdir -p "$(dirname "$EXCLUDE")"
 for p in /.whl/ /.verl_src/ /.vm_snapshot/; do
-  grep -qxF "$p" .git/info/exclude 2>/dev/null || echo "$p" >> .git/info/exclude
+  grep -qxF "$p" "$EXCLUDE" 2>/dev/null || echo "$p" >> "$EXCLUDE"
 done
 mkdir -p .whl
 PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64

@@ -26,6 +26,7 @@ import sys
 import tarfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,21 +77,23 @@ def launcher_script(folder: Path) -> Path:
     return path
 
 
-def command(case: Case, work: Path, data: Path, tool: Path) -> list[str]:
-    """``timeout ... verl-monitor run ... -- python3 -m verl.trainer.main_ppo ...``."""
+def command(case: Case, work: Path, data: Path, tool: Path, resume: bool = False) -> list[str]:
+    """``timeout ... verl-monitor run ... -- python3 -m verl.trainer.main_ppo ...`` (``resume``:
+    a kill case's second attempt; the same ``--log``, appended, and the same ``--store``)."""
     exp = (f"--store {work}/store.db --interval 1 --hang-pyspy --fr-dir {work}/fr "
            f"{os.environ.get('VERL_REAL_EXPORTER_EXTRA', '')}").strip()
     return ["timeout", "-k", "15", str(int(case.timeout_s)), str(tool),
             "run", "--log", str(work / "train.log"), "--listen-address", "127.0.0.1:0",
             "--node", "h200", "--linger", "3", "--exporter-args", exp, "--",
-            sys.executable, "-m", "verl.trainer.main_ppo", *overrides(case, work, data)]
+            sys.executable, "-m", "verl.trainer.main_ppo",
+            *overrides(case, work, data, resume=resume)]
 
 
 class LogWatch:
     """Follows the case's log: the last step seen and when its line appeared."""
 
-    def __init__(self, path: Path):
-        self.path, self.pos, self.last_step, self.last_step_at = path, 0, 0, None
+    def __init__(self, path: Path, pos: int = 0):
+        self.path, self.pos, self.last_step, self.last_step_at = path, pos, 0, None
         self.first_line_at = None
 
     def poll(self) -> None:
@@ -122,6 +125,13 @@ def end_group(proc: subprocess.Popen, why: str, log: Path) -> None:
             continue
 
 
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 def clean_ray() -> None:
     """Stop this case's Ray processes (the machine runs nothing else of Ray)."""
     subprocess.run(["/tmp/site/bin/ray", "stop", "--force"], capture_output=True, timeout=60,
@@ -140,22 +150,53 @@ def clean_ray() -> None:
 class Running:
     """One case in flight: its process group, stack sampler and log watch."""
 
-    def __init__(self, case: Case, root: Path, data: Path, tool: Path):
-        self.case, self.work = case, root / case.name
+    def __init__(self, case: Case, root: Path, data: Path, tool: Path, attempt: int = 1):
+        self.case, self.work, self.attempt = case, root / case.name, attempt
         for sub in ("markers", "fr", "stacks"):
             (self.work / sub).mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **environment(case, self.work), "PYTHONPATH": pythonpath(case),
                "PATH": f"{tool.parent}:/tmp/site/bin:" + os.environ.get("PATH", "")}
-        argv = command(case, self.work, data, tool)
-        (self.work / "command.txt").write_text(" ".join(argv) + "\n")
+        argv = command(case, self.work, data, tool, resume=attempt > 1)
+        tag = "" if attempt == 1 else f"_{attempt}"
+        (self.work / f"command{tag}.txt").write_text(" ".join(argv) + "\n")
+        log = self.work / "train.log"
+        offset = log.stat().st_size if log.exists() else 0  # a later attempt appends
         self.t0 = time.time()
         self.proc = subprocess.Popen(argv, cwd=self.work, env=env,
-                                     stdout=open(self.work / "runner.out", "wb"),
+                                     stdout=open(self.work / f"runner{tag}.out", "wb"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self.sampler = StackSampler("/tmp/site/bin/py-spy", self.work / "stacks",
                                     interval=10.0, root=self.proc.pid)
         self.sampler.start()
-        self.watch, self.ended_by, self.t1 = LogWatch(self.work / "train.log"), None, None
+        self.watch, self.ended_by, self.t1 = LogWatch(log, offset), None, None
+        self.killed_at: float | None = None
+
+    def kill_job(self) -> list[int]:
+        """SIGKILL the job's own process group (verl-monitor run starts it in one: verl's
+        launcher, and the Ray processes it started), as a lost node would end it; verl-monitor
+        run itself lives on and records the exit status. The pids signalled."""
+        import psutil
+
+        groups = set()
+        for p in psutil.Process(self.proc.pid).children(recursive=True):
+            try:
+                cmd = " ".join(p.cmdline())
+                if ("verl.trainer.main_ppo" in cmd and not cmd.startswith("ray::")
+                        and "monitor" not in cmd.split(" -- ")[0]):
+                    groups.add(os.getpgid(p.pid))
+            except (psutil.Error, OSError):
+                continue
+        self.killed_at = time.time()
+        hit = []
+        for g in groups:
+            hit += [p.pid for p in psutil.process_iter() if _pgid(p.pid) == g]
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.ended_by = (f"SIGKILL of the job's process group {sorted(groups)} "
+                         f"({len(hit)} processes) after step {self.watch.last_step}")
+        return hit
 
     def poll(self) -> bool:
         """Follow the log, end a held hang; True while the job runs."""
@@ -176,7 +217,8 @@ class Running:
 
     def timing(self, together: list[str]) -> dict:
         rc, w = self.proc.returncode, self.watch
-        return {"case": self.case.name, "rc": rc, "start": self.t0, "end": self.t1,
+        return {"case": self.case.name, "attempt": self.attempt, "rc": rc,
+                "killed_at": self.killed_at, "start": self.t0, "end": self.t1,
                 "wall_s": round(self.t1 - self.t0, 1), "last_step": w.last_step,
                 "last_step_at": w.last_step_at, "first_line_at": w.first_line_at,
                 "ended_by": self.ended_by or ("timeout" if rc in (124, 137) else "exit"),
@@ -184,8 +226,53 @@ class Running:
                 "concurrent_with": [n for n in together if n != self.case.name]}
 
 
+def ckpt_listing(work: Path, name: str) -> None:
+    """What verl's checkpoint folder holds now (names and sizes) into ``work/name``."""
+    ckpt, lines = work / "ckpt", []
+    for f in sorted(ckpt.rglob("*")) if ckpt.is_dir() else []:
+        if f.is_file():
+            lines.append(f"{f.stat().st_size:>12} {f.relative_to(ckpt)}")
+    latest = ckpt / "latest_checkpointed_iteration.txt"
+    head = f"# {time.time():.3f} latest_checkpointed_iteration.txt: " + (
+        latest.read_text().strip() if latest.exists() else "(none)")
+    (work / name).write_text("\n".join([head, *lines]) + "\n")
+
+
+def run_kill_resume(case: Case, root: Path, data: Path, tool: Path) -> list[dict]:
+    """Attempt 1 until step ``case.kill_after_step``'s line is out, then SIGKILL its job's
+    process group and stop Ray; attempt 2, the same command with ``case.resume_knobs``, to its
+    end. One timing for the case, both attempts in ``attempts``."""
+    first = Running(case, root, data, tool)
+    while first.poll():
+        if first.killed_at is None and first.watch.last_step >= case.kill_after_step:
+            hit = first.kill_job()
+            print(f"KILL {case.name}: step {first.watch.last_step} out; SIGKILL to "
+                  f"{len(hit)} processes", flush=True)
+        time.sleep(0.2)
+    ckpt_listing(first.work, "ckpt_after_kill.txt")
+    t_clean = time.time()
+    clean_ray()
+    gap = {"ray_stop_s": round(time.time() - t_clean, 1)}
+    used = time.time() - first.t0
+    second_case = replace(case, timeout_s=max(60.0, case.timeout_s - used))
+    second = Running(second_case, root, data, tool, attempt=2)
+    while second.poll():
+        time.sleep(1)
+    clean_ray()
+    ckpt_listing(second.work, "ckpt_at_end.txt")
+    t1, t2 = first.timing([case.name]), second.timing([case.name])
+    return [{**t2, "attempt": None, "start": t1["start"], "wall_s": round(t2["end"] - t1["start"], 1),
+             "ended_by": f"attempt 1: {t1['ended_by']}; attempt 2: {t2['ended_by']}",
+             "stack_dumps": t1["stack_dumps"] + t2["stack_dumps"],
+             "stack_failures": t1["stack_failures"] + t2["stack_failures"],
+             "attempts": [t1, t2], "between": gap, "concurrent_with": []}]
+
+
 def run_group(cases: list[Case], root: Path, data: Path, tool: Path) -> list[dict]:
     """Run cases side by side (one Ray instance each) until all end; return their timings."""
+    if any(c.kill_after_step for c in cases):
+        assert len(cases) == 1, "a kill case runs alone"
+        return run_kill_resume(cases[0], root, data, tool)
     running = [Running(c, root, data, tool) for c in cases]
     while any([r.poll() for r in running]):
         time.sleep(1)
@@ -291,8 +378,6 @@ def main() -> None:
 
 def _fit(case: Case, left: float) -> Case:
     """Cap the case's hard timeout by what is left of the deadline."""
-    from dataclasses import replace
-
     return replace(case, timeout_s=max(60.0, min(case.timeout_s, left - 10)))
 
 

@@ -349,7 +349,9 @@ def build_document(args: argparse.Namespace) -> dict[str, Any]:
     more = list(getattr(args, "more_logs", None) or [])
     steps, events = _join(args.log, parsed, more)
     if getattr(args, "events", None):
-        events = merge_events(events, read_events(args.events))
+        from monitor.analysis.attempt_logs import prefer_run_marks
+
+        events = prefer_run_marks(merge_events(events, read_events(args.events)))
 
     events, hang = _hang_evidence(args, events, _data_end(steps, gpu, host))
 

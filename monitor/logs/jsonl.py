@@ -1,6 +1,7 @@
 """verl's file logger (``trainer.logger=['file']``): one JSON object per line,
 ``{"step": N, "data": {...}, "ts"/"timestamp": ...}``. Objects of one step may come in parts:
-``JsonlMerger`` holds a step's object until a later step (or a flush) completes it."""
+``JsonlMerger`` holds a step's object until a later step (or a flush) completes it. The same
+step run again (after a resume from the checkpoint before it) is a new record, not a part."""
 
 from __future__ import annotations
 
@@ -22,6 +23,22 @@ class JsonStep:
     metrics: dict[str, Any]
     end_time: float | None
     time_source: str
+
+
+#: A step's own timer: written once per run of the step (verl's, and the pre-0.3 name).
+STEP_TIMERS: tuple[str, ...] = ("timing_s/step", "timing/step")
+
+
+def run_again(metrics: dict[str, Any], end_time: float | None, part: JsonStep) -> bool:
+    """Whether ``part`` is its step run again, not a part of the object before it (``metrics``,
+    ``end_time``): both carry the step's timer, and ``part`` ended at least that timer's
+    seconds after it, so its whole run came after (a resume redid the step; a late part or a
+    repeated line is never a whole step later)."""
+    key = next((k for k in STEP_TIMERS if k in part.metrics and k in metrics), None)
+    if key is None or end_time is None or part.end_time is None:
+        return False
+    took = part.metrics[key]
+    return isinstance(took, (int, float)) and took > 0 and part.end_time - end_time >= took
 
 
 def read_json_step(text: str) -> JsonStep | str | None:
@@ -61,6 +78,7 @@ class JsonlMerger:
         self._pending: JsonStep | None = None
         self._done: dict[str, Any] | None = None
         self._done_step: int | None = None
+        self._done_end: float | None = None
 
     @property
     def holding(self) -> bool:
@@ -68,9 +86,12 @@ class JsonlMerger:
         return self._pending is not None
 
     def merge(self, part: JsonStep) -> bool:
-        """Add ``part`` to the step being collected when it is of that step."""
+        """Add ``part`` to the step being collected when it is of that step (and not that
+        step run again: :func:`run_again`)."""
         pending = self._pending
         if pending is None or pending.step != part.step:
+            return False
+        if run_again(pending.metrics, pending.end_time, part):
             return False
         pending.metrics.update(part.metrics)
         if part.end_time is not None:
@@ -79,8 +100,9 @@ class JsonlMerger:
 
     def start(self, part: JsonStep) -> None:
         """Collect a new step (call ``close`` first); merged over the last emitted object when
-        that was the same step."""
-        if self._done is not None and self._done_step == part.step:
+        that was the same step (not when it is that step run again)."""
+        if (self._done is not None and self._done_step == part.step
+                and not run_again(self._done, self._done_end, part)):
             part.metrics = {**self._done, **part.metrics}
         self._pending = part
 
@@ -91,7 +113,7 @@ class JsonlMerger:
             return None
         self._pending = None
         self._done = pending.metrics
-        self._done_step = pending.step
+        self._done_step, self._done_end = pending.step, pending.end_time
         return pending
 
 
