@@ -1,5 +1,6 @@
-"""Number coercion shared by the report, the run summary, the wandb sink, the run store and the
-simulated GPUs."""
+"""Number coercion shared by the report, the run summary, the wandb sink, the run store, the
+simulated GPUs, the detectors' premises and advice (printed config values) and the attempt
+marks."""
 
 from __future__ import annotations
 
@@ -28,3 +29,14 @@ def finite_float(value: Any) -> float | None:
         return None
     out = float_or_none(value)
     return out if out is not None and math.isfinite(out) else None
+
+
+def int_or_none(value: Any) -> int | None:
+    """``value`` as an int (``int()``: "3" and 3.7 pass), else None (None, bools, non-numbers,
+    infinities)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None

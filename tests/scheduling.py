@@ -129,22 +129,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _name_groups(items)
     durations = load_durations()
 
-    def seconds(item: pytest.Item) -> float:
-        known = durations.get(base_nodeid(item.nodeid))
-        if known is not None:
-            return known
-        return DEFAULT_E2E_S if item.nodeid.startswith("tests/e2e/") else DEFAULT_S
-
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
         units.setdefault(_group(item) or item.nodeid, []).append(item)
-    cost = {key: sum(seconds(i) for i in members) for key, members in units.items()}
+    cost = {key: sum(_seconds(i.nodeid, durations) for i in members)
+            for key, members in units.items()}
     first = {key: n for n, key in enumerate(units)}
     order = sorted(units, key=lambda key: (-cost[key], first[key]))
     items[:] = [item for key in order for item in units[key]]
 
 
 def _seconds(nodeid: str, durations: dict[str, float]) -> float:
+    """A test's expected seconds: its measured duration, else the default for its kind."""
     known = durations.get(base_nodeid(nodeid))
     if known is not None:
         return known

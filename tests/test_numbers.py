@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.numbers import finite_float, float_or_none
+from monitor.numbers import finite_float, float_or_none, int_or_none
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -30,3 +30,13 @@ def test_missing_flags_and_non_finite_values_are_none(value):
 def test_float_or_none_keeps_infinities_and_bools_but_not_nan(value, expected):
     """What the run store writes and a simulated GPU reading holds: never NaN."""
     assert float_or_none(value) == expected
+
+
+@pytest.mark.parametrize("value, expected", [
+    (8, 8), ("8", 8), (2.7, 2), (None, None), (True, None), (False, None), ("eight", None),
+    ([8], None), (float("inf"), None), (float("nan"), None),
+])
+def test_int_or_none_reads_a_printed_config_count(value, expected):
+    """A GPU count or batch size from the printed config: numbers and numeric text, never a
+    bool, and no crash on a value that is no integer (an infinity raised OverflowError)."""
+    assert int_or_none(value) == expected

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from monitor.numbers import int_or_none
+
 #: The idle sentence of ``cause_advice`` (its start): the advice that a tiny micro-batch explains.
 IDLE_START = "The GPUs sat idle through"
 #: Flag kinds whose idle advice a tiny micro-batch explains.
@@ -34,22 +36,13 @@ _DYNAMIC = {"actor": _A + "actor.use_dynamic_bsz", "rollout": _A + "rollout.log_
             "ref": _A + "ref.log_prob_use_dynamic_bsz", "critic": "critic.use_dynamic_bsz"}
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _per_gpu(config: Mapping[str, Any], splits: str) -> int | None:
     """Samples per GPU in the batch a micro-batch splits (None when the config lacks a size)."""
-    n = _int(config.get(_A + "rollout.n")) or 1
-    gpus = (_int(config.get("trainer.nnodes")) or 1) * (
-        _int(config.get("trainer.n_gpus_per_node")) or 1)
+    n = int_or_none(config.get(_A + "rollout.n")) or 1
+    gpus = (int_or_none(config.get("trainer.nnodes")) or 1) * (
+        int_or_none(config.get("trainer.n_gpus_per_node")) or 1)
     key = _A + "actor.ppo_mini_batch_size" if splits == "mini" else "data.train_batch_size"
-    size = _int(config.get(key))
+    size = int_or_none(config.get(key))
     return None if size is None else size * n // max(gpus, 1)
 
 
@@ -59,7 +52,7 @@ def tiny_micro_batches(config: Mapping[str, Any]) -> list[tuple[str, int]]:
     (``use_dynamic_bsz``) ignores its micro-batch size and is left out."""
     out = []
     for key, splits in _KNOBS:
-        value = _int(config.get(key))
+        value = int_or_none(config.get(key))
         role = key.split(".")[-2]
         if value is None or value <= 0 or config.get(_DYNAMIC[role]) is True:
             continue

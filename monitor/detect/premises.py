@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from monitor.numbers import int_or_none
+
 if TYPE_CHECKING:
     from monitor.detect.detector_base import Context
 
@@ -61,26 +63,17 @@ class Judged(NamedTuple):
 
 # --- the job's facts, from its printed config and its evidence --------------------------------
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def configured_gpus(job: Mapping[str, Any]) -> int | None:
     """GPUs the printed config gives the job (``trainer.n_gpus_per_node`` x ``trainer.nnodes``,
     plus a separate rollout pool's ``rollout.n_gpus_per_node`` x ``rollout.nnodes`` where the
     fully-async trainer has one), None when it does not say."""
-    per_node = _int(job.get("trainer.n_gpus_per_node"))
+    per_node = int_or_none(job.get("trainer.n_gpus_per_node"))
     if per_node is None:
         return None
-    total = per_node * (_int(job.get("trainer.nnodes")) or 1)
-    rollout = _int(job.get("rollout.n_gpus_per_node"))
+    total = per_node * (int_or_none(job.get("trainer.nnodes")) or 1)
+    rollout = int_or_none(job.get("rollout.n_gpus_per_node"))
     if rollout is not None:
-        total += rollout * (_int(job.get("rollout.nnodes")) or 1)
+        total += rollout * (int_or_none(job.get("rollout.nnodes")) or 1)
     return total
 
 

@@ -105,8 +105,7 @@ class FlagTracker:
                 new = copy.deepcopy(f)
                 self._open[key] = new
                 opened.append(copy.deepcopy(new))
-                rk = (new.kind, new.severity)
-                self._raised[rk] = self._raised.get(rk, 0) + 1
+                self._count(new.kind, new.severity)
             else:
                 start = min(have.start, f.start)
                 if key in self._adopted:  # announced with its stored start: keep it
@@ -115,8 +114,7 @@ class FlagTracker:
                 severity = have.severity
                 if _RANK.get(f.severity, 0) > _RANK.get(have.severity, 0):
                     severity = f.severity
-                    rk = (f.kind, severity)
-                    self._raised[rk] = self._raised.get(rk, 0) + 1
+                    self._count(f.kind, severity)
                 self._open[key] = replace(copy.deepcopy(f), start=start, severity=severity)
         for key in list(self._open):
             if key in current:
@@ -130,6 +128,10 @@ class FlagTracker:
         if since is not None:
             closed += self._between(flags, seen | set(current), since, opened)
         return opened, closed
+
+    def _count(self, kind: str, severity: str) -> None:
+        """One more flag raised at ``severity`` (``raised_counts``)."""
+        self._raised[(kind, severity)] = self._raised.get((kind, severity), 0) + 1
 
     def _between(self, flags: list[Flag], seen: set[tuple[str, str]], since: float,
                  opened: list[Flag]) -> list[Flag]:
@@ -147,8 +149,7 @@ class FlagTracker:
         out = []
         for f in whole.values():
             opened.append(copy.deepcopy(f))
-            rk = (f.kind, f.severity)
-            self._raised[rk] = self._raised.get(rk, 0) + 1
+            self._count(f.kind, f.severity)
             out.append(copy.deepcopy(f))
         return out
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from monitor.logs.safe_read import Unreadable, note, open_beside
+from monitor.numbers import int_or_none
 from monitor.records import Event, StepRecord
 
 SUFFIX = ".attempts"
@@ -89,11 +90,11 @@ def read_marks(log_path: str | os.PathLike[str]) -> list[Event]:
         if not isinstance(rec, dict) or not math.isfinite(when):
             continue
         if rec.get("event") == "start":
-            data = {"source": "run", "pid": _int(rec.get("pid")),
-                    "offset": _int(rec.get("offset")), "host": str(rec.get("host") or "")}
+            data = {"source": "run", "pid": int_or_none(rec.get("pid")),
+                    "offset": int_or_none(rec.get("offset")), "host": str(rec.get("host") or "")}
             out.append(Event(START, when, None, "the job started (verl-monitor run)", data))
         elif rec.get("event") == "end":
-            status = _int(rec.get("status"))
+            status = int_or_none(rec.get("status"))
             out.append(Event(END, when, None, f"the job exited with status {status}",
                              {"source": "run", "status": status}))
     return out
@@ -137,10 +138,3 @@ def first_line_time(path: str | os.PathLike[str], max_lines: int = 2000) -> floa
     except OSError:
         return None
     return None
-
-
-def _int(value: object) -> int | None:
-    try:
-        return None if value is None or isinstance(value, bool) else int(value)
-    except (TypeError, ValueError):
-        return None
