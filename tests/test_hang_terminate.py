@@ -79,6 +79,26 @@ def test_each_guard_that_fails_says_so_and_nothing_is_ended(flag, now, rounds, g
     assert not d.act and d.guard == guard and words in d.why, d.why
 
 
+def test_one_late_round_restarts_the_count_instead_of_refusing_for_the_rest_of_the_hang():
+    # a py-spy round 40 s late (a loaded node) early in the hang: the count starts again at the
+    # round after the gap, and the job is ended once the place has held 60 s from there
+    rounds = [_round(100.0), _round(140.0)] + [_round(150.0 + 10 * i) for i in range(7)]
+    early = decide(_flag(), rounds[:6], _steps(), 190.0, POL)
+    assert not early.act and early.guard == "stacks"
+    assert "same place for 50 s of the 60 s" in early.why and "40 s apart" in early.why
+    later = decide(_flag(), rounds, _steps(), 205.0, POL)
+    assert later.act and later.rounds == 7 and "held 105 s" in later.why, later.why
+
+
+def test_a_job_that_moved_once_is_ended_when_its_new_place_has_held_the_hold():
+    moved = [_round(100.0 + 10 * i, frame="load (data.py:3)") for i in range(4)]
+    stuck = [_round(140.0 + 10 * i) for i in range(8)]
+    d = decide(_flag(), moved + stuck, _steps(), 205.0, POL)
+    assert d.act and d.rounds == 7 and "compute_score (rewards.py:9)" in d.why, d.why
+    d = decide(_flag(), moved + stuck[:5], _steps(), 185.0, POL)
+    assert not d.act and "4 of 9 stack rounds found the job elsewhere" in d.why, d.why
+
+
 def test_a_phase_the_jobs_history_shows_lasting_as_long_is_never_ended():
     # steps 80 s apart with a 70 s reward: this 75 s silence in the reward is like theirs
     steps = _steps(every=80.0, reward=70.0)

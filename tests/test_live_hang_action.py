@@ -104,7 +104,7 @@ def test_terminate_ends_the_stuck_job_once_the_hang_held_and_says_why_everywhere
         tmp_path, stuck, caplog):
     run_pid, job = stuck
     view, sink, store = _view(tmp_path, run_pid, job, "terminate", time.time(),
-                              on_hang_after=1.5, on_hang_restack=0.5, on_hang_grace=2.0)
+                              on_hang_after=1.5, on_hang_restack=1.0, on_hang_grace=2.0)
     d = _poll_until(view, lambda d: d is not None and d.act)
     assert "compute_score" in d.place and "scoring rewards" in d.place
     psutil.Process(job).wait(5) if psutil.pid_exists(job) else None
@@ -126,7 +126,7 @@ def test_a_job_whose_tree_is_not_known_is_left_running_and_the_reason_said_once(
         tmp_path, stuck):
     run_pid, job = stuck
     view, sink, store = _view(tmp_path, run_pid, job, "terminate", time.time(),
-                              on_hang_after=1.0, on_hang_restack=0.5)
+                              on_hang_after=1.0, on_hang_restack=1.0)
     view.find_root = lambda: (None, "the job's process tree is not known: no verl-monitor run")
     _poll_until(view, lambda d: d is not None and d.guard == "tree")
     for _ in range(3):

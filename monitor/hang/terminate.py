@@ -5,10 +5,12 @@ every one of these holds, and otherwise says which one failed:
 
 1. a critical ``hang`` flag is open;
 2. it has held for ``after_s`` (default 10 min) since it opened;
-3. py-spy stack rounds cover the whole hold (from the flag's start to now, no two of them,
-   nor the flag's start and the first, nor the newest and now, more than twice ``restack_s``
-   apart) and every one finds the job stuck at the same place: the same verdict
-   (``monitor.hang.where``), the same processes at the same frames;
+3. py-spy stack rounds find the job stuck at one place (the same verdict,
+   ``monitor.hang.where``, the same processes at the same frames) without a break for
+   ``after_s`` up to now: an unbroken stretch of rounds, no two of them, nor the newest and
+   now, more than twice ``restack_s`` apart, counted from the flag's start when its first
+   round came within that of it. A late round or a move restarts the count (the hang must
+   then hold ``after_s`` again) instead of refusing for the rest of the hang;
 4. the place is not a phase the job's own history shows can last that long: the longest wall
    time between two step lines around steps that ran that phase (validation, a checkpoint
    save, a long generation, the data wait before a step) is shorter than the silence now;
@@ -101,22 +103,45 @@ def longest_interval(steps: Iterable[StepRecord], phase: str) -> tuple[float, in
     return best, n
 
 
-def _rounds_cover(rounds: list[Event], flag: Flag, now: float, pol: HangPolicy) -> str | None:
-    """None when the rounds cover the hold (from the flag's start to now, no two points more
-    than twice ``restack_s`` apart), else why not."""
-    if len(rounds) < 2:
-        return f"{len(rounds)} stack round(s) since the flag opened: at least 2 are needed"
-    times = [float(e.time) for e in rounds]
+def _stretch(rounds: list[Event], flag: Flag, now: float, pol: HangPolicy
+             ) -> tuple[list[Event], float, str]:
+    """The newest unbroken stretch of stack rounds at one place: the rounds (oldest first),
+    when its cover starts (the flag's start when its first round came within twice
+    ``restack_s`` of it, else that round's time; ``now`` when there is none) and why it does
+    not reach further back ('' when it reaches the flag's start).
+
+    The stretch ends at the newest round (no older than twice ``restack_s``) and goes back
+    while each round finds the job stuck at the newest one's place and no two rounds are more
+    than twice ``restack_s`` apart. A late round or a move therefore restarts the count rather
+    than refusing for the rest of the hang."""
     gap = 2.0 * pol.restack_s
-    if times[0] - float(flag.start) > gap:
-        return (f"the first stack round came {times[0] - float(flag.start):.0f} s after the "
-                f"flag's start (over {gap:.0f} s): the hold is not covered")
-    if now - times[-1] > gap:
-        return f"the newest stack round is {now - times[-1]:.0f} s old (over {gap:.0f} s)"
-    worst = max(b - a for a, b in zip(times, times[1:], strict=False))
-    if worst > gap:
-        return f"two stack rounds {worst:.0f} s apart (over {gap:.0f} s): the hold is not covered"
-    return None
+    if not rounds:
+        return [], now, "no stack round since the flag opened"
+    if now - float(rounds[-1].time) > gap:
+        return [], now, (f"the newest stack round is {now - float(rounds[-1].time):.0f} s old "
+                         f"(over {gap:.0f} s)")
+    place = round_place(rounds[-1])
+    if place is None:
+        return [], now, "the newest stack round found no process stuck"
+    k = len(rounds) - 1
+    while k > 0:
+        prev, cur = rounds[k - 1], rounds[k]
+        apart = float(cur.time) - float(prev.time)
+        if apart > gap:
+            return rounds[k:], float(cur.time), (
+                f"two stack rounds {apart:.0f} s apart (over {gap:.0f} s) before it")
+        if round_place(prev) != place:
+            moved = sum(1 for e in rounds[:k] if round_place(e) != place)
+            what = ("no process stuck" if round_place(prev) is None else
+                    "the job elsewhere: it moves")
+            return rounds[k:], float(cur.time), (
+                f"{moved} of {len(rounds)} stack rounds found {what}")
+        k -= 1
+    first = float(rounds[0].time) - float(flag.start)
+    if first > gap:
+        return rounds, float(rounds[0].time), (
+            f"the first stack round came {first:.0f} s after the flag's start (over {gap:.0f} s)")
+    return rounds, float(flag.start), ""
 
 
 def decide(flag: Flag | None, events: Iterable[Event], steps: Iterable[StepRecord],
@@ -135,15 +160,16 @@ def decide(flag: Flag | None, events: Iterable[Event], steps: Iterable[StepRecor
     rounds = sorted((e for e in events if is_stack_round(e) and e.time is not None
                      and float(flag.start) - policy.restack_s <= float(e.time) <= now),
                     key=lambda e: float(e.time))
-    gap = _rounds_cover(rounds, flag, now, policy)
-    if gap is not None:
-        return Decision(False, gap, held_s=held, rounds=len(rounds), guard="stacks")
-    places = [round_place(e) for e in rounds]
-    if places[0] is None or any(p != places[0] for p in places):
-        moving = sum(1 for p in places if p != places[0])
-        why = ("a stack round found no process stuck" if None in places else
-               f"{moving} of {len(places)} stack rounds found the job elsewhere: it moves")
-        return Decision(False, why, held_s=held, rounds=len(rounds), guard="stacks")
+    stretch, since, broken = _stretch(rounds, flag, now, policy)
+    covered = now - since
+    if len(stretch) < 2 or covered < policy.after_s:
+        why = (f"{len(stretch)} stack round(s) at one place: at least 2 are needed"
+               if len(stretch) < 2 else
+               f"stack rounds have found the same place for {covered:.0f} s of the "
+               f"{policy.after_s:.0f} s required")
+        return Decision(False, f"{why}; {broken}" if broken else why, held_s=held,
+                        rounds=len(stretch), guard="stacks")
+    rounds, places = stretch, [round_place(e) for e in stretch]
     where, phase = place_words(rounds[-1]), places[0][1]
     last = max((float(s.end_time) for s in steps if s.end_time is not None
                 and float(s.end_time) <= float(flag.start)), default=float(flag.start))

@@ -130,7 +130,10 @@ class HangActionView(PollingView):
             return None
         if now - self._round_at >= self.policy.restack_s:
             self._round_at = now
-            self._take_round(now)
+            self._take_round()
+            # judged at the clock after the round: py-spy (and the evidence before it) take
+            # seconds on a loaded node
+            now = max(now, time.time())
         return self._judge(flag, now)
 
     def _open_hang(self) -> Flag | None:
@@ -167,15 +170,16 @@ class HangActionView(PollingView):
         return list(job_process_tree(tuple(self.ctx.options.log or ()), run_parent(),
                                      getattr(self.ctx.options, "hang_job_pid", None)).procs)
 
-    def _take_round(self, now: float) -> None:
+    def _take_round(self) -> None:
         """One py-spy round of the job's processes, kept for the guards (not published: the
-        hang detector reads its own)."""
+        hang detector reads its own), timed when py-spy started on them."""
         if self.pyspy_exe is None:
             return
         from monitor.hang.stacks import stack_round
 
+        began = time.time()
         got = stack_round(self.find_procs(), self.ctx.node, self.pyspy_exe, 10.0)
-        self._rounds.append(got.to_event(now, self.ctx.node))
+        self._rounds.append(got.to_event(began, self.ctx.node))
         self._rounds = self._rounds[-200:]
 
     def _steps(self) -> list[StepRecord]:

@@ -5,7 +5,9 @@ started again after each failure as a scheduler's retry would, with one run stor
 1. crashes (a CUDA OOM) half-way through step 5 (its last save: step 3);
 2. resumes from step 3, redoes step 4, crashes in step 8 (last save: 6);
 3. resumes from 6, redoes step 7, hangs in step 10's reward: the exporter's
-   ``--on-hang terminate`` ends it once the hang has held 3 s at one place;
+   ``--on-hang terminate`` ends it once the hang has held 3 s at one place, though its first
+   py-spy call of that attempt takes 7 s more (a loaded node: a CI run once never ended the
+   hang when one round came late);
 4. resumes from 9 and finishes step 12.
 
 Each attempt's ledger and the job's ETTR, from the store and from ``analyze`` of the one log,
@@ -19,6 +21,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -39,18 +42,53 @@ PLAN = "crash:5,crash:8,hang:10,finish"
 TAILS = {1: "crash_loss", 2: "crash_loss", 3: "hang", 4: "shutdown"}
 
 
+def _slow_pyspy(tmp_path: Path) -> dict[str, str]:
+    """An environment whose ``py-spy`` is the real one, 7 s late on its first call in the
+    third attempt (the hang's), as on a loaded node."""
+    from monitor.hang.pyspy import find_pyspy
+
+    real = find_pyspy()
+    assert real, "py-spy is needed (pip install -e '.[all,test]')"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    wrapper = bin_dir / "py-spy"
+    wrapper.write_text(f"""#!/bin/sh
+if [ "$(wc -l < {tmp_path / 'state' / 'attempts'})" = 3 ] && mkdir {tmp_path / 'slowed'} \\
+    2>/dev/null; then sleep 7; fi
+exec {real} "$@"
+""")
+    wrapper.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 def _attempt(tmp_path: Path, hook_file: Path) -> int:
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("hang:\n  min_seconds: 1.0\n")
     exporter = (f"--gpu-backend sim --sim-gpus 1 --store {tmp_path / 'run.db'} --interval 0.5 "
                 f"--detect-interval 1 --config {cfg} --slack-webhook-file {hook_file} "
-                "--on-hang-after 3 --on-hang-restack 1 --on-hang-grace 2")
+                "--on-hang-after 3 --on-hang-restack 2 --on-hang-grace 2")
     cmd = [CLI, "run", "--log", str(tmp_path / "train.log"), "--listen-address",
            f"127.0.0.1:{free_port()}", "--linger", "2", "--on-hang", "terminate",
            "--exporter-args", exporter, "--", sys.executable, str(JOB), "--state",
            str(tmp_path / "state"), "--plan", PLAN]
-    return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          timeout=120).returncode
+    try:
+        return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=_slow_pyspy(tmp_path), timeout=120).returncode
+    except subprocess.TimeoutExpired:
+        pytest.fail("an attempt ran past 120 s; what the exporter said of the hang:\n"
+                    + _said(tmp_path))
+
+
+def _said(tmp_path: Path) -> str:
+    """The exporter's log end and the store's hang_action events (for a failure's message)."""
+    log = tmp_path / "train.log.exporter.log"
+    text = log.read_text()[-4000:] if log.exists() else "(no exporter log)"
+    try:
+        acts = [e.message for e in RunStore(tmp_path / "run.db", create=False)
+                .events(kind="hang_action")]
+    except Exception as exc:  # noqa: BLE001 - the message says why
+        acts = [f"(the store cannot be read: {exc})"]
+    return text + "\nhang_action events: " + json.dumps(acts, indent=1)
 
 
 def _hand(tmp_path: Path) -> list[dict]:
@@ -129,6 +167,7 @@ def test_a_job_that_crashes_twice_and_hangs_once(tmp_path):
     assert "on-hang terminate: Terminated the hung job" in \
         (tmp_path / "train.log.exporter.log").read_text()
     assert store.events(kind="hang_evidence"), "terminate saves the evidence first"
+    assert (tmp_path / "slowed").is_dir(), "the hang attempt's first py-spy call was slowed"
 
     # the cadence: Young/Daly on the job's own numbers (3 failures over the attempts)
     cad = doc["cadence"]
