@@ -561,6 +561,31 @@ def test_lines_from_before_the_capture_end_before_the_captured_ones(tmp_path):
     assert rebuilt == sorted(rebuilt) and rebuilt[-1] <= 1_700_000_000.0
 
 
+def test_lines_printed_after_runs_last_capture_never_end_before_it(tmp_path):
+    """The exporter's first poll came between the job's write and ``verl-monitor run``'s next
+    capture (a loaded machine): ``run`` had captured the job's first line only. The steps past
+    its last record were printed after that capture; they were dated at the job's start (by
+    the first capture), which moved step 1's work into the wait between steps."""
+    from monitor.logs.arrivals import ArrivalWriter
+
+    log = tmp_path / "train.log"
+    head = "(TaskRunner pid=11) TaskRunner hostname: n0, PID: 11\n"
+    log.write_text(head + "".join(line(i, total=0.4) for i in range(1, 4)))
+    started = time.time() - 1.5
+    writer = ArrivalWriter(log)
+    writer.record(0, started, end=len(head.encode()))  # run's one capture: the first line
+    writer.close()
+    before = time.time()
+    run_exporter(tmp_path, [log])
+    steps, _ = stored_steps(tmp_path)
+    ends = [s.end_time for s in steps]
+    assert len(ends) == 3 and ends == sorted(ends)
+    assert all(started < t <= before + 1.0 for t in ends), (started, ends)
+    # the last one ends when the log was last written, each before it a step earlier
+    assert ends[-1] == pytest.approx(log.stat().st_mtime, abs=0.01)
+    assert ends[-1] - ends[0] == pytest.approx(0.8, abs=0.01)
+
+
 def test_an_old_log_followed_from_its_start_keeps_its_dates(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("".join(f"2023-05-01T10:00:{i * 10:02d}Z " + line(i) for i in range(1, 4)))

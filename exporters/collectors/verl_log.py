@@ -200,14 +200,19 @@ class VerlLogCollector(SampledCollector):
             if lines:  # the whole sidecar read once when catching up, then as it grows
                 captured = (captured_times(fol, lines) if fol.catching_up
                             else live_times(fol, lines))
+            at_line: list[int] = []  # the line each item was read with
             for i, line in enumerate(lines):
-                items.extend(parser.feed(line, now if captured is None else captured[i] or now))
+                got = parser.feed(line, now if captured is None else captured[i] or now)
+                items.extend(got)
+                at_line.extend([i] * len(got))
                 if parser.idle:
                     safe = i
             fol.lines += len(lines)
             if not lines:
                 # quiet file: end held multi-line blocks and JSONL objects awaiting a merge
-                items.extend(parser.flush(now))
+                flushed = parser.flush(now)
+                items.extend(flushed)
+                at_line.extend([-1] * len(flushed))
                 position = fol.follower.saved_position()
                 folder = os.path.dirname(os.path.abspath(fol.path))
                 if not fol.lines and not os.path.isdir(folder):
@@ -225,9 +230,7 @@ class VerlLogCollector(SampledCollector):
             fol.backlog = fol.follower.behind and (fol.backlog or fol.catching_up)
             if fol.catching_up:
                 fol.catching_up = False
-                first = min((t for t in captured or () if t is not None), default=None)
-                rebuild_backlog_times(items, fol.path, now, fol.saved_at, stamped=now,
-                                      until=first)
+                rebuild_uncaptured(items, at_line, captured, fol.path, now, fol.saved_at)
             fol.anomalies["step_time_clash"] += keep_records_apart(items)
             gaps = self._gaps.setdefault(fol.path, DataWaitTracker())
             for item in items:
@@ -354,6 +357,31 @@ def rebuild_backlog_times(items: list[StepRecord | Event], path: str, now: float
     for step, end in zip(steps, ends, strict=True):
         step.end_time = end
         step.time_source = "rebuilt"
+
+
+def rebuild_uncaptured(items: list[StepRecord | Event], at_line: list[int],
+                       captured: list[float | None] | None, path: str, now: float,
+                       saved_at: float | None) -> None:
+    """Times for the steps of the first poll's backlog that ``verl-monitor run`` did not
+    capture (``rebuild_backlog_times``), by where their lines lie against its sidecar:
+
+    - before its first record: printed before the capture started, so ending by then;
+    - past its last record: printed after ``run``'s last capture (its next pass had not come
+      yet, or it was killed while the job went on), so never before that capture. Bounding them
+      by the first capture instead dated a step printed just now at the job's start: on a
+      loaded machine the exporter's first poll came between the job's write and ``run``'s.
+
+    ``at_line``: the index in ``captured`` of the line each item was read with."""
+    known = [i for i, t in enumerate(captured or ()) if t is not None]
+    if not known or captured is None:
+        rebuild_backlog_times(items, path, now, saved_at, stamped=now)
+        return
+    first, last = captured[known[0]], captured[known[-1]]
+    late = [it for it, i in zip(items, at_line, strict=True) if i > known[-1] or i < 0]
+    early = [it for it, i in zip(items, at_line, strict=True) if 0 <= i <= known[-1]]
+    rebuild_backlog_times(early, path, now, saved_at, stamped=now, until=first)
+    rebuild_backlog_times(late, path, now, max(t for t in (saved_at, last) if t is not None),
+                          stamped=now)
 
 
 def captured_times(fol: _Followed, lines: list[str]) -> list[float | None] | None:
