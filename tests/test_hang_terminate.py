@@ -90,6 +90,16 @@ def test_one_late_round_restarts_the_count_instead_of_refusing_for_the_rest_of_t
     assert later.act and later.rounds == 7 and "held 105 s" in later.why, later.why
 
 
+def test_rounds_still_coming_at_one_place_are_a_wait_not_a_refusal():
+    # one round so far, on time (the next is due): the place has not held long enough *yet*;
+    # the live wing says a refusal once per guard, so this must not read as the stacks guard
+    d = decide(_flag(), [_round(100.0)], _steps(), 160.0, HangPolicy(60.0, 60.0))
+    assert not d.act and d.guard == "hold" and "at least 2" in d.why, d.why
+    d = decide(_flag(), [_round(100.0), _round(130.0), _round(155.0)], _steps(), 160.0,
+               HangPolicy(60.0, 10.0))
+    assert d.guard == "stacks" and "25 s apart" in d.why, d.why  # a gap: the count restarted
+
+
 def test_a_job_that_moved_once_is_ended_when_its_new_place_has_held_the_hold():
     moved = [_round(100.0 + 10 * i, frame="load (data.py:3)") for i in range(4)]
     stuck = [_round(140.0 + 10 * i) for i in range(8)]

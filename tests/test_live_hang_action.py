@@ -133,7 +133,12 @@ def test_a_job_whose_tree_is_not_known_is_left_running_and_the_reason_said_once(
         view.poll(time.time())
     assert psutil.Process(job).is_running()
     said = [e for e in sink.events if e.kind == "hang_action"]
-    assert len(said) == 1 and not said[0].data["acted"] and "not known" in said[0].message
+    assert said and not any(e.data["acted"] for e in said)
+    # the tree's reason once (a slow py-spy round on a loaded machine may add the stacks
+    # guard's own reason, once, before it)
+    tree = [e for e in said if "not known" in e.message]
+    assert len(tree) == 1 and [e.data["guard"] for e in said].count("tree") == 1
+    assert all(e.data["guard"] in ("stacks", "tree") for e in said), said
     assert any(i.payload["text"].startswith("Hang: job not terminated")
                for i in store.outbox_pending())
 

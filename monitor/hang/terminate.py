@@ -59,7 +59,10 @@ class Decision:
     place: str = ""
     held_s: float = 0.0
     rounds: int = 0
-    guard: str = ""  # the guard that failed: flag, hold, stacks, phase, tree ('' when acting)
+    #: the guard that failed: flag, hold (also: rounds at one place since the flag's start, too
+    #: few or too short yet), stacks (the rounds' count restarted: a gap, a move, none stuck),
+    #: phase, tree ('' when acting)
+    guard: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for the ``hang_action`` event."""
@@ -167,8 +170,10 @@ def decide(flag: Flag | None, events: Iterable[Event], steps: Iterable[StepRecor
                if len(stretch) < 2 else
                f"stack rounds have found the same place for {covered:.0f} s of the "
                f"{policy.after_s:.0f} s required")
+        # unbroken but short: the place has not held long enough yet (a wait, like the hold);
+        # broken: the rounds say why the count restarted
         return Decision(False, f"{why}; {broken}" if broken else why, held_s=held,
-                        rounds=len(stretch), guard="stacks")
+                        rounds=len(stretch), guard="stacks" if broken else "hold")
     rounds, places = stretch, [round_place(e) for e in stretch]
     where, phase = place_words(rounds[-1]), places[0][1]
     last = max((float(s.end_time) for s in steps if s.end_time is not None

@@ -52,15 +52,16 @@ def title(body: dict[str, Any]) -> str:
 
 
 def am_alert(name: str, severity: str, kind: str, summary: str, description: str,
-             ends: datetime | None = None, **labels: str) -> dict[str, Any]:
-    """An alert as Prometheus posts it to Alertmanager."""
+             ends: datetime | None = None, began_s_ago: float = 5.0,
+             **labels: str) -> dict[str, Any]:
+    """An alert as Prometheus posts it to Alertmanager, firing since ``began_s_ago``."""
     now = datetime.now(timezone.utc)
     alert: dict[str, Any] = {
         "labels": {"alertname": name, "severity": severity, "kind": kind, "job": "grpo",
                    **labels},
         "annotations": {"summary": summary, "description": description,
                         "runbook_url": f"docs/runbooks.md#{name.lower()}"},
-        "startsAt": (now - timedelta(seconds=5)).isoformat(),
+        "startsAt": (now - timedelta(seconds=began_s_ago)).isoformat(),
     }
     if ends is not None:
         alert["endsAt"] = ends.isoformat()
@@ -76,8 +77,8 @@ def slack() -> WebhookRecorder:
 @pytest.fixture
 def alertmanager(tmp_path: Path, slack: WebhookRecorder) -> AlertmanagerProc:
     # Alertmanager's inhibitor learns of a critical alert on its own subscription, apart from
-    # the dispatcher: the shipped 10 s/30 s group waits leave it the time; 1 s on a loaded
-    # two-core machine once did not (the inhibited warning reached Slack). 4 s keeps a margin.
+    # the dispatcher, so a warning's group must wait before it flushes: 4 s (the shipped
+    # 10 s/30 s shortened). The inhibition test's alerts start now (see there).
     cfg = repo_alertmanager_config(tmp_path / "am", slack.url + "/services/T000/B000/test",
                                    group_wait="4s")
     with start_alertmanager(tmp_path / "am", cfg) as am:
@@ -89,18 +90,22 @@ def test_alertmanager_posts_evidence_to_slack_and_inhibits_the_lesser_alert(
 ) -> None:
     """A critical alert silences the warning of the same kind and node; the Slack message
     carries summary, evidence/advice and runbook; a resolved message follows."""
+    # They fire now, as Prometheus sends an alert that just began: Alertmanager flushes a new
+    # group at once when an alert's start plus the group wait has passed (`aggrGroup.insert`),
+    # which races the inhibitor's reading of the critical alert posted with it (5 s ago with a
+    # 1 s wait let the warning reach Slack twice on a loaded machine).
     mem_warning = am_alert(
         "VerlMemoryPressure", "warning", "memory_pressure", "GPU memory near capacity on n0",
         "Fullest GPU 96% used. Advice: lower actor_rollout_ref.rollout.gpu_memory_utilization.",
-        node="n0")
+        began_s_ago=0.0, node="n0")
     mem_critical = am_alert(
         "MemoryPressure", "critical", "memory_pressure", "GPU 0 on n0 is 99% full (grpo)",
-        "GPU 0 has used more than 95% of its memory for 5 minutes (now 99%).", node="n0",
-        gpu="0")
+        "GPU 0 has used more than 95% of its memory for 5 minutes (now 99%).", began_s_ago=0.0,
+        node="n0", gpu="0")
     low_util = am_alert(
         "VerlLowUtilization", "warning", "low_utilization", "Low GPU utilization on n0 in grpo",
         "Node utilization 41%. Advice: raise "
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu.", node="n0")
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu.", began_s_ago=0.0, node="n0")
     alertmanager.post_alerts([mem_warning, mem_critical, low_util])
 
     post = slack.wait_for(lambda b: "VerlLowUtilization" in title(b), timeout=30,
