@@ -373,14 +373,14 @@ def rebuild_uncaptured(items: list[StepRecord | Event], at_line: list[int],
 
     ``at_line``: the index in ``captured`` of the line each item was read with."""
     known = [i for i, t in enumerate(captured or ()) if t is not None]
-    if not known or captured is None:
+    if not known:
         rebuild_backlog_times(items, path, now, saved_at, stamped=now)
         return
     first, last = captured[known[0]], captured[known[-1]]
-    late = [it for it, i in zip(items, at_line, strict=True) if i > known[-1] or i < 0]
-    early = [it for it, i in zip(items, at_line, strict=True) if 0 <= i <= known[-1]]
+    late = [it for it, i in zip(items, at_line, strict=True) if i > known[-1]]
+    early = [it for it, i in zip(items, at_line, strict=True) if i <= known[-1]]
     rebuild_backlog_times(early, path, now, saved_at, stamped=now, until=first)
-    rebuild_backlog_times(late, path, now, max(t for t in (saved_at, last) if t is not None),
+    rebuild_backlog_times(late, path, now, last if saved_at is None else max(saved_at, last),
                           stamped=now)
 
 

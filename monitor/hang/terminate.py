@@ -123,23 +123,21 @@ def _stretch(rounds: list[Event], flag: Flag, now: float, pol: HangPolicy
     if now - float(rounds[-1].time) > gap:
         return [], now, (f"the newest stack round is {now - float(rounds[-1].time):.0f} s old "
                          f"(over {gap:.0f} s)")
-    place = round_place(rounds[-1])
+    places = [round_place(e) for e in rounds]
+    place = places[-1]
     if place is None:
         return [], now, "the newest stack round found no process stuck"
-    k = len(rounds) - 1
-    while k > 0:
-        prev, cur = rounds[k - 1], rounds[k]
-        apart = float(cur.time) - float(prev.time)
+    for k in range(len(rounds) - 1, 0, -1):
+        cur = float(rounds[k].time)
+        apart = cur - float(rounds[k - 1].time)
         if apart > gap:
-            return rounds[k:], float(cur.time), (
+            return rounds[k:], cur, (
                 f"two stack rounds {apart:.0f} s apart (over {gap:.0f} s) before it")
-        if round_place(prev) != place:
-            moved = sum(1 for e in rounds[:k] if round_place(e) != place)
-            what = ("no process stuck" if round_place(prev) is None else
+        if places[k - 1] != place:
+            moved = sum(1 for p in places[:k] if p != place)
+            what = ("no process stuck" if places[k - 1] is None else
                     "the job elsewhere: it moves")
-            return rounds[k:], float(cur.time), (
-                f"{moved} of {len(rounds)} stack rounds found {what}")
-        k -= 1
+            return rounds[k:], cur, f"{moved} of {len(rounds)} stack rounds found {what}"
     first = float(rounds[0].time) - float(flag.start)
     if first > gap:
         return rounds, float(rounds[0].time), (
@@ -174,8 +172,8 @@ def decide(flag: Flag | None, events: Iterable[Event], steps: Iterable[StepRecor
         # broken: the rounds say why the count restarted
         return Decision(False, f"{why}; {broken}" if broken else why, held_s=held,
                         rounds=len(stretch), guard="stacks" if broken else "hold")
-    rounds, places = stretch, [round_place(e) for e in stretch]
-    where, phase = place_words(rounds[-1]), places[0][1]
+    rounds = stretch
+    where, phase = place_words(rounds[-1]), round_place(rounds[-1])[1]
     last = max((float(s.end_time) for s in steps if s.end_time is not None
                 and float(s.end_time) <= float(flag.start)), default=float(flag.start))
     silence = now - last

@@ -61,7 +61,7 @@ exec {real} "$@"
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-def _attempt(tmp_path: Path, hook_file: Path) -> int:
+def _attempt(tmp_path: Path, hook_file: Path, env: dict[str, str]) -> int:
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("hang:\n  min_seconds: 1.0\n")
     exporter = (f"--gpu-backend sim --sim-gpus 1 --store {tmp_path / 'run.db'} --interval 0.5 "
@@ -73,7 +73,7 @@ def _attempt(tmp_path: Path, hook_file: Path) -> int:
            str(tmp_path / "state"), "--plan", PLAN]
     try:
         return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env=_slow_pyspy(tmp_path), timeout=120).returncode
+                              env=env, timeout=120).returncode
     except subprocess.TimeoutExpired:
         pytest.fail("an attempt ran past 120 s; what the exporter said of the hang:\n"
                     + _said(tmp_path))
@@ -125,7 +125,8 @@ def test_a_job_that_crashes_twice_and_hangs_once(tmp_path):
     with WebhookRecorder() as slack:
         hook = tmp_path / "hook"
         hook.write_text(slack.url + "/services/T0/B0/x\n")
-        codes = [_attempt(tmp_path, hook) for _ in PLAN.split(",")]
+        env = _slow_pyspy(tmp_path)
+        codes = [_attempt(tmp_path, hook, env) for _ in PLAN.split(",")]
         assert codes == [1, 1, 143, 0]  # the third ended by SIGTERM from the exporter
         slack.wait_for(lambda b: "Hang: job terminated" in json.dumps(b), 30,
                        "the terminate in Slack")
